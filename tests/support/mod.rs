@@ -1,0 +1,161 @@
+//! Test support: a real control plane per test binary and a fresh namespace per test.
+//!
+//! The control plane is the one named by `KUBECONFIG` when `WORKSESSION_TESTENV_DIR` says it is a testenv (as
+//! `scripts/test` sets up), or the cluster of `WORKSESSION_TEST_KUBECONFIG` when that is set explicitly; otherwise
+//! one is started for this test binary through `scripts/testenv up --owner-pid`, which stops it when the binary
+//! exits.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+/// Where the control plane of this test binary is.
+pub struct ControlPlane {
+    /// Admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// State folder of `scripts/testenv up` (certificates, for `kubeconfig-for`).
+    pub testenv_dir: Option<PathBuf>,
+}
+
+/// The repository root (where `scripts/testenv` lives).
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn testenv() -> Command {
+    Command::new(repo_root().join("scripts/testenv"))
+}
+
+/// The control plane, started on first use.
+pub fn control_plane() -> &'static ControlPlane {
+    static CP: OnceLock<ControlPlane> = OnceLock::new();
+    CP.get_or_init(|| {
+        // Reuse a running testenv, never an arbitrary cluster a developer's KUBECONFIG happens to name.
+        if let (Some(kubeconfig), Some(dir)) =
+            (std::env::var_os("KUBECONFIG"), std::env::var_os("WORKSESSION_TESTENV_DIR"))
+        {
+            return ControlPlane { kubeconfig: kubeconfig.into(), testenv_dir: Some(dir.into()) };
+        }
+        if let Some(kubeconfig) = std::env::var_os("WORKSESSION_TEST_KUBECONFIG") {
+            return ControlPlane { kubeconfig: kubeconfig.into(), testenv_dir: None };
+        }
+        let out = testenv()
+            .args(["up", "--owner-pid", &std::process::id().to_string()])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run scripts/testenv up");
+        assert!(out.status.success(), "scripts/testenv up failed (run `scripts/testenv install` first?)");
+        let exports = String::from_utf8(out.stdout).expect("utf-8 exports");
+        let var = |name: &str| {
+            exports
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .map(|v| PathBuf::from(v.trim_matches('\'')))
+                .unwrap_or_else(|| panic!("scripts/testenv up printed no {name}"))
+        };
+        ControlPlane { kubeconfig: var("KUBECONFIG"), testenv_dir: Some(var("WORKSESSION_TESTENV_DIR")) }
+    })
+}
+
+/// A kube client for the kubeconfig at `path`, bound to the calling test's runtime.
+pub async fn client_for(path: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig to config");
+    Client::try_from(config).expect("client")
+}
+
+/// An admin client for the control plane.
+pub async fn admin_client() -> Client {
+    client_for(&control_plane().kubeconfig).await
+}
+
+/// The path of a kubeconfig for a non-admin identity: a client certificate from the control plane's client CA.
+pub fn kubeconfig_for(user: &str, groups: &[&str]) -> PathBuf {
+    let dir = control_plane()
+        .testenv_dir
+        .as_ref()
+        .expect("non-admin identities need a testenv (WORKSESSION_TESTENV_DIR)");
+    let out = testenv()
+        .arg("kubeconfig-for")
+        .arg(user)
+        .args(groups)
+        .env("WORKSESSION_TESTENV_DIR", dir)
+        .output()
+        .expect("run scripts/testenv kubeconfig-for");
+    assert!(out.status.success(), "kubeconfig-for: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
+}
+
+/// A namespace with a random name for one test, deleted when dropped.
+///
+/// The test control plane runs no namespace controller, so a deleted namespace stays `Terminating`; its name is
+/// never reused, which is all the isolation the tests need.
+pub struct TestNamespace {
+    /// An admin client bound to the test's runtime.
+    pub client: Client,
+    /// The namespace's name.
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates `ws-test-<random>`.
+    pub async fn new() -> Self {
+        let client = admin_client().await;
+        let name = format!("ws-test-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create test namespace");
+        Self { client, name }
+    }
+
+    /// A namespaced API for `K` in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Drop cannot await on the test's runtime (it may be shutting down): delete from a thread of our own.
+        let (path, name) = (control_plane().kubeconfig.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let client = client_for(&path).await;
+                let _ = Api::<Namespace>::all(client).delete(&name, &DeleteParams::background()).await;
+            })
+        })
+        .join();
+    }
+}
+
+/// Awaits `check` until it returns `Some`, polling every 50 ms, for at most `limit` (then panics naming `what`).
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
