@@ -58,10 +58,8 @@ async fn crd_from_rust_is_established_and_serves_create_list_watch_delete() {
     let gizmos: Api<Gizmo> = ns.api();
 
     // The CRD's endpoint can lag Established by a moment: wait until a list answers.
-    let list = eventually("gizmo list to be served", WAIT, || async {
-        gizmos.list(&ListParams::default()).await.ok()
-    })
-    .await;
+    let list =
+        eventually("gizmo list to be served", WAIT, || async { gizmos.list(&ListParams::default()).await.ok() }).await;
     assert!(list.items.is_empty());
 
     let rv = list.metadata.resource_version.expect("list resourceVersion");
@@ -114,10 +112,9 @@ async fn non_admin_identity_is_refused_until_rbac_allows_it() {
     ns.api::<RoleBinding>().create(&PostParams::default(), &binding).await.unwrap();
 
     // The RBAC authorizer reads from an informer: the grant takes effect a moment after the write.
-    let allowed = eventually("RBAC grant to take effect", WAIT, || async {
-        limited_cms.list(&ListParams::default()).await.ok()
-    })
-    .await;
+    let allowed =
+        eventually("RBAC grant to take effect", WAIT, || async { limited_cms.list(&ListParams::default()).await.ok() })
+            .await;
     assert!(allowed.items.iter().all(|cm| cm.namespace().as_deref() == Some(ns.name.as_str())));
 
     // Still least privilege: the Role grants reads, not writes.

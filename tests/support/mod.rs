@@ -67,9 +67,8 @@ pub fn control_plane() -> &'static ControlPlane {
 /// A kube client for the kubeconfig at `path`, bound to the calling test's runtime.
 pub async fn client_for(path: &Path) -> Client {
     let kubeconfig = Kubeconfig::read_from(path).expect("read kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig to config");
+    let config =
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("kubeconfig to config");
     Client::try_from(config).expect("client")
 }
 
@@ -80,10 +79,8 @@ pub async fn admin_client() -> Client {
 
 /// The path of a kubeconfig for a non-admin identity: a client certificate from the control plane's client CA.
 pub fn kubeconfig_for(user: &str, groups: &[&str]) -> PathBuf {
-    let dir = control_plane()
-        .testenv_dir
-        .as_ref()
-        .expect("non-admin identities need a testenv (WORKSESSION_TESTENV_DIR)");
+    let dir =
+        control_plane().testenv_dir.as_ref().expect("non-admin identities need a testenv (WORKSESSION_TESTENV_DIR)");
     let out = testenv()
         .arg("kubeconfig-for")
         .arg(user)
@@ -112,10 +109,7 @@ impl TestNamespace {
         let client = admin_client().await;
         let name = format!("ws-test-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
         let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .expect("create test namespace");
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create test namespace");
         Self { client, name }
     }
 
