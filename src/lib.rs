@@ -1,4 +1,12 @@
 //! worksession: a Kubernetes-native supervisor for long-lived AI coding-agent conversations hosted in tmux.
 //!
 //! The library holds every part; `src/main.rs` only parses the command line and calls in here.
+//! The pipeline: [`api`] types are what users write; the agent observes [`tmux`], asks the pure [`core`] what to do
+//! given the [`config`] and its [`harness`] profiles, and executes the answer.
 #![forbid(unsafe_code)]
+
+pub mod api;
+pub mod config;
+pub mod core;
+pub mod harness;
+pub mod tmux;

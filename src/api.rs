@@ -1,0 +1,404 @@
+//! The API: `WorkSession` and `WorkEvent` (`worksession.dev/v1alpha1`), the source of the generated CRDs.
+//!
+//! Everything the CRD schema can express is expressed here (required fields, enums, the session id shape, ranges);
+//! the agent re-checks what reaches a command line (see [`is_valid_session_id`]).
+
+use std::sync::LazyLock;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use regex::Regex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "worksession.dev";
+/// Label on a WorkEvent naming its WorkSession.
+pub const SESSION_LABEL: &str = "worksession.dev/session";
+/// Label on a WorkEvent naming the node of its WorkSession.
+pub const NODE_LABEL: &str = "worksession.dev/node";
+
+/// The shape of a harness session id: a leading alphanumeric, so an id can never be taken as a flag.
+pub const SESSION_ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$";
+/// The shape of a work item: a DNS label.
+pub const WORK_ITEM_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+static SESSION_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(SESSION_ID_PATTERN).unwrap());
+
+/// Whether `id` has the shape of a harness session id (the seed's check, applied before an id becomes argv).
+pub fn is_valid_session_id(id: &str) -> bool {
+    SESSION_ID.is_match(id)
+}
+
+static WORK_ITEM: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
+static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
+
+/// The shape of a harness profile name.
+pub const HARNESS_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]*$";
+
+/// A spec field that breaks what the CRD schema says (for objects that did not pass a schema: local mode).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("spec.{field}: {problem}")]
+pub struct SpecError {
+    /// The field, for example `workItem`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Checks a WorkSession spec the way its CRD schema does, except `harnessSessionId`: a malformed id is not an
+/// invalid session but a row of the resume decision table (a fresh conversation, reported as `InvalidSessionId`).
+pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
+    let err = |field, problem: String| Err(SpecError { field, problem });
+    if spec.work_item.len() > 63 || !WORK_ITEM.is_match(&spec.work_item) {
+        return err(
+            "workItem",
+            format!("{:?} must be a DNS label (lowercase letters, digits, '-'; at most 63)", spec.work_item),
+        );
+    }
+    if spec.node_name.is_empty() || spec.node_name.len() > 253 {
+        return err("nodeName", "must be 1 to 253 characters".into());
+    }
+    if spec.harness.len() > 63 || !HARNESS_NAME.is_match(&spec.harness) {
+        return err("harness", format!("{:?} must match {HARNESS_PATTERN} (at most 63)", spec.harness));
+    }
+    if !spec.workdir.starts_with('/') || spec.workdir.len() > 4096 || spec.workdir.contains('\0') {
+        return err("workdir", format!("{:?} must be an absolute path", spec.workdir));
+    }
+    if let Some(r) = &spec.resume {
+        if r.probe_seconds.is_some_and(|s| s > 300) {
+            return err("resume.probeSeconds", "must be between 0 and 300".into());
+        }
+        if r.settle_seconds.is_some_and(|s| s > 3600) {
+            return err("resume.settleSeconds", "must be between 0 and 3600".into());
+        }
+    }
+    Ok(())
+}
+
+/// Desired state of one long-lived harness conversation about one work item.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "worksession.dev",
+    version = "v1alpha1",
+    kind = "WorkSession",
+    namespaced,
+    shortname = "ws",
+    status = "WorkSessionStatus",
+    doc = "One long-lived AI coding-agent conversation about one work item, hosted in tmux on one node.",
+    selectable = ".spec.nodeName",
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
+    printcolumn(name = "Harness", type_ = "string", json_path = ".spec.harness"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Resumed", type_ = "string", json_path = ".status.conditions[?(@.type==\"Resumed\")].status"),
+    printcolumn(name = "Session id", type_ = "string", json_path = ".status.harnessSessionId"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkSessionSpec {
+    /// The work item's slug (a DNS label); the tmux session is `<prefix><workItem>`.
+    #[schemars(regex(pattern = WORK_ITEM_PATTERN), length(min = 1, max = 63))]
+    pub work_item: String,
+    /// The node whose agent owns this session.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: String,
+    /// A harness profile name: `claude`, `cursor`, or one defined in the agent config.
+    #[schemars(regex(pattern = HARNESS_PATTERN), length(min = 1, max = 63))]
+    pub harness: String,
+    /// Absolute path on the node where the harness runs (resume lookup is scoped to it).
+    #[schemars(regex(pattern = r"^/"), length(min = 1, max = 4096))]
+    pub workdir: String,
+    /// A conversation to adopt, used when status has recorded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = SESSION_ID_PATTERN))]
+    pub harness_session_id: Option<String>,
+    /// When a dead harness is respawned.
+    #[serde(default)]
+    pub restart_policy: RestartPolicy,
+    /// Resume-on-respawn settings; unset fields take the agent config's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeSpec>,
+    /// Stop the tmux session and keep it stopped; events wait.
+    #[serde(default)]
+    pub suspend: bool,
+    /// Boot prompt for a first spawn when no event is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1048576))]
+    pub initial_prompt: Option<String>,
+}
+
+/// When a dead harness is respawned.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// Respawn only when an event is pending (or on first start).
+    #[default]
+    OnEvent,
+    /// Respawn whenever dead, with back-off.
+    Always,
+    /// Start once; never respawn.
+    Never,
+}
+
+/// Resume-on-respawn settings (the seed's `resumeOnRespawn`, `resumeProbeSeconds`, and the settle window).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeSpec {
+    /// Resume the recorded conversation on respawn (`resumeOnRespawn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Seconds to wait before checking that a respawned pane survived (`resumeProbeSeconds`, 0 = do not wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 300))]
+    pub probe_seconds: Option<u32>,
+    /// Seconds after a resume during which a pane death counts as a failed resume (`PaneDiedAfterProbe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub settle_seconds: Option<u32>,
+}
+
+/// Observed state of a WorkSession.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkSessionStatus {
+    /// Where the session is in its life cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The tmux session hosting the harness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmux_session: Option<String>,
+    /// The recorded conversation: kept on a resumed respawn, replaced by a new uuid on a fresh one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness_session_id: Option<String>,
+    /// The generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and `Resumed` conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The last completed respawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_respawn: Option<Respawn>,
+    /// Respawns so far.
+    #[serde(default)]
+    pub respawn_count: u32,
+    /// Consecutive failures (spawns that died quickly); reset after 10 minutes healthy.
+    #[serde(default)]
+    pub failure_count: u32,
+    /// When the last failure happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<Time>,
+    /// Not before this time is the session respawned again (back-off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_time: Option<Time>,
+    /// A spawn whose survival is being verified; kept in status so an agent restart finishes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Verification>,
+    /// A recorded conversation that the harness said it cannot find: the next spawn is fresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unresumable_session_id: Option<String>,
+}
+
+/// Where a WorkSession is in its life cycle.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Phase {
+    /// Not running; waiting for an event (or nothing spawned yet).
+    Pending,
+    /// A spawn is about to run.
+    Starting,
+    /// Spawned; waiting out the probe to verify it survived.
+    Verifying,
+    /// The harness is alive.
+    Running,
+    /// Stopped on request (`spec.suspend`).
+    Suspended,
+    /// Failing repeatedly; waiting until `nextRetryTime`.
+    BackOff,
+    /// Cannot run as specified; see the `Ready` condition.
+    Failed,
+}
+
+/// One completed respawn.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Respawn {
+    /// When the respawned pane was verified.
+    pub time: Time,
+    /// Whether the recorded conversation was resumed.
+    pub resumed: bool,
+    /// The `Resumed` condition's reason.
+    pub reason: String,
+    /// The conversation it runs.
+    pub harness_session_id: String,
+    /// The WorkEvent that was its boot prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+}
+
+/// A spawn in flight.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// When the spawn ran.
+    pub started: Time,
+    /// When to check that the pane survived.
+    pub deadline: Time,
+    /// Whether this spawn resumes the recorded conversation.
+    pub resume: bool,
+    /// The conversation it runs.
+    pub harness_session_id: String,
+    /// The WorkEvent that is its boot prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Why a fresh spawn is fresh (the `Resumed` reason), and what the failed resume printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_reason: Option<String>,
+    /// The message for the `Resumed` condition of a fresh spawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_message: Option<String>,
+}
+
+/// One event to deliver to a WorkSession as its next prompt.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "worksession.dev",
+    version = "v1alpha1",
+    kind = "WorkEvent",
+    namespaced,
+    shortname = "wev",
+    status = "WorkEventStatus",
+    doc = "One event to deliver to a WorkSession as its next prompt.",
+    printcolumn(name = "Session", type_ = "string", json_path = ".spec.session"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Via", type_ = "string", json_path = ".status.via"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkEventSpec {
+    /// The WorkSession (same namespace) to deliver to.
+    #[schemars(length(min = 1, max = 253))]
+    pub session: String,
+    /// The prompt text.
+    #[schemars(length(min = 1, max = 1048576))]
+    pub prompt: String,
+    /// Where the event came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<EventSource>,
+}
+
+/// Where an event came from.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSource {
+    /// The kind of sender.
+    #[serde(rename = "type")]
+    pub type_: SourceType,
+    /// The sender's delivery id (`X-GitHub-Delivery`, or the generic `deliveryId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_id: Option<String>,
+    /// The sender's event type (for GitHub, `X-GitHub-Event`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// The event's action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// A link to what the event is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// The kind of sender of an event.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceType {
+    /// A GitHub webhook.
+    Github,
+    /// The generic webhook.
+    Generic,
+    /// Created by hand.
+    #[default]
+    Manual,
+}
+
+/// Delivery state of a WorkEvent.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkEventStatus {
+    /// Where the delivery is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<EventPhase>,
+    /// When delivery was verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<Time>,
+    /// How it reached the harness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<Via>,
+    /// The conversation it reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness_session_id: Option<String>,
+    /// Delivery attempts so far.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Why it is where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Where a WorkEvent's delivery is.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum EventPhase {
+    /// Waiting to be delivered.
+    Pending,
+    /// Boot prompt of a spawn that is being verified.
+    Delivering,
+    /// Reached the harness.
+    Delivered,
+    /// Cannot be delivered; see `message`.
+    Failed,
+}
+
+/// How an event reached the harness.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Via {
+    /// Pasted into a live pane.
+    Pasted,
+    /// Boot prompt of a respawn that resumed the conversation.
+    Resumed,
+    /// Boot prompt of a fresh conversation.
+    Fresh,
+}
+
+/// The CRDs of this API, in the order `worksession crd` prints them.
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    use kube::CustomResourceExt;
+    vec![WorkSession::crd(), WorkEvent::crd()]
+}
+
+/// The CRDs as multi-document YAML: what `worksession crd` prints and `crds/` holds.
+pub fn crds_yaml() -> String {
+    crds().iter().map(|crd| serde_yaml_ng::to_string(crd).expect("a CRD serializes")).collect::<Vec<_>>().join("---\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_id_shape_is_the_seeds() {
+        for ok in ["a", "0b3c", "550e8400-e29b-41d4-a716-446655440000", "A.b_c-d", &"x".repeat(128)] {
+            assert!(is_valid_session_id(ok), "{ok}");
+        }
+        for bad in ["", "-x", "--dangerously-skip-permissions", ".x", "_x", "a b", "a;b", "a\n", &"x".repeat(129)] {
+            assert!(!is_valid_session_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn crd_yaml_has_both_kinds_and_the_selectable_node_field() {
+        let yaml = crds_yaml();
+        assert!(yaml.contains("name: worksessions.worksession.dev"));
+        assert!(yaml.contains("name: workevents.worksession.dev"));
+        assert!(yaml.contains("jsonPath: .spec.nodeName"));
+        assert_eq!(yaml.matches("\n---\n").count() + usize::from(yaml.starts_with("---")), 1);
+    }
+}

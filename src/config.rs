@@ -1,0 +1,376 @@
+//! The agent's config file (YAML): tmux socket and session prefix, resume defaults, harness profiles.
+//!
+//! Every key is optional. A file that does not parse, or a profile whose templates are malformed, is refused with a
+//! message naming the key. [`Reloader`] picks up a changed file without a restart and keeps the last good config
+//! when an edit is bad (the seed's hot reload).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use regex::Regex;
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use crate::harness::{self, Profile};
+
+/// The tmux session prefix when the config names none.
+pub const DEFAULT_SESSION_PREFIX: &str = "loop-";
+
+/// The agent's configuration, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the tmux server is.
+    pub tmux: TmuxConfig,
+    /// Defaults for what a WorkSession leaves unset.
+    pub defaults: Defaults,
+    /// Harness profiles by name: the built-ins, added to or overridden by the file.
+    pub harnesses: BTreeMap<String, Profile>,
+}
+
+/// Where the tmux server is and how sessions are named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TmuxConfig {
+    /// Passed as `tmux -S`; `None`: tmux's own default server.
+    pub socket: Option<PathBuf>,
+    /// The tmux session of a work item is `<sessionPrefix><workItem>`.
+    pub session_prefix: String,
+}
+
+/// Resume defaults (the seed's `resumeOnRespawn` and `resumeProbeSeconds`, and the settle window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Defaults {
+    /// Resume the recorded conversation on respawn.
+    pub resume_on_respawn: bool,
+    /// Seconds to wait before checking that a respawned pane survived (0 = do not wait).
+    pub resume_probe_seconds: u32,
+    /// Seconds after a resume during which a pane death counts as a failed resume.
+    pub resume_settle_seconds: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            tmux: TmuxConfig { socket: None, session_prefix: DEFAULT_SESSION_PREFIX.into() },
+            defaults: Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 },
+            harnesses: harness::builtin(),
+        }
+    }
+}
+
+/// Why a config was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The YAML does not parse into the config's shape.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, naming the key and position.
+        message: String,
+    },
+    /// A value parses but cannot work.
+    #[error("config {path}: {key}: {problem}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key, for example `defaults.resumeProbeSeconds`.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    tmux: TmuxFile,
+    #[serde(default)]
+    defaults: DefaultsFile,
+    #[serde(default)]
+    harnesses: BTreeMap<String, ProfileFile>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TmuxFile {
+    socket: Option<PathBuf>,
+    session_prefix: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DefaultsFile {
+    resume_on_respawn: Option<bool>,
+    resume_probe_seconds: Option<u32>,
+    resume_settle_seconds: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileFile {
+    binary: Option<String>,
+    extra_args: Option<Vec<String>>,
+    interactive: Option<Vec<String>>,
+    resume: Option<Vec<String>>,
+    resume_failed_pattern: Option<String>,
+}
+
+impl Config {
+    /// Parses and validates config YAML; `path` only names the source in errors.
+    pub fn parse(yaml: &str, path: &Path) -> Result<Self, ConfigError> {
+        let invalid = |key: String, problem: String| ConfigError::Invalid { path: path.into(), key, problem };
+        let file: File = if yaml.trim().is_empty() {
+            File::default()
+        } else {
+            serde_yaml_ng::from_str(yaml)
+                .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?
+        };
+        let mut config = Config::default();
+        config.tmux.socket = file.tmux.socket;
+        if let Some(prefix) = file.tmux.session_prefix {
+            if !prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(invalid(
+                    "tmux.sessionPrefix".into(),
+                    format!("{prefix:?} may hold only letters, digits, '-' and '_' (tmux names)"),
+                ));
+            }
+            config.tmux.session_prefix = prefix;
+        }
+        let d = &mut config.defaults;
+        d.resume_on_respawn = file.defaults.resume_on_respawn.unwrap_or(d.resume_on_respawn);
+        d.resume_probe_seconds = file.defaults.resume_probe_seconds.unwrap_or(d.resume_probe_seconds);
+        d.resume_settle_seconds = file.defaults.resume_settle_seconds.unwrap_or(d.resume_settle_seconds);
+        if d.resume_probe_seconds > 300 {
+            return Err(invalid("defaults.resumeProbeSeconds".into(), "must be between 0 and 300".into()));
+        }
+        if d.resume_settle_seconds > 3600 {
+            return Err(invalid("defaults.resumeSettleSeconds".into(), "must be between 0 and 3600".into()));
+        }
+        for (name, p) in file.harnesses {
+            let base = config.harnesses.remove(&name);
+            let binary = p.binary.or_else(|| base.as_ref().map(|b| b.binary.clone()));
+            let binary = binary.ok_or_else(|| {
+                invalid(format!("harnesses.{name}.binary"), "is required for a profile that is not built in".into())
+            })?;
+            let resume_failed_pattern = match p.resume_failed_pattern {
+                Some(pattern) => Some(
+                    Regex::new(&pattern)
+                        .map_err(|e| invalid(format!("harnesses.{name}.resumeFailedPattern"), e.to_string()))?,
+                ),
+                None => base.as_ref().and_then(|b| b.resume_failed_pattern.clone()),
+            };
+            let profile = Profile {
+                binary,
+                extra_args: p.extra_args.or_else(|| base.as_ref().map(|b| b.extra_args.clone())).unwrap_or_default(),
+                interactive: p.interactive.or_else(|| base.as_ref().and_then(|b| b.interactive.clone())),
+                resume: p.resume.or_else(|| base.as_ref().and_then(|b| b.resume.clone())),
+                resume_failed_pattern,
+            };
+            profile.validate(&name).map_err(|e| invalid(e.key, e.problem))?;
+            config.harnesses.insert(name, profile);
+        }
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the config file at `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let yaml = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Self::parse(&yaml, path)
+    }
+
+    /// The tmux session name of a work item.
+    pub fn tmux_session(&self, work_item: &str) -> String {
+        format!("{}{work_item}", self.tmux.session_prefix)
+    }
+}
+
+/// Keeps a config current with its file: a changed file is picked up, a bad edit keeps the last good config.
+///
+/// The file is re-read every `interval` and compared by content, which also sees a ConfigMap volume's symlink
+/// swap (inotify on the file itself would not).
+pub struct Reloader {
+    config: watch::Receiver<Arc<Config>>,
+    last_error: watch::Receiver<Option<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Reloader {
+    /// Loads `path` (refusing a bad file at start) and watches it for changes.
+    pub fn start(path: PathBuf, interval: Duration) -> Result<Self, ConfigError> {
+        let mut seen = std::fs::read(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let initial = Config::parse(&String::from_utf8_lossy(&seen), &path)?;
+        let (config_tx, config) = watch::channel(Arc::new(initial));
+        let (error_tx, last_error) = watch::channel(None);
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Ok(bytes) = tokio::fs::read(&path).await else { continue }; // mid-swap: try again next tick
+                if bytes == seen {
+                    continue;
+                }
+                seen = bytes;
+                match Config::parse(&String::from_utf8_lossy(&seen), &path) {
+                    Ok(c) => {
+                        tracing::info!(event = "config.reloaded", path = %path.display(), "config reloaded");
+                        config_tx.send_replace(Arc::new(c));
+                        error_tx.send_replace(None);
+                    }
+                    Err(e) => {
+                        tracing::error!(event = "config.reload_failed", error = %e, "config change refused; keeping the last good config");
+                        error_tx.send_replace(Some(e.to_string()));
+                    }
+                }
+            }
+        });
+        Ok(Self { config, last_error, task })
+    }
+
+    /// The current config; `changed()` on it wakes on each good reload.
+    pub fn config(&self) -> watch::Receiver<Arc<Config>> {
+        self.config.clone()
+    }
+
+    /// Why the last change was refused, `None` after a good one.
+    pub fn last_error(&self) -> watch::Receiver<Option<String>> {
+        self.last_error.clone()
+    }
+}
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Config, ConfigError> {
+        Config::parse(yaml, Path::new("agent.yaml"))
+    }
+
+    #[test]
+    fn empty_file_gives_the_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.tmux, TmuxConfig { socket: None, session_prefix: "loop-".into() });
+        assert_eq!(
+            c.defaults,
+            Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 }
+        );
+        assert_eq!(c.harnesses.keys().collect::<Vec<_>>(), ["claude", "cursor"]);
+        assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
+    }
+
+    #[test]
+    fn every_key() {
+        let c = parse(
+            r#"
+tmux:
+  socket: /run/worksession/tmux.sock
+  sessionPrefix: ws-
+defaults:
+  resumeOnRespawn: false
+  resumeProbeSeconds: 0
+  resumeSettleSeconds: 120
+harnesses:
+  myharness:
+    binary: /usr/local/bin/myharness
+    extraArgs: ["--flag"]
+    interactive: ["--session-id", "{sessionId}", "{extraArgs}", "{prompt}"]
+    resume: ["--resume", "{sessionId}", "{extraArgs}", "{prompt}"]
+    resumeFailedPattern: "No conversation found"
+  claude:
+    binary: /opt/claude/bin/claude
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.tmux.socket.as_deref(), Some(Path::new("/run/worksession/tmux.sock")));
+        assert_eq!(c.tmux_session("a"), "ws-a");
+        assert_eq!(
+            c.defaults,
+            Defaults { resume_on_respawn: false, resume_probe_seconds: 0, resume_settle_seconds: 120 }
+        );
+        let mine = &c.harnesses["myharness"];
+        assert_eq!(
+            mine.argv("myharness", harness::Mode::Resume, "id", Some("p")).unwrap(),
+            ["--resume", "id", "--flag", "p"]
+        );
+        assert!(mine.resume_failed("No conversation found with session ID: id"));
+        // Overriding one field of a built-in keeps the rest of it.
+        let claude = &c.harnesses["claude"];
+        assert_eq!(claude.binary, "/opt/claude/bin/claude");
+        assert!(claude.resume.is_some() && claude.resume_failed_pattern.is_some());
+        assert!(c.harnesses["cursor"].interactive.is_none());
+    }
+
+    fn refused(yaml: &str) -> String {
+        parse(yaml).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn malformed_files_are_refused_naming_the_key() {
+        assert!(refused("tmux: [").contains("agent.yaml"));
+        assert!(refused("tmux:\n  sockett: /x\n").contains("sockett"));
+        assert!(refused("defaults:\n  resumeProbeSeconds: soon\n").contains("resumeProbeSeconds"));
+        assert!(refused("defaults:\n  resumeProbeSeconds: 301\n").contains("defaults.resumeProbeSeconds"));
+        assert!(refused("defaults:\n  resumeSettleSeconds: 3601\n").contains("defaults.resumeSettleSeconds"));
+        assert!(refused("tmux:\n  sessionPrefix: 'a:b'\n").contains("tmux.sessionPrefix"));
+        assert!(refused("harnesses:\n  x:\n    interactive: ['{prompt}']\n").contains("harnesses.x.binary"));
+        assert!(
+            refused("harnesses:\n  x:\n    binary: x\n    resumeFailedPattern: '('\n")
+                .contains("harnesses.x.resumeFailedPattern")
+        );
+    }
+
+    #[test]
+    fn malformed_templates_are_refused_naming_the_key() {
+        let e = refused("harnesses:\n  x:\n    binary: x\n    interactive: ['--id', '{session}', '{prompt}']\n");
+        assert!(e.contains("harnesses.x.interactive") && e.contains("{session}"), "{e}");
+        let e = refused("harnesses:\n  claude:\n    resume: ['--continue', '{prompt}']\n");
+        assert!(e.contains("harnesses.claude.resume"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn reload_and_bad_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, "defaults:\n  resumeProbeSeconds: 5\n").unwrap();
+        assert!(Reloader::start(dir.path().join("missing.yaml"), Duration::from_millis(20)).is_err());
+        let reloader = Reloader::start(path.clone(), Duration::from_millis(20)).unwrap();
+        let mut config = reloader.config();
+        let mut errors = reloader.last_error();
+        assert_eq!(config.borrow().defaults.resume_probe_seconds, 5);
+
+        std::fs::write(&path, "defaults:\n  resumeProbeSeconds: 7\n").unwrap();
+        config.changed().await.unwrap();
+        assert_eq!(config.borrow_and_update().defaults.resume_probe_seconds, 7);
+
+        std::fs::write(&path, "defaults:\n  resumeProbeSeconds: [\n").unwrap();
+        errors.changed().await.unwrap();
+        assert!(errors.borrow_and_update().as_deref().unwrap().contains("agent.yaml"));
+        assert_eq!(config.borrow().defaults.resume_probe_seconds, 7, "the last good config stays");
+        assert!(!config.has_changed().unwrap());
+
+        // A ConfigMap-style swap: the path is replaced, not written in place.
+        let next = dir.path().join("agent.yaml.new");
+        std::fs::write(&next, "defaults:\n  resumeProbeSeconds: 9\n").unwrap();
+        std::fs::rename(&next, &path).unwrap();
+        config.changed().await.unwrap();
+        assert_eq!(config.borrow().defaults.resume_probe_seconds, 9);
+        assert_eq!(*errors.borrow(), None);
+    }
+}

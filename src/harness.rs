@@ -1,0 +1,246 @@
+//! Harness profiles: how to start (and resume) a harness CLI in tmux, as argv templates.
+//!
+//! A profile names a binary, extra args, an interactive argv and optionally a resume argv (flags first, prompt
+//! last, as in the seed). `{sessionId}` and `{prompt}` are replaced inside one argument each; `{extraArgs}` is a
+//! whole argument that expands to the list. Built in: `claude` and `cursor` (which cannot be tmux-hosted).
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+
+/// Placeholder replaced by the harness session id.
+pub const SESSION_ID: &str = "{sessionId}";
+/// Placeholder replaced by the prompt.
+pub const PROMPT: &str = "{prompt}";
+/// Placeholder expanded to the profile's extra args.
+pub const EXTRA_ARGS: &str = "{extraArgs}";
+
+/// How to run one harness CLI.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// The executable (a path, or a name looked up on `PATH`).
+    pub binary: String,
+    /// Arguments expanded where a template says `{extraArgs}`.
+    pub extra_args: Vec<String>,
+    /// Argv of a fresh interactive conversation; `None`: the harness cannot be tmux-hosted.
+    pub interactive: Option<Vec<String>>,
+    /// Argv resuming a recorded conversation; `None`: the harness cannot resume.
+    pub resume: Option<Vec<String>>,
+    /// What a harness prints when it cannot find the conversation to resume.
+    pub resume_failed_pattern: Option<Regex>,
+}
+
+/// Which argv of a profile to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A fresh conversation under a new session id.
+    Fresh,
+    /// Resume the recorded conversation.
+    Resume,
+}
+
+/// Why a profile cannot build an argv.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ArgvError {
+    /// The profile has no `interactive` argv.
+    #[error("the {0} harness cannot be hosted in tmux (its profile has no interactive argv)")]
+    NotHostable(String),
+    /// The profile has no `resume` argv.
+    #[error("the {0} harness cannot resume a conversation in interactive mode")]
+    CannotResume(String),
+    /// The prompt would reach the harness where it parses flags.
+    #[error(
+        "the prompt starts with '-' and the {0} profile has no \"--\" before {{prompt}}: it would be taken as a flag"
+    )]
+    PromptLooksLikeFlag(String),
+}
+
+/// A template or pattern that cannot work, found when a profile is loaded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{key}: {problem}")]
+pub struct TemplateError {
+    /// The config key, for example `harnesses.myharness.resume`.
+    pub key: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl Profile {
+    /// Checks the templates of the profile named `name` (used in error keys).
+    pub fn validate(&self, name: &str) -> Result<(), TemplateError> {
+        let err = |field: &str, problem: String| TemplateError { key: format!("harnesses.{name}.{field}"), problem };
+        if self.binary.is_empty() {
+            return Err(err("binary", "must not be empty".into()));
+        }
+        for (field, template) in [("interactive", &self.interactive), ("resume", &self.resume)] {
+            let Some(template) = template else { continue };
+            for arg in template {
+                let rest = arg.replace(SESSION_ID, "").replace(PROMPT, "");
+                if arg != EXTRA_ARGS && (rest.contains('{') || rest.contains('}')) {
+                    return Err(err(
+                        field,
+                        format!(
+                            "unknown placeholder in {arg:?} (known: {SESSION_ID}, {PROMPT}, {EXTRA_ARGS} as a whole argument)"
+                        ),
+                    ));
+                }
+            }
+            let count = |p: &str| template.iter().map(|a| a.matches(p).count()).sum::<usize>();
+            if count(PROMPT) > 1 {
+                return Err(err(field, format!("{PROMPT} appears more than once")));
+            }
+            if field == "resume" && count(SESSION_ID) == 0 {
+                return Err(err(field, format!("must contain {SESSION_ID}: what else would it resume?")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the argv (after the binary) for `mode`, with `prompt` as the boot prompt if any.
+    ///
+    /// Without a prompt, the argument holding `{prompt}` is left out, with a `--` right before it.
+    pub fn argv(
+        &self,
+        name: &str,
+        mode: Mode,
+        session_id: &str,
+        prompt: Option<&str>,
+    ) -> Result<Vec<String>, ArgvError> {
+        let interactive = self.interactive.as_ref().ok_or_else(|| ArgvError::NotHostable(name.into()))?;
+        let template = match mode {
+            Mode::Fresh => interactive,
+            Mode::Resume => self.resume.as_ref().ok_or_else(|| ArgvError::CannotResume(name.into()))?,
+        };
+        let mut argv: Vec<String> = Vec::with_capacity(template.len() + self.extra_args.len());
+        for (i, arg) in template.iter().enumerate() {
+            if arg == EXTRA_ARGS {
+                argv.extend(self.extra_args.iter().cloned());
+                continue;
+            }
+            if arg.contains(PROMPT) {
+                let Some(prompt) = prompt else {
+                    if argv.last().is_some_and(|a| a == "--")
+                        && template.get(i.wrapping_sub(1)).is_some_and(|a| a == "--")
+                    {
+                        argv.pop();
+                    }
+                    continue;
+                };
+                let after_dashdash = template[..i].iter().any(|a| a == "--");
+                if arg == PROMPT && prompt.starts_with('-') && !after_dashdash {
+                    return Err(ArgvError::PromptLooksLikeFlag(name.into()));
+                }
+                argv.push(arg.replace(SESSION_ID, session_id).replace(PROMPT, prompt));
+                continue;
+            }
+            argv.push(arg.replace(SESSION_ID, session_id));
+        }
+        Ok(argv)
+    }
+
+    /// Whether what a dead pane printed says the conversation to resume does not exist.
+    pub fn resume_failed(&self, output: &str) -> bool {
+        self.resume_failed_pattern.as_ref().is_some_and(|p| p.is_match(output))
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// The built-in profiles: `claude` and `cursor`.
+pub fn builtin() -> BTreeMap<String, Profile> {
+    let claude = Profile {
+        binary: "claude".into(),
+        extra_args: Vec::new(),
+        interactive: Some(strings(&["--session-id", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
+        resume: Some(strings(&["--resume", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
+        resume_failed_pattern: Some(Regex::new("No conversation found").unwrap()),
+    };
+    let cursor = Profile {
+        binary: "cursor-agent".into(),
+        extra_args: Vec::new(),
+        interactive: None,
+        resume: None,
+        resume_failed_pattern: None,
+    };
+    BTreeMap::from([("claude".to_string(), claude), ("cursor".to_string(), cursor)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claude() -> Profile {
+        Profile { extra_args: strings(&["--model", "opus"]), ..builtin().remove("claude").unwrap() }
+    }
+
+    #[test]
+    fn claude_argv_is_flags_first_prompt_last() {
+        let p = claude();
+        assert_eq!(
+            p.argv("claude", Mode::Fresh, "id-1", Some("hello")).unwrap(),
+            ["--session-id", "id-1", "--model", "opus", "--", "hello"]
+        );
+        assert_eq!(
+            p.argv("claude", Mode::Resume, "id-1", Some("hello")).unwrap(),
+            ["--resume", "id-1", "--model", "opus", "--", "hello"]
+        );
+    }
+
+    #[test]
+    fn no_prompt_drops_the_prompt_and_its_dashdash() {
+        assert_eq!(claude().argv("claude", Mode::Fresh, "x", None).unwrap(), ["--session-id", "x", "--model", "opus"]);
+    }
+
+    #[test]
+    fn dash_led_prompt_needs_a_dashdash() {
+        let p = claude();
+        let argv = p.argv("claude", Mode::Fresh, "x", Some("--dangerously-skip-permissions")).unwrap();
+        assert_eq!(argv.last().unwrap(), "--dangerously-skip-permissions");
+        let bare = Profile { interactive: Some(strings(&[SESSION_ID, PROMPT])), ..claude() };
+        assert_eq!(
+            bare.argv("bare", Mode::Fresh, "x", Some("-rf")),
+            Err(ArgvError::PromptLooksLikeFlag("bare".into()))
+        );
+    }
+
+    #[test]
+    fn placeholders_inside_an_argument() {
+        let p = Profile { interactive: Some(strings(&["--id={sessionId}", "--prompt={prompt}"])), ..claude() };
+        assert_eq!(p.argv("p", Mode::Fresh, "abc", Some("-x")).unwrap(), ["--id=abc", "--prompt=-x"]);
+        assert_eq!(p.argv("p", Mode::Fresh, "abc", None).unwrap(), ["--id=abc"]);
+    }
+
+    #[test]
+    fn cursor_cannot_be_hosted_or_resumed() {
+        let cursor = builtin().remove("cursor").unwrap();
+        assert_eq!(cursor.argv("cursor", Mode::Fresh, "x", None), Err(ArgvError::NotHostable("cursor".into())));
+        assert_eq!(cursor.argv("cursor", Mode::Resume, "x", None), Err(ArgvError::NotHostable("cursor".into())));
+        let no_resume = Profile { resume: None, ..claude() };
+        assert_eq!(no_resume.argv("c", Mode::Resume, "x", None), Err(ArgvError::CannotResume("c".into())));
+    }
+
+    #[test]
+    fn malformed_templates_are_named() {
+        let bad = Profile { resume: Some(strings(&["--resume", "{sessionID}"])), ..claude() };
+        let e = bad.validate("mine").unwrap_err();
+        assert_eq!(e.key, "harnesses.mine.resume");
+        assert!(e.problem.contains("unknown placeholder"), "{e}");
+        let twice = Profile { interactive: Some(strings(&[PROMPT, PROMPT])), ..claude() };
+        assert_eq!(twice.validate("t").unwrap_err().key, "harnesses.t.interactive");
+        let no_id = Profile { resume: Some(strings(&["--continue", PROMPT])), ..claude() };
+        assert!(no_id.validate("n").unwrap_err().problem.contains("{sessionId}"));
+        for (name, p) in builtin() {
+            p.validate(&name).unwrap();
+        }
+    }
+
+    #[test]
+    fn resume_failure_pattern() {
+        let p = claude();
+        assert!(p.resume_failed("Error\nNo conversation found with session ID: abc\n"));
+        assert!(!p.resume_failed("Segmentation fault"));
+        assert!(!builtin()["cursor"].resume_failed("No conversation found"));
+    }
+}
