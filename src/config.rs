@@ -344,6 +344,11 @@ harnesses:
         assert!(e.contains("harnesses.claude.resume"), "{e}");
     }
 
+    /// Awaits a watch change, failing the test instead of hanging.
+    async fn changed<T>(rx: &mut watch::Receiver<T>) {
+        tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.expect("a change in time").unwrap();
+    }
+
     #[tokio::test]
     async fn reload_and_bad_reload() {
         let dir = tempfile::tempdir().unwrap();
@@ -356,11 +361,11 @@ harnesses:
         assert_eq!(config.borrow().defaults.resume_probe_seconds, 5);
 
         std::fs::write(&path, "defaults:\n  resumeProbeSeconds: 7\n").unwrap();
-        config.changed().await.unwrap();
+        changed(&mut config).await;
         assert_eq!(config.borrow_and_update().defaults.resume_probe_seconds, 7);
 
         std::fs::write(&path, "defaults:\n  resumeProbeSeconds: [\n").unwrap();
-        errors.changed().await.unwrap();
+        changed(&mut errors).await;
         assert!(errors.borrow_and_update().as_deref().unwrap().contains("agent.yaml"));
         assert_eq!(config.borrow().defaults.resume_probe_seconds, 7, "the last good config stays");
         assert!(!config.has_changed().unwrap());
@@ -369,7 +374,7 @@ harnesses:
         let next = dir.path().join("agent.yaml.new");
         std::fs::write(&next, "defaults:\n  resumeProbeSeconds: 9\n").unwrap();
         std::fs::rename(&next, &path).unwrap();
-        config.changed().await.unwrap();
+        changed(&mut config).await;
         assert_eq!(config.borrow().defaults.resume_probe_seconds, 9);
         assert_eq!(*errors.borrow(), None);
     }

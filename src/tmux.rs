@@ -132,6 +132,7 @@ pub trait Tmux: Send + Sync {
 /// Runs the `tmux` binary, on a socket of its own (`-S`) or tmux's default server.
 #[derive(Clone, Debug)]
 pub struct TmuxRunner {
+    binary: PathBuf,
     socket: Option<PathBuf>,
 }
 
@@ -164,7 +165,12 @@ fn no_session(stderr: &str) -> bool {
 impl TmuxRunner {
     /// A runner for the server at `socket`, or tmux's default server.
     pub fn new(socket: Option<PathBuf>) -> Self {
-        Self { socket }
+        Self { binary: "tmux".into(), socket }
+    }
+
+    /// The same, running the tmux executable at `binary` instead of `tmux` from `PATH`.
+    pub fn with_binary(self, binary: impl Into<PathBuf>) -> Self {
+        Self { binary: binary.into(), ..self }
     }
 
     /// The socket this runner talks to, if not the default.
@@ -177,7 +183,7 @@ impl TmuxRunner {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut cmd = Command::new("tmux");
+        let mut cmd = Command::new(&self.binary);
         if let Some(socket) = &self.socket {
             cmd.arg("-S").arg(socket);
         }

@@ -1,0 +1,140 @@
+//! The generated CRDs: in sync with `crds/`, accepted by the real API server, and enforcing their schema there.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use support::{TestNamespace, eventually};
+
+fn dynamic<K: kube::Resource<DynamicType = ()>>(ns: &TestNamespace) -> Api<DynamicObject> {
+    Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::erase::<K>(&()))
+}
+use worksession::api::{WorkEvent, WorkSession};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn crds_folder_is_the_generated_output() {
+    let on_disk = std::fs::read_to_string(support::repo_root().join("crds/worksession.dev.yaml")).unwrap();
+    assert!(
+        on_disk == worksession::api::crds_yaml(),
+        "crds/worksession.dev.yaml is stale: run `cargo run -- crd > crds/worksession.dev.yaml`"
+    );
+}
+
+/// Applies the CRDs from `crds/` (server-side, idempotent across tests) and waits for them to be Established.
+async fn install_crds(client: kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let yaml = std::fs::read_to_string(support::repo_root().join("crds/worksession.dev.yaml")).unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
+        let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
+        let name = crd.name_any();
+        crds.patch(&name, &PatchParams::apply("worksession-tests").force(), &Patch::Apply(&crd)).await.unwrap();
+        let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
+        tokio::time::timeout(WAIT, established).await.expect("Established in time").unwrap();
+    }
+}
+
+/// An untyped WorkSession, so that invalid specs can be sent at all.
+fn session(name: &str, spec: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn valid_spec() -> serde_json::Value {
+    json!({"workItem": "repo-12", "nodeName": "node-a", "harness": "claude", "workdir": "/srv/work/repo"})
+}
+
+#[tokio::test]
+async fn established_and_served_with_defaults_status_and_selectable_node() {
+    let ns = TestNamespace::new().await;
+    install_crds(ns.client.clone()).await;
+    let sessions: Api<WorkSession> = ns.api();
+    eventually("worksessions served", WAIT, || async { sessions.list(&ListParams::default()).await.ok() }).await;
+
+    dynamic::<WorkSession>(&ns).create(&PostParams::default(), &session("a", valid_spec())).await.unwrap();
+    let created = sessions.get("a").await.unwrap();
+    assert_eq!(created.spec.restart_policy, worksession::api::RestartPolicy::OnEvent, "defaulted");
+    assert!(!created.spec.suspend);
+    let mut other = valid_spec();
+    other["nodeName"] = json!("node-b");
+    dynamic::<WorkSession>(&ns).create(&PostParams::default(), &session("b", other)).await.unwrap();
+
+    let mine = sessions.list(&ListParams::default().fields("spec.nodeName=node-a")).await.unwrap();
+    assert_eq!(mine.iter().map(|s| s.name_any()).collect::<Vec<_>>(), ["a"]);
+
+    // Status is a subresource: written through /status, ignored on the main resource.
+    let status = json!({"status": {"phase": "Running", "harnessSessionId": "abc"}});
+    sessions.patch_status("a", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let spec_patch = json!({"status": {"phase": "Failed"}});
+    let after = sessions.patch("a", &PatchParams::default(), &Patch::Merge(&spec_patch)).await.unwrap();
+    assert_eq!(after.status.unwrap().phase, Some(worksession::api::Phase::Running));
+
+    let crds: Api<CustomResourceDefinition> = Api::all(ns.client.clone());
+    let crd = crds.get("worksessions.worksession.dev").await.unwrap();
+    assert_eq!(crd.spec.names.short_names, Some(vec!["ws".to_string()]));
+    let columns: Vec<String> =
+        crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
+    assert_eq!(columns, ["Node", "Harness", "Phase", "Resumed", "Session id", "Age"]);
+}
+
+#[tokio::test]
+async fn schema_rejects_what_it_forbids() {
+    let ns = TestNamespace::new().await;
+    install_crds(ns.client.clone()).await;
+    let sessions = dynamic::<WorkSession>(&ns);
+    eventually("worksessions served", WAIT, || async { sessions.list(&ListParams::default()).await.ok() }).await;
+
+    let with = |key: &str, value: serde_json::Value| {
+        let mut spec = valid_spec();
+        spec[key] = value;
+        spec
+    };
+    let mut missing_work_item = valid_spec();
+    missing_work_item.as_object_mut().unwrap().remove("workItem");
+    let cases = [
+        ("dash-led id", with("harnessSessionId", json!("--dangerously-skip-permissions")), "harnessSessionId"),
+        ("id too long", with("harnessSessionId", json!("a".repeat(129))), "harnessSessionId"),
+        ("missing workItem", missing_work_item, "workItem"),
+        ("workItem not a DNS label", with("workItem", json!("Repo_12")), "workItem"),
+        ("probe out of range", with("resume", json!({"probeSeconds": 301})), "probeSeconds"),
+        ("settle out of range", with("resume", json!({"settleSeconds": -1})), "settleSeconds"),
+        ("relative workdir", with("workdir", json!("srv/work")), "workdir"),
+        ("unknown restartPolicy", with("restartPolicy", json!("Sometimes")), "restartPolicy"),
+    ];
+    for (i, (what, spec, field)) in cases.into_iter().enumerate() {
+        match sessions.create(&PostParams::default(), &session(&format!("bad-{i}"), spec)).await {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 422, "{what}: {e:?}");
+                assert!(e.message.contains(field), "{what}: message names {field}: {}", e.message);
+            }
+            other => panic!("{what}: expected 422, got {other:?}"),
+        }
+    }
+    // At the limits: accepted.
+    let limits = with("harnessSessionId", json!(format!("A{}", "b".repeat(127))));
+    let mut limits = limits;
+    limits["resume"] = json!({"probeSeconds": 0, "settleSeconds": 3600});
+    limits["workItem"] = json!("a".repeat(63));
+    sessions.create(&PostParams::default(), &session("limits", limits)).await.unwrap();
+
+    let events = dynamic::<WorkEvent>(&ns);
+    let event = |spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"generateName": "e-"}, "spec": spec})).unwrap()
+    };
+    let err = events.create(&PostParams::default(), &event(json!({"session": "limits"}))).await.unwrap_err();
+    assert!(matches!(&err, kube::Error::Api(e) if e.code == 422 && e.message.contains("prompt")), "{err:?}");
+    let bad_source = json!({"session": "limits", "prompt": "hi", "source": {"type": "email"}});
+    assert!(events.create(&PostParams::default(), &event(bad_source)).await.is_err());
+    let ok = events.create(&PostParams::default(), &event(json!({"session": "limits", "prompt": "hi"}))).await.unwrap();
+    let typed: Api<WorkEvent> = ns.api();
+    assert_eq!(typed.get(&ok.name_any()).await.unwrap().spec.prompt, "hi");
+}

@@ -1,0 +1,165 @@
+//! The harness stand-in (`tests/standin/harness`) and a private tmux server per test.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use worksession::harness::{Mode, Profile};
+use worksession::tmux::{Liveness, Spawn, Tmux, TmuxRunner};
+
+/// How long a test waits for tmux or the stand-in before it fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A tmux server on a socket of its own, killed when dropped.
+pub struct TmuxServer {
+    /// Temp folder holding the socket, the stand-in's state and working directories.
+    pub dir: tempfile::TempDir,
+    /// A runner for it.
+    pub runner: TmuxRunner,
+}
+
+impl TmuxServer {
+    /// A fresh, not yet started server (tmux starts it with the first session).
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let runner = TmuxRunner::new(Some(dir.path().join("tmux.sock")));
+        std::fs::create_dir_all(dir.path().join("state")).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        Self { dir, runner }
+    }
+
+    /// The stand-in's state folder.
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// A working directory for harnesses.
+    pub fn workdir(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        self.runner.socket().unwrap()
+    }
+
+    /// A stand-in profile writing into this server's state folder, with extra stand-in flags.
+    pub fn profile(&self, flags: &[&str]) -> Profile {
+        standin_profile(&self.state(), flags)
+    }
+
+    /// A spawn of the stand-in in session `session`.
+    pub fn spawn_of(&self, session: &str, mode: Mode, id: &str, prompt: Option<&str>, flags: &[&str]) -> Spawn {
+        let profile = self.profile(flags);
+        Spawn {
+            session: session.into(),
+            workdir: self.workdir(),
+            binary: profile.binary.clone(),
+            argv: profile.argv("standin", mode, id, prompt).unwrap(),
+        }
+    }
+
+    /// Awaits `session` reaching `liveness`.
+    pub async fn await_liveness(&self, session: &str, liveness: Liveness) {
+        await_until(&format!("{session} to be {liveness:?}"), || async {
+            self.runner.observe().await.unwrap().liveness(session) == liveness
+        })
+        .await;
+    }
+
+    /// Awaits the pane of `session` printing `text`; returns its last lines.
+    pub async fn await_output(&self, session: &str, text: &str) -> String {
+        let mut last = String::new();
+        let found = tokio::time::timeout(WAIT, async {
+            loop {
+                last = self.runner.last_lines(session, 50).await.unwrap_or_default();
+                if last.contains(text) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(found.is_ok(), "pane {session} never printed {text:?}; last lines:\n{last}");
+        last
+    }
+
+    /// The prompts the stand-in recorded.
+    pub fn prompts(&self) -> Vec<Prompt> {
+        read_prompts(&self.state())
+    }
+
+    /// Awaits at least `n` recorded prompts.
+    pub async fn await_prompts(&self, n: usize) -> Vec<Prompt> {
+        await_until(&format!("{n} prompts"), || async { self.prompts().len() >= n }).await;
+        self.prompts()
+    }
+}
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux").arg("-S").arg(self.socket()).arg("kill-server").output();
+    }
+}
+
+/// The stand-in executable.
+pub fn standin_binary() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin/harness")
+}
+
+/// A Claude-shaped profile for the stand-in; `flags` go into `extraArgs` after `--state`.
+pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
+    let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut extra_args = vec!["--state".to_string(), state.display().to_string()];
+    extra_args.extend(strings(flags));
+    Profile {
+        binary: standin_binary().display().to_string(),
+        extra_args,
+        interactive: Some(strings(&["--session-id", "{sessionId}", "{extraArgs}", "--", "{prompt}"])),
+        resume: Some(strings(&["--resume", "{sessionId}", "{extraArgs}", "--", "{prompt}"])),
+        resume_failed_pattern: Some(regex::Regex::new("No conversation found").unwrap()),
+    }
+}
+
+/// One prompt the stand-in received.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Prompt {
+    /// The conversation it went to.
+    pub conversation: String,
+    /// `argv` (boot prompt) or `paste`.
+    pub via: String,
+    /// The text.
+    pub prompt: String,
+    /// The stand-in process.
+    pub pid: u32,
+}
+
+/// The prompts recorded in a stand-in state folder.
+pub fn read_prompts(state: &Path) -> Vec<Prompt> {
+    match std::fs::read_to_string(state.join("prompts.jsonl")) {
+        Ok(text) => text.lines().map(|l| serde_json::from_str(l).expect("a prompt record")).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Creates a conversation the stand-in will know on `--resume`.
+pub fn seed_conversation(state: &Path, id: &str) {
+    std::fs::create_dir_all(state.join("conversations")).unwrap();
+    std::fs::write(state.join("conversations").join(id), "").unwrap();
+}
+
+/// Awaits `check` returning true, polling every 20 ms, failing the test after [`WAIT`].
+pub async fn await_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let done = tokio::time::timeout(WAIT, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "timed out waiting for {what}");
+}

@@ -1,0 +1,161 @@
+//! The tmux runner against real tmux, on a private socket per test, with the harness stand-in.
+
+mod standin;
+
+use standin::{TmuxServer, await_until, seed_conversation};
+use worksession::harness::Mode;
+use worksession::tmux::{Liveness, Tmux, TmuxRunner};
+
+#[tokio::test]
+async fn no_server_means_every_session_is_absent() {
+    let tmux = TmuxServer::new();
+    let obs = tmux.runner.observe().await.unwrap();
+    assert!(obs.is_empty());
+    assert_eq!(obs.liveness("loop-x"), Liveness::Absent);
+    tmux.runner.stop("loop-x").await.unwrap();
+}
+
+#[tokio::test]
+async fn one_call_observes_many_sessions() {
+    let tmux = TmuxServer::new();
+    for i in 0..12 {
+        let spawn = tmux.spawn_of(&format!("loop-{i}"), Mode::Fresh, &format!("conv-{i}"), None, &[]);
+        tmux.runner.spawn(&spawn).await.unwrap();
+    }
+    seed_conversation(&tmux.state(), "known");
+    let dead = tmux.spawn_of("loop-dead", Mode::Resume, "unknown", None, &[]);
+    tmux.runner.spawn(&dead).await.unwrap();
+    tmux.await_liveness("loop-dead", Liveness::Dead).await;
+
+    // Count tmux invocations through a wrapper: one observation is one call.
+    let log = tmux.dir.path().join("calls.log");
+    let wrapper = tmux.dir.path().join("tmux-wrapper");
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec tmux \"$@\"\n", log.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let counted = TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_binary(&wrapper);
+    let obs = counted.observe().await.unwrap();
+
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1, "one tmux call");
+    assert_eq!(obs.len(), 13);
+    for i in 0..12 {
+        assert_eq!(obs.liveness(&format!("loop-{i}")), Liveness::Alive, "loop-{i}");
+    }
+    assert_eq!(obs.liveness("loop-dead"), Liveness::Dead);
+    assert_eq!(obs.liveness("loop-none"), Liveness::Absent);
+}
+
+#[tokio::test]
+async fn spawn_clears_a_stale_session_of_the_same_name() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-a", Mode::Fresh, "first", Some("one"), &[])).await.unwrap();
+    let first = tmux.await_prompts(1).await;
+    tmux.runner.spawn(&tmux.spawn_of("loop-a", Mode::Fresh, "second", Some("two"), &[])).await.unwrap();
+    let prompts = tmux.await_prompts(2).await;
+
+    assert_eq!(prompts[1].conversation, "second");
+    let first_proc = std::path::PathBuf::from(format!("/proc/{}", first[0].pid));
+    await_until("the stale harness to be gone", || async { !first_proc.exists() }).await;
+    let obs = tmux.runner.observe().await.unwrap();
+    assert_eq!((obs.len(), obs.liveness("loop-a")), (1, Liveness::Alive));
+}
+
+#[tokio::test]
+async fn a_dead_pane_keeps_its_last_lines() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-r", Mode::Resume, "no-such-conv", Some("hello"), &[])).await.unwrap();
+    tmux.await_liveness("loop-r", Liveness::Dead).await;
+    let out = tmux.runner.last_lines("loop-r", 5).await.unwrap();
+    assert_eq!(out.lines().last(), Some("No conversation found with session ID: no-such-conv"), "{out}");
+    assert!(!out.contains("Pane is dead"), "tmux's own marker is dropped: {out}");
+    assert!(tmux.prompts().is_empty(), "an unknown conversation receives nothing");
+}
+
+#[tokio::test]
+async fn slow_resume_failure_and_crash_after() {
+    let tmux = TmuxServer::new();
+    tmux.runner
+        .spawn(&tmux.spawn_of("loop-slow", Mode::Resume, "gone", None, &["--resume-fail-delay", "0.5"]))
+        .await
+        .unwrap();
+    tmux.runner.spawn(&tmux.spawn_of("loop-crash", Mode::Fresh, "c1", None, &["--crash-after", "0.3"])).await.unwrap();
+    assert_eq!(
+        tmux.runner.observe().await.unwrap().liveness("loop-slow"),
+        Liveness::Alive,
+        "still alive before the delay"
+    );
+    tmux.await_liveness("loop-slow", Liveness::Dead).await;
+    tmux.await_output("loop-slow", "No conversation found with session ID: gone").await;
+    tmux.await_liveness("loop-crash", Liveness::Dead).await;
+    tmux.await_output("loop-crash", "Segmentation fault").await;
+}
+
+#[tokio::test]
+async fn fresh_session_id_in_use_is_refused() {
+    let tmux = TmuxServer::new();
+    seed_conversation(&tmux.state(), "taken");
+    tmux.runner.spawn(&tmux.spawn_of("loop-t", Mode::Fresh, "taken", None, &[])).await.unwrap();
+    tmux.await_liveness("loop-t", Liveness::Dead).await;
+    tmux.await_output("loop-t", "Session ID taken is already in use").await;
+}
+
+#[tokio::test]
+async fn paste_reaches_a_live_pane_verbatim() {
+    let tmux = TmuxServer::new();
+    seed_conversation(&tmux.state(), "conv-p");
+    tmux.runner.spawn(&tmux.spawn_of("loop-p", Mode::Resume, "conv-p", None, &[])).await.unwrap();
+    tmux.await_output("loop-p", "ready>").await;
+
+    let texts = [
+        "first line\nsecond line with \"quotes\" and 'single' and `ticks`",
+        "$(touch /tmp/never); rm -rf ~ && echo pwned;",
+        "-p --dangerously-skip-permissions",
+        &"long ".repeat(40_000), // 200 KB
+    ];
+    for text in texts {
+        tmux.runner.paste("loop-p", text).await.unwrap();
+    }
+    let prompts = tmux.await_prompts(texts.len()).await;
+    let got: Vec<&str> = prompts.iter().map(|p| p.prompt.as_str()).collect();
+    assert_eq!(got, texts);
+    assert!(prompts.iter().all(|p| p.conversation == "conv-p" && p.via == "paste"));
+    assert!(!std::path::Path::new("/tmp/never").exists());
+}
+
+#[tokio::test]
+async fn prompts_and_ids_are_argv_never_shell_or_flags() {
+    let tmux = TmuxServer::new();
+    let marker = tmux.dir.path().join("pwned");
+    let nasty = [
+        format!("$(touch {m}); rm -rf ~; `touch {m}`", m = marker.display()),
+        "--dangerously-skip-permissions".to_string(),
+        "ends with a semicolon;".to_string(),
+        ";".to_string(),
+        "back\\;slash".to_string(),
+        "unicode ✓ and\ttab and \"quotes\" and 'single' * ? [x]".to_string(),
+    ];
+    for (i, prompt) in nasty.iter().enumerate() {
+        let spawn = tmux.spawn_of(&format!("loop-{i}"), Mode::Fresh, &format!("c{i}"), Some(prompt), &[]);
+        tmux.runner.spawn(&spawn).await.unwrap();
+    }
+    let mut prompts = tmux.await_prompts(nasty.len()).await;
+    prompts.sort_by(|a, b| a.conversation.cmp(&b.conversation));
+    for (i, prompt) in nasty.iter().enumerate() {
+        assert_eq!(
+            (prompts[i].conversation.as_str(), prompts[i].prompt.as_str(), prompts[i].via.as_str()),
+            (format!("c{i}").as_str(), prompt.as_str(), "argv")
+        );
+    }
+    assert!(!marker.exists(), "nothing ran through a shell");
+    let obs = tmux.runner.observe().await.unwrap();
+    assert_eq!(obs.len(), nasty.len(), "a trailing ';' never split the tmux command");
+}
+
+#[tokio::test]
+async fn spawn_refuses_a_missing_workdir() {
+    let tmux = TmuxServer::new();
+    let mut spawn = tmux.spawn_of("loop-w", Mode::Fresh, "w", None, &[]);
+    spawn.workdir = tmux.dir.path().join("missing");
+    let err = tmux.runner.spawn(&spawn).await.unwrap_err();
+    assert_eq!(err.category(), "workdir");
+    assert!(tmux.runner.observe().await.unwrap().is_empty());
+}
