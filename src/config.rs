@@ -226,7 +226,7 @@ impl Reloader {
                     Ok(c) => {
                         tracing::info!(event = "config.reloaded", path = %path.display(), "config reloaded");
                         config_tx.send_replace(Arc::new(c));
-                        error_tx.send_replace(None);
+                        error_tx.send_if_modified(|e| e.take().is_some());
                     }
                     Err(e) => {
                         tracing::error!(event = "config.reload_failed", error = %e, "config change refused; keeping the last good config");

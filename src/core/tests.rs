@@ -1,1 +1,456 @@
+//! Table tests of the decision core: one row per row of the seed's `_try_resume` table and per case of the
+//! product brief's steps 1-6.
 
+use super::*;
+use crate::api::{ResumeSpec, WorkSessionSpec};
+use k8s_openapi::jiff::Timestamp;
+
+const NEW: &str = "11111111-2222-4333-8444-555555555555";
+const OLD: &str = "0a0b0c0d-old";
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).unwrap()
+}
+
+fn spec() -> WorkSessionSpec {
+    WorkSessionSpec {
+        work_item: "repo-12".into(),
+        node_name: "node-a".into(),
+        harness: "claude".into(),
+        workdir: "/srv/work/repo".into(),
+        ..Default::default()
+    }
+}
+
+/// A session that ran `OLD` and died: it was verified at t(0).
+fn ran_old() -> WorkSessionStatus {
+    WorkSessionStatus {
+        phase: Some(Phase::Pending),
+        harness_session_id: Some(OLD.into()),
+        last_respawn: Some(Respawn {
+            time: Time(t(0)),
+            resumed: false,
+            reason: "NoRecordedSession".into(),
+            harness_session_id: OLD.into(),
+            event: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn ev(name: &str, prompt: &str) -> PendingEvent {
+    PendingEvent { name: name.into(), prompt: prompt.into() }
+}
+
+/// One decision's inputs, with defaults: a dead session, event `e1` pending, at t(100).
+struct Case {
+    spec: WorkSessionSpec,
+    status: WorkSessionStatus,
+    events: Vec<PendingEvent>,
+    liveness: Liveness,
+    output: &'static str,
+    spawn_failure: Option<&'static str>,
+    config: Config,
+    now: Timestamp,
+    deleting: bool,
+}
+
+impl Case {
+    fn new(status: WorkSessionStatus) -> Self {
+        Case {
+            spec: spec(),
+            status,
+            events: vec![ev("e1", "please fix the bug")],
+            liveness: Liveness::Dead,
+            output: "",
+            spawn_failure: None,
+            config: Config::default(),
+            now: t(100),
+            deleting: false,
+        }
+    }
+
+    fn decide(&self) -> Plan {
+        decide(&Input {
+            spec: &self.spec,
+            generation: Some(3),
+            deleting: self.deleting,
+            status: &self.status,
+            events: &self.events,
+            liveness: self.liveness,
+            last_output: self.output,
+            spawn_failure: self.spawn_failure,
+            config: &self.config,
+            now: self.now,
+            new_session_id: NEW,
+        })
+    }
+
+    /// Decides, then carries the plan's status into the next case (as the executor does).
+    fn step(&mut self) -> Plan {
+        let plan = self.decide();
+        self.status = plan.status.clone();
+        self.spawn_failure = None;
+        plan
+    }
+}
+
+/// The ops as short strings, for tables.
+fn ops(plan: &Plan) -> Vec<String> {
+    plan.ops
+        .iter()
+        .map(|op| match op {
+            Op::Stop { session } => format!("stop {session}"),
+            Op::Spawn(s) => format!("spawn {} {} {}", s.session, s.binary, s.argv.join(" ")),
+            Op::Paste { session, event, text } => format!("paste {event} into {session}: {text}"),
+            Op::Event(u) => {
+                format!("event {} {:?}{}", u.event, u.phase, u.via.map(|v| format!(" via {v:?}")).unwrap_or_default())
+            }
+            Op::Notice(n) => match (n.resumed, n.resume_failure) {
+                (Some(r), _) => format!("{} resumed={r}", n.log_event),
+                (_, Some(why)) => format!("{} {why}", n.log_event),
+                _ => n.log_event.to_string(),
+            },
+            Op::ReleaseFinalizer => "release finalizer".into(),
+        })
+        .collect()
+}
+
+fn condition<'s>(status: &'s WorkSessionStatus, type_: &str) -> Option<(&'s str, &'s str)> {
+    status.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+const RESUME_E1: &str = "spawn loop-repo-12 claude --resume 0a0b0c0d-old -- please fix the bug";
+const FRESH_E1: &str =
+    "spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- please fix the bug";
+
+/// The seed's `_try_resume` rows decided before tmux: (row, setup, spawn, notices).
+#[test]
+fn try_resume_rows_before_tmux() {
+    type Setup = fn(&mut Case);
+    let rows: [(&str, Setup, &str, &[&str]); 5] = [
+        ("resumeOnRespawn false: fresh, silent", |c| c.config.defaults.resume_on_respawn = false, FRESH_E1, &[]),
+        ("no recorded id: fresh, silent", |c| c.status.harness_session_id = None, FRESH_E1, &[]),
+        (
+            "id fails the shape: fresh + resume_failed",
+            |c| c.status.harness_session_id = Some("-rf".into()),
+            FRESH_E1,
+            &["session.resume_failed InvalidSessionId"],
+        ),
+        (
+            "harness cannot resume: fresh + resume_failed",
+            |c| c.config.harnesses.get_mut("claude").unwrap().resume = None,
+            FRESH_E1,
+            &["session.resume_failed HarnessCannotResume"],
+        ),
+        ("otherwise: the recorded id", |_| {}, RESUME_E1, &[]),
+    ];
+    for (row, setup, spawn, notices) in rows {
+        let mut case = Case::new(ran_old());
+        setup(&mut case);
+        let plan = case.decide();
+        let mut want: Vec<String> = notices.iter().map(|s| s.to_string()).collect();
+        want.extend(["event e1 Delivering".to_string(), spawn.to_string()]);
+        assert_eq!(ops(&plan), want, "{row}");
+        let intent = plan.intent.as_ref().expect("a spawn records its intent first");
+        assert_eq!(intent.phase, Some(Phase::Starting), "{row}");
+        assert_eq!(plan.status.phase, Some(Phase::Verifying), "{row}");
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(2)), "{row}: probe deadline");
+        assert_eq!(
+            plan.status.harness_session_id.as_deref(),
+            case.status.harness_session_id.as_deref(),
+            "{row}: recorded only once verified"
+        );
+    }
+}
+
+#[test]
+fn spec_harness_session_id_is_adopted_when_none_is_recorded() {
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.spec.harness_session_id = Some(OLD.into());
+    assert_eq!(ops(&case.decide()).last().unwrap(), RESUME_E1);
+    case.status.harness_session_id = Some("recorded".into());
+    assert!(ops(&case.decide()).last().unwrap().contains("--resume recorded"), "status wins over spec");
+}
+
+/// The rows decided from tmux's answer: survived, spawn failed, pane died.
+#[test]
+fn try_resume_rows_after_tmux() {
+    // Resumed and alive at the deadline.
+    let mut case = Case::new(ran_old());
+    case.step();
+    case.liveness = Liveness::Alive;
+    case.now = t(101);
+    let early = case.decide();
+    assert_eq!((ops(&early), early.requeue_after), (vec![], Some(Duration::from_secs(1))), "waits for the deadline");
+    case.now = t(102);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["session.respawned resumed=true", "event e1 Delivered via Resumed", "event.delivered"]);
+    assert_eq!(condition(&plan.status, RESUMED), Some(("True", "Resumed")));
+    assert_eq!(plan.status.harness_session_id.as_deref(), Some(OLD), "same id kept");
+    assert_eq!((plan.status.phase, plan.status.respawn_count), (Some(Phase::Running), 1));
+    assert_eq!(plan.status.verification, None);
+
+    // tmux could not start the resume: fresh at once, same event.
+    let mut case = Case::new(ran_old());
+    let intent = case.decide().intent.unwrap();
+    case.status = intent;
+    case.spawn_failure = Some("tmux new-session failed: boom");
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["session.resume_failed ResumeSpawnFailed", "event e1 Delivering", FRESH_E1]);
+    assert_eq!(condition(&plan.status, RESUMED), Some(("False", "ResumeSpawnFailed")));
+
+    // The resumed pane died within the probe: PaneDied, fresh under a new uuid with the same prompt.
+    let mut case = Case::new(ran_old());
+    case.step();
+    case.output = "No conversation found with session ID: 0a0b0c0d-old";
+    case.now = t(100);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["session.resume_failed PaneDied", "event e1 Delivering", FRESH_E1]);
+    let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap();
+    assert_eq!(resumed.reason, "PaneDied");
+    assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"), "{}", resumed.message);
+    // ... and once that fresh pane is alive at its deadline, the event is delivered via Fresh under the new id.
+    case.liveness = Liveness::Alive;
+    case.now = t(103);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["session.respawned resumed=false", "event e1 Delivered via Fresh", "event.delivered"]);
+    assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW));
+    assert_eq!(condition(&plan.status, RESUMED), Some(("False", "PaneDied")));
+}
+
+#[test]
+fn step1_deleted_and_suspended() {
+    let mut case = Case::new(ran_old());
+    case.deleting = true;
+    assert_eq!(ops(&case.decide()), ["stop loop-repo-12", "release finalizer"]);
+
+    let mut case = Case::new(ran_old());
+    case.spec.suspend = true;
+    case.liveness = Liveness::Alive;
+    let plan = case.decide();
+    assert_eq!((ops(&plan), plan.status.phase), (vec!["stop loop-repo-12".to_string()], Some(Phase::Suspended)));
+    case.liveness = Liveness::Absent;
+    assert_eq!(ops(&case.decide()), Vec::<String>::new(), "already stopped; events wait");
+}
+
+#[test]
+fn step2_live_pane_gets_events_pasted_in_order() {
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    case.events = vec![ev("e1", "one"), ev("e2", "two")];
+    let plan = case.decide();
+    assert_eq!(
+        ops(&plan),
+        [
+            "paste e1 into loop-repo-12: one",
+            "event e1 Delivered via Pasted",
+            "event.delivered",
+            "paste e2 into loop-repo-12: two",
+            "event e2 Delivered via Pasted",
+            "event.delivered",
+        ]
+    );
+    assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Running), Some(("True", "Running"))));
+    assert_eq!(plan.intent, None);
+}
+
+#[test]
+fn step3_when_a_dead_pane_is_respawned() {
+    type Setup = fn(&mut Case);
+    let rows: [(&str, Setup, Option<&str>, Phase); 6] = [
+        ("event pending", |_| {}, Some(RESUME_E1), Phase::Verifying),
+        ("OnEvent, nothing pending: waits", |c| c.events.clear(), None, Phase::Pending),
+        (
+            "Always, nothing pending",
+            |c| {
+                c.events.clear();
+                c.spec.restart_policy = RestartPolicy::Always
+            },
+            Some("spawn loop-repo-12 claude --resume 0a0b0c0d-old"),
+            Phase::Verifying,
+        ),
+        ("Never after a run: waits, Failed", |c| c.spec.restart_policy = RestartPolicy::Never, None, Phase::Failed),
+        (
+            "first start with initialPrompt",
+            |c| {
+                c.status = WorkSessionStatus::default();
+                c.events.clear();
+                c.spec.initial_prompt = Some("hello".into())
+            },
+            Some("spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- hello"),
+            Phase::Verifying,
+        ),
+        (
+            "first start without a prompt",
+            |c| {
+                c.status = WorkSessionStatus::default();
+                c.events.clear();
+                c.liveness = Liveness::Absent
+            },
+            Some("spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555"),
+            Phase::Verifying,
+        ),
+    ];
+    for (row, setup, spawn, phase) in rows {
+        let mut case = Case::new(ran_old());
+        setup(&mut case);
+        let plan = case.decide();
+        let spawned = ops(&plan).into_iter().find(|o| o.starts_with("spawn"));
+        assert_eq!((spawned.as_deref(), plan.status.phase), (spawn, Some(phase)), "{row}");
+    }
+}
+
+#[test]
+fn step4_verification_does_not_block_and_probe_zero_does_not_wait() {
+    let mut case = Case::new(ran_old());
+    case.spec.resume = Some(ResumeSpec { probe_seconds: Some(0), ..Default::default() });
+    let plan = case.step();
+    assert_eq!(plan.requeue_after, Some(Duration::ZERO));
+    case.liveness = Liveness::Alive;
+    assert_eq!(ops(&case.step())[1], "event e1 Delivered via Resumed");
+
+    // A fresh spawn that dies within its probe: the event goes back, the failure counts.
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.step();
+    case.output = "Segmentation fault";
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Pending", "session.exited"]);
+    assert_eq!((plan.status.phase, plan.status.failure_count), (Some(Phase::Pending), 1));
+}
+
+#[test]
+fn step5_resumed_pane_dying_within_settle() {
+    let resumed_at_0 = || {
+        let mut s = ran_old();
+        s.phase = Some(Phase::Running);
+        s.last_respawn = Some(Respawn {
+            time: Time(t(0)),
+            resumed: true,
+            reason: "Resumed".into(),
+            harness_session_id: OLD.into(),
+            event: Some("e1".into()),
+        });
+        s
+    };
+    // Output matches the profile's pattern: the event comes back, and the next spawn is fresh.
+    let mut case = Case::new(resumed_at_0());
+    case.events.clear();
+    case.now = t(30);
+    case.output = "No conversation found with session ID: 0a0b0c0d-old";
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["session.resume_failed PaneDiedAfterProbe", "event e1 Pending"]);
+    assert_eq!(plan.requeue_after, Some(Duration::ZERO));
+    let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap();
+    assert_eq!(resumed.reason, "PaneDiedAfterProbe");
+    assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"));
+    assert_eq!(plan.status.failure_count, 0, "a failed resume is not a crash");
+    case.events = vec![ev("e1", "please fix the bug")];
+    let plan = case.step();
+    assert_eq!(ops(&plan).last().unwrap(), FRESH_E1);
+    assert_eq!(plan.status.verification.as_ref().unwrap().fresh_reason.as_deref(), Some("PaneDiedAfterProbe"));
+
+    // Output does not match: the event comes back and the next spawn resumes again.
+    let mut case = Case::new(resumed_at_0());
+    case.events.clear();
+    case.now = t(30);
+    case.output = "Killed";
+    case.step();
+    case.events = vec![ev("e1", "please fix the bug")];
+    assert_eq!(ops(&case.step()).last().unwrap(), RESUME_E1);
+
+    // After the settle window: an ordinary death; the delivered event stays delivered.
+    let mut case = Case::new(resumed_at_0());
+    case.events.clear();
+    case.now = t(61);
+    assert_eq!(ops(&case.step()), ["session.exited"]);
+}
+
+#[test]
+fn step6_back_off_like_kubelet() {
+    assert_eq!(
+        [1, 2, 3, 4, 5, 6, 7, 8, 30].map(backoff),
+        [0, 10, 20, 40, 80, 160, 300, 300, 300].map(Duration::from_secs)
+    );
+    // Always, a harness that keeps crashing: the first quick death respawns at once, the second backs off.
+    let running = |failures| {
+        let mut s = ran_old();
+        s.phase = Some(Phase::Running);
+        s.failure_count = failures;
+        s
+    };
+    let mut case = Case::new(running(0));
+    case.spec.restart_policy = RestartPolicy::Always;
+    case.events.clear();
+    let plan = case.decide();
+    assert_eq!((plan.status.failure_count, plan.status.phase), (1, Some(Phase::Verifying)));
+
+    let mut case = Case::new(running(1));
+    case.spec.restart_policy = RestartPolicy::Always;
+    case.events.clear();
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["session.exited", "session.backoff"]);
+    assert_eq!((plan.status.failure_count, plan.status.phase), (2, Some(Phase::BackOff)));
+    assert_eq!(plan.status.next_retry_time.as_ref().map(|t| t.0), Some(t(110)));
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(10)));
+    case.now = t(110);
+    assert!(ops(&case.decide()).iter().any(|o| o.starts_with("spawn")), "retries at nextRetryTime");
+
+    // Ten minutes healthy: a death is not a failure, and the count resets.
+    let mut case = Case::new(running(4));
+    case.now = t(601);
+    let plan = case.decide();
+    assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (0, None));
+    assert!(ops(&plan).iter().any(|o| o.starts_with("spawn")));
+}
+
+#[test]
+fn restart_adopts_live_sessions_and_finishes_verifications() {
+    // Agent restarted, session alive, nothing recorded: adopted, nothing spawned.
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.liveness = Liveness::Alive;
+    case.events.clear();
+    let plan = case.decide();
+    assert_eq!((ops(&plan), plan.status.phase), (vec![], Some(Phase::Running)));
+    // Agent restarted mid-verification: the status carries it, and it finishes.
+    let mut case = Case::new(ran_old());
+    case.status = case.decide().intent.unwrap();
+    case.liveness = Liveness::Alive;
+    case.now = t(105);
+    assert_eq!(ops(&case.decide())[0], "session.respawned resumed=true");
+}
+
+#[test]
+fn specs_the_agent_cannot_run_are_reported_not_spawned() {
+    type Setup = fn(&mut Case);
+    let rows: [(&str, Setup, &str); 3] = [
+        ("cursor cannot be hosted", |c| c.spec.harness = "cursor".into(), "HarnessCannotBeHosted"),
+        ("unknown harness", |c| c.spec.harness = "nope".into(), "UnknownHarness"),
+        ("invalid workItem (no schema in local mode)", |c| c.spec.work_item = "-x".into(), "InvalidSpec"),
+    ];
+    for (row, setup, why) in rows {
+        let mut case = Case::new(ran_old());
+        setup(&mut case);
+        let plan = case.decide();
+        assert_eq!(ops(&plan), Vec::<String>::new(), "{row}");
+        assert_eq!(
+            (plan.status.phase, condition(&plan.status, READY)),
+            (Some(Phase::Failed), Some(("False", why))),
+            "{row}"
+        );
+    }
+    // A dash-led prompt for a profile without "--": the event fails clearly; nothing is spawned.
+    let mut case = Case::new(ran_old());
+    case.config.harnesses.get_mut("claude").unwrap().resume =
+        Some(vec!["--resume".into(), "{sessionId}".into(), "{prompt}".into()]);
+    case.events = vec![ev("e1", "--dangerously-skip-permissions")];
+    let plan = case.decide();
+    assert_eq!(ops(&plan), ["event e1 Failed", "event.failed"]);
+}
+
+#[test]
+fn status_records_generation_and_tmux_session() {
+    let plan = Case::new(ran_old()).decide();
+    assert_eq!((plan.status.observed_generation, plan.status.tmux_session.as_deref()), (Some(3), Some("loop-repo-12")));
+    assert!(plan.status.conditions.iter().all(|c| c.observed_generation == Some(3)));
+}
