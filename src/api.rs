@@ -77,6 +77,7 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
 }
 
 /// Desired state of one long-lived harness conversation about one work item.
+#[allow(clippy::duplicated_attributes)] // printcolumn(...) repeats `type_ = "string"` by design
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "worksession.dev",
@@ -259,6 +260,7 @@ pub struct Verification {
 }
 
 /// One event to deliver to a WorkSession as its next prompt.
+#[allow(clippy::duplicated_attributes)] // printcolumn(...) repeats `type_ = "string"` by design
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "worksession.dev",

@@ -342,11 +342,11 @@ impl<'a, 'i> Decision<'a, 'i> {
             return self.plan();
         }
         let settings = settings(input.spec, input.config);
-        if let Some(failure) = input.spawn_failure {
-            if let Some(v) = self.status.verification.take() {
-                self.spawn_failed(profile, settings, v, failure);
-                return self.plan();
-            }
+        if let Some(failure) = input.spawn_failure
+            && let Some(v) = self.status.verification.take()
+        {
+            self.spawn_failed(profile, settings, v, failure);
+            return self.plan();
         }
         if let Some(v) = self.status.verification.clone() {
             self.verify(profile, settings, v);
