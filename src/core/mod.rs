@@ -23,7 +23,9 @@ use crate::harness::{ArgvError, Mode, Profile};
 use crate::tmux::{Liveness, Spawn};
 
 mod conditions;
+mod plan;
 pub use conditions::{READY, RESUMED, set_condition};
+pub use plan::{EventUpdate, Input, Notice, Op, PendingEvent, Plan, Severity};
 
 #[cfg(test)]
 mod tests;
@@ -54,139 +56,6 @@ pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(600);
-
-/// An event of the session that is not delivered yet, oldest first.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingEvent {
-    /// The WorkEvent's name.
-    pub name: String,
-    /// Its prompt.
-    pub prompt: String,
-}
-
-/// Everything one decision is made from.
-#[derive(Clone, Debug)]
-pub struct Input<'a> {
-    /// The desired state.
-    pub spec: &'a WorkSessionSpec,
-    /// `metadata.generation`.
-    pub generation: Option<i64>,
-    /// The object is being deleted.
-    pub deleting: bool,
-    /// The recorded status.
-    pub status: &'a WorkSessionStatus,
-    /// Undelivered events of this session (`Pending` or `Delivering`), oldest first.
-    pub events: &'a [PendingEvent],
-    /// The tmux session's liveness.
-    pub liveness: Liveness,
-    /// What a dead pane printed last (empty unless the pane is dead).
-    pub last_output: &'a str,
-    /// The spawn of the plan decided just before failed, with this message.
-    pub spawn_failure: Option<&'a str>,
-    /// The agent config.
-    pub config: &'a Config,
-    /// The clock.
-    pub now: Timestamp,
-    /// A fresh uuid, used if this decision starts a fresh conversation.
-    pub new_session_id: &'a str,
-}
-
-/// What to do, and the status to record.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    /// Status to persist before the ops run (a spawn is about to happen), so a restart can finish it.
-    pub intent: Option<WorkSessionStatus>,
-    /// Operations, in order.
-    pub ops: Vec<Op>,
-    /// Status to record once the ops ran.
-    pub status: WorkSessionStatus,
-    /// Reconcile again after this long.
-    pub requeue_after: Option<Duration>,
-}
-
-/// One effect for the executor.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Op {
-    /// Stop the tmux session.
-    Stop {
-        /// The tmux session.
-        session: String,
-    },
-    /// Clear a stale session and spawn the harness.
-    Spawn(Spawn),
-    /// Paste an event's prompt into the live pane (bracketed paste, then Enter).
-    Paste {
-        /// The tmux session.
-        session: String,
-        /// The WorkEvent.
-        event: String,
-        /// The prompt.
-        text: String,
-    },
-    /// Update a WorkEvent's status.
-    Event(EventUpdate),
-    /// Report: a log line with the seed's event name, and a Kubernetes Event.
-    Notice(Notice),
-    /// Drop the agent's finalizer.
-    ReleaseFinalizer,
-}
-
-/// A WorkEvent status change.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EventUpdate {
-    /// The WorkEvent.
-    pub event: String,
-    /// Its new phase.
-    pub phase: EventPhase,
-    /// How it reached the harness (when delivered).
-    pub via: Option<Via>,
-    /// The conversation it reaches.
-    pub harness_session_id: Option<String>,
-    /// Count one more delivery attempt.
-    pub attempt: bool,
-    /// Why.
-    pub message: Option<String>,
-}
-
-/// Severity of a [`Notice`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Severity {
-    /// Things going as they should.
-    Normal,
-    /// Something failed.
-    Warning,
-}
-
-/// Something to report in logs and as a Kubernetes Event on the WorkSession.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Notice {
-    /// Normal or Warning.
-    pub severity: Severity,
-    /// The Kubernetes Event reason (CamelCase).
-    pub reason: &'static str,
-    /// The log event name, in the seed's words (`session.respawned`, `session.resume_failed`, ...).
-    pub log_event: &'static str,
-    /// For `session.respawned`: whether the conversation was resumed.
-    pub resumed: Option<bool>,
-    /// For `session.resume_failed`: the decision table's reason.
-    pub resume_failure: Option<&'static str>,
-    /// Human-readable.
-    pub message: String,
-}
-
-impl Notice {
-    fn normal(reason: &'static str, log_event: &'static str, message: String) -> Self {
-        Self { severity: Severity::Normal, reason, log_event, resumed: None, resume_failure: None, message }
-    }
-
-    fn warning(reason: &'static str, log_event: &'static str, message: String) -> Self {
-        Self { severity: Severity::Warning, ..Self::normal(reason, log_event, message) }
-    }
-
-    fn resume_failed(why: &'static str, message: String) -> Self {
-        Self { resume_failure: Some(why), ..Self::warning("ResumeFailed", "session.resume_failed", message) }
-    }
-}
 
 /// Why a spawn is fresh rather than resumed: a row of the decision table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -579,17 +448,38 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn spawn_failed(&mut self, profile: &Profile, settings: Settings, v: Verification, failure: &str) {
         if v.resume {
             let message = format!("tmux could not start the resume of {}: {failure}", v.harness_session_id);
-            self.condition(RESUMED, false, reason::RESUME_SPAWN_FAILED, message.clone());
-            self.notice(Notice::resume_failed(reason::RESUME_SPAWN_FAILED, message.clone()));
-            let fresh = Fresh { reason: reason::RESUME_SPAWN_FAILED, message, loud: true };
-            self.respawn_fresh(profile, settings, v.event, Some(fresh));
+            self.fall_back(profile, settings, v.event, reason::RESUME_SPAWN_FAILED, message);
             return;
         }
         let message = format!("tmux could not start the harness: {failure}");
-        self.give_back(v.event.as_deref(), &message);
-        self.notice(Notice::warning("SpawnFailed", "session.spawn_failed", message.clone()));
+        self.fresh_failed(
+            v.event.as_deref(),
+            "SpawnFailed",
+            Notice::warning("SpawnFailed", "session.spawn_failed", message),
+        );
+    }
+
+    /// A resume failed after tmux ran it: report it and fall back to a fresh conversation with the same event.
+    fn fall_back(
+        &mut self,
+        profile: &Profile,
+        settings: Settings,
+        event: Option<String>,
+        why: &'static str,
+        message: String,
+    ) {
+        self.condition(RESUMED, false, why, message.clone());
+        self.notice(Notice::resume_failed(why, message.clone()));
+        self.respawn_fresh(profile, settings, event, Some(Fresh { reason: why, message, loud: true }));
+    }
+
+    /// A fresh spawn failed: its boot event goes back to `Pending`, and the failure counts toward back-off.
+    fn fresh_failed(&mut self, event: Option<&str>, ready_reason: &'static str, notice: Notice) {
+        let message = notice.message.clone();
+        self.give_back(event, &message);
+        self.notice(notice);
         self.status.phase = Some(Phase::Pending);
-        self.ready(false, "SpawnFailed", message);
+        self.ready(false, ready_reason, message);
         self.failed();
         self.requeue(backoff(self.status.failure_count));
     }
@@ -635,20 +525,12 @@ impl<'a, 'i> Decision<'a, 'i> {
                 "resumed conversation {} died within the {}s probe{said}",
                 v.harness_session_id, settings.probe
             );
-            self.condition(RESUMED, false, reason::PANE_DIED, message.clone());
-            self.notice(Notice::resume_failed(reason::PANE_DIED, message.clone()));
-            let fresh = Fresh { reason: reason::PANE_DIED, message, loud: true };
-            self.respawn_fresh(profile, settings, v.event, Some(fresh));
+            self.fall_back(profile, settings, v.event, reason::PANE_DIED, message);
             return;
         }
         let message =
             format!("fresh conversation {} died within the {}s probe{said}", v.harness_session_id, settings.probe);
-        self.give_back(v.event.as_deref(), &message);
-        self.notice(Notice::warning("HarnessExited", "session.exited", message.clone()));
-        self.status.phase = Some(Phase::Pending);
-        self.ready(false, "PaneDied", message);
-        self.failed();
-        self.requeue(backoff(self.status.failure_count));
+        self.fresh_failed(v.event.as_deref(), "PaneDied", Notice::warning("HarnessExited", "session.exited", message));
     }
 
     /// The spawn survived its probe: record it and deliver its boot event.

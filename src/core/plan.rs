@@ -1,0 +1,143 @@
+//! What the decision core takes and gives: [`Input`] (desired and observed state) and [`Plan`] (operations and
+//! the status to record).
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{EventPhase, Via, WorkSessionSpec, WorkSessionStatus};
+use crate::config::Config;
+use crate::tmux::{Liveness, Spawn};
+
+/// An event of the session that is not delivered yet, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingEvent {
+    /// The WorkEvent's name.
+    pub name: String,
+    /// Its prompt.
+    pub prompt: String,
+}
+
+/// Everything one decision is made from.
+#[derive(Clone, Debug)]
+pub struct Input<'a> {
+    /// The desired state.
+    pub spec: &'a WorkSessionSpec,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The object is being deleted.
+    pub deleting: bool,
+    /// The recorded status.
+    pub status: &'a WorkSessionStatus,
+    /// Undelivered events of this session (`Pending` or `Delivering`), oldest first.
+    pub events: &'a [PendingEvent],
+    /// The tmux session's liveness.
+    pub liveness: Liveness,
+    /// What a dead pane printed last (empty unless the pane is dead).
+    pub last_output: &'a str,
+    /// The spawn of the plan decided just before failed, with this message.
+    pub spawn_failure: Option<&'a str>,
+    /// The agent config.
+    pub config: &'a Config,
+    /// The clock.
+    pub now: Timestamp,
+    /// A fresh uuid, used if this decision starts a fresh conversation.
+    pub new_session_id: &'a str,
+}
+
+/// What to do, and the status to record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Status to persist before the ops run (a spawn is about to happen), so a restart can finish it.
+    pub intent: Option<WorkSessionStatus>,
+    /// Operations, in order.
+    pub ops: Vec<Op>,
+    /// Status to record once the ops ran.
+    pub status: WorkSessionStatus,
+    /// Reconcile again after this long.
+    pub requeue_after: Option<Duration>,
+}
+
+/// One effect for the executor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Stop the tmux session.
+    Stop {
+        /// The tmux session.
+        session: String,
+    },
+    /// Clear a stale session and spawn the harness.
+    Spawn(Spawn),
+    /// Paste an event's prompt into the live pane (bracketed paste, then Enter).
+    Paste {
+        /// The tmux session.
+        session: String,
+        /// The WorkEvent.
+        event: String,
+        /// The prompt.
+        text: String,
+    },
+    /// Update a WorkEvent's status.
+    Event(EventUpdate),
+    /// Report: a log line with the seed's event name, and a Kubernetes Event.
+    Notice(Notice),
+    /// Drop the agent's finalizer.
+    ReleaseFinalizer,
+}
+
+/// A WorkEvent status change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventUpdate {
+    /// The WorkEvent.
+    pub event: String,
+    /// Its new phase.
+    pub phase: EventPhase,
+    /// How it reached the harness (when delivered).
+    pub via: Option<Via>,
+    /// The conversation it reaches.
+    pub harness_session_id: Option<String>,
+    /// Count one more delivery attempt.
+    pub attempt: bool,
+    /// Why.
+    pub message: Option<String>,
+}
+
+/// Severity of a [`Notice`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// Things going as they should.
+    Normal,
+    /// Something failed.
+    Warning,
+}
+
+/// Something to report in logs and as a Kubernetes Event on the WorkSession.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    /// Normal or Warning.
+    pub severity: Severity,
+    /// The Kubernetes Event reason (CamelCase).
+    pub reason: &'static str,
+    /// The log event name, in the seed's words (`session.respawned`, `session.resume_failed`, ...).
+    pub log_event: &'static str,
+    /// For `session.respawned`: whether the conversation was resumed.
+    pub resumed: Option<bool>,
+    /// For `session.resume_failed`: the decision table's reason.
+    pub resume_failure: Option<&'static str>,
+    /// Human-readable.
+    pub message: String,
+}
+
+impl Notice {
+    pub(crate) fn normal(reason: &'static str, log_event: &'static str, message: String) -> Self {
+        Self { severity: Severity::Normal, reason, log_event, resumed: None, resume_failure: None, message }
+    }
+
+    pub(crate) fn warning(reason: &'static str, log_event: &'static str, message: String) -> Self {
+        Self { severity: Severity::Warning, ..Self::normal(reason, log_event, message) }
+    }
+
+    pub(crate) fn resume_failed(why: &'static str, message: String) -> Self {
+        Self { resume_failure: Some(why), ..Self::warning("ResumeFailed", "session.resume_failed", message) }
+    }
+}
