@@ -270,6 +270,7 @@ pub struct Verification {
     shortname = "wev",
     status = "WorkEventStatus",
     doc = "One event to deliver to a WorkSession as its next prompt.",
+    selectable = ".spec.session",
     printcolumn(name = "Session", type_ = "string", json_path = ".spec.session"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Via", type_ = "string", json_path = ".status.via"),

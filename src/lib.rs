@@ -5,8 +5,11 @@
 //! given the [`config`] and its [`harness`] profiles, and executes the answer.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod api;
 pub mod config;
 pub mod core;
 pub mod harness;
+pub mod store;
+pub mod telemetry;
 pub mod tmux;

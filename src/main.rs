@@ -1,10 +1,20 @@
 //! The `worksession` command line: parses arguments and calls into the library.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
 use clap::{Parser, Subcommand};
+use worksession::config::{Config, Reloader};
 
 /// Kubernetes-native supervisor for long-lived AI coding-agent conversations hosted in tmux.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
+    /// Log JSON lines instead of text (also WORKSESSION_LOG_FORMAT=json).
+    #[arg(long, global = true, env = "WORKSESSION_LOG_JSON")]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -13,10 +23,55 @@ struct Cli {
 enum Command {
     /// Print the CustomResourceDefinitions of WorkSession and WorkEvent as multi-document YAML.
     Crd,
+    /// Run the node agent against the cluster of KUBECONFIG (or the in-cluster config).
+    Agent {
+        /// This node's name (from the downward API in the chart).
+        #[arg(long, env = "NODE_NAME")]
+        node: String,
+        /// The agent config file (YAML); reloaded on change.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to serve /metrics, /livez and /readyz (port 0 picks a free port, logged).
+        #[arg(long, default_value = "0.0.0.0:9090")]
+        admin_addr: SocketAddr,
+    },
 }
 
-fn main() {
-    match Cli::parse().command {
-        Command::Crd => print!("{}", worksession::api::crds_yaml()),
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => {
+            print!("{}", worksession::api::crds_yaml());
+            ExitCode::SUCCESS
+        }
+        Command::Agent { node, config, admin_addr } => {
+            worksession::telemetry::init_tracing(cli.log_json);
+            // The reloader lives as long as the agent: dropping it would stop the reloads.
+            let (_reloader, config) = match config {
+                Some(path) => match Reloader::start(path, Duration::from_secs(2)) {
+                    Ok(r) => {
+                        let rx = r.config();
+                        (Some(r), rx)
+                    }
+                    Err(e) => return fail(&e),
+                },
+                None => (None, tokio::sync::watch::channel(Arc::new(Config::default())).1),
+            };
+            let client = match kube::Client::try_default().await {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let options = worksession::agent::Options { node, config, admin_addr: Some(admin_addr) };
+            match worksession::agent::run(client, options).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
     }
+}
+
+fn fail(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("worksession: {e}");
+    ExitCode::FAILURE
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::{TestNamespace, eventually};
@@ -27,19 +26,6 @@ fn crds_folder_is_the_generated_output() {
     );
 }
 
-/// Applies the CRDs from `crds/` (server-side, idempotent across tests) and waits for them to be Established.
-async fn install_crds(client: kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client);
-    let yaml = std::fs::read_to_string(support::repo_root().join("crds/worksession.dev.yaml")).unwrap();
-    for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
-        let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
-        let name = crd.name_any();
-        crds.patch(&name, &PatchParams::apply("worksession-tests").force(), &Patch::Apply(&crd)).await.unwrap();
-        let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
-        tokio::time::timeout(WAIT, established).await.expect("Established in time").unwrap();
-    }
-}
-
 /// An untyped WorkSession, so that invalid specs can be sent at all.
 fn session(name: &str, spec: serde_json::Value) -> DynamicObject {
     serde_json::from_value(json!({
@@ -56,7 +42,7 @@ fn valid_spec() -> serde_json::Value {
 #[tokio::test]
 async fn established_and_served_with_defaults_status_and_selectable_node() {
     let ns = TestNamespace::new().await;
-    install_crds(ns.client.clone()).await;
+    support::install_crds(ns.client.clone()).await;
     let sessions: Api<WorkSession> = ns.api();
     eventually("worksessions served", WAIT, || async { sessions.list(&ListParams::default()).await.ok() }).await;
 
@@ -89,7 +75,7 @@ async fn established_and_served_with_defaults_status_and_selectable_node() {
 #[tokio::test]
 async fn schema_rejects_what_it_forbids() {
     let ns = TestNamespace::new().await;
-    install_crds(ns.client.clone()).await;
+    support::install_crds(ns.client.clone()).await;
     let sessions = dynamic::<WorkSession>(&ns);
     eventually("worksessions served", WAIT, || async { sessions.list(&ListParams::default()).await.ok() }).await;
 

@@ -138,6 +138,31 @@ impl Drop for TestNamespace {
     }
 }
 
+/// Applies the CRDs from `crds/` (server-side, idempotent across tests) and waits until they are served.
+pub async fn install_crds(client: Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::ResourceExt;
+    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::runtime::wait::{await_condition, conditions};
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let yaml = std::fs::read_to_string(repo_root().join("crds/worksession.dev.yaml")).unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
+        let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
+        let name = crd.name_any();
+        crds.patch(&name, &PatchParams::apply("worksession-tests").force(), &Patch::Apply(&crd)).await.unwrap();
+        let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
+        tokio::time::timeout(Duration::from_secs(30), established).await.expect("Established in time").unwrap();
+    }
+    let sessions: Api<worksession::api::WorkSession> = Api::all(client.clone());
+    let events: Api<worksession::api::WorkEvent> = Api::all(client);
+    eventually("the CRDs to be served", Duration::from_secs(30), || async {
+        let ok = sessions.list(&ListParams::default().limit(1)).await.is_ok()
+            && events.list(&ListParams::default().fields("spec.session=x").limit(1)).await.is_ok();
+        ok.then_some(())
+    })
+    .await;
+}
+
 /// Awaits `check` until it returns `Some`, polling every 50 ms, for at most `limit` (then panics naming `what`).
 pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
 where

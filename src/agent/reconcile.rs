@@ -1,0 +1,243 @@
+//! One reconcile of one WorkSession: read it and its events fresh, observe tmux (shared), ask the core, execute
+//! the plan. Generic over the [`Store`] and [`Tmux`] edges, so local mode runs the same code.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use tokio::sync::{Mutex, watch};
+
+use crate::api::{WorkEvent, WorkSession};
+use crate::config::Config;
+use crate::core::{self, Input, Op, PendingEvent, Plan};
+use crate::store::{self, FINALIZER, Store, StoreError};
+use crate::telemetry::{AgentMetrics, ReasonLabel, ResumedLabel, ViaLabel};
+use crate::tmux::{Liveness, Observation, Tmux, TmuxError};
+
+/// Lines of a dead pane's output kept for conditions and messages.
+const LAST_LINES: usize = 20;
+
+/// A reconcile that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Reading or writing the store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// tmux failed (other than a spawn, which the core handles).
+    #[error(transparent)]
+    Tmux(#[from] TmuxError),
+}
+
+impl ReconcileError {
+    /// A short stable category for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::Store(e) => e.category(),
+            ReconcileError::Tmux(e) => e.category(),
+        }
+    }
+}
+
+/// tmux observations shared by concurrent reconciles: a reconcile gets an observation taken after it started,
+/// and reconciles that wait together share one tmux call.
+pub struct Observer<T> {
+    tmux: T,
+    last: Mutex<Option<(Instant, Arc<Observation>)>>,
+}
+
+impl<T: Tmux> Observer<T> {
+    /// Observes through `tmux`.
+    pub fn new(tmux: T) -> Self {
+        Self { tmux, last: Mutex::new(None) }
+    }
+
+    /// An observation that started no earlier than `since`.
+    pub async fn since(&self, since: Instant) -> Result<Arc<Observation>, TmuxError> {
+        let mut last = self.last.lock().await;
+        if let Some((at, obs)) = &*last
+            && *at >= since
+        {
+            return Ok(obs.clone());
+        }
+        let at = Instant::now();
+        let obs = Arc::new(self.tmux.observe().await?);
+        *last = Some((at, obs.clone()));
+        Ok(obs)
+    }
+
+    /// The tmux edge.
+    pub fn tmux(&self) -> &T {
+        &self.tmux
+    }
+}
+
+/// Everything a reconcile needs.
+pub struct Reconciler<S, T> {
+    /// The object store.
+    pub store: S,
+    /// Shared tmux observations (and the tmux edge).
+    pub observer: Observer<T>,
+    /// This agent's node.
+    pub node: String,
+    /// The current config (hot-reloaded).
+    pub config: watch::Receiver<Arc<Config>>,
+    /// Metrics.
+    pub metrics: AgentMetrics,
+}
+
+enum ExecError {
+    Spawn(String),
+    Other(ReconcileError),
+}
+
+impl<S: Store, T: Tmux> Reconciler<S, T> {
+    /// Reconciles the WorkSession `namespace/name`; returns when to look again (`None`: on the next change).
+    pub async fn reconcile(&self, namespace: &str, name: &str) -> Result<Option<Duration>, ReconcileError> {
+        let started = Instant::now();
+        self.metrics.reconciles.inc();
+        let result = self.reconcile_inner(namespace, name, started).await;
+        self.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+        if let Err(e) = &result {
+            let category = e.category();
+            self.metrics.reconcile_errors.get_or_create(&crate::telemetry::CategoryLabel { category }).inc();
+        }
+        result
+    }
+
+    async fn reconcile_inner(
+        &self,
+        namespace: &str,
+        name: &str,
+        started: Instant,
+    ) -> Result<Option<Duration>, ReconcileError> {
+        let Some(mut ws) = self.store.session(namespace, name).await? else { return Ok(None) };
+        if ws.spec.node_name != self.node {
+            return Ok(None); // another node's: never touched
+        }
+        let deleting = ws.metadata.deletion_timestamp.is_some();
+        let has_finalizer = ws.finalizers().iter().any(|f| f == FINALIZER);
+        if deleting && !has_finalizer {
+            return Ok(None);
+        }
+        if !deleting && !has_finalizer {
+            ws = self.store.set_finalizer(&ws, true).await?;
+        }
+        let config = self.config.borrow().clone();
+        let events = store::undelivered(self.store.events(namespace, name).await?);
+        let pending: Vec<PendingEvent> =
+            events.iter().map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() }).collect();
+        let session = config.tmux_session(&ws.spec.work_item);
+        let liveness = self.observer.since(started).await?.liveness(&session);
+        let last_output = match liveness {
+            Liveness::Dead => self.observer.tmux().last_lines(&session, LAST_LINES).await.unwrap_or_default(),
+            _ => String::new(),
+        };
+        let recorded = ws.status.clone().unwrap_or_default();
+        let mut status = recorded.clone();
+        let mut spawn_failure: Option<String> = None;
+        let new_session_id = uuid::Uuid::new_v4().to_string();
+        for attempt in 0.. {
+            let input = Input {
+                spec: &ws.spec,
+                generation: ws.metadata.generation,
+                deleting,
+                status: &status,
+                events: &pending,
+                liveness,
+                last_output: &last_output,
+                spawn_failure: spawn_failure.as_deref(),
+                config: &config,
+                now: Timestamp::now(),
+                new_session_id: &new_session_id,
+            };
+            let plan = core::decide(&input);
+            if let Some(intent) = &plan.intent {
+                self.store.write_status(&ws, intent).await?;
+            }
+            match self.execute(&ws, &events, &plan).await {
+                Ok(()) => {
+                    if plan.status != recorded && !plan.ops.contains(&Op::ReleaseFinalizer) {
+                        self.store.write_status(&ws, &plan.status).await?;
+                    }
+                    return Ok(plan.requeue_after);
+                }
+                // The core decides what a failed spawn means: a failed resume falls back to one fresh spawn, a
+                // failed fresh spawn backs off (its plan spawns nothing), so this loops at most twice.
+                Err(ExecError::Spawn(message)) if attempt < 2 => {
+                    status = plan.intent.clone().unwrap_or(status);
+                    spawn_failure = Some(message);
+                }
+                Err(ExecError::Spawn(stderr)) => {
+                    return Err(ReconcileError::Tmux(TmuxError::Failed { command: "new-session", stderr }));
+                }
+                Err(ExecError::Other(e)) => return Err(e),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    async fn execute(&self, ws: &WorkSession, events: &[WorkEvent], plan: &Plan) -> Result<(), ExecError> {
+        let tmux = self.observer.tmux();
+        let other = |e: ReconcileError| ExecError::Other(e);
+        for op in &plan.ops {
+            match op {
+                Op::Stop { session } => tmux.stop(session).await.map_err(|e| other(e.into()))?,
+                Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
+                Op::Paste { session, text, .. } => tmux.paste(session, text).await.map_err(|e| other(e.into()))?,
+                Op::Event(update) => {
+                    let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
+                    let status = store::event_status(ev, update, Time(Timestamp::now()));
+                    self.store.write_event_status(ev, &status).await.map_err(|e| other(e.into()))?;
+                    if let Some(via) = update.via.filter(|_| update.phase == crate::api::EventPhase::Delivered) {
+                        let via = match via {
+                            crate::api::Via::Pasted => "Pasted",
+                            crate::api::Via::Resumed => "Resumed",
+                            crate::api::Via::Fresh => "Fresh",
+                        };
+                        self.metrics.events_delivered.get_or_create(&ViaLabel { via }).inc();
+                    }
+                }
+                Op::Notice(notice) => {
+                    self.log(ws, notice);
+                    self.store.record(ws, notice).await;
+                }
+                Op::ReleaseFinalizer => {
+                    self.store.set_finalizer(ws, false).await.map_err(|e| other(e.into()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn log(&self, ws: &WorkSession, notice: &core::Notice) {
+        let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
+        if notice.log_event == "session.respawned" {
+            let resumed = if notice.resumed == Some(true) { "true" } else { "false" };
+            self.metrics.respawns.get_or_create(&ResumedLabel { resumed }).inc();
+        }
+        if let Some(reason) = notice.resume_failure {
+            self.metrics.resume_failures.get_or_create(&ReasonLabel { reason }).inc();
+        }
+        match notice.severity {
+            core::Severity::Normal => tracing::info!(
+                event = notice.log_event,
+                namespace,
+                name,
+                resumed = notice.resumed,
+                reason = notice.reason,
+                "{}",
+                notice.message
+            ),
+            core::Severity::Warning => tracing::warn!(
+                event = notice.log_event,
+                namespace,
+                name,
+                reason = notice.resume_failure.unwrap_or(notice.reason),
+                "{}",
+                notice.message
+            ),
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! End-to-end: the node agent against the real API server and real tmux, with the harness stand-in.
+//! Each test has its own namespace, node name, tmux server and agent.
+
+mod standin;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use standin::{Prompt, TmuxServer, seed_conversation, standin_binary};
+use support::{TestNamespace, eventually};
+use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
+use worksession::config::Config;
+use worksession::tmux::{Liveness, Tmux};
+
+const WAIT: Duration = Duration::from_secs(45);
+
+struct World {
+    ns: TestNamespace,
+    tmux: TmuxServer,
+    node: String,
+    config: Arc<Config>,
+    agent: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl World {
+    /// A namespace, a tmux server, and an agent for node `<namespace>` with stand-in profiles.
+    async fn new() -> Self {
+        // The agent's logs, shown for a failing test.
+        let filter =
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "worksession=debug".into());
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+        let ns = TestNamespace::new().await;
+        support::install_crds(ns.client.clone()).await;
+        let tmux = TmuxServer::new();
+        let profile = |flags: &str| {
+            format!(
+                "binary: {bin}\n    extraArgs: [--state, {state}{flags}]\n    interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No conversation found",
+                bin = standin_binary().display(),
+                state = tmux.state().display(),
+            )
+        };
+        let yaml = format!(
+            "tmux:\n  socket: {sock}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 30\nharnesses:\n  standin:\n    {a}\n  standin-slow:\n    {b}\n  standin-crash:\n    {c}\n",
+            sock = tmux.socket().display(),
+            a = profile(""),
+            b = profile(", --resume-fail-delay, '3'"),
+            c = profile(", --crash-after, '0.3'"),
+        );
+        let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
+        let node = ns.name.clone();
+        let mut world = World { ns, tmux, node, config, agent: None };
+        world.start_agent();
+        world
+    }
+
+    fn start_agent(&mut self) {
+        let client = self.ns.client.clone();
+        let options = worksession::agent::Options {
+            node: self.node.clone(),
+            config: tokio::sync::watch::channel(self.config.clone()).1,
+            admin_addr: None,
+        };
+        self.agent = Some(tokio::spawn(async move {
+            worksession::agent::run(client, options).await.unwrap();
+        }));
+    }
+
+    fn stop_agent(&mut self) {
+        if let Some(agent) = self.agent.take() {
+            agent.abort();
+        }
+    }
+
+    fn sessions(&self) -> Api<WorkSession> {
+        self.ns.api()
+    }
+
+    fn events(&self) -> Api<WorkEvent> {
+        self.ns.api()
+    }
+
+    async fn create_session(&self, name: &str, spec: serde_json::Value) {
+        let mut full =
+            json!({"workItem": name, "nodeName": self.node, "harness": "standin", "workdir": self.tmux.workdir()});
+        full.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+        let ws: WorkSession = serde_json::from_value(json!({
+            "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "metadata": {"name": name}, "spec": full,
+        }))
+        .unwrap();
+        self.sessions().create(&PostParams::default(), &ws).await.unwrap();
+    }
+
+    /// A WorkEvent as `kubectl create` would make it: no labels.
+    async fn send(&self, session: &str, name: &str, prompt: &str) {
+        let ev: WorkEvent = serde_json::from_value(json!({
+            "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": name},
+            "spec": {"session": session, "prompt": prompt},
+        }))
+        .unwrap();
+        self.events().create(&PostParams::default(), &ev).await.unwrap();
+    }
+
+    async fn await_session(&self, name: &str, what: &str, pred: impl Fn(&WorkSession) -> bool) -> WorkSession {
+        let api = self.sessions();
+        eventually(&format!("{name}: {what}"), WAIT, || async { api.get(name).await.ok().filter(|ws| pred(ws)) }).await
+    }
+
+    async fn await_phase(&self, name: &str, phase: Phase) -> WorkSession {
+        self.await_session(name, &format!("phase {phase:?}"), |ws| phase_of(ws) == Some(phase)).await
+    }
+
+    async fn await_event(&self, name: &str, phase: EventPhase) -> WorkEvent {
+        let api = self.events();
+        eventually(&format!("event {name} {phase:?}"), WAIT, || async {
+            api.get(name).await.ok().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(phase))
+        })
+        .await
+    }
+
+    /// The pid of the harness in the pane of `work_item`.
+    fn harness_pid(&self, work_item: &str) -> u32 {
+        let out = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(self.tmux.socket())
+            .args(["list-panes", "-t", &format!("=loop-{work_item}:"), "-F", "#{pane_pid}"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().parse().expect("a pane pid")
+    }
+
+    /// Kills the harness process of `work_item`: the pane dies, as on a crash.
+    async fn kill_harness(&self, work_item: &str) {
+        let pid = self.harness_pid(work_item);
+        std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+        self.tmux.await_liveness(&format!("loop-{work_item}"), Liveness::Dead).await;
+    }
+
+    fn prompts(&self) -> Vec<Prompt> {
+        self.tmux.prompts()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.stop_agent();
+    }
+}
+
+fn phase_of(ws: &WorkSession) -> Option<Phase> {
+    ws.status.as_ref().and_then(|s| s.phase)
+}
+
+fn condition(ws: &WorkSession, type_: &str) -> Option<(String, String, String)> {
+    let c = ws.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn recorded_id(ws: &WorkSession) -> String {
+    ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).expect("a recorded session id")
+}
+
+#[tokio::test]
+async fn spawn_kill_event_resumes_the_same_conversation_then_pastes() {
+    let w = World::new().await;
+    w.create_session("alpha", json!({"initialPrompt": "hello"})).await;
+    let ws = w.await_phase("alpha", Phase::Running).await;
+    let id = recorded_id(&ws);
+    assert!(ws.finalizers().iter().any(|f| f == "worksession.dev/agent"));
+    assert_eq!(
+        w.tmux.await_prompts(1).await[0],
+        Prompt { conversation: id.clone(), via: "argv".into(), prompt: "hello".into(), pid: w.prompts()[0].pid }
+    );
+
+    w.kill_harness("alpha").await;
+    w.await_phase("alpha", Phase::Pending).await;
+    w.send("alpha", "alpha-1", "the reviewer asked for tests").await;
+    let ev = w.await_event("alpha-1", EventPhase::Delivered).await;
+    let st = ev.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    let ws = w.await_phase("alpha", Phase::Running).await;
+    assert_eq!(recorded_id(&ws), id, "same conversation");
+    assert_eq!(condition(&ws, "Resumed").map(|c| (c.0, c.1)), Some(("True".into(), "Resumed".into())));
+    assert_eq!(ws.status.as_ref().unwrap().respawn_count, 1);
+    let prompts = w.prompts();
+    assert_eq!(
+        (prompts[1].conversation.as_str(), prompts[1].via.as_str(), prompts[1].prompt.as_str()),
+        (id.as_str(), "argv", "the reviewer asked for tests")
+    );
+
+    w.tmux.await_output("loop-alpha", "ready>").await;
+    w.send("alpha", "alpha-2", "and a changelog entry").await;
+    let ev = w.await_event("alpha-2", EventPhase::Delivered).await;
+    assert_eq!(ev.status.unwrap().via, Some(Via::Pasted));
+    let prompts = w.tmux.await_prompts(3).await;
+    assert_eq!(
+        (prompts[2].via.as_str(), prompts[2].prompt.as_str(), prompts[2].pid),
+        ("paste", "and a changelog entry", prompts[1].pid)
+    );
+}
+
+#[tokio::test]
+async fn unknown_id_fails_fast_and_falls_back_to_a_fresh_conversation() {
+    let w = World::new().await;
+    w.send("beta", "beta-1", "first event").await;
+    w.create_session("beta", json!({"harnessSessionId": "ghost-conversation"})).await;
+    let ev = w.await_event("beta-1", EventPhase::Delivered).await;
+    let ws = w.await_phase("beta", Phase::Running).await;
+    let (status, reason, message) = condition(&ws, "Resumed").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "PaneDied"));
+    assert!(message.contains("No conversation found with session ID: ghost-conversation"), "{message}");
+    let id = recorded_id(&ws);
+    assert!(uuid::Uuid::parse_str(&id).is_ok(), "a new uuid: {id}");
+    let st = ev.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id), (Some(Via::Fresh), Some(id.clone())));
+    assert_eq!(
+        w.prompts().iter().map(|p| (p.conversation.as_str(), p.prompt.as_str())).collect::<Vec<_>>(),
+        [(id.as_str(), "first event")]
+    );
+}
+
+#[tokio::test]
+async fn slow_resume_failure_puts_the_event_back_then_a_fresh_conversation_gets_it() {
+    let w = World::new().await;
+    w.send("gamma", "gamma-1", "slow one").await;
+    w.create_session("gamma", json!({"harness": "standin-slow", "harnessSessionId": "ghost"})).await;
+    // The resume survives the 1 s probe, dies at 3 s: back to Pending, then a fresh conversation gets it.
+    let ws = w
+        .await_session("gamma", "a fresh conversation after PaneDiedAfterProbe", |ws| {
+            condition(ws, "Resumed").is_some_and(|c| c.1 == "PaneDiedAfterProbe" && c.2.starts_with("started a fresh"))
+                && phase_of(ws) == Some(Phase::Running)
+        })
+        .await;
+    let id = recorded_id(&ws);
+    assert_ne!(id, "ghost");
+    let ev = w.await_event("gamma-1", EventPhase::Delivered).await;
+    let st = ev.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Fresh), Some(id.as_str())));
+    assert!(st.attempts >= 2, "delivered twice: resumed, then fresh ({})", st.attempts);
+    assert!(ws.status.unwrap().unresumable_session_id.is_none(), "cleared once a new id is recorded");
+    assert_eq!(
+        w.prompts().iter().map(|p| (p.conversation.as_str(), p.prompt.as_str())).collect::<Vec<_>>(),
+        [(id.as_str(), "slow one")]
+    );
+}
+
+#[tokio::test]
+async fn resume_disabled_respawns_fresh() {
+    let w = World::new().await;
+    w.create_session("delta", json!({"resume": {"enabled": false}})).await;
+    let first = recorded_id(&w.await_phase("delta", Phase::Running).await);
+    w.kill_harness("delta").await;
+    w.send("delta", "delta-1", "again").await;
+    let ev = w.await_event("delta-1", EventPhase::Delivered).await;
+    assert_eq!(ev.status.as_ref().unwrap().via, Some(Via::Fresh));
+    let ws = w
+        .await_session("delta", "a second conversation", |ws| ws.status.as_ref().is_some_and(|s| s.respawn_count == 1))
+        .await;
+    assert_ne!(recorded_id(&ws), first);
+    assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("ResumeDisabled".into()));
+}
+
+#[tokio::test]
+async fn cursor_cannot_be_hosted_and_is_never_spawned() {
+    let w = World::new().await;
+    w.create_session("eps", json!({"harness": "cursor"})).await;
+    let ws = w.await_phase("eps", Phase::Failed).await;
+    let (status, reason, message) = condition(&ws, "Ready").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "HarnessCannotBeHosted"));
+    assert!(message.contains("cursor"), "{message}");
+    assert!(w.tmux.runner.observe().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn suspend_stops_and_holds_events_then_delete_stops_and_releases() {
+    let w = World::new().await;
+    w.create_session("zeta", json!({})).await;
+    w.await_phase("zeta", Phase::Running).await;
+    let suspend = |on: bool| json!({"spec": {"suspend": on}});
+    w.sessions().patch("zeta", &PatchParams::default(), &Patch::Merge(&suspend(true))).await.unwrap();
+    w.await_phase("zeta", Phase::Suspended).await;
+    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-zeta"), Liveness::Absent);
+    w.send("zeta", "zeta-1", "wait for it").await;
+    let held = w
+        .await_session("zeta", "observed the event while suspended", |ws| phase_of(ws) == Some(Phase::Suspended))
+        .await;
+    assert!(held.status.is_some());
+    assert!(w.events().get("zeta-1").await.unwrap().status.is_none(), "events wait while suspended");
+
+    w.sessions().patch("zeta", &PatchParams::default(), &Patch::Merge(&suspend(false))).await.unwrap();
+    w.await_event("zeta-1", EventPhase::Delivered).await;
+
+    w.sessions().delete("zeta", &DeleteParams::default()).await.unwrap();
+    let api = w.sessions();
+    eventually("zeta gone", WAIT, || async { api.get_opt("zeta").await.unwrap().is_none().then_some(()) }).await;
+    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-zeta"), Liveness::Absent);
+}
+
+#[tokio::test]
+async fn always_with_a_crashing_harness_backs_off() {
+    let w = World::new().await;
+    w.create_session("eta", json!({"harness": "standin-crash", "restartPolicy": "Always"})).await;
+    let ws = w
+        .await_session("eta", "back-off after repeated crashes", |ws| {
+            ws.status
+                .as_ref()
+                .is_some_and(|s| s.failure_count >= 2 && s.next_retry_time.is_some() && s.phase == Some(Phase::BackOff))
+        })
+        .await;
+    let st = ws.status.clone().unwrap();
+    assert!(st.last_failure_time.is_some());
+    assert!(st.next_retry_time.unwrap().0 > st.last_failure_time.unwrap().0);
+    assert_eq!(condition(&ws, "Ready").map(|c| c.1), Some("BackOff".into()));
+}
+
+#[tokio::test]
+async fn restarted_agent_adopts_live_sessions_and_finishes_verifications() {
+    let mut w = World::new().await;
+    w.create_session("theta", json!({})).await;
+    let id = recorded_id(&w.await_phase("theta", Phase::Running).await);
+    w.create_session("iota", json!({"resume": {"probeSeconds": 4}})).await;
+    w.await_phase("iota", Phase::Running).await;
+    let theta_pid = w.harness_pid("theta");
+
+    // iota: kill, send an event, and restart the agent while the resume is being verified.
+    w.kill_harness("iota").await;
+    w.send("iota", "iota-1", "during verification").await;
+    w.await_phase("iota", Phase::Verifying).await;
+    w.stop_agent();
+    w.start_agent();
+
+    let ev = w.await_event("iota-1", EventPhase::Delivered).await;
+    assert_eq!(ev.status.unwrap().via, Some(Via::Resumed));
+    w.tmux.await_output("loop-theta", "ready>").await;
+    w.send("theta", "theta-1", "still you?").await;
+    let ev = w.await_event("theta-1", EventPhase::Delivered).await;
+    assert_eq!(ev.status.unwrap().via, Some(Via::Pasted), "the live session was adopted, not respawned");
+    let ws = w.sessions().get("theta").await.unwrap();
+    assert_eq!((recorded_id(&ws), ws.status.unwrap().respawn_count), (id, 0));
+    assert_eq!(w.harness_pid("theta"), theta_pid);
+    let prompts = w.tmux.await_prompts(2).await;
+    assert!(prompts.iter().any(|p| p.prompt == "still you?" && p.pid == theta_pid));
+    assert_eq!(prompts.iter().filter(|p| p.prompt == "during verification").count(), 1, "one spawn for the event");
+}
+
+#[tokio::test]
+async fn another_nodes_session_is_left_alone() {
+    let w = World::new().await;
+    w.create_session("kappa", json!({"nodeName": "some-other-node"})).await;
+    w.create_session("lambda", json!({})).await;
+    w.send("kappa", "kappa-1", "not for us").await;
+    w.await_phase("lambda", Phase::Running).await;
+    w.send("lambda", "lambda-1", "sync point").await;
+    w.await_event("lambda-1", EventPhase::Delivered).await;
+    let other = w.sessions().get("kappa").await.unwrap();
+    assert!(other.status.is_none() && other.finalizers().is_empty());
+    assert!(w.events().get("kappa-1").await.unwrap().status.is_none());
+    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-kappa"), Liveness::Absent);
+}
+
+#[tokio::test]
+async fn two_events_at_once_for_a_dead_session_one_spawn_in_order() {
+    let w = World::new().await;
+    seed_conversation(&w.tmux.state(), "mu-conv");
+    w.create_session("mu", json!({"harnessSessionId": "mu-conv"})).await;
+    w.await_phase("mu", Phase::Running).await;
+    w.kill_harness("mu").await;
+    w.await_phase("mu", Phase::Pending).await;
+    w.send("mu", "mu-1", "first").await;
+    w.send("mu", "mu-2", "second").await;
+    w.await_event("mu-1", EventPhase::Delivered).await;
+    w.await_event("mu-2", EventPhase::Delivered).await;
+    let prompts = w.tmux.await_prompts(2).await;
+    let got: Vec<(&str, &str)> = prompts.iter().map(|p| (p.prompt.as_str(), p.conversation.as_str())).collect();
+    assert_eq!(got, [("first", "mu-conv"), ("second", "mu-conv")], "in order, same conversation");
+    assert_eq!(prompts[0].pid, prompts[1].pid, "one spawn");
+}
