@@ -104,7 +104,10 @@ pub async fn run(client: Client, options: Options) -> std::io::Result<()> {
                 for ws in store.state() {
                     let key = ObjectRef::from_obj(&*ws);
                     let liveness = obs.liveness(&config.tmux_session(&ws.spec.work_item));
-                    if seen.get(&key) != Some(&liveness) {
+                    // A change since the last poll, or a pane that is not alive while status says Running (a
+                    // respawn and a death can both fall between two polls).
+                    let running = ws.status.as_ref().and_then(|s| s.phase) == Some(crate::api::Phase::Running);
+                    if seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
                         tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");
                         if poke.unbounded_send(key.clone()).is_err() {
                             return;

@@ -125,9 +125,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             ws = self.store.set_finalizer(&ws, true).await?;
         }
         let config = self.config.borrow().clone();
-        let events = store::undelivered(self.store.events(namespace, name).await?);
-        let pending: Vec<PendingEvent> =
-            events.iter().map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() }).collect();
+        // All of them: a delivered boot event can go back to Pending (the settle window).
+        let events = self.store.events(namespace, name).await?;
+        let pending: Vec<PendingEvent> = store::undelivered(events.clone())
+            .iter()
+            .map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() })
+            .collect();
         let session = config.tmux_session(&ws.spec.work_item);
         let liveness = self.observer.since(started).await?.liveness(&session);
         let last_output = match liveness {

@@ -351,6 +351,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             "HarnessNotRunning",
             "the resumed harness died after the probe; its event will be redelivered",
         );
+        self.failed(); // a resume that keeps dying backs off like any crash (the first retry is immediate)
         self.requeue(Duration::ZERO); // the boot event is pending again: respawn with it next
         true
     }

@@ -344,7 +344,7 @@ fn step5_resumed_pane_dying_within_settle() {
     let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap();
     assert_eq!(resumed.reason, "PaneDiedAfterProbe");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"));
-    assert_eq!(plan.status.failure_count, 0, "a failed resume is not a crash");
+    assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (1, None), "counts; retries at once");
     case.events = vec![ev("e1", "please fix the bug")];
     let plan = case.step();
     assert_eq!(ops(&plan).last().unwrap(), FRESH_E1);
