@@ -257,6 +257,9 @@ pub struct Verification {
     /// The message for the `Resumed` condition of a fresh spawn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fresh_message: Option<String>,
+    /// The boot prompt is too long for a command line: it is pasted once the pane is verified.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paste_prompt: bool,
 }
 
 /// One event to deliver to a WorkSession as its next prompt.

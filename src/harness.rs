@@ -144,6 +144,17 @@ impl Profile {
     }
 }
 
+/// A prompt as it may reach a harness: without NUL (which no argv can carry) and without other control
+/// characters (an escape sequence in a paste could end the bracketed paste early or drive the terminal); tabs and
+/// line breaks stay.
+pub fn clean_prompt(prompt: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |c: char| !c.is_control() || matches!(c, '\n' | '\t');
+    if prompt.chars().all(keep) {
+        return prompt.into();
+    }
+    prompt.replace("\r\n", "\n").replace('\r', "\n").chars().filter(|c| keep(*c)).collect::<String>().into()
+}
+
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
@@ -234,6 +245,13 @@ mod tests {
         for (name, p) in builtin() {
             p.validate(&name).unwrap();
         }
+    }
+
+    #[test]
+    fn prompts_lose_control_characters_but_keep_lines() {
+        assert_eq!(clean_prompt("plain\ttext\nline"), "plain\ttext\nline");
+        assert_eq!(clean_prompt("a\u{0}b\u{1b}[201~c\u{7}d\r\ne\u{7f}"), "ab[201~cd\ne");
+        assert!(matches!(clean_prompt("fine"), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

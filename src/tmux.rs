@@ -246,11 +246,15 @@ impl Tmux for TmuxRunner {
         args.extend(
             [";", "set-option", "-w", "-t", &pane_target(&spawn.session), "remain-on-exit", "on"].map(Into::into),
         );
-        let cmd = self.command(args);
-        self.run("new-session", cmd, None)
-            .await?
-            .map(drop)
-            .map_err(|stderr| TmuxError::Failed { command: "new-session", stderr })
+        // Clearing the last session makes the server exit; a new-session racing that exit is told so: retry.
+        let mut attempts = 0;
+        loop {
+            match self.run("new-session", self.command(&args), None).await? {
+                Ok(_) => return Ok(()),
+                Err(stderr) if attempts < 3 && stderr.contains("server exited unexpectedly") => attempts += 1,
+                Err(stderr) => return Err(TmuxError::Failed { command: "new-session", stderr }),
+            }
+        }
     }
 
     async fn stop(&self, session: &str) -> Result<(), TmuxError> {

@@ -58,11 +58,15 @@ impl World {
     }
 
     fn start_agent(&mut self) {
+        self.start_agent_with_admin(None);
+    }
+
+    fn start_agent_with_admin(&mut self, admin_addr: Option<std::net::SocketAddr>) {
         let client = self.ns.client.clone();
         let options = worksession::agent::Options {
             node: self.node.clone(),
             config: tokio::sync::watch::channel(self.config.clone()).1,
-            admin_addr: None,
+            admin_addr,
         };
         self.agent = Some(tokio::spawn(async move {
             worksession::agent::run(client, options).await.unwrap();
@@ -377,4 +381,92 @@ async fn two_events_at_once_for_a_dead_session_one_spawn_in_order() {
     let got: Vec<(&str, &str)> = prompts.iter().map(|p| (p.prompt.as_str(), p.conversation.as_str())).collect();
     assert_eq!(got, [("first", "mu-conv"), ("second", "mu-conv")], "in order, same conversation");
     assert_eq!(prompts[0].pid, prompts[1].pid, "one spawn");
+}
+
+#[tokio::test]
+async fn huge_and_hostile_prompts_arrive_as_text() {
+    let w = World::new().await;
+    w.create_session("nu", json!({})).await;
+    w.await_phase("nu", Phase::Running).await;
+    w.kill_harness("nu").await;
+    // 256 KiB as the boot prompt of a respawn: too long for a command line, pasted once the resume is verified.
+    let huge: String = "all work and no play ".repeat(256 * 1024 / 21 + 1)[..256 * 1024].to_string();
+    w.send("nu", "nu-1", &huge).await;
+    let ev = w.await_event("nu-1", EventPhase::Delivered).await;
+    assert_eq!(ev.status.unwrap().via, Some(Via::Resumed));
+    let hostile = "$(touch /tmp/ws-pwned); `id` --dangerously-skip-permissions \u{1b}[201~ \u{3} tail;";
+    w.send("nu", "nu-2", hostile).await;
+    w.await_event("nu-2", EventPhase::Delivered).await;
+    let prompts = w.tmux.await_prompts(2).await;
+    assert_eq!(prompts[0].prompt.len(), huge.len());
+    assert!(prompts[0].prompt == huge && prompts[0].via == "paste");
+    assert_eq!(prompts[1].prompt, "$(touch /tmp/ws-pwned); `id` --dangerously-skip-permissions [201~  tail;");
+    assert!(!std::path::Path::new("/tmp/ws-pwned").exists());
+}
+
+#[tokio::test]
+async fn a_tampered_recorded_id_is_not_resumed() {
+    let mut w = World::new().await;
+    w.create_session("xi", json!({})).await;
+    w.await_phase("xi", Phase::Running).await;
+    // Status has no schema pattern for the recorded id: the agent checks it before it becomes argv.
+    w.stop_agent();
+    let tamper = json!({"status": {"harnessSessionId": "--dangerously-skip-permissions"}});
+    w.sessions().patch_status("xi", &PatchParams::default(), &Patch::Merge(&tamper)).await.unwrap();
+    w.kill_harness("xi").await;
+    w.start_agent();
+    w.send("xi", "xi-1", "hello again").await;
+    let ev = w.await_event("xi-1", EventPhase::Delivered).await;
+    assert_eq!(ev.status.unwrap().via, Some(Via::Fresh));
+    let ws = w.await_phase("xi", Phase::Running).await;
+    let (_, reason, message) = condition(&ws, "Resumed").unwrap();
+    assert_eq!(reason, "InvalidSessionId");
+    assert!(message.contains("--dangerously-skip-permissions"), "{message}");
+    assert!(uuid::Uuid::parse_str(&recorded_id(&ws)).is_ok());
+}
+
+#[tokio::test]
+async fn reports_events_metrics_and_health() {
+    let mut w = World::new().await;
+    w.stop_agent();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    w.start_agent_with_admin(Some(admin));
+    w.create_session("omicron", json!({"harnessSessionId": "ghost"})).await;
+    w.send("omicron", "omicron-1", "hi").await;
+    w.await_event("omicron-1", EventPhase::Delivered).await;
+
+    let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+    let reasons = eventually("Kubernetes Events on the WorkSession", WAIT, || async {
+        let list = kube_events.list(&Default::default()).await.ok()?;
+        let reasons: Vec<String> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+        (reasons.iter().any(|r| r == "ResumeFailed") && reasons.iter().any(|r| r == "Delivered")).then_some(reasons)
+    })
+    .await;
+    assert!(reasons.iter().any(|r| r == "Started"), "{reasons:?}");
+
+    let get = |path: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(admin).await.ok()?;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await.ok()?;
+        Some(body)
+    };
+    assert!(get("/livez").await.unwrap().starts_with("HTTP/1.1 200"));
+    let ready =
+        eventually("/readyz", WAIT, || async { get("/readyz").await.filter(|r| r.starts_with("HTTP/1.1 200")) }).await;
+    assert!(ready.ends_with("ready"));
+    let metrics = get("/metrics").await.unwrap();
+    for line in [
+        "worksession_agent_resume_failures_total{reason=\"PaneDied\"} 1",
+        "worksession_agent_events_delivered_total{via=\"Fresh\"} 1",
+        "worksession_agent_reconcile_duration_seconds_count",
+        "worksession_agent_reconciles_total",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
 }

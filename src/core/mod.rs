@@ -19,7 +19,7 @@ use crate::api::{
     self, EventPhase, Phase, Respawn, RestartPolicy, Verification, Via, WorkSessionSpec, WorkSessionStatus,
 };
 use crate::config::Config;
-use crate::harness::{ArgvError, Mode, Profile};
+use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
 use crate::tmux::{Liveness, Spawn};
 
 mod conditions;
@@ -54,6 +54,9 @@ pub mod reason {
 pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// The longest back-off.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Longer boot prompts are pasted after verification instead of riding on the command line (tmux refuses
+/// commands over about 16 KiB).
+pub const ARGV_PROMPT_LIMIT: usize = 8 * 1024;
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(600);
 
@@ -258,7 +261,8 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.status.next_retry_time = None;
         }
         for e in self.input.events {
-            self.ops.push(Op::Paste { session: self.session.clone(), event: e.name.clone(), text: e.prompt.clone() });
+            let text = clean_prompt(&e.prompt).into_owned();
+            self.ops.push(Op::Paste { session: self.session.clone(), event: e.name.clone(), text });
             self.event(&e.name, EventPhase::Delivered, Some(Via::Pasted), true, None);
             let message = format!("pasted event {} into the live pane", e.name);
             self.notice(Notice::normal("Delivered", "event.delivered", message));
@@ -397,7 +401,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         fresh: Option<Fresh>,
     ) {
         let input = self.input;
-        let argv = match profile.argv(&input.spec.harness, mode, &id, prompt) {
+        let prompt = prompt.map(clean_prompt);
+        let paste_prompt = prompt.as_ref().is_some_and(|p| p.len() > ARGV_PROMPT_LIMIT);
+        let argv_prompt = prompt.as_deref().filter(|_| !paste_prompt);
+        let argv = match profile.argv(&input.spec.harness, mode, &id, argv_prompt) {
             Ok(argv) => argv,
             Err(e) => {
                 // Only the prompt can make a hostable profile refuse: the event cannot be delivered by this harness.
@@ -426,6 +433,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             event: event.clone(),
             fresh_reason,
             fresh_message,
+            paste_prompt,
         });
         self.status.phase = Some(Phase::Starting);
         self.ready(false, "Starting", "spawning the harness");
@@ -572,6 +580,11 @@ impl<'a, 'i> Decision<'a, 'i> {
             ..Notice::normal(reason, log_event, format!("{what} {id} in {}", self.session))
         });
         if let Some(event) = &v.event {
+            let boot = self.input.events.iter().find(|e| &e.name == event);
+            if let (true, Some(boot)) = (v.paste_prompt, boot) {
+                let text = clean_prompt(&boot.prompt).into_owned();
+                self.ops.push(Op::Paste { session: self.session.clone(), event: event.clone(), text });
+            }
             let via = if v.resume { Via::Resumed } else { Via::Fresh };
             self.event(event, EventPhase::Delivered, Some(via), false, None);
             self.notice(Notice::normal(

@@ -449,6 +449,29 @@ fn specs_the_agent_cannot_run_are_reported_not_spawned() {
 }
 
 #[test]
+fn long_boot_prompts_are_pasted_after_verification() {
+    let long = "x".repeat(ARGV_PROMPT_LIMIT + 1);
+    let mut case = Case::new(ran_old());
+    case.events = vec![ev("e1", &long)];
+    let plan = case.step();
+    assert_eq!(ops(&plan)[1], "spawn loop-repo-12 claude --resume 0a0b0c0d-old", "no prompt on the command line");
+    case.liveness = Liveness::Alive;
+    case.now = t(102);
+    let plan = case.step();
+    assert_eq!(ops(&plan)[1], format!("paste e1 into loop-repo-12: {long}"));
+    assert_eq!(ops(&plan)[2], "event e1 Delivered via Resumed");
+}
+
+#[test]
+fn control_characters_never_reach_the_harness() {
+    let mut case = Case::new(ran_old());
+    case.events = vec![ev("e1", "stop\u{3}\u{1b}[201~now\u{0}")];
+    assert_eq!(ops(&case.decide())[1], "spawn loop-repo-12 claude --resume 0a0b0c0d-old -- stop[201~now");
+    case.liveness = Liveness::Alive;
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-repo-12: stop[201~now");
+}
+
+#[test]
 fn status_records_generation_and_tmux_session() {
     let plan = Case::new(ran_old()).decide();
     assert_eq!((plan.status.observed_generation, plan.status.tmux_session.as_deref()), (Some(3), Some("loop-repo-12")));
