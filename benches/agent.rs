@@ -1,0 +1,321 @@
+//! Agent benchmarks against real tmux and the real API server (not tests: they print figures).
+//!
+//!     cargo bench --bench agent [observe] [respawn] [verify] [memory]
+//!
+//! (a) observe: one observation of 1,000 live tmux sessions, against one raw `tmux list-panes -a` call.
+//! (b) respawn: a pending event on a dead session to the harness process started, against a raw
+//!     `tmux new-session` of the same harness (probe window excluded: probe 0).
+//! (c) verify: 100 dead sessions each receiving an event with a 2 s probe, until all are verified.
+//! (d) memory: the agent binary's resident memory with 1,000 WorkSessions (live harnesses) on its node.
+//! Results are medians of repeated runs where a run is short; see docs/benchmarks.md.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
+use worksession::config::Config;
+use worksession::tmux::{Tmux, TmuxRunner};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+struct Server {
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn new() -> Self {
+        Self { dir: tempfile::tempdir().unwrap() }
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("tmux.sock")
+    }
+    fn tmux(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.arg("-S").arg(self.socket());
+        c
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.tmux().arg("kill-server").output();
+    }
+}
+
+/// Starts `n` sessions running `sleep` with one tmux call per 100 (commands chained with `;`).
+fn start_sleepers(server: &Server, prefix: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let mut cmd = server.tmux();
+        for (i, k) in chunk.iter().enumerate() {
+            if i > 0 {
+                cmd.arg(";");
+            }
+            cmd.args(["new-session", "-d", "-s", &format!("{prefix}{k}"), "--", "sleep", "3600"]);
+        }
+        assert!(cmd.status().unwrap().success());
+    }
+}
+
+async fn bench_observe() {
+    let server = Server::new();
+    start_sleepers(&server, "loop-", 1000);
+    let runner = TmuxRunner::new(Some(server.socket()));
+    assert_eq!(runner.observe().await.unwrap().len(), 1000);
+    let (mut raw, mut agent) = (Vec::new(), Vec::new());
+    for _ in 0..30 {
+        let t = Instant::now();
+        let out = server.tmux().args(["list-panes", "-a", "-F", "#{session_name}\t#{pane_dead}"]).output().unwrap();
+        assert!(out.status.success());
+        raw.push(t.elapsed());
+        let t = Instant::now();
+        let obs = runner.observe().await.unwrap();
+        agent.push(t.elapsed());
+        assert_eq!(obs.len(), 1000);
+    }
+    let (raw, agent) = (median(raw), median(agent));
+    println!(
+        "(a) observe 1,000 live sessions: raw list-panes {} | agent observe {} | ratio {:.2}x (goal <= 1.5x)",
+        ms(raw),
+        ms(agent),
+        agent.as_secs_f64() / raw.as_secs_f64()
+    );
+}
+
+/// A harness that marks its start in `dir/<sessionId>` and stays alive; resumes succeed.
+fn marker_profile_yaml(dir: &Path) -> String {
+    let script = format!("echo started > {}/\"$0\"; exec sleep 3600", dir.display());
+    format!(
+        "binary: /bin/sh\n    interactive: ['-c', '{script}', '{{sessionId}}', '{{prompt}}']\n    resume: ['-c', '{script}', '{{sessionId}}', '{{prompt}}']"
+    )
+}
+
+fn config(server: &Server, markers: &Path, probe: u32) -> Arc<Config> {
+    let yaml = format!(
+        "tmux:\n  socket: {}\ndefaults:\n  resumeProbeSeconds: {probe}\nharnesses:\n  marker:\n    {}\n",
+        server.socket().display(),
+        marker_profile_yaml(markers)
+    );
+    Arc::new(Config::parse(&yaml, Path::new("bench.yaml")).unwrap())
+}
+
+fn session(name: &str, node: &str, workdir: &Path) -> WorkSession {
+    serde_json::from_value(json!({
+        "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "metadata": {"name": name},
+        "spec": {"workItem": name, "nodeName": node, "harness": "marker", "workdir": workdir},
+    }))
+    .unwrap()
+}
+
+fn event(name: &str, session: &str) -> WorkEvent {
+    serde_json::from_value(json!({
+        "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": name},
+        "spec": {"session": session, "prompt": "benchmark event"},
+    }))
+    .unwrap()
+}
+
+async fn wait_until<F: Fn() -> bool>(what: &str, limit: Duration, check: F) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Sessions `names` on `node`, started by the agent, then their harnesses killed (dead panes, phase Pending).
+async fn dead_sessions(client: &Client, ns: &str, node: &str, names: &[String], server: &Server, workdir: &Path) {
+    let api: Api<WorkSession> = Api::namespaced(client.clone(), ns);
+    for name in names {
+        api.create(&PostParams::default(), &session(name, node, workdir)).await.unwrap();
+    }
+    support::eventually("sessions running", Duration::from_secs(300), || async {
+        let list = api.list(&ListParams::default()).await.ok()?;
+        let running = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
+        (running == names.len()).then_some(())
+    })
+    .await;
+    let out = server.tmux().args(["list-panes", "-a", "-F", "#{pane_pid}"]).output().unwrap();
+    for pid in String::from_utf8(out.stdout).unwrap().lines() {
+        Command::new("kill").arg("-9").arg(pid).status().unwrap();
+    }
+    support::eventually("sessions dead", Duration::from_secs(120), || async {
+        let list = api.list(&ListParams::default()).await.ok()?;
+        let pending = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Pending)).count();
+        (pending == names.len()).then_some(())
+    })
+    .await;
+}
+
+fn spawn_agent(client: Client, node: &str, config: Arc<Config>) -> tokio::task::JoinHandle<()> {
+    let options = worksession::agent::Options {
+        node: node.into(),
+        config: tokio::sync::watch::channel(config).1,
+        admin_addr: None,
+    };
+    tokio::spawn(async move { worksession::agent::run(client, options).await.unwrap() })
+}
+
+async fn bench_respawn() {
+    let ns = support::TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    let server = Server::new();
+    let markers = tempfile::tempdir().unwrap();
+    let workdir = tempfile::tempdir().unwrap();
+    let node = format!("bench-{}", ns.name);
+    let agent = spawn_agent(ns.client.clone(), &node, config(&server, markers.path(), 0));
+    let names: Vec<String> = (0..20).map(|i| format!("r{i}")).collect();
+    dead_sessions(&ns.client, &ns.name, &node, &names, &server, workdir.path()).await;
+    let api: Api<WorkSession> = ns.api();
+    let events: Api<WorkEvent> = ns.api();
+
+    let mut agent_times = Vec::new();
+    for name in &names {
+        let id = api.get(name).await.unwrap().status.unwrap().harness_session_id.unwrap();
+        let marker = markers.path().join(&id);
+        std::fs::remove_file(&marker).unwrap();
+        let t = Instant::now();
+        events.create(&PostParams::default(), &event(&format!("{name}-e"), name)).await.unwrap();
+        wait_until("respawned harness started", Duration::from_secs(30), || marker.exists()).await;
+        agent_times.push(t.elapsed());
+    }
+    agent.abort();
+
+    let mut raw_times = Vec::new();
+    let script = format!("echo started > {}/\"$0\"; exec sleep 3600", markers.path().display());
+    for i in 0..20 {
+        let id = format!("raw-{i}");
+        let marker = markers.path().join(&id);
+        let t = Instant::now();
+        let status = server
+            .tmux()
+            .args(["new-session", "-d", "-s", &id, "-c"])
+            .arg(workdir.path())
+            .args(["--", "/bin/sh", "-c", &script, &id, "benchmark event"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        wait_until("raw harness started", Duration::from_secs(30), || marker.exists()).await;
+        raw_times.push(t.elapsed());
+    }
+    let (raw, agent) = (median(raw_times), median(agent_times));
+    println!(
+        "(b) respawn, pending event on a dead session -> harness started: raw new-session {} | agent {} | ratio {:.2}x (goal <= 2x)",
+        ms(raw),
+        ms(agent),
+        agent.as_secs_f64() / raw.as_secs_f64()
+    );
+}
+
+async fn bench_verify() {
+    let ns = support::TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    let server = Server::new();
+    let markers = tempfile::tempdir().unwrap();
+    let workdir = tempfile::tempdir().unwrap();
+    let node = format!("bench-{}", ns.name);
+    let agent = spawn_agent(ns.client.clone(), &node, config(&server, markers.path(), 2));
+    let names: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
+    dead_sessions(&ns.client, &ns.name, &node, &names, &server, workdir.path()).await;
+    let events: Api<WorkEvent> = ns.api();
+    let t = Instant::now();
+    for name in &names {
+        events.create(&PostParams::default(), &event(&format!("{name}-e"), name)).await.unwrap();
+    }
+    let created = t.elapsed();
+    support::eventually("all 100 delivered", Duration::from_secs(120), || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let delivered =
+            list.iter().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered)).count();
+        (delivered == names.len()).then_some(())
+    })
+    .await;
+    let total = t.elapsed();
+    agent.abort();
+    println!(
+        "(c) 100 dead sessions, one event each, 2 s probe: all verified and delivered after {:.2} s (events created in {:.2} s; goal < 4 s)",
+        total.as_secs_f64(),
+        created.as_secs_f64()
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB").parse().unwrap()
+}
+
+async fn bench_memory() {
+    let ns = support::TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    let server = Server::new();
+    let markers = tempfile::tempdir().unwrap();
+    let workdir = tempfile::tempdir().unwrap();
+    let node = format!("bench-{}", ns.name);
+    let config_path = markers.path().join("agent.yaml");
+    let cfg = format!(
+        "tmux:\n  socket: {}\ndefaults:\n  resumeProbeSeconds: 0\nharnesses:\n  marker:\n    {}\n",
+        server.socket().display(),
+        marker_profile_yaml(markers.path())
+    );
+    std::fs::write(&config_path, cfg).unwrap();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_worksession"))
+        .args(["agent", "--node", &node, "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(&config_path)
+        .env("KUBECONFIG", &support::control_plane().kubeconfig)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let api: Api<WorkSession> = ns.api();
+    let t = Instant::now();
+    for i in 0..1000 {
+        api.create(&PostParams::default(), &session(&format!("m{i}"), &node, workdir.path())).await.unwrap();
+    }
+    support::eventually("1,000 sessions running", Duration::from_secs(600), || async {
+        let list = api.list(&ListParams::default()).await.ok()?;
+        let running = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
+        (running == 1000).then_some(())
+    })
+    .await;
+    let settled = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await; // let a few tmux polls run over the full set
+    let rss = rss_kib(agent.id());
+    let live = TmuxRunner::new(Some(server.socket())).observe().await.unwrap().len();
+    let _ = agent.kill();
+    println!(
+        "(d) agent resident memory with 1,000 WorkSessions ({live} live tmux sessions, all Running after {:.1} s): {:.1} MB (goal < 50 MB)",
+        settled.as_secs_f64(),
+        rss as f64 / 1024.0
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let chosen: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let want = |name: &str| chosen.is_empty() || chosen.iter().any(|c| c == name);
+    if want("observe") {
+        bench_observe().await;
+    }
+    if want("respawn") {
+        bench_respawn().await;
+    }
+    if want("verify") {
+        bench_verify().await;
+    }
+    if want("memory") {
+        bench_memory().await;
+    }
+}
