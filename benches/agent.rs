@@ -233,9 +233,11 @@ async fn bench_verify() {
     dead_sessions(&ns.client, &ns.name, &node, &names, &server, workdir.path()).await;
     let events: Api<WorkEvent> = ns.api();
     let t = Instant::now();
-    for name in &names {
-        events.create(&PostParams::default(), &event(&format!("{name}-e"), name)).await.unwrap();
-    }
+    let creates = names.iter().map(|name| {
+        let events = events.clone();
+        async move { events.create(&PostParams::default(), &event(&format!("{name}-e"), name)).await.unwrap() }
+    });
+    futures::future::join_all(creates).await;
     let created = t.elapsed();
     support::eventually("all 100 delivered", Duration::from_secs(120), || async {
         let list = events.list(&ListParams::default()).await.ok()?;

@@ -159,6 +159,7 @@ fn no_session(stderr: &str) -> bool {
     stderr.contains("can't find session")
         || stderr.contains("can't find pane")
         || stderr.contains("can't find window")
+        || stderr.contains("no current target") // the server has no sessions at all
         || no_server(stderr)
 }
 
@@ -231,7 +232,6 @@ impl Tmux for TmuxRunner {
         if !spawn.workdir.is_dir() {
             return Err(TmuxError::Workdir(spawn.workdir.clone()));
         }
-        self.stop(&spawn.session).await?;
         let mut args: Vec<std::ffi::OsString> =
             ["new-session", "-d", "-s", &spawn.session, "-c"].map(Into::into).to_vec();
         args.push(spawn.workdir.clone().into_os_string());
@@ -246,11 +246,17 @@ impl Tmux for TmuxRunner {
         args.extend(
             [";", "set-option", "-w", "-t", &pane_target(&spawn.session), "remain-on-exit", "on"].map(Into::into),
         );
-        // Clearing the last session makes the server exit; a new-session racing that exit is told so: retry.
+        // The stale session is cleared in the same tmux call (one process, and the server cannot exit in between
+        // for want of sessions); when there is none to clear, that call fails at once and new-session runs alone.
+        let kill = ["kill-session", "-t", &format!("={}", spawn.session), ";"].map(std::ffi::OsString::from);
+        let mut clear = true;
         let mut attempts = 0;
         loop {
-            match self.run("new-session", self.command(&args), None).await? {
+            let call = if clear { kill.iter().chain(&args).collect::<Vec<_>>() } else { args.iter().collect() };
+            match self.run("new-session", self.command(call), None).await? {
                 Ok(_) => return Ok(()),
+                Err(stderr) if clear && no_session(&stderr) => clear = false,
+                // A server that exits as the last session goes away tells a racing client so: retry.
                 Err(stderr) if attempts < 3 && stderr.contains("server exited unexpectedly") => attempts += 1,
                 Err(stderr) => return Err(TmuxError::Failed { command: "new-session", stderr }),
             }

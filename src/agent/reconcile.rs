@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
 
-use crate::api::{WorkEvent, WorkSession};
+use crate::api::{Phase, WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::{self, Input, Op, PendingEvent, Plan};
 use crate::store::{self, FINALIZER, Store, StoreError};
@@ -112,7 +112,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         name: &str,
         started: Instant,
     ) -> Result<Option<Duration>, ReconcileError> {
-        let Some(mut ws) = self.store.session(namespace, name).await? else { return Ok(None) };
+        // The three reads are independent: one round trip's wait instead of three.
+        let (ws, events, observation) = tokio::join!(
+            self.store.session(namespace, name),
+            self.store.events(namespace, name),
+            self.observer.since(started)
+        );
+        let Some(mut ws) = ws? else { return Ok(None) };
         if ws.spec.node_name != self.node {
             return Ok(None); // another node's: never touched
         }
@@ -126,18 +132,22 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         }
         let config = self.config.borrow().clone();
         // All of them: a delivered boot event can go back to Pending (the settle window).
-        let events = self.store.events(namespace, name).await?;
+        let events = events?;
         let pending: Vec<PendingEvent> = store::undelivered(events.clone())
             .iter()
             .map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() })
             .collect();
         let session = config.tmux_session(&ws.spec.work_item);
-        let liveness = self.observer.since(started).await?.liveness(&session);
+        let liveness = observation?.liveness(&session);
+        let recorded = ws.status.clone().unwrap_or_default();
+        // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
+        let unexplained = recorded.verification.is_some() || recorded.phase == Some(Phase::Running);
         let last_output = match liveness {
-            Liveness::Dead => self.observer.tmux().last_lines(&session, LAST_LINES).await.unwrap_or_default(),
+            Liveness::Dead if unexplained => {
+                self.observer.tmux().last_lines(&session, LAST_LINES).await.unwrap_or_default()
+            }
             _ => String::new(),
         };
-        let recorded = ws.status.clone().unwrap_or_default();
         let mut status = recorded.clone();
         let mut spawn_failure: Option<String> = None;
         let new_session_id = uuid::Uuid::new_v4().to_string();

@@ -438,9 +438,6 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.status.phase = Some(Phase::Starting);
         self.ready(false, "Starting", "spawning the harness");
         self.intent = Some(self.status.clone());
-        if let Some(event) = &event {
-            self.event(event, EventPhase::Delivering, None, true, None);
-        }
         let workdir = input.spec.workdir.clone().into();
         self.ops.push(Op::Spawn(Spawn {
             session: self.session.clone(),
@@ -448,6 +445,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             binary: profile.binary.clone(),
             argv,
         }));
+        // After the spawn: nothing waits on an API write between the decision and the harness starting.
+        if let Some(event) = &event {
+            self.event(event, EventPhase::Delivering, None, true, None);
+        }
         self.status.phase = Some(Phase::Verifying);
         self.ready(false, "Verifying", format!("waiting {}s to verify the harness survived", settings.probe));
         self.requeue(Duration::from_secs(settings.probe.into()));

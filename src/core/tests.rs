@@ -116,6 +116,11 @@ fn ops(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
+/// The spawn op of a plan, if any.
+fn spawned(plan: &Plan) -> String {
+    ops(plan).into_iter().find(|o| o.starts_with("spawn")).unwrap_or_default()
+}
+
 fn condition<'s>(status: &'s WorkSessionStatus, type_: &str) -> Option<(&'s str, &'s str)> {
     status.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.as_str(), c.reason.as_str()))
 }
@@ -150,7 +155,7 @@ fn try_resume_rows_before_tmux() {
         setup(&mut case);
         let plan = case.decide();
         let mut want: Vec<String> = notices.iter().map(|s| s.to_string()).collect();
-        want.extend(["event e1 Delivering".to_string(), spawn.to_string()]);
+        want.extend([spawn.to_string(), "event e1 Delivering".to_string()]);
         assert_eq!(ops(&plan), want, "{row}");
         let intent = plan.intent.as_ref().expect("a spawn records its intent first");
         assert_eq!(intent.phase, Some(Phase::Starting), "{row}");
@@ -168,9 +173,9 @@ fn try_resume_rows_before_tmux() {
 fn spec_harness_session_id_is_adopted_when_none_is_recorded() {
     let mut case = Case::new(WorkSessionStatus::default());
     case.spec.harness_session_id = Some(OLD.into());
-    assert_eq!(ops(&case.decide()).last().unwrap(), RESUME_E1);
+    assert_eq!(spawned(&case.decide()), RESUME_E1);
     case.status.harness_session_id = Some("recorded".into());
-    assert!(ops(&case.decide()).last().unwrap().contains("--resume recorded"), "status wins over spec");
+    assert!(spawned(&case.decide()).contains("--resume recorded"), "status wins over spec");
 }
 
 /// The rows decided from tmux's answer: survived, spawn failed, pane died.
@@ -197,7 +202,7 @@ fn try_resume_rows_after_tmux() {
     case.status = intent;
     case.spawn_failure = Some("tmux new-session failed: boom");
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.resume_failed ResumeSpawnFailed", "event e1 Delivering", FRESH_E1]);
+    assert_eq!(ops(&plan), ["session.resume_failed ResumeSpawnFailed", FRESH_E1, "event e1 Delivering"]);
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "ResumeSpawnFailed")));
 
     // The resumed pane died within the probe: PaneDied, fresh under a new uuid with the same prompt.
@@ -206,7 +211,7 @@ fn try_resume_rows_after_tmux() {
     case.output = "No conversation found with session ID: 0a0b0c0d-old";
     case.now = t(100);
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.resume_failed PaneDied", "event e1 Delivering", FRESH_E1]);
+    assert_eq!(ops(&plan), ["session.resume_failed PaneDied", FRESH_E1, "event e1 Delivering"]);
     let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap();
     assert_eq!(resumed.reason, "PaneDied");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"), "{}", resumed.message);
@@ -347,7 +352,7 @@ fn step5_resumed_pane_dying_within_settle() {
     assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (1, None), "counts; retries at once");
     case.events = vec![ev("e1", "please fix the bug")];
     let plan = case.step();
-    assert_eq!(ops(&plan).last().unwrap(), FRESH_E1);
+    assert_eq!(spawned(&plan), FRESH_E1);
     assert_eq!(plan.status.verification.as_ref().unwrap().fresh_reason.as_deref(), Some("PaneDiedAfterProbe"));
 
     // Output does not match: the event comes back and the next spawn resumes again.
@@ -357,7 +362,7 @@ fn step5_resumed_pane_dying_within_settle() {
     case.output = "Killed";
     case.step();
     case.events = vec![ev("e1", "please fix the bug")];
-    assert_eq!(ops(&case.step()).last().unwrap(), RESUME_E1);
+    assert_eq!(spawned(&case.step()), RESUME_E1);
 
     // After the settle window: an ordinary death; the delivered event stays delivered.
     let mut case = Case::new(resumed_at_0());
@@ -454,7 +459,7 @@ fn long_boot_prompts_are_pasted_after_verification() {
     let mut case = Case::new(ran_old());
     case.events = vec![ev("e1", &long)];
     let plan = case.step();
-    assert_eq!(ops(&plan)[1], "spawn loop-repo-12 claude --resume 0a0b0c0d-old", "no prompt on the command line");
+    assert_eq!(spawned(&plan), "spawn loop-repo-12 claude --resume 0a0b0c0d-old", "no prompt on the command line");
     case.liveness = Liveness::Alive;
     case.now = t(102);
     let plan = case.step();
@@ -466,7 +471,7 @@ fn long_boot_prompts_are_pasted_after_verification() {
 fn control_characters_never_reach_the_harness() {
     let mut case = Case::new(ran_old());
     case.events = vec![ev("e1", "stop\u{3}\u{1b}[201~now\u{0}")];
-    assert_eq!(ops(&case.decide())[1], "spawn loop-repo-12 claude --resume 0a0b0c0d-old -- stop[201~now");
+    assert_eq!(spawned(&case.decide()), "spawn loop-repo-12 claude --resume 0a0b0c0d-old -- stop[201~now");
     case.liveness = Liveness::Alive;
     assert_eq!(ops(&case.decide())[0], "paste e1 into loop-repo-12: stop[201~now");
 }
