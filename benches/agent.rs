@@ -335,6 +335,7 @@ async fn bench_memory() {
     let rss = rss_kib(agent.id());
     let live = TmuxRunner::new(Some(server.socket())).observe().await.unwrap().len();
     let _ = agent.kill();
+    let _ = agent.wait();
     println!(
         "(d) agent resident memory with 1,000 WorkSessions ({live} live tmux sessions, all Running after {:.1} s): {:.1} MB (goal < 50 MB)",
         settled.as_secs_f64(),

@@ -27,7 +27,12 @@ pub struct Config {
     pub defaults: Defaults,
     /// Harness profiles by name: the built-ins, added to or overridden by the file.
     pub harnesses: BTreeMap<String, Profile>,
+    /// How long a delivered (or failed) WorkEvent is kept before the agent deletes it; `None`: kept.
+    pub event_retention: Option<std::time::Duration>,
 }
+
+/// The default `delivery.retentionSeconds`: one day.
+pub const DEFAULT_EVENT_RETENTION_SECONDS: u64 = 86_400;
 
 /// Where the tmux server is and how sessions are named.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +60,7 @@ impl Default for Config {
             tmux: TmuxConfig { socket: None, session_prefix: DEFAULT_SESSION_PREFIX.into() },
             defaults: Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 },
             harnesses: harness::builtin(),
+            event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
         }
     }
 }
@@ -99,6 +105,15 @@ struct File {
     defaults: DefaultsFile,
     #[serde(default)]
     harnesses: BTreeMap<String, ProfileFile>,
+    #[serde(default)]
+    delivery: DeliveryFile,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DeliveryFile {
+    /// 0: keep delivered events.
+    retention_seconds: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -156,6 +171,9 @@ impl Config {
         }
         if d.resume_settle_seconds > 3600 {
             return Err(invalid("defaults.resumeSettleSeconds".into(), "must be between 0 and 3600".into()));
+        }
+        if let Some(secs) = file.delivery.retention_seconds {
+            config.event_retention = (secs > 0).then(|| Duration::from_secs(secs));
         }
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);
@@ -273,6 +291,8 @@ mod tests {
         );
         assert_eq!(c.harnesses.keys().collect::<Vec<_>>(), ["claude", "cursor"]);
         assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
+        assert_eq!(c.event_retention, Some(Duration::from_secs(86_400)));
+        assert_eq!(parse("delivery:\n  retentionSeconds: 0\n").unwrap().event_retention, None);
     }
 
     #[test]
@@ -295,11 +315,14 @@ harnesses:
     resumeFailedPattern: "No conversation found"
   claude:
     binary: /opt/claude/bin/claude
+delivery:
+  retentionSeconds: 3600
 "#,
         )
         .unwrap();
         assert_eq!(c.tmux.socket.as_deref(), Some(Path::new("/run/worksession/tmux.sock")));
         assert_eq!(c.tmux_session("a"), "ws-a");
+        assert_eq!(c.event_retention, Some(Duration::from_secs(3600)));
         assert_eq!(
             c.defaults,
             Defaults { resume_on_respawn: false, resume_probe_seconds: 0, resume_settle_seconds: 120 }

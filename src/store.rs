@@ -64,6 +64,8 @@ pub trait Store: Send + Sync {
         ev: &WorkEvent,
         status: &WorkEventStatus,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes a WorkEvent whose retention ran out.
+    fn delete_event(&self, ev: &WorkEvent) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Adds or removes the agent's finalizer; returns the updated session.
     fn set_finalizer(
         &self,
@@ -142,6 +144,15 @@ impl Store for KubeStore {
         Ok(())
     }
 
+    async fn delete_event(&self, ev: &WorkEvent) -> Result<(), StoreError> {
+        let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
+        match api.delete(&ev.name_any(), &Default::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn set_finalizer(&self, ws: &WorkSession, present: bool) -> Result<WorkSession, StoreError> {
         let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
         let mut finalizers: Vec<String> = ws.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
@@ -177,6 +188,31 @@ impl Store for KubeStore {
             tracing::warn!(error = %e, reason = notice.reason, "could not record a Kubernetes Event");
         }
     }
+}
+
+/// Delivered or failed events finished `retention` ago or longer, and how long until the next one is.
+pub fn expired(
+    events: &[WorkEvent],
+    now: k8s_openapi::jiff::Timestamp,
+    retention: std::time::Duration,
+) -> (Vec<&WorkEvent>, Option<std::time::Duration>) {
+    use k8s_openapi::jiff::SignedDuration;
+    let retention = SignedDuration::try_from(retention).unwrap_or(SignedDuration::MAX);
+    let (mut due, mut next) = (Vec::new(), None::<std::time::Duration>);
+    for e in events {
+        let Some(st) = &e.status else { continue };
+        let finished = match st.phase {
+            Some(EventPhase::Delivered) => st.delivered_at.as_ref().map(|t| t.0),
+            Some(EventPhase::Failed) => e.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            _ => None,
+        };
+        let Some(end) = finished.and_then(|t| t.checked_add(retention).ok()) else { continue };
+        match std::time::Duration::try_from(end.duration_since(now)) {
+            Ok(left) if !left.is_zero() => next = Some(next.map_or(left, |n| n.min(left))),
+            _ => due.push(e),
+        }
+    }
+    (due, next)
 }
 
 /// The status an [`crate::core::EventUpdate`] gives an event.

@@ -13,6 +13,9 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+/// What the paste command prints when the pane turned out dead.
+const PANE_DEAD: &str = "worksession:pane-dead";
+
 /// How long one tmux call may take before it counts as failed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -223,7 +226,7 @@ impl Tmux for TmuxRunner {
         let cmd = self.command(["list-panes", "-a", "-F", "#{session_name}\t#{pane_dead}"]);
         match self.run("list-panes", cmd, None).await? {
             Ok(out) => Ok(Observation::parse(&out)),
-            Err(stderr) if no_server(&stderr) => Ok(Observation::default()),
+            Err(stderr) if no_session(&stderr) => Ok(Observation::default()), // no server, or no sessions
             Err(stderr) => Err(TmuxError::Failed { command: "list-panes", stderr }),
         }
     }
@@ -246,17 +249,13 @@ impl Tmux for TmuxRunner {
         args.extend(
             [";", "set-option", "-w", "-t", &pane_target(&spawn.session), "remain-on-exit", "on"].map(Into::into),
         );
-        // The stale session is cleared in the same tmux call (one process, and the server cannot exit in between
-        // for want of sessions); when there is none to clear, that call fails at once and new-session runs alone.
-        let kill = ["kill-session", "-t", &format!("={}", spawn.session), ";"].map(std::ffi::OsString::from);
-        let mut clear = true;
+        // Clearing the last session makes the server exit, and a new-session racing that exit is told so: retry.
+        // (Clearing in the same tmux call as new-session crashed tmux 3.3a's server, taking every session along.)
+        self.stop(&spawn.session).await?;
         let mut attempts = 0;
         loop {
-            let call = if clear { kill.iter().chain(&args).collect::<Vec<_>>() } else { args.iter().collect() };
-            match self.run("new-session", self.command(call), None).await? {
+            match self.run("new-session", self.command(&args), None).await? {
                 Ok(_) => return Ok(()),
-                Err(stderr) if clear && no_session(&stderr) => clear = false,
-                // A server that exits as the last session goes away tells a racing client so: retry.
                 Err(stderr) if attempts < 3 && stderr.contains("server exited unexpectedly") => attempts += 1,
                 Err(stderr) => return Err(TmuxError::Failed { command: "new-session", stderr }),
             }
@@ -286,30 +285,21 @@ impl Tmux for TmuxRunner {
         let buffer = format!("worksession-{}", uuid::Uuid::new_v4().simple());
         let target = pane_target(session);
         // The text goes through stdin (no argv size limit, no parsing); -p brackets it if the harness asked for it.
-        let args = [
-            "load-buffer",
-            "-b",
-            &buffer,
-            "-",
-            ";",
-            "paste-buffer",
-            "-d",
-            "-p",
-            "-b",
-            &buffer,
-            "-t",
-            &target,
-            ";",
-            "send-keys",
-            "-t",
-            &target,
-            "Enter",
-        ];
-        let cmd = self.command(args);
-        self.run("paste-buffer", cmd, Some(text))
-            .await?
-            .map(drop)
-            .map_err(|stderr| TmuxError::Failed { command: "paste-buffer", stderr })
+        // The pane's liveness is checked inside the server, in the same command sequence as the paste: pasting into
+        // a pane that died meanwhile crashes tmux 3.3a's server. The strings tmux parses here hold only our own
+        // buffer and session names, never the text.
+        let paste = format!("paste-buffer -d -p -b {buffer} -t {target} ; send-keys -t {target} Enter");
+        let dead = format!("delete-buffer -b {buffer} ; display-message -p {PANE_DEAD}");
+        let args =
+            ["load-buffer", "-b", &buffer, "-", ";", "if-shell", "-F", "-t", &target, "#{pane_dead}", &dead, &paste];
+        let out = self.run("paste-buffer", self.command(args), Some(text)).await?;
+        match out {
+            Ok(stdout) if stdout.contains(PANE_DEAD) => {
+                Err(TmuxError::Failed { command: "paste-buffer", stderr: format!("the pane of {session} is dead") })
+            }
+            Ok(_) => Ok(()),
+            Err(stderr) => Err(TmuxError::Failed { command: "paste-buffer", stderr }),
+        }
     }
 }
 

@@ -159,3 +159,16 @@ async fn spawn_refuses_a_missing_workdir() {
     assert_eq!(err.category(), "workdir");
     assert!(tmux.runner.observe().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn paste_into_a_dead_pane_fails_and_the_server_survives() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-live", Mode::Fresh, "live", None, &[])).await.unwrap();
+    tmux.runner.spawn(&tmux.spawn_of("loop-gone", Mode::Resume, "gone", None, &[])).await.unwrap();
+    tmux.await_liveness("loop-gone", Liveness::Dead).await;
+    let err = tmux.runner.paste("loop-gone", "hello").await.unwrap_err();
+    assert!(err.to_string().contains("dead"), "{err}");
+    let obs = tmux.runner.observe().await.unwrap();
+    assert_eq!((obs.liveness("loop-live"), obs.liveness("loop-gone")), (Liveness::Alive, Liveness::Dead));
+    assert!(tmux.prompts().is_empty());
+}

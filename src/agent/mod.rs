@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::ListParams;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -28,6 +28,9 @@ pub use reconcile::{Observer, ReconcileError, Reconciler};
 
 /// How often tmux is polled for panes that died.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
+/// so this bounds memory and API load without making sessions wait on each other's probes.
+pub const RECONCILE_CONCURRENCY: u16 = 16;
 /// Requeue after a failed reconcile.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
 
@@ -78,6 +81,7 @@ pub async fn run(client: Client, options: Options) -> std::io::Result<()> {
             ev.namespace().map(|ns| ObjectRef::new(&ev.spec.session).within(&ns))
         })
         .reconcile_on(poked)
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .shutdown_on_signal();
     let store = controller.store();
 

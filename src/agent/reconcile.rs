@@ -133,6 +133,14 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let config = self.config.borrow().clone();
         // All of them: a delivered boot event can go back to Pending (the settle window).
         let events = events?;
+        let mut next_expiry = None;
+        if let Some(retention) = config.event_retention {
+            let (due, next) = store::expired(&events, Timestamp::now(), retention);
+            for ev in due {
+                self.store.delete_event(ev).await?;
+            }
+            next_expiry = next;
+        }
         let pending: Vec<PendingEvent> = store::undelivered(events.clone())
             .iter()
             .map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() })
@@ -174,7 +182,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     if plan.status != recorded && !plan.ops.contains(&Op::ReleaseFinalizer) {
                         self.store.write_status(&ws, &plan.status).await?;
                     }
-                    return Ok(plan.requeue_after);
+                    return Ok(match (plan.requeue_after, next_expiry) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    });
                 }
                 // The core decides what a failed spawn means: a failed resume falls back to one fresh spawn, a
                 // failed fresh spawn backs off (its plan spawns nothing), so this loops at most twice.

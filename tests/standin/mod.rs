@@ -73,7 +73,7 @@ impl TmuxServer {
         let mut last = String::new();
         let found = tokio::time::timeout(WAIT, async {
             loop {
-                last = self.runner.last_lines(session, 50).await.unwrap_or_default();
+                last = self.runner.last_lines(session, 50).await.unwrap_or_else(|e| format!("({e})"));
                 if last.contains(text) {
                     return;
                 }
