@@ -29,6 +29,11 @@ struct World {
 impl World {
     /// A namespace, a tmux server, and an agent for node `<namespace>` with stand-in profiles.
     async fn new() -> Self {
+        Self::with_config("").await
+    }
+
+    /// The same, with `extra` YAML appended to the agent config.
+    async fn with_config(extra: &str) -> Self {
         // The agent's logs, shown for a failing test.
         let filter =
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "worksession=debug".into());
@@ -49,7 +54,7 @@ impl World {
             a = profile(""),
             b = profile(", --resume-fail-delay, '3'"),
             c = profile(", --crash-after, '0.3'"),
-        );
+        ) + extra;
         let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         let node = ns.name.clone();
         let mut world = World { ns, tmux, node, config, agent: None };
@@ -469,4 +474,19 @@ async fn reports_events_metrics_and_health() {
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
+}
+
+#[tokio::test]
+async fn delivered_events_are_deleted_after_the_retention() {
+    let w = World::with_config("delivery:\n  retentionSeconds: 2\n").await;
+    w.create_session("pi", json!({})).await;
+    w.await_phase("pi", Phase::Running).await;
+    w.send("pi", "pi-1", "short-lived").await;
+    w.await_event("pi-1", EventPhase::Delivered).await;
+    let events = w.events();
+    eventually("pi-1 deleted after its retention", WAIT, || async {
+        events.get_opt("pi-1").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(w.prompts().iter().filter(|p| p.prompt == "short-lived").count(), 1);
 }
