@@ -12,7 +12,7 @@ use worksession::config::{Config, Reloader};
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
-    /// Log JSON lines instead of text (also WORKSESSION_LOG_FORMAT=json).
+    /// Log JSON lines instead of text (also WORKSESSION_LOG_JSON=true).
     #[arg(long, global = true, env = "WORKSESSION_LOG_JSON")]
     log_json: bool,
     #[command(subcommand)]

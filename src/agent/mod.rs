@@ -30,7 +30,7 @@ pub use reconcile::{Observer, ReconcileError, Reconciler};
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
-pub const RECONCILE_CONCURRENCY: u16 = 16;
+pub const RECONCILE_CONCURRENCY: u16 = 64;
 /// Requeue after a failed reconcile.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
 
