@@ -170,6 +170,25 @@ fn spawn_agent(client: Client, node: &str, config: Arc<Config>) -> tokio::task::
     tokio::spawn(async move { worksession::agent::run(client, options).await.unwrap() })
 }
 
+/// A namespace with the CRDs, a tmux server, and folders for harness markers and working directories.
+struct Bench {
+    ns: support::TestNamespace,
+    server: Server,
+    markers: tempfile::TempDir,
+    workdir: tempfile::TempDir,
+    node: String,
+}
+
+impl Bench {
+    async fn new() -> Self {
+        let ns = support::TestNamespace::new().await;
+        support::install_crds(ns.client.clone()).await;
+        let node = format!("bench-{}", ns.name);
+        let (markers, workdir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        Self { ns, server: Server::new(), markers, workdir, node }
+    }
+}
+
 fn pane_pid(server: &Server, session: &str) -> String {
     let out = server.tmux().args(["list-panes", "-t", &format!("={session}:"), "-F", "#{pane_pid}"]).output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
@@ -181,12 +200,7 @@ fn pane_dead(server: &Server, session: &str) -> bool {
 }
 
 async fn bench_respawn() {
-    let ns = support::TestNamespace::new().await;
-    support::install_crds(ns.client.clone()).await;
-    let server = Server::new();
-    let markers = tempfile::tempdir().unwrap();
-    let workdir = tempfile::tempdir().unwrap();
-    let node = format!("bench-{}", ns.name);
+    let Bench { ns, server, markers, workdir, node } = Bench::new().await;
     let agent = spawn_agent(ns.client.clone(), &node, config(&server, markers.path(), 0));
     let names: Vec<String> = (0..20).map(|i| format!("r{i}")).collect();
     dead_sessions(&ns.client, &ns.name, &node, &names, &server, workdir.path()).await;
@@ -260,12 +274,7 @@ async fn bench_respawn() {
 }
 
 async fn bench_verify() {
-    let ns = support::TestNamespace::new().await;
-    support::install_crds(ns.client.clone()).await;
-    let server = Server::new();
-    let markers = tempfile::tempdir().unwrap();
-    let workdir = tempfile::tempdir().unwrap();
-    let node = format!("bench-{}", ns.name);
+    let Bench { ns, server, markers, workdir, node } = Bench::new().await;
     let agent = spawn_agent(ns.client.clone(), &node, config(&server, markers.path(), 2));
     let names: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
     dead_sessions(&ns.client, &ns.name, &node, &names, &server, workdir.path()).await;
@@ -299,12 +308,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 async fn bench_memory() {
-    let ns = support::TestNamespace::new().await;
-    support::install_crds(ns.client.clone()).await;
-    let server = Server::new();
-    let markers = tempfile::tempdir().unwrap();
-    let workdir = tempfile::tempdir().unwrap();
-    let node = format!("bench-{}", ns.name);
+    let Bench { ns, server, markers, workdir, node } = Bench::new().await;
     let config_path = markers.path().join("agent.yaml");
     let cfg = format!(
         "tmux:\n  socket: {}\ndefaults:\n  resumeProbeSeconds: 0\nharnesses:\n  marker:\n    {}\n",
