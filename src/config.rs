@@ -216,18 +216,28 @@ impl Config {
 /// Keeps a config current with its file: a changed file is picked up, a bad edit keeps the last good config.
 ///
 /// The file is re-read every `interval` and compared by content, which also sees a ConfigMap volume's symlink
-/// swap (inotify on the file itself would not).
-pub struct Reloader {
-    config: watch::Receiver<Arc<Config>>,
+/// swap (inotify on the file itself would not). Used for the agent's [`Config`] and the bridge's config alike.
+pub struct Reloader<T = Config> {
+    config: watch::Receiver<Arc<T>>,
     last_error: watch::Receiver<Option<String>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Reloader {
-    /// Loads `path` (refusing a bad file at start) and watches it for changes.
+/// Parses a config file's text; the path only names the source in errors.
+pub type Parse<T> = fn(&str, &Path) -> Result<T, ConfigError>;
+
+impl Reloader<Config> {
+    /// Loads the agent config at `path` (refusing a bad file at start) and watches it for changes.
     pub fn start(path: PathBuf, interval: Duration) -> Result<Self, ConfigError> {
+        Self::start_with(path, interval, Config::parse)
+    }
+}
+
+impl<T: Send + Sync + 'static> Reloader<T> {
+    /// Loads `path` with `parse` (refusing a bad file at start) and watches it for changes.
+    pub fn start_with(path: PathBuf, interval: Duration, parse: Parse<T>) -> Result<Self, ConfigError> {
         let mut seen = std::fs::read(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
-        let initial = Config::parse(&String::from_utf8_lossy(&seen), &path)?;
+        let initial = parse(&String::from_utf8_lossy(&seen), &path)?;
         let (config_tx, config) = watch::channel(Arc::new(initial));
         let (error_tx, last_error) = watch::channel(None);
         let task = tokio::spawn(async move {
@@ -240,7 +250,7 @@ impl Reloader {
                     continue;
                 }
                 seen = bytes;
-                match Config::parse(&String::from_utf8_lossy(&seen), &path) {
+                match parse(&String::from_utf8_lossy(&seen), &path) {
                     Ok(c) => {
                         tracing::info!(event = "config.reloaded", path = %path.display(), "config reloaded");
                         config_tx.send_replace(Arc::new(c));
@@ -257,7 +267,7 @@ impl Reloader {
     }
 
     /// The current config; `changed()` on it wakes on each good reload.
-    pub fn config(&self) -> watch::Receiver<Arc<Config>> {
+    pub fn config(&self) -> watch::Receiver<Arc<T>> {
         self.config.clone()
     }
 
@@ -267,7 +277,7 @@ impl Reloader {
     }
 }
 
-impl Drop for Reloader {
+impl<T> Drop for Reloader<T> {
     fn drop(&mut self) {
         self.task.abort();
     }

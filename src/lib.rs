@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod bridge;
 pub mod config;
 pub mod core;
 pub mod harness;

@@ -35,6 +35,18 @@ enum Command {
         #[arg(long, default_value = "0.0.0.0:9090")]
         admin_addr: SocketAddr,
     },
+    /// Run the webhook bridge: GitHub and generic webhooks become WorkEvents.
+    Bridge {
+        /// The bridge config file (YAML); reloaded on change.
+        #[arg(long)]
+        config: PathBuf,
+        /// Where webhooks are received.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        listen: SocketAddr,
+        /// Where to serve /metrics, /livez and /readyz (port 0 picks a free port, logged).
+        #[arg(long, default_value = "0.0.0.0:9091")]
+        admin_addr: SocketAddr,
+    },
 }
 
 #[tokio::main]
@@ -64,6 +76,23 @@ async fn main() -> ExitCode {
             };
             let options = worksession::agent::Options { node, config, admin_addr: Some(admin_addr) };
             match worksession::agent::run(client, options).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Bridge { config, listen, admin_addr } => {
+            use worksession::bridge::{self, BridgeConfig};
+            worksession::telemetry::init_tracing(cli.log_json);
+            let reloader = match Reloader::start_with(config, Duration::from_secs(2), BridgeConfig::parse) {
+                Ok(r) => r,
+                Err(e) => return fail(&e),
+            };
+            let client = match kube::Client::try_default().await {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let options = bridge::Options { config: reloader.config(), listen, admin_addr: Some(admin_addr) };
+            match bridge::run(client, options).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }

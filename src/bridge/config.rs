@@ -1,0 +1,278 @@
+//! The bridge's config file (YAML): body limit, GitHub secret and filters, generic token, routing rules, prompt
+//! template. Secrets are read when the config is loaded; a secret that cannot be read refuses the config.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
+/// The default `maxBodyBytes`: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// The default prompt: who, where, what, link, body.
+pub const DEFAULT_PROMPT_TEMPLATE: &str =
+    "{sender} {event} ({action}) on {repository}#{number}: {title}\n{url}\n\n{body}";
+
+/// The bridge's configuration, validated, secrets resolved.
+#[derive(Clone, Debug)]
+pub struct BridgeConfig {
+    /// Larger bodies are refused with 413.
+    pub max_body_bytes: usize,
+    /// GitHub webhooks; `None`: `/webhooks/github` answers 404.
+    pub github: Option<GithubConfig>,
+    /// The generic webhook; `None`: `/webhooks/generic` answers 404.
+    pub generic: Option<GenericConfig>,
+    /// Routing rules, first match wins.
+    pub routes: Vec<Route>,
+    /// How an event becomes a prompt.
+    pub prompt_template: String,
+}
+
+/// GitHub settings.
+#[derive(Clone)]
+pub struct GithubConfig {
+    /// The webhook secret (HMAC-SHA256 key).
+    pub secret: Vec<u8>,
+    /// Senders whose events are ignored (the agents' own bot: no feedback loops).
+    pub ignore_senders: Vec<String>,
+    /// Event type to accepted actions.
+    pub events: BTreeMap<String, Vec<String>>,
+}
+
+impl std::fmt::Debug for GithubConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GithubConfig").field("secret", &"<redacted>").field("ignore_senders", &self.ignore_senders).finish()
+    }
+}
+
+/// Generic webhook settings.
+#[derive(Clone)]
+pub struct GenericConfig {
+    /// The bearer token.
+    pub token: String,
+    /// Namespace of a request that names none.
+    pub namespace: String,
+}
+
+impl std::fmt::Debug for GenericConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenericConfig").field("token", &"<redacted>").field("namespace", &self.namespace).finish()
+    }
+}
+
+/// A routing rule: which repositories go where, and how their WorkSessions are made.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// `owner/name` glob (`*` and `?`).
+    pub repository: Regex,
+    /// The glob as written, for logs.
+    pub pattern: String,
+    /// Namespace of the WorkSession and its WorkEvents.
+    pub namespace: String,
+    /// The node that runs it.
+    pub node_name: String,
+    /// The harness profile.
+    pub harness: String,
+    /// Working directory template (`{owner}`, `{repo}`, `{number}`).
+    pub workdir: String,
+    /// Work item template; default `{repo}-{number}`.
+    pub work_item: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct File {
+    max_body_bytes: Option<usize>,
+    github: Option<GithubFile>,
+    generic: Option<GenericFile>,
+    #[serde(default)]
+    routes: Vec<RouteFile>,
+    prompt_template: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GithubFile {
+    secret_file: Option<PathBuf>,
+    secret_env: Option<String>,
+    #[serde(default)]
+    ignore_senders: Vec<String>,
+    events: Option<BTreeMap<String, Vec<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GenericFile {
+    token_file: Option<PathBuf>,
+    token_env: Option<String>,
+    namespace: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RouteFile {
+    repository: String,
+    namespace: String,
+    node_name: String,
+    harness: String,
+    workdir: String,
+    work_item: Option<String>,
+}
+
+/// The default accepted GitHub events and actions.
+pub fn default_github_events() -> BTreeMap<String, Vec<String>> {
+    [
+        ("issue_comment", "created"),
+        ("issues", "opened"),
+        ("pull_request_review_comment", "created"),
+        ("pull_request_review", "submitted"),
+    ]
+    .into_iter()
+    .map(|(e, a)| (e.to_string(), vec![a.to_string()]))
+    .collect()
+}
+
+/// A glob over `owner/name` as an anchored regex.
+fn glob(pattern: &str) -> Regex {
+    let mut re = String::from("^");
+    for c in pattern.chars() {
+        match c {
+            '*' => re.push_str(".*"),
+            '?' => re.push('.'),
+            c => re.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    re.push('$');
+    Regex::new(&re).expect("an escaped glob is a valid regex")
+}
+
+fn secret(path: &Path, key: &str, file: Option<&PathBuf>, env: Option<&String>) -> Result<Vec<u8>, ConfigError> {
+    let invalid = |problem: String| ConfigError::Invalid { path: path.into(), key: key.into(), problem };
+    let value = match (file, env) {
+        (Some(f), None) => std::fs::read(f).map_err(|e| invalid(format!("cannot read {}: {e}", f.display())))?,
+        (None, Some(e)) => std::env::var(e).map_err(|_| invalid(format!("environment variable {e} is not set")))?.into_bytes(),
+        _ => return Err(invalid("set exactly one of the file and the environment variable".into())),
+    };
+    let trimmed = value.trim_ascii().to_vec();
+    if trimmed.is_empty() {
+        return Err(invalid("the secret is empty".into()));
+    }
+    Ok(trimmed)
+}
+
+impl BridgeConfig {
+    /// Parses and validates bridge config YAML, reading the secrets it names.
+    pub fn parse(yaml: &str, path: &Path) -> Result<Self, ConfigError> {
+        let file: File = serde_yaml_ng::from_str(if yaml.trim().is_empty() { "{}" } else { yaml })
+            .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        let invalid = |key: String, problem: String| ConfigError::Invalid { path: path.into(), key, problem };
+        let github = match file.github {
+            Some(g) => Some(GithubConfig {
+                secret: secret(path, "github.secretFile", g.secret_file.as_ref(), g.secret_env.as_ref())?,
+                ignore_senders: g.ignore_senders,
+                events: g.events.unwrap_or_else(default_github_events),
+            }),
+            None => None,
+        };
+        let generic = match file.generic {
+            Some(g) => {
+                let token = secret(path, "generic.tokenFile", g.token_file.as_ref(), g.token_env.as_ref())?;
+                let token = String::from_utf8(token).map_err(|_| invalid("generic.tokenFile".into(), "the token is not UTF-8".into()))?;
+                Some(GenericConfig { token, namespace: g.namespace.unwrap_or_else(|| "default".into()) })
+            }
+            None => None,
+        };
+        let mut routes = Vec::new();
+        for (i, r) in file.routes.into_iter().enumerate() {
+            if !r.workdir.starts_with('/') {
+                return Err(invalid(format!("routes[{i}].workdir"), "must be an absolute path template".into()));
+            }
+            routes.push(Route {
+                repository: glob(&r.repository),
+                pattern: r.repository,
+                namespace: r.namespace,
+                node_name: r.node_name,
+                harness: r.harness,
+                workdir: r.workdir,
+                work_item: r.work_item.unwrap_or_else(|| "{repo}-{number}".into()),
+            });
+        }
+        Ok(Self {
+            max_body_bytes: file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            github,
+            generic,
+            routes,
+            prompt_template: file.prompt_template.unwrap_or_else(|| DEFAULT_PROMPT_TEMPLATE.into()),
+        })
+    }
+
+    /// The first rule routing `owner/name`.
+    pub fn route(&self, repository: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| r.repository.is_match(repository))
+    }
+}
+
+/// Fills `{key}` placeholders from `vars`; unknown placeholders stay as written.
+pub fn render(template: &str, vars: &[(&str, &str)]) -> String {
+    let mut out = template.to_string();
+    for (k, v) in vars {
+        out = out.replace(&format!("{{{k}}}"), v);
+    }
+    out
+}
+
+/// A work item slug from a rendered template: lowercase DNS label, at most 63 characters.
+pub fn slug(raw: &str) -> String {
+    let mut s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    s.truncate(63);
+    s.trim_matches('-').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_config_with_secrets_from_file_and_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret_file = dir.path().join("secret");
+        std::fs::write(&secret_file, "s3cret\n").unwrap();
+        let yaml = format!(
+            "maxBodyBytes: 2048\ngithub:\n  secretFile: {}\n  ignoreSenders: [bot]\ngeneric:\n  tokenEnv: PATH\nroutes:\n  - repository: 'octo-org/*'\n    namespace: agents\n    nodeName: node-a\n    harness: claude\n    workdir: /srv/{{owner}}/{{repo}}\n",
+            secret_file.display()
+        );
+        let c = BridgeConfig::parse(&yaml, Path::new("bridge.yaml")).unwrap();
+        assert_eq!(c.max_body_bytes, 2048);
+        let gh = c.github.as_ref().unwrap();
+        assert_eq!((gh.secret.as_slice(), gh.events["issue_comment"].as_slice()), (&b"s3cret"[..], &["created".to_string()][..]));
+        assert!(!format!("{gh:?}").contains("s3cret"), "secrets never print");
+        assert_eq!(c.generic.as_ref().unwrap().namespace, "default");
+        assert_eq!(c.route("octo-org/hello").unwrap().work_item, "{repo}-{number}");
+        assert!(c.route("other/hello").is_none());
+        assert!(c.route("octo-orgx/hello").is_none(), "anchored");
+        assert!(c.route("octo-org/a-much-longer-name").is_some(), "* spans characters");
+        assert!(c.route("octo.org/hello").is_none(), "the dot is literal");
+    }
+
+    #[test]
+    fn refused_naming_the_key() {
+        let e = |yaml: &str| BridgeConfig::parse(yaml, Path::new("bridge.yaml")).unwrap_err().to_string();
+        assert!(e("github:\n  secretFile: /nonexistent/secret\n").contains("github.secretFile"));
+        assert!(e("github:\n  secretEnv: WORKSESSION_NO_SUCH_VARIABLE\n").contains("WORKSESSION_NO_SUCH_VARIABLE"));
+        assert!(e("github: {}\n").contains("exactly one"));
+        assert!(e("routes:\n  - repository: x\n").contains("routes"));
+        assert!(e("maxBodyBytes: lots\n").contains("maxBodyBytes"));
+        assert!(e("nope: 1\n").contains("nope"));
+    }
+
+    #[test]
+    fn templates_and_slugs() {
+        assert_eq!(render("{repo}-{number}", &[("repo", "Hello.World"), ("number", "42")]), "Hello.World-42");
+        assert_eq!(slug("Hello.World-42"), "hello-world-42");
+        assert_eq!(slug("--x--"), "x");
+        assert_eq!(slug(&"a".repeat(80)).len(), 63);
+    }
+}

@@ -1,0 +1,382 @@
+//! The webhook bridge: GitHub and generic webhooks become WorkEvents (and WorkSessions when missing) on the API
+//! server, and only then are they acknowledged. Handlers parse and answer; [`Bridge`] does the work; [`ApiError`]
+//! is the one error type, mapped to HTTP statuses.
+
+pub mod config;
+pub mod github;
+pub mod sink;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::api::{EventSource, NODE_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession, WorkSessionSpec};
+use crate::telemetry::Admin;
+pub use config::BridgeConfig;
+use config::{render, slug};
+pub use sink::{KubeSink, Sink, SinkError};
+
+/// Seconds a sender is asked to wait before retrying after a 503.
+pub const RETRY_AFTER_SECONDS: u64 = 5;
+
+/// Everything a handler can answer besides success.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Missing or wrong signature or token.
+    #[error("unauthorized: {0}")]
+    Unauthorized(&'static str),
+    /// The body is over `maxBodyBytes`.
+    #[error("body over {0} bytes")]
+    TooLarge(usize),
+    /// Malformed request.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The endpoint is not configured, or the work item has no WorkSession and nothing creates it.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The API server refused the object.
+    #[error("{0}")]
+    Rejected(String),
+    /// The API server is unavailable: the sender should retry.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<SinkError> for ApiError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            SinkError::Unavailable(m) => ApiError::Unavailable(m),
+            SinkError::Rejected(m) => ApiError::Rejected(m),
+        }
+    }
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Rejected(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = (status, axum::Json(json!({"status": "error", "reason": self.to_string()}))).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        response
+    }
+}
+
+/// A successful answer: what happened to the delivery.
+fn answer(status: StatusCode, outcome: &str, detail: Value) -> Response {
+    let mut body = json!({"status": outcome});
+    if let (Some(b), Some(d)) = (body.as_object_mut(), detail.as_object()) {
+        b.extend(d.clone());
+    }
+    (status, axum::Json(body)).into_response()
+}
+
+fn ignored(reason: String) -> Response {
+    answer(StatusCode::ACCEPTED, "ignored", json!({"reason": reason}))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: &'static str,
+    status: u16,
+}
+
+/// The bridge's metrics, under the prefix `worksession_bridge`.
+#[derive(Clone)]
+pub struct BridgeMetrics {
+    requests: Family<RequestLabels, Counter>,
+    events_created: Counter,
+    duplicates: Counter,
+    signature_failures: Counter,
+    api_latency: Histogram,
+}
+
+impl BridgeMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            requests: Family::default(),
+            events_created: Counter::default(),
+            duplicates: Counter::default(),
+            signature_failures: Counter::default(),
+            api_latency: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+        };
+        registry.register("requests", "Webhook requests, by endpoint and status", m.requests.clone());
+        registry.register("events_created", "WorkEvents created", m.events_created.clone());
+        registry.register("duplicates", "Redeliveries answered as duplicates", m.duplicates.clone());
+        registry.register("signature_failures", "Requests with a missing or wrong signature or token", m.signature_failures.clone());
+        registry.register("api_latency_seconds", "Time spent writing to the API server per request", m.api_latency.clone());
+        m
+    }
+}
+
+/// The bridge's state: config (hot-reloaded), sink, metrics.
+pub struct Bridge<S> {
+    config: watch::Receiver<Arc<BridgeConfig>>,
+    sink: S,
+    metrics: BridgeMetrics,
+}
+
+impl<S: Sink> Bridge<S> {
+    /// A bridge writing to `sink`.
+    pub fn new(config: watch::Receiver<Arc<BridgeConfig>>, sink: S, metrics: BridgeMetrics) -> Arc<Self> {
+        Arc::new(Self { config, sink, metrics })
+    }
+
+    /// The webhook routes.
+    pub fn router(self: Arc<Self>) -> Router {
+        Router::new()
+            .route("/webhooks/github", post(github_handler::<S>))
+            .route("/webhooks/generic", post(generic_handler::<S>))
+            .layer(axum::extract::DefaultBodyLimit::disable()) // the handlers enforce maxBodyBytes (reloadable)
+            .with_state(self)
+    }
+
+    fn count(&self, endpoint: &'static str, response: &Response) {
+        let status = response.status().as_u16();
+        self.metrics.requests.get_or_create(&RequestLabels { endpoint, status }).inc();
+    }
+
+    /// Writes the delivery: the session (created from `create` when missing), then the event.
+    async fn deliver(&self, namespace: &str, session: &str, create: Option<WorkSession>, event: WorkEvent) -> Result<Response, ApiError> {
+        let started = Instant::now();
+        let result = self.deliver_inner(namespace, session, create, event).await;
+        self.metrics.api_latency.observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn deliver_inner(&self, namespace: &str, session: &str, create: Option<WorkSession>, mut event: WorkEvent) -> Result<Response, ApiError> {
+        let Some(ws) = self.sink.session(namespace, session, create).await? else {
+            return Err(ApiError::NotFound(format!("no WorkSession {namespace}/{session}, and no rule creates it")));
+        };
+        let labels = event.metadata.labels.get_or_insert_with(Default::default);
+        labels.insert(SESSION_LABEL.into(), session.into());
+        labels.insert(NODE_LABEL.into(), slug(&ws.spec.node_name));
+        event.metadata.owner_references = sink::owner_of(&ws).map(|o| vec![o]);
+        let name = event.metadata.name.clone().unwrap_or_default();
+        if self.sink.create_event(namespace, &event).await? {
+            self.metrics.events_created.inc();
+            tracing::info!(event = "bridge.accepted", namespace, session, work_event = name, "delivery written");
+            Ok(answer(StatusCode::CREATED, "created", json!({"workEvent": name, "namespace": namespace})))
+        } else {
+            self.metrics.duplicates.inc();
+            tracing::info!(event = "bridge.duplicate", namespace, session, work_event = name, "redelivery ignored");
+            Ok(answer(StatusCode::OK, "duplicate", json!({"workEvent": name, "namespace": namespace})))
+        }
+    }
+}
+
+/// The WorkEvent name for a delivery id: the id itself when it is a DNS label, else a hash of it.
+pub fn event_name(prefix: &str, delivery_id: &str) -> String {
+    let id = delivery_id.to_ascii_lowercase();
+    let label = id.len() <= 200 && !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if label && !id.starts_with('-') && !id.ends_with('-') {
+        format!("{prefix}-{id}")
+    } else {
+        let digest = Sha256::digest(delivery_id.as_bytes());
+        format!("{prefix}-h{}", &hex::encode(digest)[..40])
+    }
+}
+
+async fn read_body(request: Request, limit: usize) -> Result<(HeaderMap, axum::body::Bytes), ApiError> {
+    let (parts, body) = request.into_parts();
+    if let Some(len) = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) {
+        if len > limit {
+            return Err(ApiError::TooLarge(limit));
+        }
+    }
+    let bytes = axum::body::to_bytes(Body::new(body), limit).await.map_err(|_| ApiError::TooLarge(limit))?;
+    Ok((parts.headers, bytes))
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn github_handler<S: Sink>(State(bridge): State<Arc<Bridge<S>>>, request: Request) -> Response {
+    let response = github(&bridge, request).await.unwrap_or_else(IntoResponse::into_response);
+    bridge.count("github", &response);
+    response
+}
+
+async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Response, ApiError> {
+    let config = bridge.config.borrow().clone();
+    let Some(gh) = &config.github else { return Err(ApiError::NotFound("GitHub webhooks are not configured".into())) };
+    let (headers, body) = read_body(request, config.max_body_bytes).await?;
+    if !github::signature_valid(&gh.secret, &body, header(&headers, "x-hub-signature-256")) {
+        bridge.metrics.signature_failures.inc();
+        return Err(ApiError::Unauthorized("missing or wrong X-Hub-Signature-256"));
+    }
+    let delivery = header(&headers, "x-github-delivery").filter(|d| !d.is_empty());
+    let delivery = delivery.ok_or_else(|| ApiError::BadRequest("missing X-GitHub-Delivery".into()))?.to_string();
+    let kind = header(&headers, "x-github-event").unwrap_or_default().to_string();
+    let payload: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    if kind == "ping" {
+        return Ok(answer(StatusCode::OK, "pong", json!({})));
+    }
+    let action = payload.get("action").and_then(Value::as_str).unwrap_or_default().to_string();
+    if !gh.events.get(&kind).is_some_and(|actions| actions.iter().any(|a| a == &action)) {
+        return Ok(ignored(format!("event {kind:?} with action {action:?} is not accepted")));
+    }
+    let subject = match github::subject(&payload) {
+        Ok(s) => s,
+        Err(why) => return Ok(ignored(why.into())),
+    };
+    if gh.ignore_senders.iter().any(|s| s == &subject.sender) {
+        return Ok(ignored(format!("sender {} is on the ignore list", subject.sender)));
+    }
+    let Some(route) = config.route(&subject.repository) else {
+        return Ok(ignored(format!("no rule routes {}", subject.repository)));
+    };
+    let number = subject.number.to_string();
+    let vars = [
+        ("owner", subject.owner.as_str()),
+        ("repo", subject.repo.as_str()),
+        ("repository", subject.repository.as_str()),
+        ("number", number.as_str()),
+        ("sender", subject.sender.as_str()),
+        ("event", kind.as_str()),
+        ("action", action.as_str()),
+        ("title", subject.title.as_str()),
+        ("url", subject.url.as_str()),
+        ("body", subject.body.as_str()),
+    ];
+    let work_item = slug(&render(&route.work_item, &vars));
+    if work_item.is_empty() {
+        return Ok(ignored(format!("rule {} renders an empty work item", route.pattern)));
+    }
+    let create = WorkSession::new(
+        &work_item,
+        WorkSessionSpec {
+            work_item: work_item.clone(),
+            node_name: route.node_name.clone(),
+            harness: route.harness.clone(),
+            workdir: render(&route.workdir, &vars),
+            ..Default::default()
+        },
+    );
+    let event = work_event(
+        event_name("gh", &delivery),
+        &work_item,
+        render(&config.prompt_template, &vars),
+        EventSource {
+            type_: SourceType::Github,
+            delivery_id: Some(delivery),
+            event: Some(kind),
+            action: Some(action),
+            url: (!subject.url.is_empty()).then_some(subject.url.clone()),
+        },
+    );
+    bridge.deliver(&route.namespace, &work_item, Some(create), event).await
+}
+
+fn work_event(name: String, session: &str, prompt: String, source: EventSource) -> WorkEvent {
+    let mut event = WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source) });
+    event.metadata.name = Some(name);
+    event
+}
+
+async fn generic_handler<S: Sink>(State(bridge): State<Arc<Bridge<S>>>, request: Request) -> Response {
+    let response = generic(&bridge, request).await.unwrap_or_else(IntoResponse::into_response);
+    bridge.count("generic", &response);
+    response
+}
+
+async fn generic<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Response, ApiError> {
+    let config = bridge.config.borrow().clone();
+    let Some(gen_cfg) = &config.generic else { return Err(ApiError::NotFound("the generic webhook is not configured".into())) };
+    let (headers, body) = read_body(request, config.max_body_bytes).await?;
+    let token = header(&headers, "authorization").and_then(|a| a.strip_prefix("Bearer "));
+    let token_ok = token.is_some_and(|t| github::same_secret(t.as_bytes(), gen_cfg.token.as_bytes()));
+    if !token_ok {
+        bridge.metrics.signature_failures.inc();
+        return Err(ApiError::Unauthorized("missing or wrong bearer token"));
+    }
+    let payload: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    let field = |k: &str| payload.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let missing = |k: &str| ApiError::BadRequest(format!("missing field {k}"));
+    let work_item = field("workItem").ok_or_else(|| missing("workItem"))?;
+    let prompt = field("prompt").ok_or_else(|| missing("prompt"))?;
+    let delivery = field("deliveryId").ok_or_else(|| missing("deliveryId"))?;
+    let namespace = field("namespace").unwrap_or(&gen_cfg.namespace);
+    if slug(work_item) != work_item {
+        return Err(ApiError::BadRequest(format!("workItem {work_item:?} is not a DNS label")));
+    }
+    let source = EventSource { type_: SourceType::Generic, delivery_id: Some(delivery.into()), ..Default::default() };
+    let event = work_event(event_name("gen", delivery), work_item, prompt.into(), source);
+    bridge.deliver(namespace, work_item, None, event).await
+}
+
+/// How to run the bridge.
+pub struct Options {
+    /// The config, kept current by a reloader.
+    pub config: watch::Receiver<Arc<BridgeConfig>>,
+    /// Where webhooks are received.
+    pub listen: SocketAddr,
+    /// Where `/metrics`, `/livez`, `/readyz` are served.
+    pub admin_addr: Option<SocketAddr>,
+}
+
+/// Runs the bridge until the process is asked to stop.
+pub async fn run(client: kube::Client, options: Options) -> std::io::Result<()> {
+    let mut registry = Registry::with_prefix("worksession_bridge");
+    let metrics = BridgeMetrics::register(&mut registry);
+    let ready = Arc::new(AtomicBool::new(false));
+    if let Some(addr) = options.admin_addr {
+        Admin::new(registry, ready.clone()).serve(addr).await?;
+    }
+    let sink = KubeSink::new(client);
+    tokio::spawn({
+        let sink = sink.clone();
+        async move {
+            loop {
+                ready.store(sink.ready().await, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    tracing::info!(event = "bridge.listening", addr = %listener.local_addr()?, "webhooks: POST /webhooks/github, /webhooks/generic");
+    let app = Bridge::new(options.config, sink, metrics).router();
+    axum::serve(listener, app).with_graceful_shutdown(shutdown()).await
+}
+
+async fn shutdown() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! Router tests without a network: every status code, through `tower::ServiceExt::oneshot`, against a recording
+//! sink (the end-to-end tests use the real API server). Plus a bounded fuzz of the GitHub handler.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+use super::*;
+
+/// Records what would be written; can be told the API server is down.
+#[derive(Default)]
+struct Recorder {
+    sessions: Mutex<BTreeMap<String, WorkSession>>,
+    events: Mutex<Vec<WorkEvent>>,
+    down: AtomicBool,
+}
+
+impl Sink for Arc<Recorder> {
+    async fn session(&self, namespace: &str, name: &str, create: Option<WorkSession>) -> Result<Option<WorkSession>, SinkError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(SinkError::Unavailable("connection refused".into()));
+        }
+        let mut sessions = self.sessions.lock().unwrap();
+        let key = format!("{namespace}/{name}");
+        if let Some(ws) = sessions.get(&key) {
+            return Ok(Some(ws.clone()));
+        }
+        Ok(create.inspect(|ws| {
+            sessions.insert(key, ws.clone());
+        }))
+    }
+
+    async fn create_event(&self, _namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(SinkError::Unavailable("connection refused".into()));
+        }
+        let mut events = self.events.lock().unwrap();
+        if events.iter().any(|e| e.metadata.name == event.metadata.name) {
+            return Ok(false);
+        }
+        events.push(event.clone());
+        Ok(true)
+    }
+
+    async fn ready(&self) -> bool {
+        !self.down.load(Ordering::Relaxed)
+    }
+}
+
+const SECRET: &[u8] = b"webhook-secret";
+const TOKEN: &str = "generic-token";
+
+fn config() -> BridgeConfig {
+    BridgeConfig {
+        max_body_bytes: 64 * 1024,
+        github: Some(config::GithubConfig {
+            secret: SECRET.to_vec(),
+            ignore_senders: vec!["agents-bot".into()],
+            events: config::default_github_events(),
+        }),
+        generic: Some(config::GenericConfig { token: TOKEN.into(), namespace: "default".into() }),
+        routes: vec![config::Route {
+            repository: regex::Regex::new("^octo-org/.*$").unwrap(),
+            pattern: "octo-org/*".into(),
+            namespace: "agents".into(),
+            node_name: "node-a".into(),
+            harness: "claude".into(),
+            workdir: "/srv/work/{owner}/{repo}".into(),
+            work_item: "{repo}-{number}".into(),
+        }],
+        prompt_template: config::DEFAULT_PROMPT_TEMPLATE.into(),
+    }
+}
+
+fn app() -> (Router, Arc<Recorder>) {
+    let recorder = Arc::new(Recorder::default());
+    let mut registry = Registry::default();
+    let bridge = Bridge::new(watch::channel(Arc::new(config())).1, recorder.clone(), BridgeMetrics::register(&mut registry));
+    (bridge.router(), recorder)
+}
+
+/// GitHub's documented `issue_comment` shape, trimmed to what matters plus some noise.
+fn issue_comment(repo: &str, sender: &str) -> Value {
+    json!({
+        "action": "created",
+        "issue": {"number": 1347, "title": "Found a bug", "html_url": format!("https://github.com/{repo}/issues/1347"),
+                  "user": {"login": "octocat"}, "state": "open", "labels": []},
+        "comment": {"id": 1, "body": "Me too", "html_url": format!("https://github.com/{repo}/issues/1347#issuecomment-1"),
+                    "user": {"login": sender}},
+        "repository": {"id": 1296269, "name": repo.split('/').nth(1).unwrap(), "full_name": repo,
+                       "owner": {"login": repo.split('/').next().unwrap()}},
+        "sender": {"login": sender, "type": "User"}
+    })
+}
+
+fn github_request(event: &str, delivery: Option<&str>, body: &[u8], signature: Option<String>) -> Request<Body> {
+    let mut r = Request::post("/webhooks/github").header("x-github-event", event);
+    if let Some(d) = delivery {
+        r = r.header("x-github-delivery", d);
+    }
+    if let Some(s) = signature {
+        r = r.header("x-hub-signature-256", s);
+    }
+    r.body(Body::from(body.to_vec())).unwrap()
+}
+
+fn signed(event: &str, delivery: &str, payload: &Value) -> Request<Body> {
+    let body = serde_json::to_vec(payload).unwrap();
+    github_request(event, Some(delivery), &body, Some(github::sign(SECRET, &body)))
+}
+
+async fn send(app: &Router, request: Request<Body>) -> (StatusCode, Value, Option<String>) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let retry = response.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap().to_string());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null), retry)
+}
+
+#[tokio::test]
+async fn github_accepts_a_signed_comment_once() {
+    let (app, rec) = app();
+    let payload = issue_comment("octo-org/hello", "mona");
+    let (status, body, _) = send(&app, signed("issue_comment", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload)).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::CREATED, Some("created")));
+    assert_eq!(body["workEvent"], "gh-72d3162e-cc78-11e3-81ab-4c9367dc0958");
+    {
+        let sessions = rec.sessions.lock().unwrap();
+        let ws = &sessions["agents/hello-1347"];
+        assert_eq!((ws.spec.node_name.as_str(), ws.spec.workdir.as_str()), ("node-a", "/srv/work/octo-org/hello"));
+        let events = rec.events.lock().unwrap();
+        let ev = &events[0];
+        assert_eq!(ev.spec.session, "hello-1347");
+        assert!(ev.spec.prompt.contains("mona") && ev.spec.prompt.contains("Me too") && ev.spec.prompt.contains("issuecomment-1"));
+        assert_eq!(ev.metadata.labels.as_ref().unwrap()[SESSION_LABEL], "hello-1347");
+        assert_eq!(ev.spec.source.as_ref().unwrap().delivery_id.as_deref(), Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
+    }
+    let (status, body, _) = send(&app, signed("issue_comment", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload)).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("duplicate")));
+    assert_eq!(rec.events.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn github_status_codes() {
+    let (app, rec) = app();
+    let payload = issue_comment("octo-org/hello", "mona");
+    let body = serde_json::to_vec(&payload).unwrap();
+    let cases: Vec<(&str, Request<Body>, StatusCode)> = vec![
+        ("no signature", github_request("issue_comment", Some("d1"), &body, None), StatusCode::UNAUTHORIZED),
+        ("wrong signature", github_request("issue_comment", Some("d1"), &body, Some(github::sign(b"nope", &body))), StatusCode::UNAUTHORIZED),
+        ("over the limit", signed("issue_comment", "d1", &json!({"x": "y".repeat(70 * 1024)})), StatusCode::PAYLOAD_TOO_LARGE),
+        ("no delivery id", github_request("issue_comment", None, &body, Some(github::sign(SECRET, &body))), StatusCode::BAD_REQUEST),
+        ("malformed JSON", github_request("issue_comment", Some("d1"), b"{nope", Some(github::sign(SECRET, b"{nope"))), StatusCode::BAD_REQUEST),
+        ("ping", signed("ping", "d1", &json!({"zen": "Keep it logically awesome."})), StatusCode::OK),
+        ("event not accepted", signed("push", "d1", &payload), StatusCode::ACCEPTED),
+        ("action not accepted", signed("issue_comment", "d1", &json!({"action": "deleted"})), StatusCode::ACCEPTED),
+        ("ignored sender", signed("issue_comment", "d1", &issue_comment("octo-org/hello", "agents-bot")), StatusCode::ACCEPTED),
+        ("unrouted repository", signed("issue_comment", "d1", &issue_comment("someone/else", "mona")), StatusCode::ACCEPTED),
+    ];
+    for (what, request, want) in cases {
+        let (status, body, _) = send(&app, request).await;
+        assert_eq!(status, want, "{what}: {body}");
+        if want == StatusCode::ACCEPTED {
+            assert_eq!(body["status"], "ignored", "{what}");
+            assert!(body["reason"].as_str().is_some_and(|r| !r.is_empty()), "{what}: says why");
+        }
+    }
+    assert!(rec.events.lock().unwrap().is_empty() && rec.sessions.lock().unwrap().is_empty(), "nothing written");
+
+    rec.down.store(true, Ordering::Relaxed);
+    let (status, _, retry) = send(&app, signed("issue_comment", "d2", &payload)).await;
+    assert_eq!((status, retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("5")));
+    assert!(rec.events.lock().unwrap().is_empty());
+}
+
+fn generic_request(token: Option<&str>, body: Value) -> Request<Body> {
+    let mut r = Request::post("/webhooks/generic");
+    if let Some(t) = token {
+        r = r.header("authorization", format!("Bearer {t}"));
+    }
+    r.body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap()
+}
+
+#[tokio::test]
+async fn generic_status_codes() {
+    let (app, rec) = app();
+    rec.sessions.lock().unwrap().insert("default/repo-7".into(), WorkSession::new("repo-7", WorkSessionSpec { node_name: "node-a".into(), ..Default::default() }));
+    let ok = json!({"workItem": "repo-7", "prompt": "hello", "deliveryId": "abc-1"});
+    assert_eq!(send(&app, generic_request(None, ok.clone())).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(&app, generic_request(Some("wrong"), ok.clone())).await.0, StatusCode::UNAUTHORIZED);
+    for missing in ["workItem", "prompt", "deliveryId"] {
+        let mut body = ok.clone();
+        body.as_object_mut().unwrap().remove(missing);
+        let (status, reply, _) = send(&app, generic_request(Some(TOKEN), body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{missing}");
+        assert!(reply["reason"].as_str().unwrap().contains(missing));
+    }
+    let unknown = json!({"workItem": "nobody-1", "prompt": "hello", "deliveryId": "abc-2"});
+    assert_eq!(send(&app, generic_request(Some(TOKEN), unknown)).await.0, StatusCode::NOT_FOUND);
+    assert!(rec.events.lock().unwrap().is_empty());
+
+    assert_eq!(send(&app, generic_request(Some(TOKEN), ok.clone())).await.0, StatusCode::CREATED);
+    let (status, reply, _) = send(&app, generic_request(Some(TOKEN), ok)).await;
+    assert_eq!((status, reply["status"].as_str()), (StatusCode::OK, Some("duplicate")));
+    assert_eq!(rec.events.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn event_names_are_dns_safe_and_stable() {
+    assert_eq!(event_name("gh", "72D3162E-cc78"), "gh-72d3162e-cc78");
+    let hashed = event_name("gen", "Weird id/with spaces");
+    assert!(hashed.starts_with("gen-h") && hashed.len() == 45, "{hashed}");
+    assert_eq!(hashed, event_name("gen", "Weird id/with spaces"));
+    assert_ne!(event_name("gen", "-x"), "gen--x");
+}
+
+/// A bounded fuzz of the GitHub handler: random bodies, headers, signatures, unicode and numbers. No panic, no 5xx
+/// (the sink is up), and nothing written unless the request was a valid, signed, routable delivery.
+#[tokio::test]
+async fn fuzz_github_handler() {
+    let (app, rec) = app();
+    let mut seed: u64 = 0x5eed_1234_abcd_ef01;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pieces: [Value; 12] = [
+        json!(null), json!(-1), json!(1e308), json!(u64::MAX), json!("💥\u{0}\u{202e}"), json!([]), json!({}),
+        json!("octo-org/hello"), json!({"number": 18446744073709551615u64}), json!({"full_name": "octo-org/x"}),
+        json!("created"), json!({"login": "mona"}),
+    ];
+    let keys = ["action", "issue", "pull_request", "comment", "review", "repository", "sender", "number", "full_name"];
+    let mut written_ok = 0;
+    for i in 0..2000 {
+        let mut payload = issue_comment("octo-org/hello", "mona");
+        for _ in 0..(next() % 4) {
+            let key = keys[(next() % keys.len() as u64) as usize];
+            let value = pieces[(next() % pieces.len() as u64) as usize].clone();
+            payload[key] = value;
+        }
+        let body = match next() % 5 {
+            0 => {
+                let mut b = serde_json::to_vec(&payload).unwrap();
+                let at = (next() as usize) % b.len();
+                b[at] = next() as u8;
+                b
+            }
+            _ => serde_json::to_vec(&payload).unwrap(),
+        };
+        let signature = match next() % 4 {
+            0 => None,
+            1 => Some(format!("sha256={}", "0".repeat(64))),
+            2 => Some("sha256=\u{fe0f}".to_string()),
+            _ => Some(github::sign(SECRET, &body)),
+        };
+        let event = ["issue_comment", "issues", "ping", "", "pull_request_review"][(next() % 5) as usize];
+        let delivery = format!("fuzz-{i}");
+        let before = rec.events.lock().unwrap().len();
+        let (status, _, _) = send(&app, github_request(event, Some(&delivery), &body, signature)).await;
+        assert!(!status.is_server_error(), "request {i}: {status}");
+        let after = rec.events.lock().unwrap().len();
+        assert_eq!(after - before, usize::from(status == StatusCode::CREATED), "request {i}: written only when created");
+        written_ok += usize::from(status == StatusCode::CREATED);
+    }
+    assert!(written_ok > 0, "the fuzz also reached the success path");
+}
