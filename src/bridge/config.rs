@@ -44,7 +44,10 @@ pub struct GithubConfig {
 
 impl std::fmt::Debug for GithubConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GithubConfig").field("secret", &"<redacted>").field("ignore_senders", &self.ignore_senders).finish()
+        f.debug_struct("GithubConfig")
+            .field("secret", &"<redacted>")
+            .field("ignore_senders", &self.ignore_senders)
+            .finish()
     }
 }
 
@@ -153,7 +156,9 @@ fn secret(path: &Path, key: &str, file: Option<&PathBuf>, env: Option<&String>) 
     let invalid = |problem: String| ConfigError::Invalid { path: path.into(), key: key.into(), problem };
     let value = match (file, env) {
         (Some(f), None) => std::fs::read(f).map_err(|e| invalid(format!("cannot read {}: {e}", f.display())))?,
-        (None, Some(e)) => std::env::var(e).map_err(|_| invalid(format!("environment variable {e} is not set")))?.into_bytes(),
+        (None, Some(e)) => {
+            std::env::var(e).map_err(|_| invalid(format!("environment variable {e} is not set")))?.into_bytes()
+        }
         _ => return Err(invalid("set exactly one of the file and the environment variable".into())),
     };
     let trimmed = value.trim_ascii().to_vec();
@@ -180,7 +185,8 @@ impl BridgeConfig {
         let generic = match file.generic {
             Some(g) => {
                 let token = secret(path, "generic.tokenFile", g.token_file.as_ref(), g.token_env.as_ref())?;
-                let token = String::from_utf8(token).map_err(|_| invalid("generic.tokenFile".into(), "the token is not UTF-8".into()))?;
+                let token = String::from_utf8(token)
+                    .map_err(|_| invalid("generic.tokenFile".into(), "the token is not UTF-8".into()))?;
                 Some(GenericConfig { token, namespace: g.namespace.unwrap_or_else(|| "default".into()) })
             }
             None => None,
@@ -226,7 +232,8 @@ pub fn render(template: &str, vars: &[(&str, &str)]) -> String {
 
 /// A work item slug from a rendered template: lowercase DNS label, at most 63 characters.
 pub fn slug(raw: &str) -> String {
-    let mut s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let mut s: String =
+        raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     s.truncate(63);
     s.trim_matches('-').to_string()
 }
@@ -247,7 +254,10 @@ mod tests {
         let c = BridgeConfig::parse(&yaml, Path::new("bridge.yaml")).unwrap();
         assert_eq!(c.max_body_bytes, 2048);
         let gh = c.github.as_ref().unwrap();
-        assert_eq!((gh.secret.as_slice(), gh.events["issue_comment"].as_slice()), (&b"s3cret"[..], &["created".to_string()][..]));
+        assert_eq!(
+            (gh.secret.as_slice(), gh.events["issue_comment"].as_slice()),
+            (&b"s3cret"[..], &["created".to_string()][..])
+        );
         assert!(!format!("{gh:?}").contains("s3cret"), "secrets never print");
         assert_eq!(c.generic.as_ref().unwrap().namespace, "default");
         assert_eq!(c.route("octo-org/hello").unwrap().work_item, "{repo}-{number}");

@@ -111,11 +111,23 @@ mod tests {
             "comment": {"body": "please look", "html_url": "https://x/7#c1"}
         })))
         .unwrap();
-        assert_eq!((comment.number, comment.body.as_str(), comment.url.as_str(), comment.repo.as_str()), (7, "please look", "https://x/7#c1", "hello"));
-        let review = subject(&with(serde_json::json!({"pull_request": {"number": 9, "title": "PR"}, "review": {"body": "lgtm"}}))).unwrap();
+        assert_eq!(
+            (comment.number, comment.body.as_str(), comment.url.as_str(), comment.repo.as_str()),
+            (7, "please look", "https://x/7#c1", "hello")
+        );
+        let review = subject(&with(
+            serde_json::json!({"pull_request": {"number": 9, "title": "PR"}, "review": {"body": "lgtm"}}),
+        ))
+        .unwrap();
         assert_eq!((review.number, review.body.as_str()), (9, "lgtm"));
-        assert_eq!(subject(&with(serde_json::json!({"issue": {"number": -1}}))), Err("no issue or pull request number"));
-        assert_eq!(subject(&with(serde_json::json!({"issue": {"number": 1e30}}))), Err("no issue or pull request number"));
+        assert_eq!(
+            subject(&with(serde_json::json!({"issue": {"number": -1}}))),
+            Err("no issue or pull request number")
+        );
+        assert_eq!(
+            subject(&with(serde_json::json!({"issue": {"number": 1e30}}))),
+            Err("no issue or pull request number")
+        );
         assert_eq!(subject(&serde_json::json!({})), Err("no repository.full_name"));
     }
 }

@@ -26,7 +26,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use crate::api::{EventSource, NODE_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession, WorkSessionSpec};
+use crate::api::{
+    EventSource, NODE_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession, WorkSessionSpec,
+};
 use crate::telemetry::Admin;
 pub use config::BridgeConfig;
 use config::{render, slug};
@@ -133,8 +135,16 @@ impl BridgeMetrics {
         registry.register("requests", "Webhook requests, by endpoint and status", m.requests.clone());
         registry.register("events_created", "WorkEvents created", m.events_created.clone());
         registry.register("duplicates", "Redeliveries answered as duplicates", m.duplicates.clone());
-        registry.register("signature_failures", "Requests with a missing or wrong signature or token", m.signature_failures.clone());
-        registry.register("api_latency_seconds", "Time spent writing to the API server per request", m.api_latency.clone());
+        registry.register(
+            "signature_failures",
+            "Requests with a missing or wrong signature or token",
+            m.signature_failures.clone(),
+        );
+        registry.register(
+            "api_latency_seconds",
+            "Time spent writing to the API server per request",
+            m.api_latency.clone(),
+        );
         m
     }
 }
@@ -167,14 +177,26 @@ impl<S: Sink> Bridge<S> {
     }
 
     /// Writes the delivery: the session (created from `create` when missing), then the event.
-    async fn deliver(&self, namespace: &str, session: &str, create: Option<WorkSession>, event: WorkEvent) -> Result<Response, ApiError> {
+    async fn deliver(
+        &self,
+        namespace: &str,
+        session: &str,
+        create: Option<WorkSession>,
+        event: WorkEvent,
+    ) -> Result<Response, ApiError> {
         let started = Instant::now();
         let result = self.deliver_inner(namespace, session, create, event).await;
         self.metrics.api_latency.observe(started.elapsed().as_secs_f64());
         result
     }
 
-    async fn deliver_inner(&self, namespace: &str, session: &str, create: Option<WorkSession>, mut event: WorkEvent) -> Result<Response, ApiError> {
+    async fn deliver_inner(
+        &self,
+        namespace: &str,
+        session: &str,
+        create: Option<WorkSession>,
+        mut event: WorkEvent,
+    ) -> Result<Response, ApiError> {
         let Some(ws) = self.sink.session(namespace, session, create).await? else {
             return Err(ApiError::NotFound(format!("no WorkSession {namespace}/{session}, and no rule creates it")));
         };
@@ -239,7 +261,8 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
     let delivery = header(&headers, "x-github-delivery").filter(|d| !d.is_empty());
     let delivery = delivery.ok_or_else(|| ApiError::BadRequest("missing X-GitHub-Delivery".into()))?.to_string();
     let kind = header(&headers, "x-github-event").unwrap_or_default().to_string();
-    let payload: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    let payload: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
     if kind == "ping" {
         return Ok(answer(StatusCode::OK, "pong", json!({})));
     }
@@ -313,7 +336,9 @@ async fn generic_handler<S: Sink>(State(bridge): State<Arc<Bridge<S>>>, request:
 
 async fn generic<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Response, ApiError> {
     let config = bridge.config.borrow().clone();
-    let Some(gen_cfg) = &config.generic else { return Err(ApiError::NotFound("the generic webhook is not configured".into())) };
+    let Some(gen_cfg) = &config.generic else {
+        return Err(ApiError::NotFound("the generic webhook is not configured".into()));
+    };
     let (headers, body) = read_body(request, config.max_body_bytes).await?;
     let token = header(&headers, "authorization").and_then(|a| a.strip_prefix("Bearer "));
     let token_ok = token.is_some_and(|t| github::same_secret(t.as_bytes(), gen_cfg.token.as_bytes()));
@@ -321,7 +346,8 @@ async fn generic<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respon
         bridge.metrics.signature_failures.inc();
         return Err(ApiError::Unauthorized("missing or wrong bearer token"));
     }
-    let payload: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    let payload: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
     let field = |k: &str| payload.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
     let missing = |k: &str| ApiError::BadRequest(format!("missing field {k}"));
     let work_item = field("workItem").ok_or_else(|| missing("workItem"))?;
@@ -371,7 +397,8 @@ pub async fn run(client: kube::Client, options: Options) -> std::io::Result<()> 
 }
 
 async fn shutdown() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}

@@ -31,7 +31,12 @@ impl From<kube::Error> for SinkError {
 pub trait Sink: Send + Sync + 'static {
     /// The WorkSession `namespace/name`; when missing, `create` is created (if given). `None`: missing and not
     /// created.
-    fn session(&self, namespace: &str, name: &str, create: Option<WorkSession>) -> impl Future<Output = Result<Option<WorkSession>, SinkError>> + Send;
+    fn session(
+        &self,
+        namespace: &str,
+        name: &str,
+        create: Option<WorkSession>,
+    ) -> impl Future<Output = Result<Option<WorkSession>, SinkError>> + Send;
     /// Creates `event`; `Ok(false)` when it already exists (a redelivery).
     fn create_event(&self, namespace: &str, event: &WorkEvent) -> impl Future<Output = Result<bool, SinkError>> + Send;
     /// Whether the API server answers (for `/readyz`).
@@ -56,7 +61,12 @@ fn post() -> PostParams {
 }
 
 impl Sink for KubeSink {
-    async fn session(&self, namespace: &str, name: &str, create: Option<WorkSession>) -> Result<Option<WorkSession>, SinkError> {
+    async fn session(
+        &self,
+        namespace: &str,
+        name: &str,
+        create: Option<WorkSession>,
+    ) -> Result<Option<WorkSession>, SinkError> {
         let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
         if let Some(ws) = api.get_opt(name).await? {
             return Ok(Some(ws));

@@ -20,7 +20,12 @@ struct Recorder {
 }
 
 impl Sink for Arc<Recorder> {
-    async fn session(&self, namespace: &str, name: &str, create: Option<WorkSession>) -> Result<Option<WorkSession>, SinkError> {
+    async fn session(
+        &self,
+        namespace: &str,
+        name: &str,
+        create: Option<WorkSession>,
+    ) -> Result<Option<WorkSession>, SinkError> {
         if self.down.load(Ordering::Relaxed) {
             return Err(SinkError::Unavailable("connection refused".into()));
         }
@@ -79,7 +84,8 @@ fn config() -> BridgeConfig {
 fn app() -> (Router, Arc<Recorder>) {
     let recorder = Arc::new(Recorder::default());
     let mut registry = Registry::default();
-    let bridge = Bridge::new(watch::channel(Arc::new(config())).1, recorder.clone(), BridgeMetrics::register(&mut registry));
+    let bridge =
+        Bridge::new(watch::channel(Arc::new(config())).1, recorder.clone(), BridgeMetrics::register(&mut registry));
     (bridge.router(), recorder)
 }
 
@@ -135,9 +141,16 @@ async fn github_accepts_a_signed_comment_once() {
         let events = rec.events.lock().unwrap();
         let ev = &events[0];
         assert_eq!(ev.spec.session, "hello-1347");
-        assert!(ev.spec.prompt.contains("mona") && ev.spec.prompt.contains("Me too") && ev.spec.prompt.contains("issuecomment-1"));
+        assert!(
+            ev.spec.prompt.contains("mona")
+                && ev.spec.prompt.contains("Me too")
+                && ev.spec.prompt.contains("issuecomment-1")
+        );
         assert_eq!(ev.metadata.labels.as_ref().unwrap()[SESSION_LABEL], "hello-1347");
-        assert_eq!(ev.spec.source.as_ref().unwrap().delivery_id.as_deref(), Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
+        assert_eq!(
+            ev.spec.source.as_ref().unwrap().delivery_id.as_deref(),
+            Some("72d3162e-cc78-11e3-81ab-4c9367dc0958")
+        );
     }
     let (status, body, _) = send(&app, signed("issue_comment", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload)).await;
     assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("duplicate")));
@@ -151,15 +164,39 @@ async fn github_status_codes() {
     let body = serde_json::to_vec(&payload).unwrap();
     let cases: Vec<(&str, Request<Body>, StatusCode)> = vec![
         ("no signature", github_request("issue_comment", Some("d1"), &body, None), StatusCode::UNAUTHORIZED),
-        ("wrong signature", github_request("issue_comment", Some("d1"), &body, Some(github::sign(b"nope", &body))), StatusCode::UNAUTHORIZED),
-        ("over the limit", signed("issue_comment", "d1", &json!({"x": "y".repeat(70 * 1024)})), StatusCode::PAYLOAD_TOO_LARGE),
-        ("no delivery id", github_request("issue_comment", None, &body, Some(github::sign(SECRET, &body))), StatusCode::BAD_REQUEST),
-        ("malformed JSON", github_request("issue_comment", Some("d1"), b"{nope", Some(github::sign(SECRET, b"{nope"))), StatusCode::BAD_REQUEST),
+        (
+            "wrong signature",
+            github_request("issue_comment", Some("d1"), &body, Some(github::sign(b"nope", &body))),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "over the limit",
+            signed("issue_comment", "d1", &json!({"x": "y".repeat(70 * 1024)})),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            "no delivery id",
+            github_request("issue_comment", None, &body, Some(github::sign(SECRET, &body))),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "malformed JSON",
+            github_request("issue_comment", Some("d1"), b"{nope", Some(github::sign(SECRET, b"{nope"))),
+            StatusCode::BAD_REQUEST,
+        ),
         ("ping", signed("ping", "d1", &json!({"zen": "Keep it logically awesome."})), StatusCode::OK),
         ("event not accepted", signed("push", "d1", &payload), StatusCode::ACCEPTED),
         ("action not accepted", signed("issue_comment", "d1", &json!({"action": "deleted"})), StatusCode::ACCEPTED),
-        ("ignored sender", signed("issue_comment", "d1", &issue_comment("octo-org/hello", "agents-bot")), StatusCode::ACCEPTED),
-        ("unrouted repository", signed("issue_comment", "d1", &issue_comment("someone/else", "mona")), StatusCode::ACCEPTED),
+        (
+            "ignored sender",
+            signed("issue_comment", "d1", &issue_comment("octo-org/hello", "agents-bot")),
+            StatusCode::ACCEPTED,
+        ),
+        (
+            "unrouted repository",
+            signed("issue_comment", "d1", &issue_comment("someone/else", "mona")),
+            StatusCode::ACCEPTED,
+        ),
     ];
     for (what, request, want) in cases {
         let (status, body, _) = send(&app, request).await;
@@ -188,7 +225,10 @@ fn generic_request(token: Option<&str>, body: Value) -> Request<Body> {
 #[tokio::test]
 async fn generic_status_codes() {
     let (app, rec) = app();
-    rec.sessions.lock().unwrap().insert("default/repo-7".into(), WorkSession::new("repo-7", WorkSessionSpec { node_name: "node-a".into(), ..Default::default() }));
+    rec.sessions.lock().unwrap().insert(
+        "default/repo-7".into(),
+        WorkSession::new("repo-7", WorkSessionSpec { node_name: "node-a".into(), ..Default::default() }),
+    );
     let ok = json!({"workItem": "repo-7", "prompt": "hello", "deliveryId": "abc-1"});
     assert_eq!(send(&app, generic_request(None, ok.clone())).await.0, StatusCode::UNAUTHORIZED);
     assert_eq!(send(&app, generic_request(Some("wrong"), ok.clone())).await.0, StatusCode::UNAUTHORIZED);
@@ -231,9 +271,18 @@ async fn fuzz_github_handler() {
         seed
     };
     let pieces: [Value; 12] = [
-        json!(null), json!(-1), json!(1e308), json!(u64::MAX), json!("💥\u{0}\u{202e}"), json!([]), json!({}),
-        json!("octo-org/hello"), json!({"number": 18446744073709551615u64}), json!({"full_name": "octo-org/x"}),
-        json!("created"), json!({"login": "mona"}),
+        json!(null),
+        json!(-1),
+        json!(1e308),
+        json!(u64::MAX),
+        json!("💥\u{0}\u{202e}"),
+        json!([]),
+        json!({}),
+        json!("octo-org/hello"),
+        json!({"number": 18446744073709551615u64}),
+        json!({"full_name": "octo-org/x"}),
+        json!("created"),
+        json!({"login": "mona"}),
     ];
     let keys = ["action", "issue", "pull_request", "comment", "review", "repository", "sender", "number", "full_name"];
     let mut written_ok = 0;
@@ -265,7 +314,11 @@ async fn fuzz_github_handler() {
         let (status, _, _) = send(&app, github_request(event, Some(&delivery), &body, signature)).await;
         assert!(!status.is_server_error(), "request {i}: {status}");
         let after = rec.events.lock().unwrap().len();
-        assert_eq!(after - before, usize::from(status == StatusCode::CREATED), "request {i}: written only when created");
+        assert_eq!(
+            after - before,
+            usize::from(status == StatusCode::CREATED),
+            "request {i}: written only when created"
+        );
         written_ok += usize::from(status == StatusCode::CREATED);
     }
     assert!(written_ok > 0, "the fuzz also reached the success path");

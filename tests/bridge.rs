@@ -1,0 +1,195 @@
+//! End-to-end: a signed GitHub webhook over HTTP into the bridge, the real API server, the real agent on real tmux,
+//! and the harness stand-in. The bridge reaches the API server through a TCP proxy the test can cut, to take the
+//! API server away from the bridge mid-test without stopping it for the other tests.
+
+mod standin;
+mod support;
+mod world;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kube::api::ListParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use worksession::api::{EventPhase, WorkEvent};
+use worksession::bridge::{self, BridgeConfig, KubeSink, github};
+use world::World;
+
+const SECRET: &str = "it's a secret to everybody";
+
+/// A TCP proxy to the API server that can be cut (refusing and dropping connections) and restored.
+struct Proxy {
+    addr: SocketAddr,
+    up: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let (up2, conns2) = (up.clone(), conns.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                if !up2.load(Ordering::SeqCst) {
+                    continue; // dropped: connection reset
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                conns2.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Self { addr, up, conns }
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
+        if !up {
+            for c in self.conns.lock().unwrap().drain(..) {
+                c.abort();
+            }
+        }
+    }
+}
+
+/// The bridge, serving on a free port, writing through `proxy`.
+async fn start_bridge(w: &World, proxy: &Proxy) -> SocketAddr {
+    let secret_file = w.tmux.dir.path().join("github-secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {secret}\n  ignoreSenders: [agents-bot]\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: standin\n    workdir: {workdir}\n",
+        secret = secret_file.display(),
+        ns = w.ns.name,
+        node = w.node,
+        workdir = w.tmux.workdir().display(),
+    );
+    let config = Arc::new(BridgeConfig::parse(&yaml, std::path::Path::new("bridge.yaml")).unwrap());
+    let kubeconfig = Kubeconfig::read_from(&support::control_plane().kubeconfig).unwrap();
+    let mut kc = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    kc.cluster_url = format!("https://127.0.0.1:{}", proxy.addr.port()).parse().unwrap();
+    let client = kube::Client::try_from(kc).unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = bridge::BridgeMetrics::register(&mut registry);
+    let app = bridge::Bridge::new(tokio::sync::watch::channel(config).1, KubeSink::new(client), metrics).router();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// GitHub's documented `issue_comment` payload shape.
+fn issue_comment(number: u64, body: &str) -> Value {
+    json!({
+        "action": "created",
+        "issue": {"url": "https://api.github.com/repos/octo-org/hello-world/issues/1347", "number": number,
+                  "title": "Found a bug", "user": {"login": "octocat", "id": 1}, "state": "open",
+                  "html_url": format!("https://github.com/octo-org/hello-world/issues/{number}")},
+        "comment": {"id": 1362, "body": body, "user": {"login": "mona", "id": 2},
+                    "html_url": format!("https://github.com/octo-org/hello-world/issues/{number}#issuecomment-1362"),
+                    "created_at": "2026-11-29T12:00:00Z"},
+        "repository": {"id": 1296269, "name": "hello-world", "full_name": "octo-org/hello-world",
+                       "owner": {"login": "octo-org", "id": 3}, "private": false},
+        "sender": {"login": "mona", "id": 2, "type": "User"}
+    })
+}
+
+/// POSTs a GitHub delivery over HTTP/1.1; returns the status and the body.
+async fn deliver(bridge: SocketAddr, delivery: &str, payload: &Value, signature: Option<String>) -> (u16, String) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let signature = signature.unwrap_or_else(|| github::sign(SECRET.as_bytes(), &body));
+    let head = format!(
+        "POST /webhooks/github HTTP/1.1\r\nHost: bridge\r\nContent-Type: application/json\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: {signature}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(bridge).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+async fn events(w: &World) -> Vec<WorkEvent> {
+    w.events().list(&ListParams::default()).await.unwrap().items
+}
+
+fn upstream() -> String {
+    let kubeconfig = Kubeconfig::read_from(&support::control_plane().kubeconfig).unwrap();
+    let server = kubeconfig.clusters[0].cluster.as_ref().unwrap().server.clone().unwrap();
+    server.trim_start_matches("https://").to_string()
+}
+
+#[tokio::test]
+async fn a_signed_comment_reaches_the_harness_once_and_a_bad_signature_nothing() {
+    let w = World::new().await;
+    let proxy = Proxy::start(upstream()).await;
+    let bridge = start_bridge(&w, &proxy).await;
+
+    let payload = issue_comment(1347, "Me too: the parser drops the last line.");
+    let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
+    assert_eq!(status, 201, "{body}");
+    let ev = w.await_event("gh-72d3162e-cc78-11e3-81ab-4c9367dc0958", EventPhase::Delivered).await;
+    assert_eq!(ev.spec.session, "hello-world-1347");
+
+    let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("duplicate"));
+    let (status, _) = deliver(bridge, "bad-signature", &payload, Some(github::sign(b"wrong", b"{}"))).await;
+    assert_eq!(status, 401);
+
+    assert_eq!(events(&w).await.len(), 1, "the duplicate and the bad signature wrote nothing");
+    let prompts = w.prompts();
+    let got: Vec<&str> =
+        prompts.iter().filter(|p| p.prompt.contains("the parser drops")).map(|p| p.prompt.as_str()).collect();
+    assert_eq!(got.len(), 1, "reached the harness once: {prompts:?}");
+    assert!(
+        got[0].contains("mona") && got[0].contains("octo-org/hello-world#1347") && got[0].contains("issuecomment-1362")
+    );
+}
+
+#[tokio::test]
+async fn api_server_gone_means_503_and_the_retry_is_delivered_once() {
+    let w = World::new().await;
+    let proxy = Proxy::start(upstream()).await;
+    let bridge = start_bridge(&w, &proxy).await;
+    let payload = issue_comment(7, "Please add a regression test.");
+
+    proxy.set_up(false);
+    let (status, body) = deliver(bridge, "retry-me", &payload, None).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(events(&w).await.is_empty(), "nothing half-written");
+
+    proxy.set_up(true);
+    let (status, body) = deliver(bridge, "retry-me", &payload, None).await;
+    assert_eq!(status, 201, "{body}");
+    w.await_event("gh-retry-me", EventPhase::Delivered).await;
+    let prompts = w.prompts();
+    assert_eq!(prompts.iter().filter(|p| p.prompt.contains("regression test")).count(), 1);
+}
+
+#[tokio::test]
+async fn two_comments_on_one_issue_arrive_in_order() {
+    let w = World::new().await;
+    let proxy = Proxy::start(upstream()).await;
+    let bridge = start_bridge(&w, &proxy).await;
+    assert_eq!(deliver(bridge, "order-1", &issue_comment(9, "first comment"), None).await.0, 201);
+    assert_eq!(deliver(bridge, "order-2", &issue_comment(9, "second comment"), None).await.0, 201);
+    w.await_event("gh-order-1", EventPhase::Delivered).await;
+    w.await_event("gh-order-2", EventPhase::Delivered).await;
+    let prompts = w.tmux.await_prompts(2).await;
+    let order: Vec<bool> = prompts.iter().map(|p| p.prompt.contains("first comment")).collect();
+    assert_eq!(order, [true, false], "{prompts:?}");
+}
