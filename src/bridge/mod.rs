@@ -149,17 +149,21 @@ impl BridgeMetrics {
     }
 }
 
-/// The bridge's state: config (hot-reloaded), sink, metrics.
+/// How long the bridge trusts that a WorkSession it has seen still exists (saves one API read per delivery).
+pub const SESSION_CACHE_TTL: Duration = Duration::from_secs(10);
+
+/// The bridge's state: config (hot-reloaded), sink, metrics, and recently seen WorkSessions.
 pub struct Bridge<S> {
     config: watch::Receiver<Arc<BridgeConfig>>,
     sink: S,
     metrics: BridgeMetrics,
+    seen: std::sync::Mutex<std::collections::HashMap<(String, String), (Instant, Arc<WorkSession>)>>,
 }
 
 impl<S: Sink> Bridge<S> {
     /// A bridge writing to `sink`.
     pub fn new(config: watch::Receiver<Arc<BridgeConfig>>, sink: S, metrics: BridgeMetrics) -> Arc<Self> {
-        Arc::new(Self { config, sink, metrics })
+        Arc::new(Self { config, sink, metrics, seen: Default::default() })
     }
 
     /// The webhook routes.
@@ -197,9 +201,7 @@ impl<S: Sink> Bridge<S> {
         create: Option<WorkSession>,
         mut event: WorkEvent,
     ) -> Result<Response, ApiError> {
-        let Some(ws) = self.sink.session(namespace, session, create).await? else {
-            return Err(ApiError::NotFound(format!("no WorkSession {namespace}/{session}, and no rule creates it")));
-        };
+        let ws = self.session(namespace, session, create).await?;
         let labels = event.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SESSION_LABEL.into(), session.into());
         labels.insert(NODE_LABEL.into(), slug(&ws.spec.node_name));
@@ -214,6 +216,31 @@ impl<S: Sink> Bridge<S> {
             tracing::info!(event = "bridge.duplicate", namespace, session, work_event = name, "redelivery ignored");
             Ok(answer(StatusCode::OK, "duplicate", json!({"workEvent": name, "namespace": namespace})))
         }
+    }
+}
+
+impl<S: Sink> Bridge<S> {
+    /// The WorkSession, from the short-lived cache or the sink (creating it from `create` when missing).
+    async fn session(
+        &self,
+        namespace: &str,
+        name: &str,
+        create: Option<WorkSession>,
+    ) -> Result<Arc<WorkSession>, ApiError> {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some((at, ws)) = self.seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            if at.elapsed() < SESSION_CACHE_TTL {
+                return Ok(ws.clone());
+            }
+        }
+        let Some(ws) = self.sink.session(namespace, name, create).await? else {
+            return Err(ApiError::NotFound(format!("no WorkSession {namespace}/{name}, and no rule creates it")));
+        };
+        let ws = Arc::new(ws);
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.retain(|_, (at, _)| at.elapsed() < SESSION_CACHE_TTL);
+        seen.insert(key, (Instant::now(), ws.clone()));
+        Ok(ws)
     }
 }
 

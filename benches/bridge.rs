@@ -1,0 +1,125 @@
+//! Bridge throughput against the real API server (a benchmark: it prints figures).
+//!
+//!     cargo bench --bench bridge
+//!
+//! Sustained signed GitHub webhooks per second through the bridge (HTTP over loopback, 16 at a time), against
+//! creating the same WorkEvents directly through the API with the same concurrency; p50 and p99 latency of each.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use worksession::api::{WorkEvent, WorkSession};
+use worksession::bridge::{self, BridgeConfig, KubeSink, github};
+
+const N: usize = 1000;
+const CONCURRENCY: usize = 16;
+const SECRET: &[u8] = b"bench-secret";
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn report(what: &str, total: Duration, mut latencies: Vec<Duration>) -> f64 {
+    latencies.sort();
+    let rate = latencies.len() as f64 / total.as_secs_f64();
+    println!(
+        "{what}: {} in {:.2} s = {rate:.0}/s | p50 {:.1} ms | p99 {:.1} ms",
+        latencies.len(),
+        total.as_secs_f64(),
+        percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
+        percentile(&latencies, 0.99).as_secs_f64() * 1000.0
+    );
+    rate
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "action": "created",
+        "issue": {"number": 1347, "title": "Found a bug", "html_url": "https://github.com/octo-org/hello/issues/1347"},
+        "comment": {"body": format!("comment {i}"), "html_url": format!("https://github.com/octo-org/hello/issues/1347#c{i}")},
+        "repository": {"full_name": "octo-org/hello"},
+        "sender": {"login": "mona"}
+    }))
+    .unwrap()
+}
+
+async fn post(bridge: SocketAddr, i: usize) -> Duration {
+    let body = payload(i);
+    let head = format!(
+        "POST /webhooks/github HTTP/1.1\r\nHost: b\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: bench-{i}\r\nX-Hub-Signature-256: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        github::sign(SECRET, &body),
+        body.len()
+    );
+    let t = Instant::now();
+    let mut s = TcpStream::connect(bridge).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).await.unwrap();
+    let elapsed = t.elapsed();
+    assert!(response.starts_with("HTTP/1.1 201"), "{response}");
+    elapsed
+}
+
+#[tokio::main]
+async fn main() {
+    let ns = support::TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {}\n    nodeName: bench-node\n    harness: claude\n    workdir: /srv/{{repo}}\n",
+        dir.path().join("secret").display(),
+        ns.name
+    );
+    let config = Arc::new(BridgeConfig::parse(&yaml, std::path::Path::new("bench.yaml")).unwrap());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = bridge::BridgeMetrics::register(&mut registry);
+    let app =
+        bridge::Bridge::new(tokio::sync::watch::channel(config).1, KubeSink::new(ns.client.clone()), metrics).router();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    // Warm-up: creates the WorkSession and the connections.
+    post(addr, usize::MAX).await;
+
+    // The same objects the bridge writes (labels, owner reference, source, rendered prompt), under new names.
+    let events: Api<WorkEvent> = ns.api();
+    let template = events.get(&bridge::event_name("gh", &format!("bench-{}", usize::MAX))).await.unwrap();
+    let t = Instant::now();
+    let direct: Vec<Duration> = futures::stream::iter(0..N)
+        .map(|i| {
+            let events = events.clone();
+            let mut ev = WorkEvent::new(&format!("direct-{i}"), template.spec.clone());
+            ev.metadata.labels = template.metadata.labels.clone();
+            ev.metadata.owner_references = template.metadata.owner_references.clone();
+            ev.spec.prompt = ev.spec.prompt.replace(&usize::MAX.to_string(), &i.to_string());
+            async move {
+                let t = Instant::now();
+                events.create(&PostParams::default(), &ev).await.unwrap();
+                t.elapsed()
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let direct_rate = report("direct API creates", t.elapsed(), direct);
+
+    let t = Instant::now();
+    let via_bridge: Vec<Duration> =
+        futures::stream::iter(0..N).map(|i| post(addr, i)).buffer_unordered(CONCURRENCY).collect().await;
+    let bridge_rate = report("signed webhooks through the bridge", t.elapsed(), via_bridge);
+    let sessions: Api<WorkSession> = ns.api();
+    assert!(sessions.get("hello-1347").await.is_ok());
+    println!("bridge / direct: {:.2}x (goal >= 0.8x)", bridge_rate / direct_rate);
+}
