@@ -157,8 +157,11 @@ pub struct Bridge<S> {
     config: watch::Receiver<Arc<BridgeConfig>>,
     sink: S,
     metrics: BridgeMetrics,
-    seen: std::sync::Mutex<std::collections::HashMap<(String, String), (Instant, Arc<WorkSession>)>>,
+    seen: std::sync::Mutex<SeenSessions>,
 }
+
+/// WorkSessions by (namespace, name), with when they were seen.
+type SeenSessions = std::collections::HashMap<(String, String), (Instant, Arc<WorkSession>)>;
 
 impl<S: Sink> Bridge<S> {
     /// A bridge writing to `sink`.
@@ -228,10 +231,10 @@ impl<S: Sink> Bridge<S> {
         create: Option<WorkSession>,
     ) -> Result<Arc<WorkSession>, ApiError> {
         let key = (namespace.to_string(), name.to_string());
-        if let Some((at, ws)) = self.seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            if at.elapsed() < SESSION_CACHE_TTL {
-                return Ok(ws.clone());
-            }
+        if let Some((at, ws)) = self.seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
+            && at.elapsed() < SESSION_CACHE_TTL
+        {
+            return Ok(ws.clone());
         }
         let Some(ws) = self.sink.session(namespace, name, create).await? else {
             return Err(ApiError::NotFound(format!("no WorkSession {namespace}/{name}, and no rule creates it")));
@@ -258,10 +261,9 @@ pub fn event_name(prefix: &str, delivery_id: &str) -> String {
 
 async fn read_body(request: Request, limit: usize) -> Result<(HeaderMap, axum::body::Bytes), ApiError> {
     let (parts, body) = request.into_parts();
-    if let Some(len) = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) {
-        if len > limit {
-            return Err(ApiError::TooLarge(limit));
-        }
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(ApiError::TooLarge(limit));
     }
     let bytes = axum::body::to_bytes(Body::new(body), limit).await.map_err(|_| ApiError::TooLarge(limit))?;
     Ok((parts.headers, bytes))
