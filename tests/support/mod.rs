@@ -88,7 +88,7 @@ pub fn kubeconfig_for(user: &str, groups: &[&str]) -> PathBuf {
         .env("WORKSESSION_TESTENV_DIR", dir)
         .output()
         .expect("run scripts/testenv kubeconfig-for");
-    assert!(out.status.success(), "kubeconfig-for: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubeconfig-for {user}: {} {}", out.status, String::from_utf8_lossy(&out.stderr));
     PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
 }
 

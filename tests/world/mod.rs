@@ -66,7 +66,15 @@ impl World {
     }
 
     pub fn start_agent_with_admin(&mut self, admin_addr: Option<std::net::SocketAddr>) {
-        let client = self.ns.client.clone();
+        self.start_agent_with(self.ns.client.clone(), admin_addr);
+    }
+
+    /// Starts the agent with `client`'s identity (for least-privilege checks).
+    pub fn start_agent_as(&mut self, client: kube::Client) {
+        self.start_agent_with(client, None);
+    }
+
+    fn start_agent_with(&mut self, client: kube::Client, admin_addr: Option<std::net::SocketAddr>) {
         let options = worksession::agent::Options {
             node: self.node.clone(),
             config: tokio::sync::watch::channel(self.config.clone()).1,

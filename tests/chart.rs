@@ -1,0 +1,257 @@
+//! The Helm chart against the real API server: lint, a server-side dry run of everything it renders, its CRDs in
+//! sync with `crds/`, and its RBAC applied for real, with the agent and the bridge running as their
+//! ServiceAccount identities through a full scenario, and refused what they do not need.
+
+mod standin;
+mod support;
+mod world;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use axum::body::Body;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use support::eventually;
+use tower::ServiceExt;
+use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
+use world::{WAIT, World, condition};
+
+fn chart() -> PathBuf {
+    support::repo_root().join("charts/worksession")
+}
+
+/// `helm` or `kubectl` from the test control plane's pinned binaries, talking to it.
+fn tool(name: &str) -> Command {
+    let out = Command::new(support::repo_root().join("scripts/testenv")).arg("bin-dir").output().unwrap();
+    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join(name);
+    let mut cmd = Command::new(bin);
+    cmd.env("KUBECONFIG", &support::control_plane().kubeconfig);
+    cmd
+}
+
+fn run(cmd: &mut Command, input: Option<&str>) -> String {
+    cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(text) = input {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn template(release: &str, namespace: &str, values: &[&str]) -> String {
+    let mut cmd = tool("helm");
+    cmd.args(["template", release]).arg(chart()).args(["--namespace", namespace]);
+    for v in values {
+        cmd.arg(v);
+    }
+    run(&mut cmd, None)
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let chart_crds = std::fs::read(chart().join("crds/worksession.dev.yaml")).unwrap();
+    let crds = std::fs::read(support::repo_root().join("crds/worksession.dev.yaml")).unwrap();
+    assert!(
+        chart_crds == crds,
+        "charts/worksession/crds is stale: cp crds/worksession.dev.yaml charts/worksession/crds/"
+    );
+}
+
+/// A stand-in for the Prometheus Operator's CRD, so that ServiceMonitors can be dry-run.
+async fn install_servicemonitor_crd(client: Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                 "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    api.patch(
+        "servicemonitors.monitoring.coreos.com",
+        &PatchParams::apply("worksession-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    let established = kube::runtime::wait::await_condition(
+        api,
+        "servicemonitors.monitoring.coreos.com",
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(WAIT, established).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn lint_and_server_side_dry_run_with_defaults_and_every_option() {
+    let ns = support::TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    install_servicemonitor_crd(ns.client.clone()).await;
+    let all_on = support::repo_root().join("tests/chart/all-on.yaml");
+    let all_on = format!("--values={}", all_on.display());
+    run(tool("helm").arg("lint").arg(chart()).args(["--set", "bridge.secrets.githubSecret=x"]), None);
+    run(tool("helm").arg("lint").arg(chart()).arg(&all_on), None);
+    for values in [vec!["--set=bridge.secrets.githubSecret=x"], vec![all_on.as_str()]] {
+        let rendered = template(&format!("r-{}", ns.name), &ns.name, &values);
+        let applied =
+            run(tool("kubectl").args(["apply", "--dry-run=server", "-n", &ns.name, "-f", "-"]), Some(&rendered));
+        for kind in [
+            "daemonset.apps",
+            "deployment.apps",
+            "service",
+            "configmap",
+            "clusterrole.rbac",
+            "serviceaccount",
+            "secret",
+        ] {
+            assert!(applied.contains(kind), "{kind} in:\n{applied}");
+        }
+        if values[0] == all_on {
+            assert!(applied.contains("servicemonitor.monitoring.coreos.com"), "{applied}");
+        }
+    }
+    // A value the schema forbids is refused before anything renders.
+    let mut cmd = tool("helm");
+    cmd.args(["template", "x"]).arg(chart()).args([
+        "--set",
+        "bridge.secrets.githubSecret=x",
+        "--set",
+        "agent.config.defaults.resumeProbeSeconds=301",
+    ]);
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("resumeProbeSeconds"));
+}
+
+/// Applies the chart's ServiceAccounts, ClusterRoles and ClusterRoleBindings for real; returns (agent, bridge)
+/// clients authenticated as those ServiceAccounts.
+async fn chart_identities(w: &World) -> (Client, Client) {
+    // Short: a certificate's CN (the user name) holds at most 64 characters. The ClusterRoles it names are
+    // cluster-wide, so a rerun against the same control plane re-points them at the new namespace.
+    let release = "w";
+    let rendered = template(release, &w.ns.name, &["--set=bridge.secrets.githubSecret=x"]);
+    let rbac: Vec<String> = rendered
+        .split("\n---")
+        .filter(|doc| {
+            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+                .iter()
+                .any(|k| doc.contains(&format!("\nkind: {k}\n")))
+        })
+        .map(|d| d.to_string())
+        .collect();
+    assert_eq!(rbac.len(), 6, "two of each");
+    run(tool("kubectl").args(["apply", "-n", &w.ns.name, "-f", "-"]), Some(&rbac.join("\n---\n")));
+    let identity = |component: &str| {
+        let user = format!("system:serviceaccount:{}:{release}-worksession-{component}", w.ns.name);
+        support::kubeconfig_for(&user, &["system:serviceaccounts", &format!("system:serviceaccounts:{}", w.ns.name)])
+    };
+    let agent = support::client_for(&identity("agent")).await;
+    let bridge = support::client_for(&identity("bridge")).await;
+    let sessions: Api<WorkSession> = Api::all(agent.clone());
+    eventually("the agent's RBAC to take effect", WAIT, || async {
+        sessions.list(&ListParams::default().limit(1)).await.ok()
+    })
+    .await;
+    (agent, bridge)
+}
+
+fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
+    match result {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{what}: {s:?}"),
+        other => panic!("{what}: expected 403, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
+    let mut w = World::new().await;
+    let (agent, bridge_client) = chart_identities(&w).await;
+    w.stop_agent();
+    w.start_agent_as(agent.clone());
+
+    // Agent as its ServiceAccount: a resume that fails over to a fresh conversation, status, Events.
+    w.send("rho", "rho-1", "first").await;
+    w.create_session("rho", json!({"harnessSessionId": "ghost"})).await;
+    let ev = w.await_event("rho-1", EventPhase::Delivered).await;
+    assert_eq!(ev.status.unwrap().via, Some(Via::Fresh));
+    let ws = w.await_phase("rho", Phase::Running).await;
+    assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("PaneDied".into()));
+    let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+    eventually("Events recorded by the agent's identity", WAIT, || async {
+        let list = kube_events.list(&ListParams::default()).await.ok()?;
+        list.items.iter().any(|e| e.reason.as_deref() == Some("ResumeFailed")).then_some(())
+    })
+    .await;
+
+    // Bridge as its ServiceAccount: a signed webhook creates the session and the event; the agent delivers it.
+    let secret = b"chart-secret";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s"), secret).unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {}\n    nodeName: {}\n    harness: standin\n    workdir: {}\n",
+        dir.path().join("s").display(),
+        w.ns.name,
+        w.node,
+        w.tmux.workdir().display()
+    );
+    let config =
+        std::sync::Arc::new(worksession::bridge::BridgeConfig::parse(&yaml, std::path::Path::new("b.yaml")).unwrap());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = worksession::bridge::BridgeMetrics::register(&mut registry);
+    let sink = worksession::bridge::KubeSink::new(bridge_client.clone());
+    let app = worksession::bridge::Bridge::new(tokio::sync::watch::channel(config).1, sink, metrics).router();
+    let payload = serde_json::to_vec(&json!({
+        "action": "created", "issue": {"number": 5, "title": "t"}, "comment": {"body": "from the bridge"},
+        "repository": {"full_name": "octo-org/sigma"}, "sender": {"login": "mona"}
+    }))
+    .unwrap();
+    let request = axum::http::Request::post("/webhooks/github")
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "chart-1")
+        .header("x-hub-signature-256", worksession::bridge::github::sign(secret, &payload))
+        .body(Body::from(payload))
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 201);
+    let ev = w.await_event("gh-chart-1", EventPhase::Delivered).await;
+    assert_eq!(ev.spec.session, "sigma-5");
+
+    // And no more than that.
+    let bridge_sessions: Api<WorkSession> = Api::namespaced(bridge_client.clone(), &w.ns.name);
+    let status = json!({"status": {"phase": "Failed"}});
+    forbidden(
+        bridge_sessions.patch_status("rho", &PatchParams::default(), &Patch::Merge(&status)).await,
+        "bridge patches status",
+    );
+    forbidden(bridge_sessions.list(&ListParams::default()).await, "bridge lists sessions");
+    forbidden(
+        Api::<WorkEvent>::namespaced(bridge_client.clone(), &w.ns.name).delete("rho-1", &Default::default()).await,
+        "bridge deletes events",
+    );
+    forbidden(
+        Api::<Secret>::namespaced(bridge_client, &w.ns.name).list(&ListParams::default()).await,
+        "bridge reads secrets",
+    );
+    forbidden(
+        Api::<Secret>::namespaced(agent.clone(), &w.ns.name).list(&ListParams::default()).await,
+        "agent reads secrets",
+    );
+    let agent_sessions: Api<WorkSession> = Api::namespaced(agent.clone(), &w.ns.name);
+    let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": "nope"}, "spec": {"workItem": "nope", "nodeName": "n", "harness": "h", "workdir": "/w"}})).unwrap();
+    forbidden(agent_sessions.create(&PostParams::default(), &ws).await, "agent creates sessions");
+    forbidden(agent_sessions.delete("rho", &Default::default()).await, "agent deletes sessions");
+}
