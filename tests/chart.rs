@@ -255,3 +255,26 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     forbidden(agent_sessions.create(&PostParams::default(), &ws).await, "agent creates sessions");
     forbidden(agent_sessions.delete("rho", &Default::default()).await, "agent deletes sessions");
 }
+
+/// Every key of the values schema is in the README's values reference.
+#[test]
+fn readme_documents_every_value() {
+    fn leaves(node: &serde_json::Value, prefix: String, out: &mut Vec<String>) {
+        match node.get("properties").and_then(|p| p.as_object()) {
+            Some(props) => {
+                for (k, v) in props {
+                    let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    leaves(v, path, out);
+                }
+            }
+            None => out.push(prefix),
+        }
+    }
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap()).unwrap();
+    let mut keys = Vec::new();
+    leaves(&schema, String::new(), &mut keys);
+    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
+    let missing: Vec<&String> = keys.iter().filter(|k| !readme.contains(&format!("`{k}`"))).collect();
+    assert!(missing.is_empty(), "values not documented in README.md: {missing:?}");
+    assert!(keys.len() > 40);
+}
