@@ -270,7 +270,8 @@ fn readme_documents_every_value() {
             None => out.push(prefix),
         }
     }
-    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap()).unwrap();
     let mut keys = Vec::new();
     leaves(&schema, String::new(), &mut keys);
     let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
