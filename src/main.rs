@@ -23,11 +23,14 @@ struct Cli {
 enum Command {
     /// Print the CustomResourceDefinitions of WorkSession and WorkEvent as multi-document YAML.
     Crd,
-    /// Run the node agent against the cluster of KUBECONFIG (or the in-cluster config).
+    /// Run the node agent against the cluster of KUBECONFIG (or the in-cluster config), or a local directory.
     Agent {
-        /// This node's name (from the downward API in the chart).
-        #[arg(long, env = "NODE_NAME")]
-        node: String,
+        /// This node's name (from the downward API in the chart); not used with --local.
+        #[arg(long, env = "NODE_NAME", required_unless_present = "local")]
+        node: Option<String>,
+        /// Local mode: reconcile the WorkSession and WorkEvent manifests in this directory, without a cluster.
+        #[arg(long, value_name = "DIR")]
+        local: Option<PathBuf>,
         /// The agent config file (YAML); reloaded on change.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -40,6 +43,9 @@ enum Command {
         /// The bridge config file (YAML); reloaded on change.
         #[arg(long)]
         config: PathBuf,
+        /// Local mode: write WorkEvents (and WorkSessions) as files in this directory.
+        #[arg(long, value_name = "DIR")]
+        local: Option<PathBuf>,
         /// Where webhooks are received.
         #[arg(long, default_value = "0.0.0.0:8080")]
         listen: SocketAddr,
@@ -47,17 +53,27 @@ enum Command {
         #[arg(long, default_value = "0.0.0.0:9091")]
         admin_addr: SocketAddr,
     },
+    /// List WorkSessions like `kubectl get ws`, from the cluster or a local directory.
+    Get {
+        /// Read the manifests in this directory instead of the cluster.
+        #[arg(long, value_name = "DIR")]
+        local: Option<PathBuf>,
+        /// Output format.
+        #[arg(short, long, value_enum)]
+        output: Option<worksession::get::Output>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Get { local, output } => get(local, output).await,
         Command::Crd => {
             print!("{}", worksession::api::crds_yaml());
             ExitCode::SUCCESS
         }
-        Command::Agent { node, config, admin_addr } => {
+        Command::Agent { node, local, config, admin_addr } => {
             worksession::telemetry::init_tracing(cli.log_json);
             // The reloader lives as long as the agent: dropping it would stop the reloads.
             let (_reloader, config) = match config {
@@ -70,34 +86,71 @@ async fn main() -> ExitCode {
                 },
                 None => (None, tokio::sync::watch::channel(Arc::new(Config::default())).1),
             };
+            if let Some(dir) = local {
+                return match worksession::agent::run_local(dir, config).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(&e),
+                };
+            }
             let client = match kube::Client::try_default().await {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
+            let node = node.expect("clap requires --node without --local");
             let options = worksession::agent::Options { node, config, admin_addr: Some(admin_addr) };
             match worksession::agent::run(client, options).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
         }
-        Command::Bridge { config, listen, admin_addr } => {
+        Command::Bridge { config, local, listen, admin_addr } => {
             use worksession::bridge::{self, BridgeConfig};
             worksession::telemetry::init_tracing(cli.log_json);
             let reloader = match Reloader::start_with(config, Duration::from_secs(2), BridgeConfig::parse) {
                 Ok(r) => r,
                 Err(e) => return fail(&e),
             };
+            let options = bridge::Options { config: reloader.config(), listen, admin_addr: Some(admin_addr) };
+            if let Some(dir) = local {
+                return match bridge::run_local(dir, options).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(&e),
+                };
+            }
             let client = match kube::Client::try_default().await {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
-            let options = bridge::Options { config: reloader.config(), listen, admin_addr: Some(admin_addr) };
             match bridge::run(client, options).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
         }
     }
+}
+
+async fn get(local: Option<PathBuf>, output: Option<worksession::get::Output>) -> ExitCode {
+    let sessions = match local {
+        Some(dir) => {
+            match worksession::local::LocalStore::new(dir).and_then(|s| s.sessions().map_err(std::io::Error::other)) {
+                Ok(list) => list.into_iter().map(|(_, ws)| ws).collect(),
+                Err(e) => return fail(&e),
+            }
+        }
+        None => {
+            let client = match kube::Client::try_default().await {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let api: kube::Api<worksession::api::WorkSession> = kube::Api::all(client);
+            match api.list(&Default::default()).await {
+                Ok(list) => list.items,
+                Err(e) => return fail(&e),
+            }
+        }
+    };
+    print!("{}", worksession::get::render(&sessions, output, k8s_openapi::jiff::Timestamp::now()));
+    ExitCode::SUCCESS
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

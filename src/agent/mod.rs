@@ -60,7 +60,7 @@ pub async fn run(client: Client, options: Options) -> std::io::Result<()> {
     let ctx = Arc::new(Reconciler {
         store: KubeStore::new(client.clone(), &node),
         observer: Observer::new(tmux),
-        node: node.clone(),
+        node: Some(node.clone()),
         config: options.config.clone(),
         metrics,
     });
@@ -148,4 +148,58 @@ async fn reconcile(ws: Arc<WorkSession>, ctx: Arc<Ctx>) -> Result<Action, Reconc
 fn error_policy(ws: Arc<WorkSession>, error: &ReconcileError, _ctx: Arc<Ctx>) -> Action {
     tracing::warn!(event = "reconcile.failed", namespace = ws.namespace(), name = ws.name_any(), category = error.category(), error = %error, "reconcile failed; retrying");
     Action::requeue(ERROR_REQUEUE)
+}
+
+/// How often local mode looks at its directory and tmux (changes are picked up within this).
+pub const LOCAL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Runs the agent in local mode on `dir` until the process is asked to stop: every session in the directory is
+/// reconciled every [`LOCAL_INTERVAL`] (a reconcile that changes nothing writes nothing).
+pub async fn run_local(dir: std::path::PathBuf, config: watch::Receiver<Arc<Config>>) -> std::io::Result<()> {
+    let store = crate::local::LocalStore::new(&dir)?;
+    let socket = config.borrow().tmux.socket.clone();
+    let mut registry = Registry::with_prefix("worksession_agent");
+    let ctx = Reconciler {
+        store,
+        observer: Observer::new(TmuxRunner::new(socket)),
+        node: None,
+        config,
+        metrics: AgentMetrics::register(&mut registry),
+    };
+    tracing::info!(event = "agent.started", dir = %dir.display(), "reconciling the WorkSessions of a directory");
+    let mut tick = tokio::time::interval(LOCAL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop = shutdown();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        let sessions = match ctx.store.sessions() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(event = "local.scan_failed", error = %e, "cannot read the directory");
+                continue;
+            }
+        };
+        for (_, ws) in sessions {
+            let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
+            if let Err(e) = ctx.reconcile(&namespace, &name).await {
+                tracing::warn!(event = "reconcile.failed", name, category = e.category(), error = %e, "reconcile failed; retrying");
+            }
+        }
+    }
+    tracing::info!(event = "agent.stopped", "agent stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown() {
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

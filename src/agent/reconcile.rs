@@ -79,8 +79,8 @@ pub struct Reconciler<S, T> {
     pub store: S,
     /// Shared tmux observations (and the tmux edge).
     pub observer: Observer<T>,
-    /// This agent's node.
-    pub node: String,
+    /// This agent's node; `None` (local mode): every session in the store is this agent's.
+    pub node: Option<String>,
     /// The current config (hot-reloaded).
     pub config: watch::Receiver<Arc<Config>>,
     /// Metrics.
@@ -119,7 +119,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             self.observer.since(started)
         );
         let Some(mut ws) = ws? else { return Ok(None) };
-        if ws.spec.node_name != self.node {
+        if self.node.as_ref().is_some_and(|node| &ws.spec.node_name != node) {
             return Ok(None); // another node's: never touched
         }
         let deleting = ws.metadata.deletion_timestamp.is_some();

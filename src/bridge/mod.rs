@@ -401,15 +401,23 @@ pub struct Options {
     pub admin_addr: Option<SocketAddr>,
 }
 
-/// Runs the bridge until the process is asked to stop.
+/// Runs the bridge against the API server until the process is asked to stop.
 pub async fn run(client: kube::Client, options: Options) -> std::io::Result<()> {
+    serve(KubeSink::new(client), options).await
+}
+
+/// Runs the bridge in local mode: WorkEvents (and WorkSessions) become files in `dir`.
+pub async fn run_local(dir: std::path::PathBuf, options: Options) -> std::io::Result<()> {
+    serve(Arc::new(crate::local::LocalStore::new(dir)?), options).await
+}
+
+async fn serve<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<()> {
     let mut registry = Registry::with_prefix("worksession_bridge");
     let metrics = BridgeMetrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
     if let Some(addr) = options.admin_addr {
         Admin::new(registry, ready.clone()).serve(addr).await?;
     }
-    let sink = KubeSink::new(client);
     tokio::spawn({
         let sink = sink.clone();
         async move {
@@ -422,16 +430,7 @@ pub async fn run(client: kube::Client, options: Options) -> std::io::Result<()> 
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     tracing::info!(event = "bridge.listening", addr = %listener.local_addr()?, "webhooks: POST /webhooks/github, /webhooks/generic");
     let app = Bridge::new(options.config, sink, metrics).router();
-    axum::serve(listener, app).with_graceful_shutdown(shutdown()).await
-}
-
-async fn shutdown() {
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    axum::serve(listener, app).with_graceful_shutdown(crate::agent::shutdown()).await
 }
 
 #[cfg(test)]
