@@ -200,3 +200,26 @@ async fn local_bridge_writes_events_once_and_get_lists_sessions() {
     assert_eq!(list["kind"], "List");
     assert_eq!(list["items"][0]["status"]["harnessSessionId"], "delta-conv");
 }
+
+/// The README's first command runs and shows what it promises.
+#[test]
+fn quick_start_runs_and_shows_resume_and_fallback() {
+    let out = std::process::Command::new(support::repo_root().join("scripts/quickstart"))
+        .env("WORKSESSION_BIN", env!("CARGO_BIN_EXE_worksession"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for expected in [
+        "1. a WorkSession appears",
+        "demo   local   demo      Running",
+        "via: Resumed",
+        "via: Fresh",
+        "reason: PaneDied",
+        "No conversation found with session ID",
+        "argv  A reviewer asked for a test of the parser.",
+        "tmux -S",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in:\n{text}");
+    }
+}
