@@ -1,101 +1,49 @@
 //! End-to-end: the node agent against the real API server and real tmux, with the harness stand-in.
 //! Each test has its own namespace, node name, tmux server and agent.
 
+mod scenarios;
 mod standin;
 mod support;
 mod world;
 
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use standin::{Prompt, seed_conversation};
+use standin::seed_conversation;
 use support::eventually;
 use worksession::api::{EventPhase, Phase, Via};
 use worksession::tmux::{Liveness, Tmux};
-use world::{WAIT, World, condition, phase_of, recorded_id};
+use world::{WAIT, World, condition, recorded_id};
+
+// The scenarios shared with local mode (tests/scenarios).
 
 #[tokio::test]
 async fn spawn_kill_event_resumes_the_same_conversation_then_pastes() {
     let w = World::new().await;
-    w.create_session("alpha", json!({"initialPrompt": "hello"})).await;
-    let ws = w.await_phase("alpha", Phase::Running).await;
-    let id = recorded_id(&ws);
+    scenarios::resume_the_same_conversation(&w).await;
+    let ws = w.sessions().get("alpha").await.unwrap();
     assert!(ws.finalizers().iter().any(|f| f == "worksession.dev/agent"));
-    assert_eq!(
-        w.tmux.await_prompts(1).await[0],
-        Prompt { conversation: id.clone(), via: "argv".into(), prompt: "hello".into(), pid: w.prompts()[0].pid }
-    );
-
-    w.kill_harness("alpha").await;
-    w.await_phase("alpha", Phase::Pending).await;
-    w.send("alpha", "alpha-1", "the reviewer asked for tests").await;
-    let ev = w.await_event("alpha-1", EventPhase::Delivered).await;
-    let st = ev.status.unwrap();
-    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
-    let ws = w.await_phase("alpha", Phase::Running).await;
-    assert_eq!(recorded_id(&ws), id, "same conversation");
-    assert_eq!(condition(&ws, "Resumed").map(|c| (c.0, c.1)), Some(("True".into(), "Resumed".into())));
-    assert_eq!(ws.status.as_ref().unwrap().respawn_count, 1);
-    let prompts = w.prompts();
-    assert_eq!(
-        (prompts[1].conversation.as_str(), prompts[1].via.as_str(), prompts[1].prompt.as_str()),
-        (id.as_str(), "argv", "the reviewer asked for tests")
-    );
-
-    w.tmux.await_output("loop-alpha", "ready>").await;
-    w.send("alpha", "alpha-2", "and a changelog entry").await;
-    let ev = w.await_event("alpha-2", EventPhase::Delivered).await;
-    assert_eq!(ev.status.unwrap().via, Some(Via::Pasted));
-    let prompts = w.tmux.await_prompts(3).await;
-    assert_eq!(
-        (prompts[2].via.as_str(), prompts[2].prompt.as_str(), prompts[2].pid),
-        ("paste", "and a changelog entry", prompts[1].pid)
-    );
+    assert_eq!(ws.status.unwrap().respawn_count, 1);
 }
 
 #[tokio::test]
 async fn unknown_id_fails_fast_and_falls_back_to_a_fresh_conversation() {
-    let w = World::new().await;
-    w.send("beta", "beta-1", "first event").await;
-    w.create_session("beta", json!({"harnessSessionId": "ghost-conversation"})).await;
-    let ev = w.await_event("beta-1", EventPhase::Delivered).await;
-    let ws = w.await_phase("beta", Phase::Running).await;
-    let (status, reason, message) = condition(&ws, "Resumed").unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "PaneDied"));
-    assert!(message.contains("No conversation found with session ID: ghost-conversation"), "{message}");
-    let id = recorded_id(&ws);
-    assert!(uuid::Uuid::parse_str(&id).is_ok(), "a new uuid: {id}");
-    let st = ev.status.unwrap();
-    assert_eq!((st.via, st.harness_session_id), (Some(Via::Fresh), Some(id.clone())));
-    assert_eq!(
-        w.prompts().iter().map(|p| (p.conversation.as_str(), p.prompt.as_str())).collect::<Vec<_>>(),
-        [(id.as_str(), "first event")]
-    );
+    scenarios::fast_resume_failure_falls_back(&World::new().await).await;
 }
 
 #[tokio::test]
 async fn slow_resume_failure_puts_the_event_back_then_a_fresh_conversation_gets_it() {
-    let w = World::new().await;
-    w.send("gamma", "gamma-1", "slow one").await;
-    w.create_session("gamma", json!({"harness": "standin-slow", "harnessSessionId": "ghost"})).await;
-    // The resume survives the 1 s probe, dies at 3 s: back to Pending, then a fresh conversation gets it.
-    let ws = w
-        .await_session("gamma", "a fresh conversation after PaneDiedAfterProbe", |ws| {
-            condition(ws, "Resumed").is_some_and(|c| c.1 == "PaneDiedAfterProbe" && c.2.starts_with("started a fresh"))
-                && phase_of(ws) == Some(Phase::Running)
-        })
-        .await;
-    let id = recorded_id(&ws);
-    assert_ne!(id, "ghost");
-    let ev = w.await_event("gamma-1", EventPhase::Delivered).await;
-    let st = ev.status.unwrap();
-    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Fresh), Some(id.as_str())));
-    assert!(st.attempts >= 2, "delivered twice: resumed, then fresh ({})", st.attempts);
-    assert!(ws.status.unwrap().unresumable_session_id.is_none(), "cleared once a new id is recorded");
-    assert_eq!(
-        w.prompts().iter().map(|p| (p.conversation.as_str(), p.prompt.as_str())).collect::<Vec<_>>(),
-        [(id.as_str(), "slow one")]
-    );
+    scenarios::slow_resume_failure_falls_back(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn suspend_stops_and_holds_events_then_delete_stops_and_releases() {
+    scenarios::suspend_then_delete(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn restarted_agent_adopts_live_sessions_and_finishes_verifications() {
+    scenarios::restart_adopts_and_finishes_verifications(&mut World::new().await).await;
 }
 
 #[tokio::test]
@@ -126,31 +74,6 @@ async fn cursor_cannot_be_hosted_and_is_never_spawned() {
 }
 
 #[tokio::test]
-async fn suspend_stops_and_holds_events_then_delete_stops_and_releases() {
-    let w = World::new().await;
-    w.create_session("zeta", json!({})).await;
-    w.await_phase("zeta", Phase::Running).await;
-    let suspend = |on: bool| json!({"spec": {"suspend": on}});
-    w.sessions().patch("zeta", &PatchParams::default(), &Patch::Merge(&suspend(true))).await.unwrap();
-    w.await_phase("zeta", Phase::Suspended).await;
-    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-zeta"), Liveness::Absent);
-    w.send("zeta", "zeta-1", "wait for it").await;
-    let held = w
-        .await_session("zeta", "observed the event while suspended", |ws| phase_of(ws) == Some(Phase::Suspended))
-        .await;
-    assert!(held.status.is_some());
-    assert!(w.events().get("zeta-1").await.unwrap().status.is_none(), "events wait while suspended");
-
-    w.sessions().patch("zeta", &PatchParams::default(), &Patch::Merge(&suspend(false))).await.unwrap();
-    w.await_event("zeta-1", EventPhase::Delivered).await;
-
-    w.sessions().delete("zeta", &DeleteParams::default()).await.unwrap();
-    let api = w.sessions();
-    eventually("zeta gone", WAIT, || async { api.get_opt("zeta").await.unwrap().is_none().then_some(()) }).await;
-    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-zeta"), Liveness::Absent);
-}
-
-#[tokio::test]
 async fn always_with_a_crashing_harness_backs_off() {
     let w = World::new().await;
     w.create_session("eta", json!({"harness": "standin-crash", "restartPolicy": "Always"})).await;
@@ -165,36 +88,6 @@ async fn always_with_a_crashing_harness_backs_off() {
     assert!(st.last_failure_time.is_some());
     assert!(st.next_retry_time.unwrap().0 > st.last_failure_time.unwrap().0);
     assert_eq!(condition(&ws, "Ready").map(|c| c.1), Some("BackOff".into()));
-}
-
-#[tokio::test]
-async fn restarted_agent_adopts_live_sessions_and_finishes_verifications() {
-    let mut w = World::new().await;
-    w.create_session("theta", json!({})).await;
-    let id = recorded_id(&w.await_phase("theta", Phase::Running).await);
-    w.create_session("iota", json!({"resume": {"probeSeconds": 4}})).await;
-    w.await_phase("iota", Phase::Running).await;
-    let theta_pid = w.harness_pid("theta");
-
-    // iota: kill, send an event, and restart the agent while the resume is being verified.
-    w.kill_harness("iota").await;
-    w.send("iota", "iota-1", "during verification").await;
-    w.await_phase("iota", Phase::Verifying).await;
-    w.stop_agent();
-    w.start_agent();
-
-    let ev = w.await_event("iota-1", EventPhase::Delivered).await;
-    assert_eq!(ev.status.unwrap().via, Some(Via::Resumed));
-    w.tmux.await_output("loop-theta", "ready>").await;
-    w.send("theta", "theta-1", "still you?").await;
-    let ev = w.await_event("theta-1", EventPhase::Delivered).await;
-    assert_eq!(ev.status.unwrap().via, Some(Via::Pasted), "the live session was adopted, not respawned");
-    let ws = w.sessions().get("theta").await.unwrap();
-    assert_eq!((recorded_id(&ws), ws.status.unwrap().respawn_count), (id, 0));
-    assert_eq!(w.harness_pid("theta"), theta_pid);
-    let prompts = w.tmux.await_prompts(2).await;
-    assert!(prompts.iter().any(|p| p.prompt == "still you?" && p.pid == theta_pid));
-    assert_eq!(prompts.iter().filter(|p| p.prompt == "during verification").count(), 1, "one spawn for the event");
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //! and the harness stand-in. The bridge reaches the API server through a TCP proxy the test can cut, to take the
 //! API server away from the bridge mid-test without stopping it for the other tests.
 
+mod scenarios;
 mod standin;
 mod support;
 mod world;

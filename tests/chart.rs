@@ -2,6 +2,7 @@
 //! sync with `crds/`, and its RBAC applied for real, with the agent and the bridge running as their
 //! ServiceAccount identities through a full scenario, and refused what they do not need.
 
+mod scenarios;
 mod standin;
 mod support;
 mod world;

@@ -1,6 +1,7 @@
 //! Local mode end to end: the agent on a directory of manifests, real tmux, the harness stand-in; the local
 //! bridge writing events as files; `worksession get --local`.
 
+mod scenarios;
 mod standin;
 mod support;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use standin::{TmuxServer, await_until, seed_conversation, standin_binary};
+use standin::{TmuxServer, await_until, seed_conversation};
 use worksession::config::Config;
 use worksession::tmux::{Liveness, Tmux};
 
@@ -24,18 +25,16 @@ impl Local {
         let tmux = TmuxServer::new();
         let dir = tmux.dir.path().join("manifests");
         std::fs::create_dir_all(&dir).unwrap();
-        let yaml = format!(
-            "tmux:\n  socket: {}\ndefaults:\n  resumeProbeSeconds: 1\nharnesses:\n  standin:\n    binary: {}\n    extraArgs: [--state, {}]\n    interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No conversation found\n",
-            tmux.socket().display(),
-            standin_binary().display(),
-            tmux.state().display()
-        );
-        let config = Arc::new(Config::parse(&yaml, Path::new("local.yaml")).unwrap());
-        let agent_dir = dir.clone();
-        let agent = tokio::spawn(async move {
-            worksession::agent::run_local(agent_dir, tokio::sync::watch::channel(config).1).await.unwrap();
-        });
+        let agent = Self::spawn_agent(&tmux, &dir);
         Local { tmux, dir, agent }
+    }
+
+    fn spawn_agent(tmux: &TmuxServer, dir: &Path) -> tokio::task::JoinHandle<()> {
+        let config = Arc::new(Config::parse(&tmux.agent_config_yaml(), Path::new("local.yaml")).unwrap());
+        let dir = dir.to_path_buf();
+        tokio::spawn(async move {
+            worksession::agent::run_local(dir, tokio::sync::watch::channel(config).1).await.unwrap();
+        })
     }
 
     fn session(&self, name: &str, extra: &str) {
@@ -73,18 +72,6 @@ impl Local {
         assert!(found.is_ok(), "{name}: {what}; last status: {last}");
         last
     }
-
-    async fn kill(&self, name: &str) {
-        let out = std::process::Command::new("tmux")
-            .arg("-S")
-            .arg(self.tmux.socket())
-            .args(["list-panes", "-t", &format!("=loop-{name}:"), "-F", "#{pane_pid}"])
-            .output()
-            .unwrap();
-        let pid = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        std::process::Command::new("kill").args(["-9", &pid]).status().unwrap();
-        self.tmux.await_liveness(&format!("loop-{name}"), Liveness::Dead).await;
-    }
 }
 
 impl Drop for Local {
@@ -95,39 +82,6 @@ impl Drop for Local {
 
 fn phase(v: &Value) -> &str {
     v["phase"].as_str().unwrap_or_default()
-}
-
-fn resumed_reason(v: &Value) -> String {
-    v["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Resumed")
-        .map(|c| c["reason"].as_str().unwrap_or_default().to_string())
-        .unwrap_or_default()
-}
-
-#[tokio::test]
-async fn resume_then_fast_fallback_from_a_directory() {
-    let l = Local::new();
-    l.session("alpha", "  initialPrompt: hello\n");
-    let st = l.await_status("alpha", "Running", |s| phase(s) == "Running").await;
-    let id = st["harnessSessionId"].as_str().unwrap().to_string();
-
-    l.kill("alpha").await;
-    l.event("alpha", "alpha-1", "after the crash");
-    let ev = l.await_status("alpha-1", "Delivered", |s| s["phase"] == "Delivered").await;
-    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some(id.as_str())));
-    let prompts = l.tmux.await_prompts(2).await;
-    assert_eq!((prompts[1].conversation.as_str(), prompts[1].prompt.as_str()), (id.as_str(), "after the crash"));
-
-    // An unknown recorded id: the resume dies at once, a fresh conversation gets the event.
-    l.session("beta", "  harnessSessionId: ghost\n");
-    l.event("beta", "beta-1", "first");
-    let ev = l.await_status("beta-1", "Delivered", |s| s["phase"] == "Delivered").await;
-    assert_eq!(ev["via"].as_str(), Some("Fresh"));
-    let st = l.await_status("beta", "Running after the fallback", |s| phase(s) == "Running").await;
-    assert_eq!(resumed_reason(&st), "PaneDied");
 }
 
 #[tokio::test]
@@ -222,4 +176,76 @@ fn quick_start_runs_and_shows_resume_and_fallback() {
     ] {
         assert!(text.contains(expected), "{expected:?} in:\n{text}");
     }
+}
+
+impl scenarios::Rig for Local {
+    async fn create_session(&self, name: &str, spec: Value) {
+        let mut full = serde_json::json!({"workItem": name, "nodeName": "local", "harness": "standin", "workdir": self.tmux.workdir()});
+        full.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+        let manifest = serde_json::json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "metadata": {"name": name}, "spec": full});
+        worksession::local::write_atomic(&self.dir.join(format!("{name}.yaml")), &manifest).unwrap();
+    }
+
+    async fn send(&self, session: &str, name: &str, prompt: &str) {
+        self.event(session, name, prompt);
+    }
+
+    async fn session_status(&self, name: &str) -> Value {
+        self.status(name)
+    }
+
+    async fn event_status(&self, name: &str) -> Value {
+        self.status(name)
+    }
+
+    async fn session_gone(&self, name: &str) -> bool {
+        !self.dir.join(format!("{name}.yaml")).exists() && !self.dir.join(format!("{name}.status.yaml")).exists()
+    }
+
+    async fn suspend(&self, name: &str, on: bool) {
+        let path = self.dir.join(format!("{name}.yaml"));
+        let mut manifest: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        manifest["spec"]["suspend"] = Value::Bool(on);
+        worksession::local::write_atomic(&path, &manifest).unwrap();
+    }
+
+    async fn delete_session(&self, name: &str) {
+        std::fs::remove_file(self.dir.join(format!("{name}.yaml"))).unwrap();
+    }
+
+    fn restart_agent(&mut self) {
+        self.agent.abort();
+        self.agent = Self::spawn_agent(&self.tmux, &self.dir);
+    }
+
+    fn tmux(&self) -> &TmuxServer {
+        &self.tmux
+    }
+}
+
+// The scenarios shared with the Kubernetes agent (tests/scenarios).
+
+#[tokio::test]
+async fn shared_resume_the_same_conversation() {
+    scenarios::resume_the_same_conversation(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_fast_resume_failure_falls_back() {
+    scenarios::fast_resume_failure_falls_back(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_slow_resume_failure_falls_back() {
+    scenarios::slow_resume_failure_falls_back(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_suspend_then_delete() {
+    scenarios::suspend_then_delete(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_restart_adopts_and_finishes_verifications() {
+    scenarios::restart_adopts_and_finishes_verifications(&mut Local::new()).await;
 }

@@ -85,6 +85,44 @@ impl TmuxServer {
         last
     }
 
+    /// The agent config used by the end-to-end tests (Kubernetes and local alike): this server's socket, a 1 s
+    /// probe, a 30 s settle window, and the stand-in as `standin`, `standin-slow` (its failed resume takes 3 s) and
+    /// `standin-crash` (crashes after 0.3 s).
+    pub fn agent_config_yaml(&self) -> String {
+        let profile = |flags: &str| {
+            format!(
+                "binary: {bin}\n    extraArgs: [--state, {state}{flags}]\n    interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No conversation found",
+                bin = standin_binary().display(),
+                state = self.state().display(),
+            )
+        };
+        format!(
+            "tmux:\n  socket: {sock}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 30\nharnesses:\n  standin:\n    {a}\n  standin-slow:\n    {b}\n  standin-crash:\n    {c}\n",
+            sock = self.socket().display(),
+            a = profile(""),
+            b = profile(", --resume-fail-delay, '3'"),
+            c = profile(", --crash-after, '0.3'"),
+        )
+    }
+
+    /// The pid of the harness in `session`'s pane.
+    pub fn pane_pid(&self, session: &str) -> u32 {
+        let out = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(self.socket())
+            .args(["list-panes", "-t", &format!("={session}:"), "-F", "#{pane_pid}"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().parse().expect("a pane pid")
+    }
+
+    /// Kills the harness of `session` (as a crash would) and awaits its dead pane.
+    pub async fn kill_harness(&self, session: &str) {
+        let pid = self.pane_pid(session);
+        std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+        self.await_liveness(session, Liveness::Dead).await;
+    }
+
     /// The prompts the stand-in recorded.
     pub fn prompts(&self) -> Vec<Prompt> {
         read_prompts(&self.state())

@@ -9,11 +9,10 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use crate::standin::{Prompt, TmuxServer, standin_binary};
+use crate::standin::{Prompt, TmuxServer};
 use crate::support::{TestNamespace, eventually};
 use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
 use worksession::config::Config;
-use worksession::tmux::Liveness;
 
 pub const WAIT: Duration = Duration::from_secs(45);
 
@@ -40,20 +39,7 @@ impl World {
         let ns = TestNamespace::new().await;
         crate::support::install_crds(ns.client.clone()).await;
         let tmux = TmuxServer::new();
-        let profile = |flags: &str| {
-            format!(
-                "binary: {bin}\n    extraArgs: [--state, {state}{flags}]\n    interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No conversation found",
-                bin = standin_binary().display(),
-                state = tmux.state().display(),
-            )
-        };
-        let yaml = format!(
-            "tmux:\n  socket: {sock}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 30\nharnesses:\n  standin:\n    {a}\n  standin-slow:\n    {b}\n  standin-crash:\n    {c}\n",
-            sock = tmux.socket().display(),
-            a = profile(""),
-            b = profile(", --resume-fail-delay, '3'"),
-            c = profile(", --crash-after, '0.3'"),
-        ) + extra;
+        let yaml = tmux.agent_config_yaml() + extra;
         let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         let node = ns.name.clone();
         let mut world = World { ns, tmux, node, config, agent: None };
@@ -139,20 +125,12 @@ impl World {
 
     /// The pid of the harness in the pane of `work_item`.
     pub fn harness_pid(&self, work_item: &str) -> u32 {
-        let out = std::process::Command::new("tmux")
-            .arg("-S")
-            .arg(self.tmux.socket())
-            .args(["list-panes", "-t", &format!("=loop-{work_item}:"), "-F", "#{pane_pid}"])
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap().trim().parse().expect("a pane pid")
+        self.tmux.pane_pid(&format!("loop-{work_item}"))
     }
 
     /// Kills the harness process of `work_item`: the pane dies, as on a crash.
     pub async fn kill_harness(&self, work_item: &str) {
-        let pid = self.harness_pid(work_item);
-        std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
-        self.tmux.await_liveness(&format!("loop-{work_item}"), Liveness::Dead).await;
+        self.tmux.kill_harness(&format!("loop-{work_item}")).await;
     }
 
     pub fn prompts(&self) -> Vec<Prompt> {
@@ -177,4 +155,49 @@ pub fn condition(ws: &WorkSession, type_: &str) -> Option<(String, String, Strin
 
 pub fn recorded_id(ws: &WorkSession) -> String {
     ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).expect("a recorded session id")
+}
+
+impl crate::scenarios::Rig for World {
+    async fn create_session(&self, name: &str, spec: serde_json::Value) {
+        World::create_session(self, name, spec).await;
+    }
+
+    async fn send(&self, session: &str, name: &str, prompt: &str) {
+        World::send(self, session, name, prompt).await;
+    }
+
+    async fn session_status(&self, name: &str) -> serde_json::Value {
+        let ws = self.sessions().get_opt(name).await.unwrap();
+        serde_json::to_value(ws.and_then(|ws| ws.status)).unwrap()
+    }
+
+    async fn event_status(&self, name: &str) -> serde_json::Value {
+        let ev = self.events().get_opt(name).await.unwrap();
+        serde_json::to_value(ev.and_then(|ev| ev.status)).unwrap()
+    }
+
+    async fn session_gone(&self, name: &str) -> bool {
+        self.sessions().get_opt(name).await.unwrap().is_none()
+    }
+
+    async fn suspend(&self, name: &str, on: bool) {
+        let patch = json!({"spec": {"suspend": on}});
+        self.sessions()
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    async fn delete_session(&self, name: &str) {
+        self.sessions().delete(name, &Default::default()).await.unwrap();
+    }
+
+    fn restart_agent(&mut self) {
+        self.stop_agent();
+        self.start_agent();
+    }
+
+    fn tmux(&self) -> &TmuxServer {
+        &self.tmux
+    }
 }
