@@ -272,19 +272,14 @@ impl Sink for std::sync::Arc<LocalStore> {
             return Ok(Some(ws));
         }
         let Some(ws) = create else { return Ok(None) };
-        let mut manifest = ws.clone();
-        manifest.metadata.namespace = None;
-        let value = serde_json::json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "metadata": manifest.metadata, "spec": manifest.spec});
+        let value = manifest("WorkSession", &ws.metadata, &ws.spec);
         create_exclusive(&self.dir.join(format!("{}.yaml", ws.name_any())), &value)
             .map_err(|e| SinkError::Unavailable(e.to_string()))?;
         Ok(Some(ws))
     }
 
     async fn create_event(&self, _namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
-        let mut manifest = event.clone();
-        manifest.metadata.namespace = None;
-        manifest.metadata.owner_references = None;
-        let value = serde_json::json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": manifest.metadata, "spec": manifest.spec});
+        let value = manifest("WorkEvent", &event.metadata, &event.spec);
         create_exclusive(&self.dir.join(format!("{}.yaml", event.name_any())), &value)
             .map_err(|e| SinkError::Unavailable(e.to_string()))
     }
@@ -292,6 +287,16 @@ impl Sink for std::sync::Arc<LocalStore> {
     async fn ready(&self) -> bool {
         self.dir.is_dir()
     }
+}
+
+/// A manifest as a user would write it: no namespace (local mode has one) and no owner references.
+fn manifest<S: serde::Serialize>(
+    kind: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    spec: &S,
+) -> Value {
+    let metadata = serde_json::json!({"name": meta.name, "labels": meta.labels});
+    serde_json::json!({"apiVersion": "worksession.dev/v1alpha1", "kind": kind, "metadata": metadata, "spec": spec})
 }
 
 /// Creates `path` with `value` as YAML unless it exists (`Ok(false)`); readers never see a partial file.

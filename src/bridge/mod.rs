@@ -352,9 +352,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
 }
 
 fn work_event(name: String, session: &str, prompt: String, source: EventSource) -> WorkEvent {
-    let mut event = WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source) });
-    event.metadata.name = Some(name);
-    event
+    WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source) })
 }
 
 async fn generic_handler<S: Sink>(State(bridge): State<Arc<Bridge<S>>>, request: Request) -> Response {
