@@ -9,7 +9,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -19,7 +18,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use worksession::api::{WorkEvent, WorkSession};
-use worksession::bridge::{self, BridgeConfig, KubeSink, github};
+use worksession::bridge::{self, KubeSink, github};
 
 const N: usize = 1000;
 const CONCURRENCY: usize = 16;
@@ -82,11 +81,7 @@ async fn main() {
         dir.path().join("secret").display(),
         ns.name
     );
-    let config = Arc::new(BridgeConfig::parse(&yaml, std::path::Path::new("bench.yaml")).unwrap());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = bridge::BridgeMetrics::register(&mut registry);
-    let app =
-        bridge::Bridge::new(tokio::sync::watch::channel(config).1, KubeSink::new(ns.client.clone()), metrics).router();
+    let app = support::bridge_router(&yaml, KubeSink::new(ns.client.clone()));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

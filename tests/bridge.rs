@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use worksession::api::{EventPhase, WorkEvent};
-use worksession::bridge::{self, BridgeConfig, KubeSink, github};
+use worksession::bridge::{KubeSink, github};
 use world::World;
 
 const SECRET: &str = "it's a secret to everybody";
@@ -75,14 +75,10 @@ async fn start_bridge(w: &World, proxy: &Proxy) -> SocketAddr {
         node = w.node,
         workdir = w.tmux.workdir().display(),
     );
-    let config = Arc::new(BridgeConfig::parse(&yaml, std::path::Path::new("bridge.yaml")).unwrap());
     let kubeconfig = Kubeconfig::read_from(&support::control_plane().kubeconfig).unwrap();
     let mut kc = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
     kc.cluster_url = format!("https://127.0.0.1:{}", proxy.addr.port()).parse().unwrap();
-    let client = kube::Client::try_from(kc).unwrap();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = bridge::BridgeMetrics::register(&mut registry);
-    let app = bridge::Bridge::new(tokio::sync::watch::channel(config).1, KubeSink::new(client), metrics).router();
+    let app = support::bridge_router(&yaml, KubeSink::new(kube::Client::try_from(kc).unwrap()));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -209,12 +209,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         w.node,
         w.tmux.workdir().display()
     );
-    let config =
-        std::sync::Arc::new(worksession::bridge::BridgeConfig::parse(&yaml, std::path::Path::new("b.yaml")).unwrap());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = worksession::bridge::BridgeMetrics::register(&mut registry);
-    let sink = worksession::bridge::KubeSink::new(bridge_client.clone());
-    let app = worksession::bridge::Bridge::new(tokio::sync::watch::channel(config).1, sink, metrics).router();
+    let app = support::bridge_router(&yaml, worksession::bridge::KubeSink::new(bridge_client.clone()));
     let payload = serde_json::to_vec(&json!({
         "action": "created", "issue": {"number": 5, "title": "t"}, "comment": {"body": "from the bridge"},
         "repository": {"full_name": "octo-org/sigma"}, "sender": {"login": "mona"}

@@ -5,9 +5,10 @@ mod scenarios;
 mod standin;
 mod support;
 
+use scenarios::Rig;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use standin::{TmuxServer, await_until, seed_conversation};
@@ -37,14 +38,6 @@ impl Local {
         })
     }
 
-    fn session(&self, name: &str, extra: &str) {
-        let text = format!(
-            "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {{name: {name}}}\nspec:\n  workItem: {name}\n  nodeName: local\n  harness: standin\n  workdir: {}\n{extra}",
-            self.tmux.workdir().display()
-        );
-        std::fs::write(self.dir.join(format!("{name}.yaml")), text).unwrap();
-    }
-
     fn event(&self, session: &str, name: &str, prompt: &str) {
         let text = format!(
             "apiVersion: worksession.dev/v1alpha1\nkind: WorkEvent\nmetadata: {{name: {name}}}\nspec: {{session: {session}, prompt: {prompt:?}}}\n"
@@ -58,19 +51,7 @@ impl Local {
     }
 
     async fn await_status(&self, name: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let mut last = Value::Null;
-        let found = tokio::time::timeout(standin::WAIT, async {
-            loop {
-                last = self.status(name);
-                if pred(&last) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        assert!(found.is_ok(), "{name}: {what}; last status: {last}");
-        last
+        scenarios::await_value(&format!("{name}: {what}"), || async { self.status(name) }, pred).await
     }
 }
 
@@ -93,7 +74,7 @@ async fn delete_stops_the_session_and_bad_files_are_skipped() {
     )
     .unwrap();
     std::fs::write(l.dir.join("half.yaml"), "apiVersion: worksession.dev/v1al").unwrap();
-    l.session("gamma", "");
+    l.create_session("gamma", serde_json::json!({})).await;
     l.await_status("gamma", "Running", |s| phase(s) == "Running").await;
     assert_eq!(l.status("broken"), Value::Null, "an invalid manifest is never run");
 
@@ -108,21 +89,13 @@ async fn local_bridge_writes_events_once_and_get_lists_sessions() {
     use tower::ServiceExt;
     let l = Local::new();
     seed_conversation(&l.tmux.state(), "delta-conv");
-    l.session("delta", "  harnessSessionId: delta-conv\n");
+    l.create_session("delta", serde_json::json!({"harnessSessionId": "delta-conv"})).await;
     l.await_status("delta", "Running", |s| phase(s) == "Running").await;
 
     let token_file = l.tmux.dir.path().join("token");
     std::fs::write(&token_file, "tok").unwrap();
-    let config = worksession::bridge::BridgeConfig::parse(
-        &format!("generic:\n  tokenFile: {}\n", token_file.display()),
-        Path::new("b.yaml"),
-    )
-    .unwrap();
-    let store = Arc::new(worksession::local::LocalStore::new(&l.dir).unwrap());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = worksession::bridge::BridgeMetrics::register(&mut registry);
-    let app =
-        worksession::bridge::Bridge::new(tokio::sync::watch::channel(Arc::new(config)).1, store, metrics).router();
+    let yaml = format!("generic:\n  tokenFile: {}\n", token_file.display());
+    let app = support::bridge_router(&yaml, Arc::new(worksession::local::LocalStore::new(&l.dir).unwrap()));
     let request = || {
         axum::http::Request::post("/webhooks/generic")
             .header("authorization", "Bearer tok")

@@ -31,7 +31,8 @@ pub trait Rig {
     fn tmux(&self) -> &TmuxServer;
 }
 
-async fn await_value<F: Future<Output = Value>>(
+/// Awaits `get()` satisfying `pred`, failing the test after [`WAIT`] with the last value seen.
+pub async fn await_value<F: Future<Output = Value>>(
     what: &str,
     mut get: impl FnMut() -> F,
     pred: impl Fn(&Value) -> bool,

@@ -163,6 +163,15 @@ pub async fn install_crds(client: Client) {
     .await;
 }
 
+/// The bridge's router for config `yaml`, writing to `sink` (its metrics registered in a throwaway registry).
+pub fn bridge_router<S: worksession::bridge::Sink>(yaml: &str, sink: S) -> axum::Router {
+    use worksession::bridge::{Bridge, BridgeConfig, BridgeMetrics};
+    let config =
+        std::sync::Arc::new(BridgeConfig::parse(yaml, Path::new("bridge.yaml")).expect("a valid bridge config"));
+    let metrics = BridgeMetrics::register(&mut prometheus_client::registry::Registry::default());
+    Bridge::new(tokio::sync::watch::channel(config).1, sink, metrics).router()
+}
+
 /// Awaits `check` until it returns `Some`, polling every 50 ms, for at most `limit` (then panics naming `what`).
 pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
 where
