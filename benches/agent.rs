@@ -162,12 +162,10 @@ async fn dead_sessions(client: &Client, ns: &str, node: &str, names: &[String], 
 }
 
 fn spawn_agent(client: Client, node: &str, config: Arc<Config>) -> tokio::task::JoinHandle<()> {
-    let options = worksession::agent::Options {
-        node: node.into(),
-        config: tokio::sync::watch::channel(config).1,
-        admin_addr: None,
-    };
-    tokio::spawn(async move { worksession::agent::run(client, options).await.unwrap() })
+    let options = worksession::agent::Options { config: tokio::sync::watch::channel(config).1, admin_addr: None };
+    let store = worksession::store::kube::KubeStore::new(client.clone(), node);
+    let node = node.to_string();
+    tokio::spawn(async move { worksession::agent::run(client, node, store, options).await.unwrap() })
 }
 
 /// A namespace with the CRDs, a tmux server, and folders for harness markers and working directories.

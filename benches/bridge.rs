@@ -18,7 +18,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use worksession::api::{WorkEvent, WorkSession};
-use worksession::bridge::{self, KubeSink, github};
+use worksession::bridge::{self, github};
+use worksession::store::kube::KubeSink;
 
 const N: usize = 1000;
 const CONCURRENCY: usize = 16;

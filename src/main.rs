@@ -1,4 +1,5 @@
-//! The `worksession` command line: parses arguments and calls into the library.
+//! The `worksession` command line: parses arguments, picks the storage backend (the API server or a directory),
+//! and calls into the library. This is the only place that names a backend.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use worksession::config::{Config, Reloader};
+use worksession::store::kube::{KubeSink, KubeStore};
+use worksession::store::local::LocalStore;
 
 /// Kubernetes-native supervisor for long-lived AI coding-agent conversations hosted in tmux.
 #[derive(Parser)]
@@ -86,19 +89,23 @@ async fn main() -> ExitCode {
                 },
                 None => (None, tokio::sync::watch::channel(Arc::new(Config::default())).1),
             };
-            if let Some(dir) = local {
-                return match worksession::agent::run_local(dir, config).await {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => fail(&e),
-                };
-            }
-            let client = match kube::Client::try_default().await {
-                Ok(c) => c,
-                Err(e) => return fail(&e),
+            let options = worksession::agent::Options { config, admin_addr: Some(admin_addr) };
+            let result = match local {
+                Some(dir) => match LocalStore::new(dir) {
+                    Ok(store) => worksession::agent::run_periodic(store, options).await,
+                    Err(e) => Err(e),
+                },
+                None => {
+                    let client = match kube::Client::try_default().await {
+                        Ok(c) => c,
+                        Err(e) => return fail(&e),
+                    };
+                    let node = node.expect("clap requires --node without --local");
+                    let store = KubeStore::new(client.clone(), &node);
+                    worksession::agent::run(client, node, store, options).await
+                }
             };
-            let node = node.expect("clap requires --node without --local");
-            let options = worksession::agent::Options { node, config, admin_addr: Some(admin_addr) };
-            match worksession::agent::run(client, options).await {
+            match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
@@ -111,17 +118,17 @@ async fn main() -> ExitCode {
                 Err(e) => return fail(&e),
             };
             let options = bridge::Options { config: reloader.config(), listen, admin_addr: Some(admin_addr) };
-            if let Some(dir) = local {
-                return match bridge::run_local(dir, options).await {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => fail(&e),
-                };
-            }
-            let client = match kube::Client::try_default().await {
-                Ok(c) => c,
-                Err(e) => return fail(&e),
+            let result = match local {
+                Some(dir) => match LocalStore::new(dir) {
+                    Ok(store) => bridge::run(Arc::new(store), options).await,
+                    Err(e) => Err(e),
+                },
+                None => match kube::Client::try_default().await {
+                    Ok(client) => bridge::run(KubeSink::new(client), options).await,
+                    Err(e) => return fail(&e),
+                },
             };
-            match bridge::run(client, options).await {
+            match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
@@ -131,12 +138,10 @@ async fn main() -> ExitCode {
 
 async fn get(local: Option<PathBuf>, output: Option<worksession::get::Output>) -> ExitCode {
     let sessions = match local {
-        Some(dir) => {
-            match worksession::local::LocalStore::new(dir).and_then(|s| s.sessions().map_err(std::io::Error::other)) {
-                Ok(list) => list.into_iter().map(|(_, ws)| ws).collect(),
-                Err(e) => return fail(&e),
-            }
-        }
+        Some(dir) => match LocalStore::new(dir).and_then(|s| s.session_files().map_err(std::io::Error::other)) {
+            Ok(list) => list.into_iter().map(|(_, ws)| ws).collect(),
+            Err(e) => return fail(&e),
+        },
         None => {
             let client = match kube::Client::try_default().await {
                 Ok(c) => c,

@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use worksession::api::{EventPhase, WorkEvent};
-use worksession::bridge::{KubeSink, github};
+use worksession::bridge::github;
+use worksession::store::kube::KubeSink;
 use world::World;
 
 const SECRET: &str = "it's a secret to everybody";

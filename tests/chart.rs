@@ -209,7 +209,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         w.node,
         w.tmux.workdir().display()
     );
-    let app = support::bridge_router(&yaml, worksession::bridge::KubeSink::new(bridge_client.clone()));
+    let app = support::bridge_router(&yaml, worksession::store::kube::KubeSink::new(bridge_client.clone()));
     let payload = serde_json::to_vec(&json!({
         "action": "created", "issue": {"number": 5, "title": "t"}, "comment": {"body": "from the bridge"},
         "repository": {"full_name": "octo-org/sigma"}, "sender": {"login": "mona"}

@@ -34,7 +34,10 @@ impl Local {
         let config = Arc::new(Config::parse(&tmux.agent_config_yaml(), Path::new("local.yaml")).unwrap());
         let dir = dir.to_path_buf();
         tokio::spawn(async move {
-            worksession::agent::run_local(dir, tokio::sync::watch::channel(config).1).await.unwrap();
+            let store = worksession::store::local::LocalStore::new(dir).unwrap();
+            let options =
+                worksession::agent::Options { config: tokio::sync::watch::channel(config).1, admin_addr: None };
+            worksession::agent::run_periodic(store, options).await.unwrap();
         })
     }
 
@@ -95,7 +98,7 @@ async fn local_bridge_writes_events_once_and_get_lists_sessions() {
     let token_file = l.tmux.dir.path().join("token");
     std::fs::write(&token_file, "tok").unwrap();
     let yaml = format!("generic:\n  tokenFile: {}\n", token_file.display());
-    let app = support::bridge_router(&yaml, Arc::new(worksession::local::LocalStore::new(&l.dir).unwrap()));
+    let app = support::bridge_router(&yaml, Arc::new(worksession::store::local::LocalStore::new(&l.dir).unwrap()));
     let request = || {
         axum::http::Request::post("/webhooks/generic")
             .header("authorization", "Bearer tok")
@@ -156,7 +159,7 @@ impl scenarios::Rig for Local {
         let mut full = serde_json::json!({"workItem": name, "nodeName": "local", "harness": "standin", "workdir": self.tmux.workdir()});
         full.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
         let manifest = serde_json::json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "metadata": {"name": name}, "spec": full});
-        worksession::local::write_atomic(&self.dir.join(format!("{name}.yaml")), &manifest).unwrap();
+        worksession::store::local::write_atomic(&self.dir.join(format!("{name}.yaml")), &manifest).unwrap();
     }
 
     async fn send(&self, session: &str, name: &str, prompt: &str) {
@@ -179,7 +182,7 @@ impl scenarios::Rig for Local {
         let path = self.dir.join(format!("{name}.yaml"));
         let mut manifest: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         manifest["spec"]["suspend"] = Value::Bool(on);
-        worksession::local::write_atomic(&path, &manifest).unwrap();
+        worksession::store::local::write_atomic(&path, &manifest).unwrap();
     }
 
     async fn delete_session(&self, name: &str) {

@@ -9,11 +9,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
 
+use super::metrics::{AgentMetrics, CategoryLabel, ReasonLabel, ResumedLabel, ViaLabel};
 use crate::api::{Phase, WorkEvent, WorkSession};
 use crate::config::Config;
+use crate::core::queue;
 use crate::core::{self, Input, Op, PendingEvent, Plan};
-use crate::store::{self, FINALIZER, Store, StoreError};
-use crate::telemetry::{AgentMetrics, ReasonLabel, ResumedLabel, ViaLabel};
+use crate::store::{FINALIZER, Store, StoreError};
 use crate::tmux::{Liveness, Observation, Tmux, TmuxError};
 
 /// Lines of a dead pane's output kept for conditions and messages.
@@ -101,7 +102,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         self.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {
             let category = e.category();
-            self.metrics.reconcile_errors.get_or_create(&crate::telemetry::CategoryLabel { category }).inc();
+            self.metrics.reconcile_errors.get_or_create(&CategoryLabel { category }).inc();
         }
         result
     }
@@ -135,13 +136,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let events = events?;
         let mut next_expiry = None;
         if let Some(retention) = config.event_retention {
-            let (due, next) = store::expired(&events, Timestamp::now(), retention);
+            let (due, next) = queue::expired(&events, Timestamp::now(), retention);
             for ev in due {
                 self.store.delete_event(ev).await?;
             }
             next_expiry = next;
         }
-        let pending: Vec<PendingEvent> = store::undelivered(events.clone())
+        let pending: Vec<PendingEvent> = queue::undelivered(events.clone())
             .iter()
             .map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() })
             .collect();
@@ -212,7 +213,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::Paste { session, text, .. } => tmux.paste(session, text).await.map_err(|e| other(e.into()))?,
                 Op::Event(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
-                    let status = store::event_status(ev, update, Time(Timestamp::now()));
+                    let status = queue::apply(ev, update, Time(Timestamp::now()));
                     self.store.write_event_status(ev, &status).await.map_err(|e| other(e.into()))?;
                     if let Some(via) = update.via.filter(|_| update.phase == crate::api::EventPhase::Delivered) {
                         let via = match via {

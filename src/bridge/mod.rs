@@ -4,7 +4,7 @@
 
 pub mod config;
 pub mod github;
-pub mod sink;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,10 +17,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use kube::Resource;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -29,10 +26,12 @@ use tokio::sync::watch;
 use crate::api::{
     EventSource, NODE_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession, WorkSessionSpec,
 };
+use crate::store::{Sink, SinkError};
 use crate::telemetry::Admin;
 pub use config::BridgeConfig;
 use config::{render, slug};
-pub use sink::{KubeSink, Sink, SinkError};
+pub use metrics::BridgeMetrics;
+use metrics::RequestLabels;
 
 /// Seconds a sender is asked to wait before retrying after a 503.
 pub const RETRY_AFTER_SECONDS: u64 = 5;
@@ -106,49 +105,6 @@ fn ignored(reason: String) -> Response {
     answer(StatusCode::ACCEPTED, "ignored", json!({"reason": reason}))
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    endpoint: &'static str,
-    status: u16,
-}
-
-/// The bridge's metrics, under the prefix `worksession_bridge`.
-#[derive(Clone)]
-pub struct BridgeMetrics {
-    requests: Family<RequestLabels, Counter>,
-    events_created: Counter,
-    duplicates: Counter,
-    signature_failures: Counter,
-    api_latency: Histogram,
-}
-
-impl BridgeMetrics {
-    /// Creates the metrics and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = Self {
-            requests: Family::default(),
-            events_created: Counter::default(),
-            duplicates: Counter::default(),
-            signature_failures: Counter::default(),
-            api_latency: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
-        };
-        registry.register("requests", "Webhook requests, by endpoint and status", m.requests.clone());
-        registry.register("events_created", "WorkEvents created", m.events_created.clone());
-        registry.register("duplicates", "Redeliveries answered as duplicates", m.duplicates.clone());
-        registry.register(
-            "signature_failures",
-            "Requests with a missing or wrong signature or token",
-            m.signature_failures.clone(),
-        );
-        registry.register(
-            "api_latency_seconds",
-            "Time spent writing to the API server per request",
-            m.api_latency.clone(),
-        );
-        m
-    }
-}
-
 /// How long the bridge trusts that a WorkSession it has seen still exists (saves one API read per delivery).
 pub const SESSION_CACHE_TTL: Duration = Duration::from_secs(10);
 
@@ -208,7 +164,7 @@ impl<S: Sink> Bridge<S> {
         let labels = event.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SESSION_LABEL.into(), session.into());
         labels.insert(NODE_LABEL.into(), slug(&ws.spec.node_name));
-        event.metadata.owner_references = sink::owner_of(&ws).map(|o| vec![o]);
+        event.metadata.owner_references = owner_of(&ws).map(|o| vec![o]);
         let name = event.metadata.name.clone().unwrap_or_default();
         if self.sink.create_event(namespace, &event).await? {
             self.metrics.events_created.inc();
@@ -351,6 +307,15 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
     bridge.deliver(&route.namespace, &work_item, Some(create), event).await
 }
 
+/// The owner reference that ties a WorkEvent to its WorkSession.
+fn owner_of(ws: &WorkSession) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    ws.controller_owner_ref(&()).map(|mut o| {
+        o.controller = Some(false);
+        o.block_owner_deletion = None;
+        o
+    })
+}
+
 fn work_event(name: String, session: &str, prompt: String, source: EventSource) -> WorkEvent {
     WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source) })
 }
@@ -399,17 +364,8 @@ pub struct Options {
     pub admin_addr: Option<SocketAddr>,
 }
 
-/// Runs the bridge against the API server until the process is asked to stop.
-pub async fn run(client: kube::Client, options: Options) -> std::io::Result<()> {
-    serve(KubeSink::new(client), options).await
-}
-
-/// Runs the bridge in local mode: WorkEvents (and WorkSessions) become files in `dir`.
-pub async fn run_local(dir: std::path::PathBuf, options: Options) -> std::io::Result<()> {
-    serve(Arc::new(crate::local::LocalStore::new(dir)?), options).await
-}
-
-async fn serve<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<()> {
+/// Runs the bridge, writing to `sink`, until the process is asked to stop.
+pub async fn run<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<()> {
     let mut registry = Registry::with_prefix("worksession_bridge");
     let metrics = BridgeMetrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
@@ -428,7 +384,7 @@ async fn serve<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<()
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     tracing::info!(event = "bridge.listening", addr = %listener.local_addr()?, "webhooks: POST /webhooks/github, /webhooks/generic");
     let app = Bridge::new(options.config, sink, metrics).router();
-    axum::serve(listener, app).with_graceful_shutdown(crate::agent::shutdown()).await
+    axum::serve(listener, app).with_graceful_shutdown(crate::signal::shutdown()).await
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use crate::tmux::{Liveness, Spawn};
 
 mod conditions;
 mod plan;
+pub mod queue;
 pub use conditions::{READY, RESUMED, set_condition};
 pub use plan::{EventUpdate, Input, Notice, Op, PendingEvent, Plan, Severity};
 

@@ -164,7 +164,7 @@ pub async fn install_crds(client: Client) {
 }
 
 /// The bridge's router for config `yaml`, writing to `sink` (its metrics registered in a throwaway registry).
-pub fn bridge_router<S: worksession::bridge::Sink>(yaml: &str, sink: S) -> axum::Router {
+pub fn bridge_router<S: worksession::store::Sink>(yaml: &str, sink: S) -> axum::Router {
     use worksession::bridge::{Bridge, BridgeConfig, BridgeMetrics};
     let config =
         std::sync::Arc::new(BridgeConfig::parse(yaml, Path::new("bridge.yaml")).expect("a valid bridge config"));

@@ -61,13 +61,12 @@ impl World {
     }
 
     fn start_agent_with(&mut self, client: kube::Client, admin_addr: Option<std::net::SocketAddr>) {
-        let options = worksession::agent::Options {
-            node: self.node.clone(),
-            config: tokio::sync::watch::channel(self.config.clone()).1,
-            admin_addr,
-        };
+        let options =
+            worksession::agent::Options { config: tokio::sync::watch::channel(self.config.clone()).1, admin_addr };
+        let node = self.node.clone();
+        let store = worksession::store::kube::KubeStore::new(client.clone(), &node);
         self.agent = Some(tokio::spawn(async move {
-            worksession::agent::run(client, options).await.unwrap();
+            worksession::agent::run(client, node, store, options).await.unwrap();
         }));
     }
 

@@ -1,4 +1,4 @@
-//! Local mode: the object store is a directory of YAML manifests instead of the API server, the way kubelet runs
+//! The directory backend of [`Store`] and [`Sink`] (local mode): the object store is a directory of YAML manifests instead of the API server, the way kubelet runs
 //! static pods from a folder.
 //!
 //! `DIR/*.yaml` hold WorkSession and WorkEvent manifests (the CRDs' schema, checked the same way). The agent writes
@@ -17,10 +17,9 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::{FINALIZER, Sink, SinkError, Store, StoreError};
 use crate::api::{self, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
-use crate::bridge::{Sink, SinkError};
 use crate::core::Notice;
-use crate::store::{FINALIZER, Store, StoreError};
 
 /// The namespace every local object lives in (a manifest may name another).
 pub const NAMESPACE: &str = "default";
@@ -150,7 +149,7 @@ impl LocalStore {
     }
 
     /// Every WorkSession: its manifest merged with its status, and sessions being deleted (status file only).
-    pub fn sessions(&self) -> Result<Vec<(PathBuf, WorkSession)>, StoreError> {
+    pub fn session_files(&self) -> Result<Vec<(PathBuf, WorkSession)>, StoreError> {
         let mut out = Vec::new();
         for (path, m) in self.scan()? {
             if let Manifest::Session(mut ws) = m {
@@ -189,7 +188,7 @@ impl LocalStore {
     }
 
     fn session_path(&self, name: &str) -> Result<Option<(PathBuf, WorkSession)>, StoreError> {
-        Ok(self.sessions()?.into_iter().find(|(_, ws)| ws.name_any() == name))
+        Ok(self.session_files()?.into_iter().find(|(_, ws)| ws.name_any() == name))
     }
 
     /// Every WorkEvent with its status.
@@ -210,6 +209,10 @@ impl LocalStore {
 }
 
 impl Store for LocalStore {
+    async fn sessions(&self) -> Result<Vec<WorkSession>, StoreError> {
+        Ok(self.session_files()?.into_iter().map(|(_, ws)| ws).collect())
+    }
+
     async fn session(&self, _namespace: &str, name: &str) -> Result<Option<WorkSession>, StoreError> {
         Ok(self.session_path(name)?.map(|(_, ws)| ws))
     }
@@ -350,7 +353,7 @@ mod tests {
             "ev.yaml",
             "apiVersion: worksession.dev/v1alpha1\nkind: WorkEvent\nmetadata: {name: ev}\nspec: {session: good, prompt: hi}\n",
         );
-        let sessions = store.sessions().unwrap();
+        let sessions = store.session_files().unwrap();
         assert_eq!(sessions.iter().map(|(_, ws)| ws.name_any()).collect::<Vec<_>>(), ["good"]);
         assert_eq!(
             parse(&dir.path().join("no-item.yaml"), &std::fs::read_to_string(dir.path().join("no-item.yaml")).unwrap())

@@ -1,0 +1,82 @@
+//! The Kubernetes driver: a kube-runtime controller over the WorkSessions of one node (a field selector on
+//! `spec.nodeName`), woken by their changes, by changes of WorkEvents addressed to them, by its own requeues
+//! (verification deadlines, back-off), and by the tmux [`super::poll`] that notices panes dying.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::ListParams;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+
+use super::{Options, ReconcileError, Reconciler, poll};
+use crate::api::{WorkEvent, WorkSession};
+use crate::store::Store;
+use crate::tmux::TmuxRunner;
+
+/// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
+/// so this bounds memory and API load without making sessions wait on each other's probes.
+pub const RECONCILE_CONCURRENCY: u16 = 64;
+/// Requeue after a failed reconcile.
+pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
+
+type Ctx<S> = Reconciler<S, TmuxRunner>;
+
+/// Runs the agent of `node` until the process is asked to stop (SIGTERM or Ctrl-C): `client` watches the
+/// WorkSessions and WorkEvents, `store` reads and writes them.
+pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, options: Options) -> std::io::Result<()> {
+    let ready = Arc::new(AtomicBool::new(false));
+    let ctx = Arc::new(super::reconciler(store, Some(node.clone()), options, ready.clone()).await?);
+
+    let sessions: Api<WorkSession> = Api::all(client.clone());
+    let events: Api<WorkEvent> = Api::all(client);
+    let selector = format!("spec.nodeName={node}");
+    // Wait for the CRDs (and the API server) instead of exiting.
+    while let Err(e) = sessions.list(&ListParams::default().fields(&selector).limit(1)).await {
+        tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkSessions yet (are the CRDs installed?); retrying");
+        tokio::time::sleep(ERROR_REQUEUE).await;
+    }
+    let mine = watcher::Config::default().fields(&selector);
+    let (poke, poked) = futures::channel::mpsc::unbounded();
+    let controller = Controller::new(sessions, mine)
+        // Every WorkEvent, labelled or made by hand, wakes the session it names (only this node's are reconciled).
+        .watches(events, watcher::Config::default(), |ev: WorkEvent| {
+            ev.namespace().map(|ns| ObjectRef::new(&ev.spec.session).within(&ns))
+        })
+        .reconcile_on(poked)
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
+        .shutdown_on_signal();
+    let cache = controller.store();
+
+    tracing::info!(event = "agent.started", node, "reconciling the WorkSessions of this node");
+    let run = controller.run(reconcile, error_policy, ctx.clone()).for_each(|result| async move {
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "controller");
+        }
+    });
+    // The poll lives exactly as long as the controller: when the controller stops, the poll is dropped with it.
+    let sessions = move || cache.state();
+    tokio::select! {
+        () = run => {}
+        () = poll::run(&ctx, &ready, sessions, poke) => {}
+    }
+    tracing::info!(event = "agent.stopped", "agent stopped");
+    Ok(())
+}
+
+async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {
+    let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
+    Ok(match ctx.reconcile(&namespace, &name).await? {
+        Some(after) => Action::requeue(after.max(Duration::from_millis(10))),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy<S: Store>(ws: Arc<WorkSession>, error: &ReconcileError, _ctx: Arc<Ctx<S>>) -> Action {
+    tracing::warn!(event = "reconcile.failed", namespace = ws.namespace(), name = ws.name_any(), category = error.category(), error = %error, "reconcile failed; retrying");
+    Action::requeue(ERROR_REQUEUE)
+}

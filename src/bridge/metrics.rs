@@ -1,0 +1,51 @@
+//! The bridge's Prometheus metrics (prefix `worksession_bridge`): requests by endpoint and status, events created,
+//! duplicates, signature failures, and the time spent writing to the store.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    pub(crate) endpoint: &'static str,
+    pub(crate) status: u16,
+}
+
+/// The bridge's metrics, under the prefix `worksession_bridge`.
+#[derive(Clone)]
+pub struct BridgeMetrics {
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) events_created: Counter,
+    pub(crate) duplicates: Counter,
+    pub(crate) signature_failures: Counter,
+    pub(crate) api_latency: Histogram,
+}
+
+impl BridgeMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            requests: Family::default(),
+            events_created: Counter::default(),
+            duplicates: Counter::default(),
+            signature_failures: Counter::default(),
+            api_latency: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+        };
+        registry.register("requests", "Webhook requests, by endpoint and status", m.requests.clone());
+        registry.register("events_created", "WorkEvents created", m.events_created.clone());
+        registry.register("duplicates", "Redeliveries answered as duplicates", m.duplicates.clone());
+        registry.register(
+            "signature_failures",
+            "Requests with a missing or wrong signature or token",
+            m.signature_failures.clone(),
+        );
+        registry.register(
+            "api_latency_seconds",
+            "Time spent writing to the API server per request",
+            m.api_latency.clone(),
+        );
+        m
+    }
+}

@@ -1,0 +1,163 @@
+//! The Kubernetes backend of [`Store`] and [`Sink`]: status by server-side apply under the agent's field manager,
+//! reads that are quorum reads (so a decision never starts from a status older than the agent's own last write),
+//! and creates under the bridge's field manager.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::{FINALIZER, Sink, SinkError, Store, StoreError};
+use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use crate::core::{Notice, Severity};
+
+/// The Kubernetes store.
+#[derive(Clone)]
+pub struct KubeStore {
+    client: Client,
+    manager: String,
+    recorder: Recorder,
+}
+
+impl KubeStore {
+    /// A store writing under the field manager `worksession-agent/<node>`.
+    pub fn new(client: Client, node: &str) -> Self {
+        let manager = format!("worksession-agent/{node}");
+        let reporter = Reporter { controller: "worksession-agent".into(), instance: Some(node.to_string()) };
+        Self { recorder: Recorder::new(client.clone(), reporter), client, manager }
+    }
+
+    fn apply(&self) -> PatchParams {
+        PatchParams::apply(&self.manager).force()
+    }
+}
+
+fn ns_of<K: ResourceExt>(obj: &K) -> String {
+    obj.namespace().unwrap_or_default()
+}
+
+impl Store for KubeStore {
+    async fn sessions(&self) -> Result<Vec<WorkSession>, StoreError> {
+        Ok(Api::<WorkSession>::all(self.client.clone()).list(&ListParams::default()).await?.items)
+    }
+
+    async fn session(&self, namespace: &str, name: &str) -> Result<Option<WorkSession>, StoreError> {
+        Ok(Api::<WorkSession>::namespaced(self.client.clone(), namespace).get_opt(name).await?)
+    }
+
+    async fn events(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, StoreError> {
+        let api = Api::<WorkEvent>::namespaced(self.client.clone(), namespace);
+        let list = api.list(&ListParams::default().fields(&format!("spec.session={session}"))).await?;
+        Ok(list.items)
+    }
+
+    async fn write_status(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<(), StoreError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
+        let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": status});
+        api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
+        Ok(())
+    }
+
+    async fn write_event_status(&self, ev: &WorkEvent, status: &WorkEventStatus) -> Result<(), StoreError> {
+        let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
+        let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "status": status});
+        api.patch_status(&ev.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
+        Ok(())
+    }
+
+    async fn delete_event(&self, ev: &WorkEvent) -> Result<(), StoreError> {
+        let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
+        match api.delete(&ev.name_any(), &Default::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn set_finalizer(&self, ws: &WorkSession, present: bool) -> Result<WorkSession, StoreError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
+        let mut finalizers: Vec<String> = ws.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+        if present {
+            finalizers.push(FINALIZER.into());
+        }
+        // The resourceVersion makes this a compare-and-swap on the finalizer list.
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": ws.resource_version()}});
+        Ok(api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?)
+    }
+
+    async fn record(&self, ws: &WorkSession, notice: &Notice) {
+        let reference: ObjectReference = ws.object_ref(&());
+        let mut note = notice.message.clone();
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let event = Event {
+            type_: match notice.severity {
+                Severity::Normal => EventType::Normal,
+                Severity::Warning => EventType::Warning,
+            },
+            reason: notice.reason.into(),
+            note: Some(note),
+            action: notice.log_event.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, reason = notice.reason, "could not record a Kubernetes Event");
+        }
+    }
+}
+
+/// The Kubernetes sink.
+#[derive(Clone)]
+pub struct KubeSink {
+    client: Client,
+}
+
+impl KubeSink {
+    /// Writes through `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+fn post() -> PostParams {
+    PostParams { field_manager: Some("worksession-bridge".into()), ..Default::default() }
+}
+
+impl Sink for KubeSink {
+    async fn session(
+        &self,
+        namespace: &str,
+        name: &str,
+        create: Option<WorkSession>,
+    ) -> Result<Option<WorkSession>, SinkError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        if let Some(ws) = api.get_opt(name).await? {
+            return Ok(Some(ws));
+        }
+        let Some(ws) = create else { return Ok(None) };
+        match api.create(&post(), &ws).await {
+            Ok(ws) => Ok(Some(ws)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(api.get_opt(name).await?), // made meanwhile
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn create_event(&self, namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
+        let api = Api::<WorkEvent>::namespaced(self.client.clone(), namespace);
+        match api.create(&post(), event).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        self.client.apiserver_version().await.is_ok()
+    }
+}

@@ -1,0 +1,109 @@
+//! Storage, below the agent and the bridge: what the agent reads and writes ([`Store`]) and where the bridge writes
+//! ([`Sink`]). Two backends implement both: [`kube`] (the API server) and [`local`] (a directory of manifests).
+//! Only `main.rs` picks one; the agent and the bridge are generic over these traits.
+
+pub mod kube;
+pub mod local;
+
+use std::future::Future;
+
+use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use crate::core::Notice;
+
+/// The agent's finalizer on each WorkSession it has started: its tmux session is stopped before the object goes.
+pub const FINALIZER: &str = "worksession.dev/agent";
+
+/// A store call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The API server refused or could not be reached.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] ::kube::Error),
+    /// A local file could not be read or written.
+    #[error("{0}")]
+    Local(String),
+}
+
+impl StoreError {
+    /// A short stable category for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            StoreError::Kube(::kube::Error::Api(_)) => "api_refused",
+            StoreError::Kube(_) => "api_unreachable",
+            StoreError::Local(_) => "local_store",
+        }
+    }
+}
+
+/// What the agent reads and writes.
+pub trait Store: Send + Sync {
+    /// Every WorkSession the store holds (all namespaces), fresh.
+    fn sessions(&self) -> impl Future<Output = Result<Vec<WorkSession>, StoreError>> + Send;
+    /// The WorkSession, fresh (not from a cache), or `None` when it is gone.
+    fn session(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<WorkSession>, StoreError>> + Send;
+    /// Every WorkEvent addressed to the session, fresh.
+    fn events(&self, namespace: &str, session: &str)
+    -> impl Future<Output = Result<Vec<WorkEvent>, StoreError>> + Send;
+    /// Records the session's status.
+    fn write_status(
+        &self,
+        ws: &WorkSession,
+        status: &WorkSessionStatus,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records an event's status.
+    fn write_event_status(
+        &self,
+        ev: &WorkEvent,
+        status: &WorkEventStatus,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes a WorkEvent whose retention ran out.
+    fn delete_event(&self, ev: &WorkEvent) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Adds or removes the agent's finalizer; returns the updated session.
+    fn set_finalizer(
+        &self,
+        ws: &WorkSession,
+        present: bool,
+    ) -> impl Future<Output = Result<WorkSession, StoreError>> + Send;
+    /// Reports a notice on the session (a Kubernetes Event); failures here are logged, not fatal.
+    fn record(&self, ws: &WorkSession, notice: &Notice) -> impl Future<Output = ()> + Send;
+}
+
+/// A write that did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The API server is unreachable or refused for a reason a retry can fix: answer 503.
+    #[error("API server unavailable: {0}")]
+    Unavailable(String),
+    /// The API server refused the object itself: answer 422.
+    #[error("refused by the API server: {0}")]
+    Rejected(String),
+}
+
+impl From<::kube::Error> for SinkError {
+    fn from(e: ::kube::Error) -> Self {
+        match &e {
+            ::kube::Error::Api(s) if s.code == 400 || s.code == 422 => SinkError::Rejected(s.message.clone()),
+            _ => SinkError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// The bridge's edge to the object store.
+pub trait Sink: Send + Sync + 'static {
+    /// The WorkSession `namespace/name`; when missing, `create` is created (if given). `None`: missing and not
+    /// created.
+    fn session(
+        &self,
+        namespace: &str,
+        name: &str,
+        create: Option<WorkSession>,
+    ) -> impl Future<Output = Result<Option<WorkSession>, SinkError>> + Send;
+    /// Creates `event`; `Ok(false)` when it already exists (a redelivery).
+    fn create_event(&self, namespace: &str, event: &WorkEvent) -> impl Future<Output = Result<bool, SinkError>> + Send;
+    /// Whether the API server answers (for `/readyz`).
+    fn ready(&self) -> impl Future<Output = bool> + Send;
+}
