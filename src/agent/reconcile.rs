@@ -13,7 +13,7 @@ use super::metrics::{AgentMetrics, CategoryLabel, ReasonLabel, ResumedLabel, Via
 use crate::api::{Phase, WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::queue;
-use crate::core::{self, Input, Op, PendingEvent, Plan};
+use crate::core::{self, Input, NoticeKind, Op, PendingEvent, Plan};
 use crate::store::{FINALIZER, Store, StoreError};
 use crate::tmux::{Liveness, Observation, Tmux, TmuxError};
 
@@ -238,31 +238,21 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
 
     fn log(&self, ws: &WorkSession, notice: &core::Notice) {
         let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
-        if notice.log_event == "session.respawned" {
-            let resumed = if notice.resumed == Some(true) { "true" } else { "false" };
-            self.metrics.respawns.get_or_create(&ResumedLabel { resumed }).inc();
+        let kind = notice.kind;
+        match kind {
+            NoticeKind::Respawned { resumed } => {
+                let resumed = if resumed { "true" } else { "false" };
+                self.metrics.respawns.get_or_create(&ResumedLabel { resumed }).inc();
+            }
+            NoticeKind::ResumeFailed(why) => {
+                self.metrics.resume_failures.get_or_create(&ReasonLabel { reason: why.as_str() }).inc();
+            }
+            _ => {}
         }
-        if let Some(reason) = notice.resume_failure {
-            self.metrics.resume_failures.get_or_create(&ReasonLabel { reason }).inc();
-        }
-        match notice.severity {
-            core::Severity::Normal => tracing::info!(
-                event = notice.log_event,
-                namespace,
-                name,
-                resumed = notice.resumed,
-                reason = notice.reason,
-                "{}",
-                notice.message
-            ),
-            core::Severity::Warning => tracing::warn!(
-                event = notice.log_event,
-                namespace,
-                name,
-                reason = notice.resume_failure.unwrap_or(notice.reason),
-                "{}",
-                notice.message
-            ),
+        let (event, reason, resumed) = (kind.log_event(), kind.detail(), kind.resumed());
+        match kind.severity() {
+            core::Severity::Normal => tracing::info!(event, namespace, name, resumed, reason, "{}", notice.message),
+            core::Severity::Warning => tracing::warn!(event, namespace, name, reason, "{}", notice.message),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::ResumeReason;
 use crate::api::{EventPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 use crate::tmux::{Liveness, Spawn};
@@ -111,33 +112,102 @@ pub enum Severity {
     Warning,
 }
 
+/// What a [`Notice`] reports; it knows its Kubernetes Event reason, its log event name and its severity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// The first harness of the session survived its probe.
+    Started {
+        /// Whether it resumed a recorded conversation.
+        resumed: bool,
+    },
+    /// A later harness survived its probe.
+    Respawned {
+        /// Whether it resumed the recorded conversation.
+        resumed: bool,
+    },
+    /// A resume failed: a row of the decision table.
+    ResumeFailed(ResumeReason),
+    /// A running (or freshly started) harness exited.
+    HarnessExited,
+    /// tmux could not start a fresh harness.
+    SpawnFailed,
+    /// Respawning waits out a back-off.
+    BackOff,
+    /// An event reached the harness.
+    Delivered,
+    /// An event cannot be delivered by this harness.
+    DeliveryFailed,
+}
+
+impl NoticeKind {
+    /// The Kubernetes Event reason (CamelCase).
+    pub fn reason(self) -> &'static str {
+        match self {
+            NoticeKind::Started { .. } => "Started",
+            NoticeKind::Respawned { .. } => "Respawned",
+            NoticeKind::ResumeFailed(_) => "ResumeFailed",
+            NoticeKind::HarnessExited => "HarnessExited",
+            NoticeKind::SpawnFailed => "SpawnFailed",
+            NoticeKind::BackOff => "BackOff",
+            NoticeKind::Delivered => "Delivered",
+            NoticeKind::DeliveryFailed => "DeliveryFailed",
+        }
+    }
+
+    /// The log event name, in the seed's words.
+    pub fn log_event(self) -> &'static str {
+        match self {
+            NoticeKind::Started { .. } => "session.started",
+            NoticeKind::Respawned { .. } => "session.respawned",
+            NoticeKind::ResumeFailed(_) => "session.resume_failed",
+            NoticeKind::HarnessExited => "session.exited",
+            NoticeKind::SpawnFailed => "session.spawn_failed",
+            NoticeKind::BackOff => "session.backoff",
+            NoticeKind::Delivered => "event.delivered",
+            NoticeKind::DeliveryFailed => "event.failed",
+        }
+    }
+
+    /// For a start or respawn: whether it resumed the conversation.
+    pub fn resumed(self) -> Option<bool> {
+        match self {
+            NoticeKind::Started { resumed } | NoticeKind::Respawned { resumed } => Some(resumed),
+            _ => None,
+        }
+    }
+
+    /// The reason to log: the decision table's row for a resume failure, else the Event reason.
+    pub fn detail(self) -> &'static str {
+        match self {
+            NoticeKind::ResumeFailed(why) => why.as_str(),
+            other => other.reason(),
+        }
+    }
+
+    /// Normal or Warning.
+    pub fn severity(self) -> Severity {
+        match self {
+            NoticeKind::Started { .. } | NoticeKind::Respawned { .. } | NoticeKind::Delivered => Severity::Normal,
+            _ => Severity::Warning,
+        }
+    }
+}
+
 /// Something to report in logs and as a Kubernetes Event on the WorkSession.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notice {
-    /// Normal or Warning.
-    pub severity: Severity,
-    /// The Kubernetes Event reason (CamelCase).
-    pub reason: &'static str,
-    /// The log event name, in the seed's words (`session.respawned`, `session.resume_failed`, ...).
-    pub log_event: &'static str,
-    /// For `session.respawned`: whether the conversation was resumed.
-    pub resumed: Option<bool>,
-    /// For `session.resume_failed`: the decision table's reason.
-    pub resume_failure: Option<&'static str>,
+    /// What happened.
+    pub kind: NoticeKind,
     /// Human-readable.
     pub message: String,
 }
 
 impl Notice {
-    pub(crate) fn normal(reason: &'static str, log_event: &'static str, message: String) -> Self {
-        Self { severity: Severity::Normal, reason, log_event, resumed: None, resume_failure: None, message }
+    pub(crate) fn new(kind: NoticeKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
     }
 
-    pub(crate) fn warning(reason: &'static str, log_event: &'static str, message: String) -> Self {
-        Self { severity: Severity::Warning, ..Self::normal(reason, log_event, message) }
-    }
-
-    pub(crate) fn resume_failed(why: &'static str, message: String) -> Self {
-        Self { resume_failure: Some(why), ..Self::warning("ResumeFailed", "session.resume_failed", message) }
+    pub(crate) fn resume_failed(why: ResumeReason, message: impl Into<String>) -> Self {
+        Self::new(NoticeKind::ResumeFailed(why), message)
     }
 }

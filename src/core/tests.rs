@@ -2,7 +2,8 @@
 //! product brief's steps 1-6.
 
 use super::*;
-use crate::api::{ResumeSpec, WorkSessionSpec};
+use crate::api::{Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 const NEW: &str = "11111111-2222-4333-8444-555555555555";
@@ -106,10 +107,12 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::Event(u) => {
                 format!("event {} {:?}{}", u.event, u.phase, u.via.map(|v| format!(" via {v:?}")).unwrap_or_default())
             }
-            Op::Notice(n) => match (n.resumed, n.resume_failure) {
-                (Some(r), _) => format!("{} resumed={r}", n.log_event),
-                (_, Some(why)) => format!("{} {why}", n.log_event),
-                _ => n.log_event.to_string(),
+            Op::Notice(n) => match n.kind {
+                NoticeKind::Started { resumed: r } | NoticeKind::Respawned { resumed: r } => {
+                    format!("{} resumed={r}", n.kind.log_event())
+                }
+                NoticeKind::ResumeFailed(why) => format!("{} {why}", n.kind.log_event()),
+                _ => n.kind.log_event().to_string(),
             },
             Op::ReleaseFinalizer => "release finalizer".into(),
         })

@@ -97,17 +97,17 @@ impl Store for KubeStore {
             note.truncate(cut);
         }
         let event = Event {
-            type_: match notice.severity {
+            type_: match notice.kind.severity() {
                 Severity::Normal => EventType::Normal,
                 Severity::Warning => EventType::Warning,
             },
-            reason: notice.reason.into(),
+            reason: notice.kind.reason().into(),
             note: Some(note),
-            action: notice.log_event.into(),
+            action: notice.kind.log_event().into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, reason = notice.reason, "could not record a Kubernetes Event");
+            tracing::warn!(error = %e, reason = notice.kind.reason(), "could not record a Kubernetes Event");
         }
     }
 }

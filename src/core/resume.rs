@@ -1,0 +1,134 @@
+//! The resume table: the seed design's `_try_resume`, whose rows decide whether a respawn resumes the recorded
+//! conversation or starts a fresh one, and the reason each row gives the `Resumed` condition.
+//!
+//! [`try_resume`] holds the rows decided before tmux runs anything; the rows after tmux (`ResumeSpawnFailed`,
+//! `PaneDied`, `PaneDiedAfterProbe`) are decided from their outcomes in [`super::verify`] and [`super::exits`].
+
+use std::fmt;
+
+use crate::api::{self, WorkSessionSpec, WorkSessionStatus};
+use crate::harness::Profile;
+
+/// The `Resumed` condition's reasons, one per row of the decision table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResumeReason {
+    /// The recorded conversation was resumed and survived the probe.
+    Resumed,
+    /// `resumeOnRespawn` is off.
+    ResumeDisabled,
+    /// No conversation is recorded (nor given in `spec.harnessSessionId`).
+    NoRecordedSession,
+    /// The recorded id does not have the shape of a session id.
+    InvalidSessionId,
+    /// The harness profile has no resume argv.
+    HarnessCannotResume,
+    /// tmux could not start the resume.
+    ResumeSpawnFailed,
+    /// The resumed pane died within the probe.
+    PaneDied,
+    /// The resumed pane died after the probe, within the settle window.
+    PaneDiedAfterProbe,
+}
+
+impl ResumeReason {
+    /// Every reason, in table order.
+    pub const ALL: [ResumeReason; 8] = [
+        ResumeReason::Resumed,
+        ResumeReason::ResumeDisabled,
+        ResumeReason::NoRecordedSession,
+        ResumeReason::InvalidSessionId,
+        ResumeReason::HarnessCannotResume,
+        ResumeReason::ResumeSpawnFailed,
+        ResumeReason::PaneDied,
+        ResumeReason::PaneDiedAfterProbe,
+    ];
+
+    /// The name written in conditions, status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeReason::Resumed => "Resumed",
+            ResumeReason::ResumeDisabled => "ResumeDisabled",
+            ResumeReason::NoRecordedSession => "NoRecordedSession",
+            ResumeReason::InvalidSessionId => "InvalidSessionId",
+            ResumeReason::HarnessCannotResume => "HarnessCannotResume",
+            ResumeReason::ResumeSpawnFailed => "ResumeSpawnFailed",
+            ResumeReason::PaneDied => "PaneDied",
+            ResumeReason::PaneDiedAfterProbe => "PaneDiedAfterProbe",
+        }
+    }
+
+    /// The reason written as `name` (a status read back).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+impl fmt::Display for ResumeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a spawn is fresh rather than resumed: a row of the decision table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fresh {
+    /// The `Resumed` condition's reason.
+    pub reason: ResumeReason,
+    /// Why, for the condition message.
+    pub message: String,
+    /// Whether the failure is reported as `session.resume_failed` (opting out and having nothing to resume are
+    /// silent: nothing failed).
+    pub reported: bool,
+}
+
+impl Fresh {
+    fn silent(reason: ResumeReason, message: String) -> Self {
+        Self { reason, message, reported: false }
+    }
+
+    fn reported(reason: ResumeReason, message: String) -> Self {
+        Self { reason, message, reported: true }
+    }
+}
+
+/// The seed's `_try_resume`, before tmux: the recorded id to resume, or why the spawn is fresh.
+pub fn try_resume(
+    spec: &WorkSessionSpec,
+    status: &WorkSessionStatus,
+    profile: &Profile,
+    enabled: bool,
+) -> Result<String, Fresh> {
+    if !enabled {
+        return Err(Fresh::silent(ResumeReason::ResumeDisabled, "resumeOnRespawn is off".into()));
+    }
+    let Some(id) = status.harness_session_id.as_ref().or(spec.harness_session_id.as_ref()) else {
+        return Err(Fresh::silent(ResumeReason::NoRecordedSession, "no conversation is recorded to resume".into()));
+    };
+    if !api::is_valid_session_id(id) {
+        let message = format!("recorded session id {id:?} does not match {}", api::SESSION_ID_PATTERN);
+        return Err(Fresh::reported(ResumeReason::InvalidSessionId, message));
+    }
+    if status.unresumable_session_id.as_ref() == Some(id) {
+        let message = format!("the harness could not find conversation {id} after a resume");
+        return Err(Fresh::silent(ResumeReason::PaneDiedAfterProbe, message));
+    }
+    if profile.resume.is_none() {
+        let message = format!("the {} harness cannot resume a conversation in interactive mode", spec.harness);
+        return Err(Fresh::reported(ResumeReason::HarnessCannotResume, message));
+    }
+    Ok(id.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_round_trip_through_their_names() {
+        for reason in ResumeReason::ALL {
+            assert_eq!(ResumeReason::from_name(reason.as_str()), Some(reason));
+            assert_eq!(reason.to_string(), format!("{reason:?}"));
+        }
+        assert_eq!(ResumeReason::from_name("Bogus"), None);
+    }
+}
