@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
+use tracing::Instrument;
 
 use super::metrics::{AgentMetrics, CategoryLabel, ReasonLabel, ResumedLabel, ViaLabel};
 use crate::api::{Phase, WorkEvent, WorkSession};
@@ -20,23 +21,67 @@ use crate::tmux::{Liveness, Observation, Tmux, TmuxError};
 /// Lines of a dead pane's output kept for conditions and messages.
 const LAST_LINES: usize = 20;
 
-/// A reconcile that failed.
+/// A reconcile that failed, naming the step that failed, with its source.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    /// Reading or writing the store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// tmux failed (other than a spawn, which the core handles).
-    #[error(transparent)]
-    Tmux(#[from] TmuxError),
+    /// Reading the WorkSession or its WorkEvents.
+    #[error("reading the session and its events: {0}")]
+    Read(#[source] StoreError),
+    /// Observing tmux.
+    #[error("observing tmux: {0}")]
+    Observe(#[source] TmuxError),
+    /// Adding the agent's finalizer.
+    #[error("adding the finalizer: {0}")]
+    AddFinalizer(#[source] StoreError),
+    /// Releasing the agent's finalizer.
+    #[error("releasing the finalizer: {0}")]
+    ReleaseFinalizer(#[source] StoreError),
+    /// Deleting a WorkEvent whose retention ran out.
+    #[error("expiring event {event}: {source}")]
+    ExpireEvent {
+        /// The WorkEvent.
+        event: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// Recording the intent before a spawn.
+    #[error("writing the intent: {0}")]
+    WriteIntent(#[source] StoreError),
+    /// Spawning the harness (after the core's fallback, if any, failed too).
+    #[error("spawning the harness: {0}")]
+    Spawn(#[source] TmuxError),
+    /// Stopping the tmux session.
+    #[error("stopping the tmux session: {0}")]
+    Stop(#[source] TmuxError),
+    /// Pasting a prompt into the live pane.
+    #[error("pasting event {event}: {source}")]
+    Paste {
+        /// The WorkEvent.
+        event: String,
+        /// Why.
+        source: TmuxError,
+    },
+    /// Recording a WorkEvent's status.
+    #[error("writing the status of event {event}: {source}")]
+    WriteEventStatus {
+        /// The WorkEvent.
+        event: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// Recording the session's status.
+    #[error("writing status: {0}")]
+    WriteStatus(#[source] StoreError),
 }
 
 impl ReconcileError {
-    /// A short stable category for metrics.
+    /// A short stable category for metrics: the kind of source (never an object name).
     pub fn category(&self) -> &'static str {
+        use ReconcileError::*;
         match self {
-            ReconcileError::Store(e) => e.category(),
-            ReconcileError::Tmux(e) => e.category(),
+            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) => e.category(),
+            ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
+            Observe(e) | Spawn(e) | Stop(e) | Paste { source: e, .. } => e.category(),
         }
     }
 }
@@ -98,7 +143,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     pub async fn reconcile(&self, namespace: &str, name: &str) -> Result<Option<Duration>, ReconcileError> {
         let started = Instant::now();
         self.metrics.reconciles.inc();
-        let result = self.reconcile_inner(namespace, name, started).await;
+        // Every log line of this reconcile names the object.
+        let span = tracing::info_span!("reconcile", namespace, name);
+        let result = self.reconcile_inner(namespace, name, started).instrument(span).await;
         self.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {
             let category = e.category();
@@ -119,7 +166,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             self.store.events(namespace, name),
             self.observer.since(started)
         );
-        let Some(mut ws) = ws? else { return Ok(None) };
+        let Some(mut ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
         if self.node.as_ref().is_some_and(|node| &ws.spec.node_name != node) {
             return Ok(None); // another node's: never touched
         }
@@ -129,16 +176,17 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             return Ok(None);
         }
         if !deleting && !has_finalizer {
-            ws = self.store.set_finalizer(&ws, true).await?;
+            ws = self.store.set_finalizer(&ws, true).await.map_err(ReconcileError::AddFinalizer)?;
         }
         let config = self.config.borrow().clone();
         // All of them: a delivered boot event can go back to Pending (the settle window).
-        let events = events?;
+        let events = events.map_err(ReconcileError::Read)?;
         let mut next_expiry = None;
         if let Some(retention) = config.event_retention {
             let (due, next) = queue::expired(&events, Timestamp::now(), retention);
             for ev in due {
-                self.store.delete_event(ev).await?;
+                let expire = |source| ReconcileError::ExpireEvent { event: ev.name_any(), source };
+                self.store.delete_event(ev).await.map_err(expire)?;
             }
             next_expiry = next;
         }
@@ -147,7 +195,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             .map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() })
             .collect();
         let session = config.tmux_session(&ws.spec.work_item);
-        let liveness = observation?.liveness(&session);
+        let liveness = observation.map_err(ReconcileError::Observe)?.liveness(&session);
         let recorded = ws.status.clone().unwrap_or_default();
         // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
         let unexplained = recorded.verification.is_some() || recorded.phase == Some(Phase::Running);
@@ -176,12 +224,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             };
             let plan = core::decide(&input);
             if let Some(intent) = &plan.intent {
-                self.store.write_status(&ws, intent).await?;
+                self.store.write_status(&ws, intent).await.map_err(ReconcileError::WriteIntent)?;
             }
             match self.execute(&ws, &events, &plan).await {
                 Ok(()) => {
                     if plan.status != recorded && !plan.ops.contains(&Op::ReleaseFinalizer) {
-                        self.store.write_status(&ws, &plan.status).await?;
+                        self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
                     }
                     return Ok(match (plan.requeue_after, next_expiry) {
                         (Some(a), Some(b)) => Some(a.min(b)),
@@ -195,7 +243,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     spawn_failure = Some(message);
                 }
                 Err(ExecError::Spawn(stderr)) => {
-                    return Err(ReconcileError::Tmux(TmuxError::Failed { command: "new-session", stderr }));
+                    return Err(ReconcileError::Spawn(TmuxError::Failed { command: "new-session", stderr }));
                 }
                 Err(ExecError::Other(e)) => return Err(e),
             }
@@ -208,13 +256,18 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let other = |e: ReconcileError| ExecError::Other(e);
         for op in &plan.ops {
             match op {
-                Op::Stop { session } => tmux.stop(session).await.map_err(|e| other(e.into()))?,
+                Op::Stop { session } => tmux.stop(session).await.map_err(|e| other(ReconcileError::Stop(e)))?,
                 Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
-                Op::Paste { session, text, .. } => tmux.paste(session, text).await.map_err(|e| other(e.into()))?,
+                Op::Paste { session, event, text } => tmux
+                    .paste(session, text)
+                    .await
+                    .map_err(|source| other(ReconcileError::Paste { event: event.clone(), source }))?,
                 Op::Event(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
                     let status = queue::apply(ev, update, Time(Timestamp::now()));
-                    self.store.write_event_status(ev, &status).await.map_err(|e| other(e.into()))?;
+                    self.store.write_event_status(ev, &status).await.map_err(|source| {
+                        other(ReconcileError::WriteEventStatus { event: update.event.clone(), source })
+                    })?;
                     if let Some(via) = update.via.filter(|_| update.phase == crate::api::EventPhase::Delivered) {
                         let via = match via {
                             crate::api::Via::Pasted => "Pasted",
@@ -229,7 +282,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.store.record(ws, notice).await;
                 }
                 Op::ReleaseFinalizer => {
-                    self.store.set_finalizer(ws, false).await.map_err(|e| other(e.into()))?;
+                    self.store
+                        .set_finalizer(ws, false)
+                        .await
+                        .map_err(|e| other(ReconcileError::ReleaseFinalizer(e)))?;
                 }
             }
         }
@@ -253,6 +309,39 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         match kind.severity() {
             core::Severity::Normal => tracing::info!(event, namespace, name, resumed, reason, "{}", notice.message),
             core::Severity::Warning => tracing::warn!(event, namespace, name, reason, "{}", notice.message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn errors_name_their_step_and_keep_their_source() {
+        let disk = || StoreError::Local("disk full".into());
+        let cases = [
+            (ReconcileError::AddFinalizer(disk()), "adding the finalizer: disk full", "local_store"),
+            (ReconcileError::WriteIntent(disk()), "writing the intent: disk full", "local_store"),
+            (ReconcileError::WriteStatus(disk()), "writing status: disk full", "local_store"),
+            (
+                ReconcileError::ExpireEvent { event: "e1".into(), source: disk() },
+                "expiring event e1: disk full",
+                "local_store",
+            ),
+            (
+                ReconcileError::Spawn(TmuxError::Failed { command: "new-session", stderr: "no space".into() }),
+                "spawning the harness: ",
+                "tmux_failed",
+            ),
+        ];
+        for (error, says, category) in cases {
+            assert!(error.to_string().starts_with(says), "{error} does not start with {says:?}");
+            assert_eq!(error.category(), category);
+            let source = error.source().expect("a source");
+            assert!(error.to_string().ends_with(&source.to_string()), "{error} hides its source {source}");
         }
     }
 }
