@@ -143,7 +143,7 @@ async fn dead_sessions(client: &Client, ns: &str, node: &str, names: &[String], 
     for name in names {
         api.create(&PostParams::default(), &session(name, node, workdir)).await.unwrap();
     }
-    support::eventually("sessions running", Duration::from_secs(300), || async {
+    support::eventually_within("sessions running", Duration::from_secs(300), || async {
         let list = api.list(&ListParams::default()).await.ok()?;
         let running = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
         (running == names.len()).then_some(())
@@ -153,7 +153,7 @@ async fn dead_sessions(client: &Client, ns: &str, node: &str, names: &[String], 
     for pid in String::from_utf8(out.stdout).unwrap().lines() {
         Command::new("kill").arg("-9").arg(pid).status().unwrap();
     }
-    support::eventually("sessions dead", Duration::from_secs(120), || async {
+    support::eventually_within("sessions dead", Duration::from_secs(120), || async {
         let list = api.list(&ListParams::default()).await.ok()?;
         let pending = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Pending)).count();
         (pending == names.len()).then_some(())
@@ -284,7 +284,7 @@ async fn bench_verify() {
     });
     futures::future::join_all(creates).await;
     let created = t.elapsed();
-    support::eventually("all 100 delivered", Duration::from_secs(120), || async {
+    support::eventually_within("all 100 delivered", Duration::from_secs(120), || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         let delivered =
             list.iter().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered)).count();
@@ -326,7 +326,7 @@ async fn bench_memory() {
     for i in 0..1000 {
         api.create(&PostParams::default(), &session(&format!("m{i}"), &node, workdir.path())).await.unwrap();
     }
-    support::eventually("1,000 sessions running", Duration::from_secs(600), || async {
+    support::eventually_within("1,000 sessions running", Duration::from_secs(600), || async {
         let list = api.list(&ListParams::default()).await.ok()?;
         let running = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
         (running == 1000).then_some(())

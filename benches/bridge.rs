@@ -5,6 +5,8 @@
 //! Sustained signed GitHub webhooks per second through the bridge (HTTP over loopback, 16 at a time), against
 //! creating the same WorkEvents directly through the API with the same concurrency; p50 and p99 latency of each.
 
+#[path = "../tests/fixtures/github.rs"]
+mod fixtures;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -14,9 +16,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::Api;
 use kube::api::PostParams;
-use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+
+use tokio::net::TcpListener;
 use worksession::api::{WorkEvent, WorkSession};
 use worksession::bridge::{self, github};
 use worksession::store::kube::KubeSink;
@@ -43,31 +44,18 @@ fn report(what: &str, total: Duration, mut latencies: Vec<Duration>) -> f64 {
 }
 
 fn payload(i: usize) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "action": "created",
-        "issue": {"number": 1347, "title": "Found a bug", "html_url": "https://github.com/octo-org/hello/issues/1347"},
-        "comment": {"body": format!("comment {i}"), "html_url": format!("https://github.com/octo-org/hello/issues/1347#c{i}")},
-        "repository": {"full_name": "octo-org/hello"},
-        "sender": {"login": "mona"}
-    }))
-    .unwrap()
+    serde_json::to_vec(&fixtures::issue_comment("octo-org/hello", 1347, "mona", &format!("comment {i}"))).unwrap()
 }
 
 async fn post(bridge: SocketAddr, i: usize) -> Duration {
     let body = payload(i);
-    let head = format!(
-        "POST /webhooks/github HTTP/1.1\r\nHost: b\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: bench-{i}\r\nX-Hub-Signature-256: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        github::sign(SECRET, &body),
-        body.len()
-    );
+    let (delivery, signature) = (format!("bench-{i}"), github::sign(SECRET, &body));
+    let headers =
+        [("X-GitHub-Event", "issue_comment"), ("X-GitHub-Delivery", &delivery), ("X-Hub-Signature-256", &signature)];
     let t = Instant::now();
-    let mut s = TcpStream::connect(bridge).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(&body).await.unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).await.unwrap();
+    let (status, response) = support::http(bridge, "POST", "/webhooks/github", &headers, &body).await.unwrap();
     let elapsed = t.elapsed();
-    assert!(response.starts_with("HTTP/1.1 201"), "{response}");
+    assert_eq!(status, 201, "{response}");
     elapsed
 }
 

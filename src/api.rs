@@ -400,11 +400,19 @@ mod tests {
     }
 
     #[test]
-    fn crd_yaml_has_both_kinds_and_the_selectable_node_field() {
+    fn crd_yaml_has_both_kinds_and_the_selectable_fields() {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let yaml = crds_yaml();
-        assert!(yaml.contains("name: worksessions.worksession.dev"));
-        assert!(yaml.contains("name: workevents.worksession.dev"));
-        assert!(yaml.contains("jsonPath: .spec.nodeName"));
-        assert_eq!(yaml.matches("\n---\n").count() + usize::from(yaml.starts_with("---")), 1);
+        let docs: Vec<CustomResourceDefinition> =
+            yaml.split("\n---\n").map(|doc| serde_yaml_ng::from_str(doc).expect("each document is a CRD")).collect();
+        let selectable = |name: &str| -> Vec<String> {
+            let crd = docs.iter().find(|c| c.metadata.name.as_deref() == Some(name)).expect(name);
+            let fields = crd.spec.versions[0].selectable_fields.clone().unwrap_or_default();
+            fields.into_iter().map(|f| f.json_path).collect()
+        };
+        assert_eq!(docs.len(), 2);
+        // The agent's field selectors need these; a printer column with the same path must not satisfy this test.
+        assert_eq!(selectable("worksessions.worksession.dev"), [".spec.nodeName"]);
+        assert_eq!(selectable("workevents.worksession.dev"), [".spec.session"]);
     }
 }

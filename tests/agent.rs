@@ -13,7 +13,7 @@ use standin::seed_conversation;
 use support::eventually;
 use worksession::api::{EventPhase, Phase, Via};
 use worksession::tmux::{Liveness, Tmux};
-use world::{WAIT, World, condition, recorded_id};
+use world::{World, condition, recorded_id};
 
 // The scenarios shared with local mode (tests/scenarios).
 
@@ -134,14 +134,17 @@ async fn huge_and_hostile_prompts_arrive_as_text() {
     w.send("nu", "nu-1", &huge).await;
     let ev = w.await_event("nu-1", EventPhase::Delivered).await;
     assert_eq!(ev.status.unwrap().via, Some(Via::Resumed));
-    let hostile = "$(touch /tmp/ws-pwned); `id` --dangerously-skip-permissions \u{1b}[201~ \u{3} tail;";
-    w.send("nu", "nu-2", hostile).await;
+    let marker = w.tmux.dir.path().join("pwned");
+    let m = marker.display();
+    let hostile = format!("$(touch {m}); `touch {m}` --dangerously-skip-permissions \u{1b}[201~ \u{3} tail;");
+    w.send("nu", "nu-2", &hostile).await;
     w.await_event("nu-2", EventPhase::Delivered).await;
     let prompts = w.tmux.await_prompts(2).await;
     assert_eq!(prompts[0].prompt.len(), huge.len());
     assert!(prompts[0].prompt == huge && prompts[0].via == "paste");
-    assert_eq!(prompts[1].prompt, "$(touch /tmp/ws-pwned); `id` --dangerously-skip-permissions [201~  tail;");
-    assert!(!std::path::Path::new("/tmp/ws-pwned").exists());
+    let cleaned = format!("$(touch {m}); `touch {m}` --dangerously-skip-permissions [201~  tail;");
+    assert_eq!(prompts[1].prompt, cleaned);
+    assert!(!marker.exists(), "a prompt ran as a command");
 }
 
 #[tokio::test]
@@ -177,7 +180,7 @@ async fn reports_events_metrics_and_health() {
     w.await_event("omicron-1", EventPhase::Delivered).await;
 
     let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
-    let reasons = eventually("Kubernetes Events on the WorkSession", WAIT, || async {
+    let reasons = eventually("Kubernetes Events on the WorkSession", || async {
         let list = kube_events.list(&Default::default()).await.ok()?;
         let reasons: Vec<String> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
         (reasons.iter().any(|r| r == "ResumeFailed") && reasons.iter().any(|r| r == "Delivered")).then_some(reasons)
@@ -185,22 +188,11 @@ async fn reports_events_metrics_and_health() {
     .await;
     assert!(reasons.iter().any(|r| r == "Started"), "{reasons:?}");
 
-    let get = |path: &'static str| async move {
-        let mut stream = tokio::net::TcpStream::connect(admin).await.ok()?;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        stream
-            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.ok()?;
-        Some(body)
-    };
-    assert!(get("/livez").await.unwrap().starts_with("HTTP/1.1 200"));
-    let ready =
-        eventually("/readyz", WAIT, || async { get("/readyz").await.filter(|r| r.starts_with("HTTP/1.1 200")) }).await;
-    assert!(ready.ends_with("ready"));
-    let metrics = get("/metrics").await.unwrap();
+    let get = |path: &'static str| async move { support::http(admin, "GET", path, &[], b"").await.ok() };
+    assert_eq!(get("/livez").await.unwrap().0, 200);
+    let ready = eventually("/readyz", || async { get("/readyz").await.filter(|(status, _)| *status == 200) }).await;
+    assert_eq!(ready.1, "ready");
+    let (_, metrics) = get("/metrics").await.unwrap();
     for line in [
         "worksession_agent_resume_failures_total{reason=\"PaneDied\"} 1",
         "worksession_agent_events_delivered_total{via=\"Fresh\"} 1",
@@ -219,7 +211,7 @@ async fn delivered_events_are_deleted_after_the_retention() {
     w.send("pi", "pi-1", "short-lived").await;
     w.await_event("pi-1", EventPhase::Delivered).await;
     let events = w.events();
-    eventually("pi-1 deleted after its retention", WAIT, || async {
+    eventually("pi-1 deleted after its retention", || async {
         events.get_opt("pi-1").await.unwrap().is_none().then_some(())
     })
     .await;

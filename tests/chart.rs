@@ -2,6 +2,8 @@
 //! sync with `crds/`, and its RBAC applied for real, with the agent and the bridge running as their
 //! ServiceAccount identities through a full scenario, and refused what they do not need.
 
+#[path = "fixtures/github.rs"]
+mod fixtures;
 mod scenarios;
 mod standin;
 mod support;
@@ -15,10 +17,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use support::WAIT;
 use support::eventually;
 use tower::ServiceExt;
 use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
-use world::{WAIT, World, condition};
+use world::{World, condition};
 
 fn chart() -> PathBuf {
     support::repo_root().join("charts/worksession")
@@ -163,7 +166,7 @@ async fn chart_identities(w: &World) -> (Client, Client) {
     let agent = support::client_for(&identity("agent")).await;
     let bridge = support::client_for(&identity("bridge")).await;
     let sessions: Api<WorkSession> = Api::all(agent.clone());
-    eventually("the agent's RBAC to take effect", WAIT, || async {
+    eventually("the agent's RBAC to take effect", || async {
         sessions.list(&ListParams::default().limit(1)).await.ok()
     })
     .await;
@@ -192,7 +195,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let ws = w.await_phase("rho", Phase::Running).await;
     assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("PaneDied".into()));
     let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
-    eventually("Events recorded by the agent's identity", WAIT, || async {
+    eventually("Events recorded by the agent's identity", || async {
         let list = kube_events.list(&ListParams::default()).await.ok()?;
         list.items.iter().any(|e| e.reason.as_deref() == Some("ResumeFailed")).then_some(())
     })
@@ -210,11 +213,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         w.tmux.workdir().display()
     );
     let app = support::bridge_router(&yaml, worksession::store::kube::KubeSink::new(bridge_client.clone()));
-    let payload = serde_json::to_vec(&json!({
-        "action": "created", "issue": {"number": 5, "title": "t"}, "comment": {"body": "from the bridge"},
-        "repository": {"full_name": "octo-org/sigma"}, "sender": {"login": "mona"}
-    }))
-    .unwrap();
+    let payload = serde_json::to_vec(&fixtures::issue_comment("octo-org/sigma", 5, "mona", "from the bridge")).unwrap();
     let request = axum::http::Request::post("/webhooks/github")
         .header("x-github-event", "issue_comment")
         .header("x-github-delivery", "chart-1")

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::time::Duration;
+use support::WAIT;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -22,8 +22,6 @@ use support::{TestNamespace, eventually};
 struct GizmoSpec {
     size: u32,
 }
-
-const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn apiserver_reports_the_pinned_version() {
@@ -58,8 +56,7 @@ async fn crd_from_rust_is_established_and_serves_create_list_watch_delete() {
     let gizmos: Api<Gizmo> = ns.api();
 
     // The CRD's endpoint can lag Established by a moment: wait until a list answers.
-    let list =
-        eventually("gizmo list to be served", WAIT, || async { gizmos.list(&ListParams::default()).await.ok() }).await;
+    let list = eventually("gizmo list to be served", || async { gizmos.list(&ListParams::default()).await.ok() }).await;
     assert!(list.items.is_empty());
 
     let rv = list.metadata.resource_version.expect("list resourceVersion");
@@ -113,8 +110,7 @@ async fn non_admin_identity_is_refused_until_rbac_allows_it() {
 
     // The RBAC authorizer reads from an informer: the grant takes effect a moment after the write.
     let allowed =
-        eventually("RBAC grant to take effect", WAIT, || async { limited_cms.list(&ListParams::default()).await.ok() })
-            .await;
+        eventually("RBAC grant to take effect", || async { limited_cms.list(&ListParams::default()).await.ok() }).await;
     assert!(allowed.items.iter().all(|cm| cm.namespace().as_deref() == Some(ns.name.as_str())));
 
     // Still least privilege: the Role grants reads, not writes.

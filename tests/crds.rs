@@ -2,8 +2,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -14,8 +12,6 @@ fn dynamic<K: kube::Resource<DynamicType = ()>>(ns: &TestNamespace) -> Api<Dynam
     Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::erase::<K>(&()))
 }
 use worksession::api::{WorkEvent, WorkSession};
-
-const WAIT: Duration = Duration::from_secs(30);
 
 #[test]
 fn crds_folder_is_the_generated_output() {
@@ -44,7 +40,7 @@ async fn established_and_served_with_defaults_status_and_selectable_node() {
     let ns = TestNamespace::new().await;
     support::install_crds(ns.client.clone()).await;
     let sessions: Api<WorkSession> = ns.api();
-    eventually("worksessions served", WAIT, || async { sessions.list(&ListParams::default()).await.ok() }).await;
+    eventually("worksessions served", || async { sessions.list(&ListParams::default()).await.ok() }).await;
 
     dynamic::<WorkSession>(&ns).create(&PostParams::default(), &session("a", valid_spec())).await.unwrap();
     let created = sessions.get("a").await.unwrap();
@@ -77,7 +73,7 @@ async fn schema_rejects_what_it_forbids() {
     let ns = TestNamespace::new().await;
     support::install_crds(ns.client.clone()).await;
     let sessions = dynamic::<WorkSession>(&ns);
-    eventually("worksessions served", WAIT, || async { sessions.list(&ListParams::default()).await.ok() }).await;
+    eventually("worksessions served", || async { sessions.list(&ListParams::default()).await.ok() }).await;
 
     let with = |key: &str, value: serde_json::Value| {
         let mut spec = valid_spec();

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
-use standin::{TmuxServer, await_until, seed_conversation};
+use standin::{TmuxServer, seed_conversation};
+use support::until;
 use worksession::config::Config;
 use worksession::tmux::{Liveness, Tmux};
 
@@ -83,7 +84,7 @@ async fn delete_stops_the_session_and_bad_files_are_skipped() {
 
     std::fs::remove_file(l.dir.join("gamma.yaml")).unwrap();
     let status = l.dir.join("gamma.status.yaml");
-    await_until("the status file released", || async { !status.exists() }).await;
+    until("the status file released", || async { !status.exists() }).await;
     assert_eq!(l.tmux.runner.observe().await.unwrap().liveness("loop-gamma"), Liveness::Absent);
 }
 

@@ -1,8 +1,10 @@
 //! The tmux runner against real tmux, on a private socket per test, with the harness stand-in.
 
 mod standin;
+mod support;
 
-use standin::{TmuxServer, await_until, seed_conversation};
+use standin::{TmuxServer, seed_conversation};
+use support::until;
 use worksession::harness::Mode;
 use worksession::tmux::{Liveness, Tmux, TmuxRunner};
 
@@ -54,7 +56,7 @@ async fn spawn_clears_a_stale_session_of_the_same_name() {
 
     assert_eq!(prompts[1].conversation, "second");
     let first_proc = std::path::PathBuf::from(format!("/proc/{}", first[0].pid));
-    await_until("the stale harness to be gone", || async { !first_proc.exists() }).await;
+    until("the stale harness to be gone", || async { !first_proc.exists() }).await;
     let obs = tmux.runner.observe().await.unwrap();
     assert_eq!((obs.len(), obs.liveness("loop-a")), (1, Liveness::Alive));
 }
@@ -105,9 +107,11 @@ async fn paste_reaches_a_live_pane_verbatim() {
     tmux.runner.spawn(&tmux.spawn_of("loop-p", Mode::Resume, "conv-p", None, &[])).await.unwrap();
     tmux.await_output("loop-p", "ready>").await;
 
+    let marker = tmux.dir.path().join("pwned");
+    let hostile = format!("$(touch {m}); touch {m} && echo pwned;", m = marker.display());
     let texts = [
         "first line\nsecond line with \"quotes\" and 'single' and `ticks`",
-        "$(touch /tmp/never); rm -rf ~ && echo pwned;",
+        &hostile,
         "-p --dangerously-skip-permissions",
         &"long ".repeat(40_000), // 200 KB
     ];
@@ -118,7 +122,7 @@ async fn paste_reaches_a_live_pane_verbatim() {
     let got: Vec<&str> = prompts.iter().map(|p| p.prompt.as_str()).collect();
     assert_eq!(got, texts);
     assert!(prompts.iter().all(|p| p.conversation == "conv-p" && p.via == "paste"));
-    assert!(!std::path::Path::new("/tmp/never").exists());
+    assert!(!marker.exists(), "a pasted prompt ran as a command");
 }
 
 #[tokio::test]
@@ -126,7 +130,7 @@ async fn prompts_and_ids_are_argv_never_shell_or_flags() {
     let tmux = TmuxServer::new();
     let marker = tmux.dir.path().join("pwned");
     let nasty = [
-        format!("$(touch {m}); rm -rf ~; `touch {m}`", m = marker.display()),
+        format!("$(touch {m}); touch {m}; `touch {m}`", m = marker.display()),
         "--dangerously-skip-permissions".to_string(),
         "ends with a semicolon;".to_string(),
         ";".to_string(),

@@ -11,6 +11,9 @@ use tower::ServiceExt;
 
 use super::*;
 
+#[path = "../../tests/fixtures/github.rs"]
+mod fixture;
+
 /// Records what would be written; can be told the API server is down.
 #[derive(Default)]
 struct Recorder {
@@ -89,18 +92,9 @@ fn app() -> (Router, Arc<Recorder>) {
     (bridge.router(), recorder)
 }
 
-/// GitHub's documented `issue_comment` shape, trimmed to what matters plus some noise.
+/// The suite's GitHub fixture, on issue 1347, saying "Me too".
 fn issue_comment(repo: &str, sender: &str) -> Value {
-    json!({
-        "action": "created",
-        "issue": {"number": 1347, "title": "Found a bug", "html_url": format!("https://github.com/{repo}/issues/1347"),
-                  "user": {"login": "octocat"}, "state": "open", "labels": []},
-        "comment": {"id": 1, "body": "Me too", "html_url": format!("https://github.com/{repo}/issues/1347#issuecomment-1"),
-                    "user": {"login": sender}},
-        "repository": {"id": 1296269, "name": repo.split('/').nth(1).unwrap(), "full_name": repo,
-                       "owner": {"login": repo.split('/').next().unwrap()}},
-        "sender": {"login": sender, "type": "User"}
-    })
+    fixture::issue_comment(repo, 1347, sender, "Me too")
 }
 
 fn github_request(event: &str, delivery: Option<&str>, body: &[u8], signature: Option<String>) -> Request<Body> {

@@ -2,11 +2,10 @@
 //! scenario, two object stores. A [`Rig`] is one running agent on a real tmux server with the stand-in harness.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
-use std::time::Duration;
-
 use serde_json::Value;
 
-use crate::standin::{TmuxServer, WAIT};
+use crate::standin::TmuxServer;
+use crate::support::{WAIT, poll};
 use worksession::tmux::{Liveness, Tmux};
 
 /// What a scenario needs of an agent and its store.
@@ -37,19 +36,14 @@ pub async fn await_value<F: Future<Output = Value>>(
     mut get: impl FnMut() -> F,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    let mut last = Value::Null;
-    let found = tokio::time::timeout(WAIT, async {
-        loop {
-            last = get().await;
-            if pred(&last) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    poll(what, WAIT, || {
+        let value = get();
+        async {
+            let last = value.await;
+            if pred(&last) { Ok(last) } else { Err(last.to_string()) }
         }
     })
-    .await;
-    assert!(found.is_ok(), "timed out waiting for {what}; last: {last}");
-    last
+    .await
 }
 
 async fn await_phase(rig: &impl Rig, name: &str, phase: &str) -> Value {

@@ -2,14 +2,12 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::support::{WAIT, poll, until};
 use worksession::harness::{Mode, Profile};
 use worksession::tmux::{Liveness, Spawn, Tmux, TmuxRunner};
-
-/// How long a test waits for tmux or the stand-in before it fails.
-pub const WAIT: Duration = Duration::from_secs(20);
 
 /// A tmux server on a socket of its own, killed when dropped.
 pub struct TmuxServer {
@@ -62,7 +60,7 @@ impl TmuxServer {
 
     /// Awaits `session` reaching `liveness`.
     pub async fn await_liveness(&self, session: &str, liveness: Liveness) {
-        await_until(&format!("{session} to be {liveness:?}"), || async {
+        until(&format!("{session} to be {liveness:?}"), || async {
             self.runner.observe().await.unwrap().liveness(session) == liveness
         })
         .await;
@@ -70,19 +68,11 @@ impl TmuxServer {
 
     /// Awaits the pane of `session` printing `text`; returns its last lines.
     pub async fn await_output(&self, session: &str, text: &str) -> String {
-        let mut last = String::new();
-        let found = tokio::time::timeout(WAIT, async {
-            loop {
-                last = self.runner.last_lines(session, 50).await.unwrap_or_else(|e| format!("({e})"));
-                if last.contains(text) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+        poll(&format!("pane {session} to print {text:?}"), WAIT, || async {
+            let last = self.runner.last_lines(session, 50).await.unwrap_or_else(|e| format!("({e})"));
+            if last.contains(text) { Ok(last) } else { Err(format!("last lines:\n{last}")) }
         })
-        .await;
-        assert!(found.is_ok(), "pane {session} never printed {text:?}; last lines:\n{last}");
-        last
+        .await
     }
 
     /// The agent config used by the end-to-end tests (Kubernetes and local alike): this server's socket, a 1 s
@@ -130,7 +120,7 @@ impl TmuxServer {
 
     /// Awaits at least `n` recorded prompts.
     pub async fn await_prompts(&self, n: usize) -> Vec<Prompt> {
-        await_until(&format!("{n} prompts"), || async { self.prompts().len() >= n }).await;
+        until(&format!("{n} prompts"), || async { self.prompts().len() >= n }).await;
         self.prompts()
     }
 }
@@ -185,19 +175,4 @@ pub fn read_prompts(state: &Path) -> Vec<Prompt> {
 pub fn seed_conversation(state: &Path, id: &str) {
     std::fs::create_dir_all(state.join("conversations")).unwrap();
     std::fs::write(state.join("conversations").join(id), "").unwrap();
-}
-
-/// Awaits `check` returning true, polling every 20 ms, failing the test after [`WAIT`].
-pub async fn await_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let done = tokio::time::timeout(WAIT, async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(done.is_ok(), "timed out waiting for {what}");
 }

@@ -151,11 +151,11 @@ pub async fn install_crds(client: Client) {
         let name = crd.name_any();
         crds.patch(&name, &PatchParams::apply("worksession-tests").force(), &Patch::Apply(&crd)).await.unwrap();
         let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
-        tokio::time::timeout(Duration::from_secs(30), established).await.expect("Established in time").unwrap();
+        tokio::time::timeout(WAIT, established).await.expect("Established in time").unwrap();
     }
     let sessions: Api<worksession::api::WorkSession> = Api::all(client.clone());
     let events: Api<worksession::api::WorkEvent> = Api::all(client);
-    eventually("the CRDs to be served", Duration::from_secs(30), || async {
+    eventually("the CRDs to be served", || async {
         let ok = sessions.list(&ListParams::default().limit(1)).await.is_ok()
             && events.list(&ListParams::default().fields("spec.session=x").limit(1)).await.is_ok();
         ok.then_some(())
@@ -172,18 +172,85 @@ pub fn bridge_router<S: worksession::store::Sink>(yaml: &str, sink: S) -> axum::
     Bridge::new(tokio::sync::watch::channel(config).1, sink, metrics).router()
 }
 
-/// Awaits `check` until it returns `Some`, polling every 50 ms, for at most `limit` (then panics naming `what`).
-pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+/// How long a test waits for anything before it fails: the one timeout of the suite.
+pub const WAIT: Duration = Duration::from_secs(45);
+/// How often a waiting test looks again.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// The one polling loop of the suite: awaits `check` until it returns `Ok`, looking every [`POLL`], for at most
+/// `limit`; then fails naming `what` and the last thing `check` saw (its `Err`).
+pub async fn poll<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let last = match check().await {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}; last seen: {last}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Awaits `check` returning `Some`, for at most [`WAIT`].
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    eventually_within(what, WAIT, check).await
+}
+
+/// Awaits `check` returning `Some`, for at most `limit` (benchmarks wait for longer than tests).
+pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll(what, limit, || {
+        let fut = check();
+        async move { fut.await.ok_or_else(|| "nothing yet".to_string()) }
+    })
+    .await
+}
+
+/// Awaits `check` returning true, for at most [`WAIT`].
+pub async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    eventually(what, || {
+        let fut = check();
+        async move { fut.await.then_some(()) }
+    })
+    .await
+}
+
+/// The one HTTP client of the suite: `method path` with `headers` and `body`, over HTTP/1.1 on a fresh connection
+/// to `addr` (as a webhook sender or a metrics scraper would). Returns the status code and the body.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
 }

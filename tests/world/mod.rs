@@ -3,7 +3,6 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::Api;
 use kube::api::PostParams;
@@ -13,8 +12,6 @@ use crate::standin::{Prompt, TmuxServer};
 use crate::support::{TestNamespace, eventually};
 use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
 use worksession::config::Config;
-
-pub const WAIT: Duration = Duration::from_secs(45);
 
 pub struct World {
     pub ns: TestNamespace,
@@ -107,7 +104,7 @@ impl World {
 
     pub async fn await_session(&self, name: &str, what: &str, pred: impl Fn(&WorkSession) -> bool) -> WorkSession {
         let api = self.sessions();
-        eventually(&format!("{name}: {what}"), WAIT, || async { api.get(name).await.ok().filter(|ws| pred(ws)) }).await
+        eventually(&format!("{name}: {what}"), || async { api.get(name).await.ok().filter(|ws| pred(ws)) }).await
     }
 
     pub async fn await_phase(&self, name: &str, phase: Phase) -> WorkSession {
@@ -116,7 +113,7 @@ impl World {
 
     pub async fn await_event(&self, name: &str, phase: EventPhase) -> WorkEvent {
         let api = self.events();
-        eventually(&format!("event {name} {phase:?}"), WAIT, || async {
+        eventually(&format!("event {name} {phase:?}"), || async {
             api.get(name).await.ok().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(phase))
         })
         .await
