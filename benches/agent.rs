@@ -162,7 +162,11 @@ async fn dead_sessions(client: &Client, ns: &str, node: &str, names: &[String], 
 }
 
 fn spawn_agent(client: Client, node: &str, config: Arc<Config>) -> tokio::task::JoinHandle<()> {
-    let options = worksession::agent::Options { config: tokio::sync::watch::channel(config).1, admin_addr: None };
+    let options = worksession::agent::Options {
+        config: tokio::sync::watch::channel(config).1,
+        admin_addr: None,
+        failpoint: None,
+    };
     let store = worksession::store::kube::KubeStore::new(client.clone(), node);
     let node = node.to_string();
     tokio::spawn(async move { worksession::agent::run(client, node, store, options).await.unwrap() })
@@ -250,6 +254,7 @@ async fn bench_respawn() {
             workdir: workdir.path().into(),
             binary: "/bin/sh".into(),
             argv: vec!["-c".into(), script.clone(), id.clone(), "benchmark event".into()],
+            tag: format!("bench-{i}"),
         };
         let t = Instant::now();
         runner.spawn(&spawn).await.unwrap();

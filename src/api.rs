@@ -198,6 +198,32 @@ pub struct WorkSessionStatus {
     /// A recorded conversation that the harness said it cannot find: the next spawn is fresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unresumable_session_id: Option<String>,
+    /// The delivery of `spec.initialPrompt`, tracked like a WorkEvent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_prompt: Option<PromptStatus>,
+}
+
+/// The delivery of a prompt that is not a WorkEvent (`spec.initialPrompt`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptStatus {
+    /// `Pending`, `Delivering` (sent, not yet known delivered), `Delivered`, or `Failed`.
+    pub phase: Option<EventPhase>,
+    /// When it was sent to the pane it is `Delivering` to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_time: Option<Time>,
+    /// When it was known delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<Time>,
+    /// How it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<Via>,
+    /// The conversation it reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness_session_id: Option<String>,
+    /// Why it is where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Where a WorkSession is in its life cycle.
@@ -257,9 +283,13 @@ pub struct Verification {
     /// The message for the `Resumed` condition of a fresh spawn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fresh_message: Option<String>,
-    /// The boot prompt is too long for a command line: it is pasted once the pane is verified.
+    /// `spec.initialPrompt` is its boot prompt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub paste_prompt: bool,
+    pub initial_prompt: bool,
+    /// The tag this spawn gives its tmux session: an observation that does not show it means the spawn never ran
+    /// (the agent stopped between recording this intent and spawning), so it is run again as it was.
+    #[serde(default)]
+    pub spawn: String,
 }
 
 /// One event to deliver to a WorkSession as its next prompt.
@@ -333,9 +363,12 @@ pub struct WorkEventStatus {
     /// Where the delivery is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<EventPhase>,
-    /// When delivery was verified.
+    /// When delivery was known: the harness's transcript showed the prompt, or its pane outlived the settle window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_at: Option<Time>,
+    /// When it was sent to the pane it is `Delivering` to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_time: Option<Time>,
     /// How it reached the harness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<Via>,
@@ -355,9 +388,10 @@ pub struct WorkEventStatus {
 pub enum EventPhase {
     /// Waiting to be delivered.
     Pending,
-    /// Boot prompt of a spawn that is being verified.
+    /// Sent to a harness, not yet known to have reached a conversation that lives on.
     Delivering,
-    /// Reached the harness.
+    /// Known to have reached the conversation (the transcript shows it, or its pane outlived the settle window);
+    /// never taken back.
     Delivered,
     /// Cannot be delivered; see `message`.
     Failed,

@@ -29,7 +29,15 @@ pub struct Config {
     pub harnesses: BTreeMap<String, Profile>,
     /// How long a delivered (or failed) WorkEvent is kept before the agent deletes it; `None`: kept.
     pub event_retention: Option<std::time::Duration>,
+    /// How long a prompt waits for its pane to show the profile's `readyPattern` before it fails.
+    pub ready_timeout: Duration,
+    /// The harnesses' `HOME`, the `{home}` of a profile's `conversationPath` (`harnessHome`; default: the agent's
+    /// own `HOME`).
+    pub harness_home: Option<PathBuf>,
 }
+
+/// The default `delivery.readyTimeoutSeconds`.
+pub const DEFAULT_READY_TIMEOUT_SECONDS: u64 = 120;
 
 /// The default `delivery.retentionSeconds`: one day.
 pub const DEFAULT_EVENT_RETENTION_SECONDS: u64 = 86_400;
@@ -61,6 +69,8 @@ impl Default for Config {
             defaults: Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 },
             harnesses: harness::builtin(),
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
+            ready_timeout: Duration::from_secs(DEFAULT_READY_TIMEOUT_SECONDS),
+            harness_home: std::env::var_os("HOME").map(PathBuf::from),
         }
     }
 }
@@ -107,6 +117,7 @@ struct File {
     harnesses: BTreeMap<String, ProfileFile>,
     #[serde(default)]
     delivery: DeliveryFile,
+    harness_home: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -114,6 +125,7 @@ struct File {
 struct DeliveryFile {
     /// 0: keep delivered events.
     retention_seconds: Option<u64>,
+    ready_timeout_seconds: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -139,6 +151,8 @@ struct ProfileFile {
     interactive: Option<Vec<String>>,
     resume: Option<Vec<String>>,
     resume_failed_pattern: Option<String>,
+    ready_pattern: Option<String>,
+    conversation_path: Option<String>,
 }
 
 impl Config {
@@ -175,25 +189,47 @@ impl Config {
         if let Some(secs) = file.delivery.retention_seconds {
             config.event_retention = (secs > 0).then(|| Duration::from_secs(secs));
         }
+        if let Some(secs) = file.delivery.ready_timeout_seconds {
+            if !(1..=3600).contains(&secs) {
+                return Err(invalid("delivery.readyTimeoutSeconds".into(), "must be between 1 and 3600".into()));
+            }
+            config.ready_timeout = Duration::from_secs(secs);
+        }
+        if let Some(home) = file.harness_home {
+            if !home.is_absolute() {
+                return Err(invalid("harnessHome".into(), format!("{} is not an absolute path", home.display())));
+            }
+            config.harness_home = Some(home);
+        }
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);
             let binary = p.binary.or_else(|| base.as_ref().map(|b| b.binary.clone()));
             let binary = binary.ok_or_else(|| {
                 invalid(format!("harnesses.{name}.binary"), "is required for a profile that is not built in".into())
             })?;
-            let resume_failed_pattern = match p.resume_failed_pattern {
-                Some(pattern) => Some(
-                    Regex::new(&pattern)
-                        .map_err(|e| invalid(format!("harnesses.{name}.resumeFailedPattern"), e.to_string()))?,
-                ),
-                None => base.as_ref().and_then(|b| b.resume_failed_pattern.clone()),
+            let regex = |pattern: Option<String>, key: &str, inherited: Option<Regex>| match pattern {
+                Some(p) => {
+                    Regex::new(&p).map(Some).map_err(|e| invalid(format!("harnesses.{name}.{key}"), e.to_string()))
+                }
+                None => Ok(inherited),
             };
+            let resume_failed_pattern = regex(
+                p.resume_failed_pattern,
+                "resumeFailedPattern",
+                base.as_ref().and_then(|b| b.resume_failed_pattern.clone()),
+            )?;
+            let ready_pattern =
+                regex(p.ready_pattern, "readyPattern", base.as_ref().and_then(|b| b.ready_pattern.clone()))?;
             let profile = Profile {
                 binary,
                 extra_args: p.extra_args.or_else(|| base.as_ref().map(|b| b.extra_args.clone())).unwrap_or_default(),
                 interactive: p.interactive.or_else(|| base.as_ref().and_then(|b| b.interactive.clone())),
                 resume: p.resume.or_else(|| base.as_ref().and_then(|b| b.resume.clone())),
                 resume_failed_pattern,
+                ready_pattern,
+                conversation_path: p
+                    .conversation_path
+                    .or_else(|| base.as_ref().and_then(|b| b.conversation_path.clone())),
             };
             profile.validate(&name).map_err(|e| invalid(e.key, e.problem))?;
             config.harnesses.insert(name, profile);

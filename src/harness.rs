@@ -28,7 +28,22 @@ pub struct Profile {
     pub resume: Option<Vec<String>>,
     /// What a harness prints when it cannot find the conversation to resume.
     pub resume_failed_pattern: Option<Regex>,
+    /// What the pane's visible text shows once the harness accepts input; `None`: it is assumed to once the probe
+    /// passed. Nothing is pasted before it shows (a real TUI drops what is typed while it boots).
+    pub ready_pattern: Option<Regex>,
+    /// Where the harness keeps a conversation: a template of `{home}`, `{cwdSlug}` and `{sessionId}`
+    /// (see [`crate::transcript`]). A recorded id whose file is missing is not resumed, and a prompt the file
+    /// contains is known delivered.
+    pub conversation_path: Option<String>,
 }
+
+/// The input box of the Claude Code CLI: a line starting with `❯` between two horizontal rules, at the bottom of
+/// its screen (measured with 2.1.x, offline and online). The banner's echo of an argv prompt starts with `❯` too, but
+/// is not followed by a rule.
+pub const CLAUDE_READY_PATTERN: &str = r"(?m)^─{10,}\s*\n❯.*\n─{10,}";
+
+/// The Claude Code CLI's conversation store.
+pub const CLAUDE_CONVERSATION_PATH: &str = "{home}/.claude/projects/{cwdSlug}/{sessionId}.jsonl";
 
 /// Which argv of a profile to build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +157,14 @@ impl Profile {
     pub fn resume_failed(&self, output: &str) -> bool {
         self.resume_failed_pattern.as_ref().is_some_and(|p| p.is_match(output))
     }
+
+    /// Whether a pane showing `screen` takes input (always, for a profile without a ready pattern).
+    pub fn ready(&self, screen: Option<&str>) -> bool {
+        match &self.ready_pattern {
+            None => true,
+            Some(pattern) => screen.is_some_and(|s| pattern.is_match(s)),
+        }
+    }
 }
 
 /// A prompt as it may reach a harness: without NUL (which no argv can carry) and without other control
@@ -167,6 +190,8 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         interactive: Some(strings(&["--session-id", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
         resume: Some(strings(&["--resume", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
         resume_failed_pattern: Some(Regex::new("No conversation found").unwrap()),
+        ready_pattern: Some(Regex::new(CLAUDE_READY_PATTERN).unwrap()),
+        conversation_path: Some(CLAUDE_CONVERSATION_PATH.into()),
     };
     let cursor = Profile {
         binary: "cursor-agent".into(),
@@ -174,6 +199,8 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         interactive: None,
         resume: None,
         resume_failed_pattern: None,
+        ready_pattern: None,
+        conversation_path: None,
     };
     BTreeMap::from([("claude".to_string(), claude), ("cursor".to_string(), cursor)])
 }
@@ -252,6 +279,18 @@ mod tests {
         assert_eq!(clean_prompt("plain\ttext\nline"), "plain\ttext\nline");
         assert_eq!(clean_prompt("a\u{0}b\u{1b}[201~c\u{7}d\r\ne\u{7f}"), "ab[201~cd\ne");
         assert!(matches!(clean_prompt("fine"), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn claude_ready_pattern_matches_the_input_box_only() {
+        let claude = builtin().remove("claude").unwrap();
+        let rule = "─".repeat(60);
+        let booting = "╭───╮\n│ Claude Code v2.1 │\n╰───╯\n\n❯ the argv prompt\n\n  ⎿  Can't reach the API server\n";
+        assert!(!claude.ready(Some(booting)), "the banner's echo of the prompt is not the input box");
+        let up = format!("{booting}\n{rule}\n❯ \n{rule}\n  ? for shortcuts\n");
+        assert!(claude.ready(Some(&up)));
+        assert!(!claude.ready(None), "no screen read: not known ready");
+        assert!(builtin()["cursor"].ready(None), "without a pattern the probe is the only wait");
     }
 
     #[test]

@@ -16,3 +16,4 @@ pub mod signal;
 pub mod store;
 pub mod telemetry;
 pub mod tmux;
+pub mod transcript;

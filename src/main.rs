@@ -89,7 +89,7 @@ async fn main() -> ExitCode {
                 },
                 None => (None, tokio::sync::watch::channel(Arc::new(Config::default())).1),
             };
-            let options = worksession::agent::Options { config, admin_addr: Some(admin_addr) };
+            let options = worksession::agent::Options { config, admin_addr: Some(admin_addr), failpoint: None };
             let result = match local {
                 Some(dir) => match LocalStore::new(dir) {
                     Ok(store) => worksession::agent::run_periodic(store, options).await,

@@ -30,44 +30,72 @@ pub enum Liveness {
     Absent,
 }
 
-/// Liveness of every tmux session, from one `list-panes -a` call.
+/// The session option a spawn tags its session with (the spawn's nonce), in the spawn's own tmux call.
+pub const SPAWN_TAG: &str = "@worksession-spawn";
+/// The session option a paste tags its session with (the prompt's key), in the paste's own tmux call.
+pub const PASTE_TAG: &str = "@worksession-pasted";
+/// The `list-panes` format of an observation: one line per pane.
+const OBSERVE_FORMAT: &str = "#{session_name}\t#{pane_dead}\t#{@worksession-spawn}\t#{@worksession-pasted}";
+
+/// What one observation saw of one tmux session.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionView {
+    /// A pane is not dead.
+    pub alive: bool,
+    /// The tag of the spawn that made it ([`SPAWN_TAG`]).
+    pub spawn: String,
+    /// The key of the last prompt pasted into it ([`PASTE_TAG`]).
+    pub pasted: String,
+}
+
+/// Every tmux session, from one `list-panes -a` call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observation {
-    alive: HashMap<String, bool>,
+    sessions: HashMap<String, SessionView>,
 }
 
 impl Observation {
-    /// Parses `list-panes -a -F '#{session_name}\t#{pane_dead}'` output.
+    /// Parses `list-panes -a -F` output in the observation's format.
     pub fn parse(output: &str) -> Self {
-        let mut alive = HashMap::new();
+        let mut sessions: HashMap<String, SessionView> = HashMap::new();
         for line in output.lines() {
-            let (session, dead) = line.rsplit_once('\t').unwrap_or((line, ""));
+            let mut fields = line.split('\t');
+            let session = fields.next().unwrap_or_default();
             if session.is_empty() {
                 continue;
             }
-            let pane_alive = dead.trim() != "1"; // "0", or unreadable: live (the seed's degrade-to-live)
-            *alive.entry(session.to_string()).or_insert(false) |= pane_alive;
+            let dead = fields.next().unwrap_or_default();
+            let (spawn, pasted) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
+            let view = sessions.entry(session.to_string()).or_default();
+            view.alive |= dead.trim() != "1"; // "0", or unreadable: live (the seed's degrade-to-live)
+            view.spawn = spawn.to_string();
+            view.pasted = pasted.to_string();
         }
-        Self { alive }
+        Self { sessions }
     }
 
     /// The liveness of the session named `session`.
     pub fn liveness(&self, session: &str) -> Liveness {
-        match self.alive.get(session) {
-            Some(true) => Liveness::Alive,
-            Some(false) => Liveness::Dead,
+        match self.sessions.get(session) {
+            Some(v) if v.alive => Liveness::Alive,
+            Some(_) => Liveness::Dead,
             None => Liveness::Absent,
         }
     }
 
+    /// What was seen of `session`, if it exists.
+    pub fn session(&self, session: &str) -> Option<&SessionView> {
+        self.sessions.get(session)
+    }
+
     /// How many sessions were seen.
     pub fn len(&self) -> usize {
-        self.alive.len()
+        self.sessions.len()
     }
 
     /// Whether no session was seen.
     pub fn is_empty(&self) -> bool {
-        self.alive.is_empty()
+        self.sessions.is_empty()
     }
 }
 
@@ -82,6 +110,8 @@ pub struct Spawn {
     pub binary: String,
     /// Its arguments, each one word.
     pub argv: Vec<String>,
+    /// Tagged on the session as [`SPAWN_TAG`] in the same tmux call (letters, digits and `-` only).
+    pub tag: String,
 }
 
 /// A tmux call that failed.
@@ -129,7 +159,10 @@ pub trait Tmux: Send + Sync {
     /// The last `lines` non-empty lines the session's pane printed (dead or alive).
     fn last_lines(&self, session: &str, lines: usize) -> impl Future<Output = Result<String, TmuxError>> + Send;
     /// Pastes `text` into the session's pane as one bracketed paste, then presses Enter.
-    fn paste(&self, session: &str, text: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
+    fn paste(&self, session: &str, text: &str, key: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
+
+    /// The visible text of the session's active pane (what a person attached would see).
+    fn screen(&self, session: &str) -> impl Future<Output = Result<String, TmuxError>> + Send;
 }
 
 /// Runs the `tmux` binary, on a socket of its own (`-S`) or tmux's default server.
@@ -223,7 +256,7 @@ impl TmuxRunner {
 
 impl Tmux for TmuxRunner {
     async fn observe(&self) -> Result<Observation, TmuxError> {
-        let cmd = self.command(["list-panes", "-a", "-F", "#{session_name}\t#{pane_dead}"]);
+        let cmd = self.command(["list-panes", "-a", "-F", OBSERVE_FORMAT]);
         match self.run("list-panes", cmd, None).await? {
             Ok(out) => Ok(Observation::parse(&out)),
             Err(stderr) if no_session(&stderr) => Ok(Observation::default()), // no server, or no sessions
@@ -249,6 +282,9 @@ impl Tmux for TmuxRunner {
         args.extend(
             [";", "set-option", "-w", "-t", &pane_target(&spawn.session), "remain-on-exit", "on"].map(Into::into),
         );
+        // The tag in the same call: an observation shows a session with it, or no session of this spawn at all.
+        let target = format!("={}", spawn.session);
+        args.extend([";", "set-option", "-t", &target, SPAWN_TAG, &spawn.tag].map(Into::into));
         // Clearing the last session makes the server exit, and a new-session racing that exit is told so: retry.
         // (Clearing in the same tmux call as new-session crashed tmux 3.3a's server, taking every session along.)
         self.stop(&spawn.session).await?;
@@ -281,14 +317,25 @@ impl Tmux for TmuxRunner {
         Ok(kept[kept.len().saturating_sub(lines)..].join("\n"))
     }
 
-    async fn paste(&self, session: &str, text: &str) -> Result<(), TmuxError> {
+    async fn screen(&self, session: &str) -> Result<String, TmuxError> {
+        let cmd = self.command(["capture-pane", "-p", "-t", &pane_target(session)]);
+        self.run("capture-pane", cmd, None)
+            .await?
+            .map_err(|stderr| TmuxError::Failed { command: "capture-pane", stderr })
+    }
+
+    async fn paste(&self, session: &str, text: &str, key: &str) -> Result<(), TmuxError> {
         let buffer = format!("worksession-{}", uuid::Uuid::new_v4().simple());
         let target = pane_target(session);
         // The text goes through stdin (no argv size limit, no parsing); -p brackets it if the harness asked for it.
         // The pane's liveness is checked inside the server, in the same command sequence as the paste: pasting into
         // a pane that died meanwhile crashes tmux 3.3a's server. The strings tmux parses here hold only our own
         // buffer and session names, never the text.
-        let paste = format!("paste-buffer -d -p -b {buffer} -t {target} ; send-keys -t {target} Enter");
+        // The key (a WorkEvent name, or `initialPrompt`: no spaces, quotes or `;`) is tagged in the same sequence, so an
+        // agent stopped before recording the paste finds it done rather than pasting it again.
+        let paste = format!(
+            "paste-buffer -d -p -b {buffer} -t {target} ; send-keys -t {target} Enter ; set-option -t ={session} {PASTE_TAG} {key}"
+        );
         let dead = format!("delete-buffer -b {buffer} ; display-message -p {PANE_DEAD}");
         let args =
             ["load-buffer", "-b", &buffer, "-", ";", "if-shell", "-F", "-t", &target, "#{pane_dead}", &dead, &paste];
@@ -309,12 +356,15 @@ mod tests {
 
     #[test]
     fn observation_aggregates_panes_per_session() {
-        let obs = Observation::parse("loop-a\t0\nloop-b\t1\nloop-c\t1\nloop-c\t0\nloop-d\t\nweird\tname\t1\n");
+        let obs = Observation::parse(
+            "loop-a\t0\tspawn-1\te1\nloop-b\t1\t\t\nloop-c\t1\t\t\nloop-c\t0\t\t\nloop-d\t\t\t\nloop-e\t0\n",
+        );
         assert_eq!(obs.liveness("loop-a"), Liveness::Alive);
+        assert_eq!(obs.session("loop-a").map(|v| (v.spawn.as_str(), v.pasted.as_str())), Some(("spawn-1", "e1")));
         assert_eq!(obs.liveness("loop-b"), Liveness::Dead);
         assert_eq!(obs.liveness("loop-c"), Liveness::Alive, "one live pane is enough");
         assert_eq!(obs.liveness("loop-d"), Liveness::Alive, "unreadable pane_dead counts as live");
-        assert_eq!(obs.liveness("weird\tname"), Liveness::Dead);
+        assert_eq!(obs.session("loop-e").map(|v| v.spawn.as_str()), Some(""), "an older tmux line without tags");
         assert_eq!(obs.liveness("loop-z"), Liveness::Absent);
         assert_eq!(obs.len(), 5);
     }

@@ -36,8 +36,11 @@ impl Local {
         let dir = dir.to_path_buf();
         tokio::spawn(async move {
             let store = worksession::store::local::LocalStore::new(dir).unwrap();
-            let options =
-                worksession::agent::Options { config: tokio::sync::watch::channel(config).1, admin_addr: None };
+            let options = worksession::agent::Options {
+                config: tokio::sync::watch::channel(config).1,
+                admin_addr: None,
+                failpoint: None,
+            };
             worksession::agent::run_periodic(store, options).await.unwrap();
         })
     }

@@ -116,7 +116,7 @@ async fn paste_reaches_a_live_pane_verbatim() {
         &"long ".repeat(40_000), // 200 KB
     ];
     for text in texts {
-        tmux.runner.paste("loop-p", text).await.unwrap();
+        tmux.runner.paste("loop-p", text, "p").await.unwrap();
     }
     let prompts = tmux.await_prompts(texts.len()).await;
     let got: Vec<&str> = prompts.iter().map(|p| p.prompt.as_str()).collect();
@@ -170,7 +170,7 @@ async fn paste_into_a_dead_pane_fails_and_the_server_survives() {
     tmux.runner.spawn(&tmux.spawn_of("loop-live", Mode::Fresh, "live", None, &[])).await.unwrap();
     tmux.runner.spawn(&tmux.spawn_of("loop-gone", Mode::Resume, "gone", None, &[])).await.unwrap();
     tmux.await_liveness("loop-gone", Liveness::Dead).await;
-    let err = tmux.runner.paste("loop-gone", "hello").await.unwrap_err();
+    let err = tmux.runner.paste("loop-gone", "hello", "g").await.unwrap_err();
     assert!(err.to_string().contains("dead"), "{err}");
     let obs = tmux.runner.observe().await.unwrap();
     assert_eq!((obs.liveness("loop-live"), obs.liveness("loop-gone")), (Liveness::Alive, Liveness::Dead));

@@ -4,6 +4,7 @@
 //! requeues and the [`poll`]) and [`periodic`] on any store that lists its sessions (local mode).
 
 pub mod controller;
+pub mod evidence;
 pub mod metrics;
 pub mod periodic;
 pub mod poll;
@@ -23,7 +24,7 @@ use crate::tmux::TmuxRunner;
 pub use controller::run;
 pub use metrics::AgentMetrics;
 pub use periodic::run_periodic;
-pub use reconcile::{Observer, ReconcileError, Reconciler};
+pub use reconcile::{Failpoint, Observer, ReconcileError, Reconciler};
 
 /// How to run the agent.
 pub struct Options {
@@ -31,6 +32,8 @@ pub struct Options {
     pub config: watch::Receiver<Arc<Config>>,
     /// Where to serve `/metrics`, `/livez`, `/readyz` (`None`: not served).
     pub admin_addr: Option<SocketAddr>,
+    /// Where a reconcile stops forever, as if the agent were killed there (crash tests only; `None` otherwise).
+    pub failpoint: Option<Failpoint>,
 }
 
 /// The reconciler both drivers share: metrics registered and served, tmux on the configured socket.
@@ -46,5 +49,6 @@ async fn reconciler<S: Store>(
         Admin::new(registry, ready).serve(addr).await?;
     }
     let socket = options.config.borrow().tmux.socket.clone();
-    Ok(Reconciler { store, observer: Observer::new(TmuxRunner::new(socket)), node, config: options.config, metrics })
+    let (config, failpoint) = (options.config, options.failpoint);
+    Ok(Reconciler { store, observer: Observer::new(TmuxRunner::new(socket)), node, config, metrics, failpoint })
 }

@@ -10,16 +10,23 @@ use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
 use tracing::Instrument;
 
+use super::evidence;
 use super::metrics::{AgentMetrics, CategoryLabel, ReasonLabel, ResumedLabel, ViaLabel};
-use crate::api::{Phase, WorkEvent, WorkSession};
+use crate::api::{WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::queue;
-use crate::core::{self, Input, NoticeKind, Op, PendingEvent, Plan};
+use crate::core::{self, Input, NoticeKind, Op, Plan};
 use crate::store::{FINALIZER, Store, StoreError};
-use crate::tmux::{Liveness, Observation, Tmux, TmuxError};
+use crate::tmux::{Observation, Tmux, TmuxError};
 
-/// Lines of a dead pane's output kept for conditions and messages.
-const LAST_LINES: usize = 20;
+/// A point where a reconcile can be made to stop forever, as if the agent were killed there (crash tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failpoint {
+    /// After the intent is written, before the spawn.
+    AfterIntent,
+    /// After a paste, before its status is written.
+    AfterPaste,
+}
 
 /// A reconcile that failed, naming the step that failed, with its source.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +138,8 @@ pub struct Reconciler<S, T> {
     pub config: watch::Receiver<Arc<Config>>,
     /// Metrics.
     pub metrics: AgentMetrics,
+    /// Where to stop forever, for crash tests (`None` in production).
+    pub failpoint: Option<Failpoint>,
 }
 
 enum ExecError {
@@ -190,21 +199,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             }
             next_expiry = next;
         }
-        let pending: Vec<PendingEvent> = queue::undelivered(events.clone())
-            .iter()
-            .map(|e| PendingEvent { name: e.name_any(), prompt: e.spec.prompt.clone() })
-            .collect();
+        let pending = evidence::pending_events(&queue::undelivered(events.clone()));
         let session = config.tmux_session(&ws.spec.work_item);
-        let liveness = observation.map_err(ReconcileError::Observe)?.liveness(&session);
+        let observation = observation.map_err(ReconcileError::Observe)?;
+        let liveness = observation.liveness(&session);
         let recorded = ws.status.clone().unwrap_or_default();
-        // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
-        let unexplained = recorded.verification.is_some() || recorded.phase == Some(Phase::Running);
-        let last_output = match liveness {
-            Liveness::Dead if unexplained => {
-                self.observer.tmux().last_lines(&session, LAST_LINES).await.unwrap_or_default()
-            }
-            _ => String::new(),
-        };
+        let evidence = self.gather(&ws, &recorded, &pending, liveness, &config).await;
         let mut status = recorded.clone();
         let mut spawn_failure: Option<String> = None;
         let new_session_id = uuid::Uuid::new_v4().to_string();
@@ -212,11 +212,16 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             let input = Input {
                 spec: &ws.spec,
                 generation: ws.metadata.generation,
+                created: ws.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default(),
                 deleting,
                 status: &status,
                 events: &pending,
                 liveness,
-                last_output: &last_output,
+                last_output: &evidence.last_output,
+                tmux: observation.session(&session),
+                screen: evidence.screen.as_deref(),
+                confirmed: &evidence.confirmed,
+                conversation_found: evidence.conversation_found,
                 spawn_failure: spawn_failure.as_deref(),
                 config: &config,
                 now: Timestamp::now(),
@@ -225,6 +230,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             let plan = core::decide(&input);
             if let Some(intent) = &plan.intent {
                 self.store.write_status(&ws, intent).await.map_err(ReconcileError::WriteIntent)?;
+                self.failpoint(Failpoint::AfterIntent).await;
             }
             match self.execute(&ws, &events, &plan).await {
                 Ok(()) => {
@@ -258,10 +264,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             match op {
                 Op::Stop { session } => tmux.stop(session).await.map_err(|e| other(ReconcileError::Stop(e)))?,
                 Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
-                Op::Paste { session, event, text } => tmux
-                    .paste(session, text)
-                    .await
-                    .map_err(|source| other(ReconcileError::Paste { event: event.clone(), source }))?,
+                Op::Paste { session, key, text } => {
+                    tmux.paste(session, text, key)
+                        .await
+                        .map_err(|source| other(ReconcileError::Paste { event: key.clone(), source }))?;
+                    self.failpoint(Failpoint::AfterPaste).await;
+                }
                 Op::Event(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
                     let status = queue::apply(ev, update, Time(Timestamp::now()));
@@ -290,6 +298,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             }
         }
         Ok(())
+    }
+
+    async fn failpoint(&self, here: Failpoint) {
+        if self.failpoint == Some(here) {
+            tracing::warn!(event = "agent.failpoint", failpoint = ?here, "stopping here for good, as a killed agent would");
+            std::future::pending::<()>().await;
+        }
     }
 
     fn log(&self, ws: &WorkSession, notice: &core::Notice) {

@@ -1,26 +1,147 @@
-//! Delivery into a live pane: an adopted or running harness gets every pending event pasted, in order.
+//! Delivery: every prompt (`initialPrompt`, then the WorkEvents, oldest first) is tracked until it is known
+//! delivered. A sent prompt is `Delivering`; it becomes `Delivered` when the harness's transcript shows it, or when
+//! its pane outlived the window that proves it (the probe since the send, and the settle window after a resume).
+//! A live pane gets pending prompts pasted once its harness shows it is ready; a pane that dies returns every
+//! unconfirmed prompt to `Pending` (see [`super::exits`]).
 
-use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, Op, secs};
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::{Decision, HEALTHY_AFTER, INITIAL_PROMPT, Notice, NoticeKind, Op, Settings, later, until};
 use crate::api::{EventPhase, Phase, Via};
-use crate::harness::clean_prompt;
+use crate::harness::{Profile, clean_prompt};
 
-impl Decision<'_, '_> {
-    /// Alive and not verifying: adopt it, and deliver pending events by pasting them.
-    pub(super) fn deliver_to_live_pane(&mut self) {
-        let now = self.input.now;
+/// How often a prompt waiting for the ready pattern, or for its transcript, is looked at again.
+pub const DELIVERY_RECHECK: Duration = Duration::from_millis(500);
+
+/// One prompt not yet known delivered.
+#[derive(Clone, Debug)]
+pub(super) struct Prompt<'i> {
+    /// A WorkEvent's name, or [`INITIAL_PROMPT`].
+    pub key: &'i str,
+    pub text: &'i str,
+    pub phase: EventPhase,
+    pub sent: Option<Timestamp>,
+    pub via: Option<Via>,
+    pub created: Timestamp,
+}
+
+impl<'a, 'i> Decision<'a, 'i> {
+    /// The prompts not yet known delivered, in delivery order: `initialPrompt` first (owed from the first start on,
+    /// until delivered), then the WorkEvents, oldest first.
+    pub(super) fn prompts(&self) -> Vec<Prompt<'i>> {
+        let input = self.input;
+        let mut prompts = Vec::with_capacity(input.events.len() + 1);
+        if let Some(text) = input.spec.initial_prompt.as_deref() {
+            let recorded = input.status.initial_prompt.as_ref();
+            let phase = recorded.and_then(|p| p.phase);
+            let owed = match phase {
+                Some(EventPhase::Delivered | EventPhase::Failed) => false,
+                Some(_) => true,
+                None => input.status.last_respawn.is_none(), // a session adopted mid-life is not sent it
+            };
+            if owed {
+                prompts.push(Prompt {
+                    key: INITIAL_PROMPT,
+                    text,
+                    phase: phase.unwrap_or(EventPhase::Pending),
+                    sent: recorded.and_then(|p| p.sent_time.as_ref()).map(|t| t.0),
+                    via: recorded.and_then(|p| p.via),
+                    created: input.created,
+                });
+            }
+        }
+        prompts.extend(input.events.iter().map(|e| Prompt {
+            key: &e.name,
+            text: &e.prompt,
+            phase: e.phase,
+            sent: e.sent,
+            via: e.via,
+            created: e.created,
+        }));
+        prompts
+    }
+
+    /// Alive and not verifying: confirm what was sent, then paste what waits, in order, once the harness is ready.
+    pub(super) fn deliver_to_live_pane(&mut self, profile: &Profile, settings: Settings) {
+        let input = self.input;
+        let now = input.now;
         self.status.phase = Some(Phase::Running);
         self.ready(true, "Running", "the harness is running");
-        let healthy_since = self.status.last_respawn.as_ref().map(|r| r.time.0);
-        if self.status.failure_count > 0 && healthy_since.is_some_and(|t| t + secs(HEALTHY_AFTER) <= now) {
+        let started = self.status.last_respawn.as_ref().map(|r| r.time.0);
+        if self.status.failure_count > 0 && started.is_some_and(|t| later(t, HEALTHY_AFTER) <= now) {
             self.status.failure_count = 0;
             self.status.next_retry_time = None;
         }
-        for e in self.input.events {
-            let text = clean_prompt(&e.prompt).into_owned();
-            self.ops.push(Op::Paste { session: self.session.clone(), event: e.name.clone(), text });
-            self.event(&e.name, EventPhase::Delivered, Some(Via::Pasted), true, None);
-            let message = format!("pasted event {} into the live pane", e.name);
-            self.notice(Notice::new(NoticeKind::Delivered, message));
+        // After a resume, only a pane that outlived the settle window proves its prompts reached a conversation
+        // that lives on (a late "No conversation found" kills it within the window).
+        let settled_at =
+            self.status.last_respawn.as_ref().filter(|r| r.resumed).map(|r| {
+                r.time.0.checked_add(SignedDuration::from_secs(settings.settle.into())).unwrap_or(Timestamp::MAX)
+            });
+        let ready = profile.ready(input.screen);
+        let mut blocked = false;
+        for prompt in self.prompts() {
+            match prompt.phase {
+                EventPhase::Delivering => {
+                    let sent = prompt.sent.unwrap_or(now);
+                    let proven_at =
+                        later(sent, Duration::from_secs(settings.probe.into())).max(settled_at.unwrap_or(sent));
+                    if input.confirmed.iter().any(|k| k == prompt.key) || now >= proven_at {
+                        self.delivered(&prompt);
+                    } else {
+                        let wait =
+                            if profile.conversation_path.is_some() { DELIVERY_RECHECK } else { until(now, proven_at) };
+                        self.requeue(wait.min(until(now, proven_at)));
+                    }
+                }
+                _ if blocked => {}
+                _ if input.tmux.is_some_and(|t| t.pasted == prompt.key) => {
+                    // Pasted by an agent that stopped before recording it: never pasted twice.
+                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), false, None);
+                    self.requeue(DELIVERY_RECHECK);
+                }
+                _ if ready => {
+                    let text = clean_prompt(prompt.text).into_owned();
+                    self.ops.push(Op::Paste { session: self.session.clone(), key: prompt.key.into(), text });
+                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), true, None);
+                    self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
+                }
+                _ => {
+                    blocked = true; // later prompts keep their place behind this one
+                    let since = started.unwrap_or(prompt.created).max(prompt.created);
+                    let deadline = later(since, input.config.ready_timeout);
+                    if now < deadline {
+                        self.requeue(DELIVERY_RECHECK);
+                        continue;
+                    }
+                    let message = format!(
+                        "the harness never showed its ready pattern within {}s; the prompt was not pasted",
+                        input.config.ready_timeout.as_secs()
+                    );
+                    self.set_prompt(prompt.key, EventPhase::Failed, None, false, Some(message.clone()));
+                    self.notice(Notice::new(NoticeKind::DeliveryFailed, format!("{}: {message}", prompt.key)));
+                    blocked = false;
+                    self.requeue(Duration::ZERO);
+                }
+            }
+        }
+    }
+
+    /// A sent prompt is known delivered.
+    fn delivered(&mut self, prompt: &Prompt<'_>) {
+        self.set_prompt(prompt.key, EventPhase::Delivered, prompt.via, false, None);
+        let via = prompt.via.map(|v| format!(" ({v:?})")).unwrap_or_default();
+        self.notice(Notice::new(NoticeKind::Delivered, format!("{} reached the conversation{via}", prompt.key)));
+    }
+
+    /// The pane is gone: every prompt sent to it and not known delivered goes back to `Pending`, in its place.
+    pub(super) fn return_unconfirmed(&mut self, why: &str) {
+        for prompt in self.prompts() {
+            if prompt.phase == EventPhase::Delivering {
+                self.set_prompt(prompt.key, EventPhase::Pending, None, false, Some(why.to_string()));
+            }
         }
     }
 }

@@ -1,62 +1,52 @@
-//! Exits: a harness that died is recorded (a failure unless it ran long enough to be healthy), counted toward
-//! kubelet-style back-off, and its boot event returned to `Pending`; a resumed pane that dies within the settle
-//! window is a late resume failure (`PaneDiedAfterProbe`).
+//! Exits: a harness that died is recorded (a failure unless it ran long enough to be healthy) and counted toward
+//! kubelet-style back-off; a resumed pane that dies within the settle window is a late resume failure
+//! (`PaneDiedAfterProbe`). Either way every prompt sent to it and not known delivered goes back to `Pending`, and
+//! the message quotes what the dead pane printed last.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::SignedDuration;
 
 use super::resume::ResumeReason;
-use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, RESUMED, Settings, backoff, secs};
+use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, RESUMED, Settings, backoff, later};
 use crate::api::{EventPhase, Phase};
 use crate::harness::Profile;
 use crate::tmux::Liveness;
 
 impl Decision<'_, '_> {
-    /// A resumed pane that dies within the settle window: its boot event goes back to `Pending`.
+    /// A resumed pane that dies within the settle window: its prompts go back to `Pending`, and when its last lines
+    /// say the harness cannot find the conversation, the next spawn is fresh.
     pub(super) fn resumed_pane_died_while_settling(&mut self, profile: &Profile, settings: Settings) -> bool {
         let input = self.input;
         let Some(r) = self.status.last_respawn.clone() else { return false };
-        let within = input.now < r.time.0 + SignedDuration::from_secs(settings.settle.into());
+        let within = input.now < later(r.time.0, Duration::from_secs(settings.settle.into()));
         if !(r.resumed && within && input.liveness == Liveness::Dead) {
             return false;
         }
-        let output = input.last_output.trim();
         let mut message =
             format!("resumed conversation {} died after the probe, within {}s", r.harness_session_id, settings.settle);
-        if profile.resume_failed(output) {
+        if profile.resume_failed(input.last_output.trim()) {
             self.status.unresumable_session_id = Some(r.harness_session_id.clone());
             message.push_str("; the harness cannot find it, so the next spawn is fresh");
         }
-        if !output.is_empty() {
-            message.push_str(&format!(": {output}"));
-        }
+        message.push_str(&self.quote_last_output());
         self.condition(RESUMED, false, ResumeReason::PaneDiedAfterProbe.as_str(), message.clone());
         self.notice(Notice::resume_failed(ResumeReason::PaneDiedAfterProbe, message.clone()));
-        if let Some(event) = &r.event {
-            self.event(event, EventPhase::Pending, None, false, Some(message));
-        }
+        self.return_unconfirmed(&message);
         self.status.phase = Some(Phase::Pending);
-        self.ready(
-            false,
-            "HarnessNotRunning",
-            "the resumed harness died after the probe; its event will be redelivered",
-        );
+        let ready = "the resumed harness died after the probe; its prompts will be sent again";
+        self.ready(false, "HarnessNotRunning", ready);
         self.count_failure(); // a resume that keeps dying backs off like any crash (the first retry is immediate)
-        self.requeue(Duration::ZERO); // the boot event is pending again: respawn with it next
+        self.requeue(Duration::ZERO); // its prompts are pending again: respawn with them next
         true
     }
+
     /// A running harness died: a failure unless it ran long enough to count as healthy.
     pub(super) fn record_exit(&mut self) {
         let now = self.input.now;
         let started = self.status.last_respawn.as_ref().map(|r| r.time.0);
-        let healthy = started.is_some_and(|t| t + secs(HEALTHY_AFTER) <= now);
-        let output = self.input.last_output.trim();
-        let mut message = format!("the harness in {} exited", self.session);
-        if !output.is_empty() {
-            message.push_str(&format!(": {output}"));
-        }
+        let healthy = started.is_some_and(|t| later(t, HEALTHY_AFTER) <= now);
+        let message = format!("the harness in {} exited{}", self.session, self.quote_last_output());
         self.notice(Notice::new(NoticeKind::HarnessExited, message));
         if healthy {
             self.status.failure_count = 0;
@@ -65,28 +55,26 @@ impl Decision<'_, '_> {
             self.count_failure();
         }
     }
+
     /// Counts one quick failure and sets the next retry time.
     pub(super) fn count_failure(&mut self) {
         let now = self.input.now;
         self.status.failure_count += 1;
         self.status.last_failure_time = Some(Time(now));
         let delay = backoff(self.status.failure_count);
-        self.status.next_retry_time = (!delay.is_zero()).then(|| Time(now + secs(delay)));
+        self.status.next_retry_time = (!delay.is_zero()).then(|| Time(later(now, delay)));
     }
-    /// A fresh spawn failed: its boot event goes back to `Pending`, and the failure counts toward back-off.
-    pub(super) fn fresh_spawn_failed(&mut self, event: Option<&str>, ready_reason: &'static str, notice: Notice) {
+
+    /// A fresh spawn failed: its boot prompt goes back to `Pending`, and the failure counts toward back-off.
+    pub(super) fn fresh_spawn_failed(&mut self, boot: Option<&str>, ready_reason: &'static str, notice: Notice) {
         let message = notice.message.clone();
-        self.return_to_pending(event, &message);
+        if let Some(key) = boot {
+            self.set_prompt(key, EventPhase::Pending, None, false, Some(message.clone()));
+        }
         self.notice(notice);
         self.status.phase = Some(Phase::Pending);
         self.ready(false, ready_reason, message);
         self.count_failure();
         self.requeue(backoff(self.status.failure_count));
-    }
-    /// Puts a boot event back to `Pending`.
-    pub(super) fn return_to_pending(&mut self, event: Option<&str>, message: &str) {
-        if let Some(event) = event {
-            self.event(event, EventPhase::Pending, None, false, Some(message.to_string()));
-        }
     }
 }

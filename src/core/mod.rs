@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::api::{self, EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{self, EventPhase, Phase, PromptStatus, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 use crate::harness::{ArgvError, Profile};
 use crate::tmux::Liveness;
@@ -28,7 +30,7 @@ pub mod resume;
 mod spawn;
 mod verify;
 pub use conditions::{READY, RESUMED, set_condition};
-pub use plan::{EventUpdate, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity};
+pub use plan::{EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity};
 pub use resume::{Fresh, ResumeReason, try_resume};
 
 #[cfg(test)]
@@ -38,7 +40,7 @@ mod tests;
 pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// The longest back-off.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// Longer boot prompts are pasted after verification instead of riding on the command line (tmux refuses
+/// Longer prompts are pasted once the harness is ready instead of riding on the command line (tmux refuses
 /// commands over about 16 KiB).
 pub const ARGV_PROMPT_LIMIT: usize = 8 * 1024;
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
@@ -74,6 +76,11 @@ pub fn backoff(failures: u32) -> Duration {
 
 fn secs(d: Duration) -> SignedDuration {
     SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+/// `t` plus `d`, saturating at the end of time (a timestamp from data never panics the agent).
+fn later(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_add(secs(d)).unwrap_or(Timestamp::MAX)
 }
 
 fn until(now: Timestamp, then: Timestamp) -> Duration {
@@ -121,10 +128,27 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
     }
 
-    fn event(&mut self, event: &str, phase: EventPhase, via: Option<Via>, attempt: bool, message: Option<String>) {
-        let harness_session_id =
-            matches!(phase, EventPhase::Delivered).then(|| self.status.harness_session_id.clone()).flatten();
-        self.ops.push(Op::Event(EventUpdate { event: event.into(), phase, via, harness_session_id, attempt, message }));
+    /// Moves the prompt `key` to `phase`: a WorkEvent by an op, `initialPrompt` in status.
+    fn set_prompt(&mut self, key: &str, phase: EventPhase, via: Option<Via>, attempt: bool, message: Option<String>) {
+        let now = self.input.now;
+        let delivered = phase == EventPhase::Delivered;
+        let harness_session_id = delivered.then(|| self.status.harness_session_id.clone()).flatten();
+        let sent = (phase == EventPhase::Delivering).then_some(now);
+        if key != INITIAL_PROMPT {
+            let event = key.to_string();
+            self.ops.push(Op::Event(EventUpdate { event, phase, via, harness_session_id, sent, attempt, message }));
+            return;
+        }
+        let old = self.status.initial_prompt.take().unwrap_or_default();
+        let pending = phase == EventPhase::Pending;
+        self.status.initial_prompt = Some(PromptStatus {
+            phase: Some(phase),
+            sent_time: if pending { None } else { sent.map(Time).or(old.sent_time) },
+            delivered_at: delivered.then_some(Time(now)),
+            via: if pending { None } else { via.or(old.via) },
+            harness_session_id: harness_session_id.or(old.harness_session_id),
+            message,
+        });
     }
 
     fn notice(&mut self, notice: Notice) {
@@ -169,7 +193,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             return self.plan();
         }
         match input.liveness {
-            Liveness::Alive => self.deliver_to_live_pane(),
+            Liveness::Alive => self.deliver_to_live_pane(profile, settings),
             Liveness::Dead | Liveness::Absent => self.not_running(profile, settings),
         }
         self.plan()

@@ -8,7 +8,10 @@ use k8s_openapi::jiff::Timestamp;
 use super::ResumeReason;
 use crate::api::{EventPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
-use crate::tmux::{Liveness, Spawn};
+use crate::tmux::{Liveness, SessionView, Spawn};
+
+/// The key of `spec.initialPrompt` among the prompts (WorkEvents are keyed by name, which is never camelCase).
+pub const INITIAL_PROMPT: &str = "initialPrompt";
 
 /// An event of the session that is not delivered yet, oldest first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +20,21 @@ pub struct PendingEvent {
     pub name: String,
     /// Its prompt.
     pub prompt: String,
+    /// `Pending`, or `Delivering` (sent, not yet known delivered).
+    pub phase: EventPhase,
+    /// When it was sent, if `Delivering`.
+    pub sent: Option<Timestamp>,
+    /// How it was sent, if `Delivering`.
+    pub via: Option<Via>,
+    /// When it was created.
+    pub created: Timestamp,
+}
+
+impl PendingEvent {
+    /// A `Pending` event created at `created`.
+    pub fn pending(name: &str, prompt: &str, created: Timestamp) -> Self {
+        Self { name: name.into(), prompt: prompt.into(), phase: EventPhase::Pending, sent: None, via: None, created }
+    }
 }
 
 /// Everything one decision is made from.
@@ -26,6 +44,8 @@ pub struct Input<'a> {
     pub spec: &'a WorkSessionSpec,
     /// `metadata.generation`.
     pub generation: Option<i64>,
+    /// `metadata.creationTimestamp` (when `initialPrompt` started waiting).
+    pub created: Timestamp,
     /// The object is being deleted.
     pub deleting: bool,
     /// The recorded status.
@@ -36,6 +56,15 @@ pub struct Input<'a> {
     pub liveness: Liveness,
     /// What a dead pane printed last (empty unless the pane is dead).
     pub last_output: &'a str,
+    /// What the observation saw of the tmux session (its tags), if it exists.
+    pub tmux: Option<&'a SessionView>,
+    /// The live pane's visible text, read when a prompt waits for the profile's `readyPattern`.
+    pub screen: Option<&'a str>,
+    /// Keys of the prompts the harness's transcript shows (where the profile names it).
+    pub confirmed: &'a [String],
+    /// Whether the conversation a resume would take exists in the harness's store (`None`: the profile names no
+    /// store, or there is nothing to resume).
+    pub conversation_found: Option<bool>,
     /// The spawn of the plan decided just before failed, with this message.
     pub spawn_failure: Option<&'a str>,
     /// The agent config.
@@ -69,12 +98,12 @@ pub enum Op {
     },
     /// Clear a stale session and spawn the harness.
     Spawn(Spawn),
-    /// Paste an event's prompt into the live pane (bracketed paste, then Enter).
+    /// Paste a prompt into the live pane (bracketed paste, then Enter), tagging the session with its key.
     Paste {
         /// The tmux session.
         session: String,
-        /// The WorkEvent.
-        event: String,
+        /// The prompt's key: a WorkEvent's name, or [`INITIAL_PROMPT`].
+        key: String,
         /// The prompt.
         text: String,
     },
@@ -97,6 +126,8 @@ pub struct EventUpdate {
     pub via: Option<Via>,
     /// The conversation it reaches.
     pub harness_session_id: Option<String>,
+    /// When it was sent (for `Delivering`).
+    pub sent: Option<Timestamp>,
     /// Count one more delivery attempt.
     pub attempt: bool,
     /// Why.

@@ -52,10 +52,12 @@ pub fn expired(
 /// The status an [`super::EventUpdate`] gives an event.
 pub fn apply(ev: &WorkEvent, update: &super::EventUpdate, now: Time) -> WorkEventStatus {
     let old = ev.status.clone().unwrap_or_default();
+    let pending = update.phase == EventPhase::Pending;
     WorkEventStatus {
         phase: Some(update.phase),
         delivered_at: (update.phase == EventPhase::Delivered).then_some(now),
-        via: update.via,
+        sent_time: if pending { None } else { update.sent.map(Time).or(old.sent_time) },
+        via: if pending { None } else { update.via.or(old.via) },
         harness_session_id: update.harness_session_id.clone().or(old.harness_session_id),
         attempts: old.attempts + u32::from(update.attempt),
         message: update.message.clone(),

@@ -28,11 +28,13 @@ pub enum ResumeReason {
     PaneDied,
     /// The resumed pane died after the probe, within the settle window.
     PaneDiedAfterProbe,
+    /// The harness's store has no conversation under the recorded id: it is not resumed.
+    ConversationNotFound,
 }
 
 impl ResumeReason {
     /// Every reason, in table order.
-    pub const ALL: [ResumeReason; 8] = [
+    pub const ALL: [ResumeReason; 9] = [
         ResumeReason::Resumed,
         ResumeReason::ResumeDisabled,
         ResumeReason::NoRecordedSession,
@@ -41,6 +43,7 @@ impl ResumeReason {
         ResumeReason::ResumeSpawnFailed,
         ResumeReason::PaneDied,
         ResumeReason::PaneDiedAfterProbe,
+        ResumeReason::ConversationNotFound,
     ];
 
     /// The name written in conditions, status and metrics.
@@ -54,6 +57,7 @@ impl ResumeReason {
             ResumeReason::ResumeSpawnFailed => "ResumeSpawnFailed",
             ResumeReason::PaneDied => "PaneDied",
             ResumeReason::PaneDiedAfterProbe => "PaneDiedAfterProbe",
+            ResumeReason::ConversationNotFound => "ConversationNotFound",
         }
     }
 
@@ -92,11 +96,14 @@ impl Fresh {
 }
 
 /// The seed's `_try_resume`, before tmux: the recorded id to resume, or why the spawn is fresh.
+///
+/// `found` is whether the harness's store holds the conversation (`None`: the profile names no store).
 pub fn try_resume(
     spec: &WorkSessionSpec,
     status: &WorkSessionStatus,
     profile: &Profile,
     enabled: bool,
+    found: Option<bool>,
 ) -> Result<String, Fresh> {
     if !enabled {
         return Err(Fresh::silent(ResumeReason::ResumeDisabled, "resumeOnRespawn is off".into()));
@@ -115,6 +122,10 @@ pub fn try_resume(
     if profile.resume.is_none() {
         let message = format!("the {} harness cannot resume a conversation in interactive mode", spec.harness);
         return Err(Fresh::reported(ResumeReason::HarnessCannotResume, message));
+    }
+    if found == Some(false) {
+        let message = format!("the {} harness has no conversation {id} in its store", spec.harness);
+        return Err(Fresh::reported(ResumeReason::ConversationNotFound, message));
     }
     Ok(id.clone())
 }

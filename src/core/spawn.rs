@@ -1,17 +1,17 @@
-//! Spawning: a session whose harness is not running respawns it when there is a reason to (a pending event, the
+//! Spawning: a session whose harness is not running respawns it when there is a reason to (a prompt waiting, the
 //! first start, `restartPolicy: Always`), after any back-off, resuming the recorded conversation when the resume
-//! table allows, with the oldest pending event as its boot prompt. The intent is recorded before tmux runs.
+//! table allows, with the first waiting prompt as its boot prompt. The intent is recorded before tmux runs, and the
+//! spawn tags its tmux session so that an intent whose spawn never ran is run again, the same.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::SignedDuration;
 
 use super::resume::{Fresh, try_resume};
-use super::{ARGV_PROMPT_LIMIT, Decision, Notice, NoticeKind, Op, Settings, until};
-use crate::api::{EventPhase, Phase, RestartPolicy, Verification};
-use crate::harness::{Mode, Profile, clean_prompt};
-use crate::tmux::Spawn;
+use super::{ARGV_PROMPT_LIMIT, Decision, INITIAL_PROMPT, Notice, NoticeKind, Op, Settings, later, until};
+use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
+use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
+use crate::tmux::{Liveness, Spawn};
 
 /// One spawn to plan.
 pub(super) struct SpawnRequest<'p> {
@@ -19,15 +19,13 @@ pub(super) struct SpawnRequest<'p> {
     pub mode: Mode,
     /// The conversation id: the recorded one to resume, or the new one.
     pub id: String,
-    /// The boot event, whose prompt rides on the command line.
-    pub event: Option<String>,
-    /// The boot prompt (the event's, or `initialPrompt` on the first start).
-    pub prompt: Option<&'p str>,
+    /// The boot prompt's key and text, riding on the command line.
+    pub boot: Option<(&'p str, &'p str)>,
     /// Why it is fresh (a row of the resume table), when it is.
     pub fresh: Option<Fresh>,
 }
 
-impl Decision<'_, '_> {
+impl<'a, 'i> Decision<'a, 'i> {
     /// Dead or absent, nothing in flight: record a death, then respawn if there is a reason to.
     pub(super) fn not_running(&mut self, profile: &Profile, settings: Settings) {
         let input = self.input;
@@ -38,17 +36,15 @@ impl Decision<'_, '_> {
             }
             self.record_exit();
         }
+        // Whatever was sent to a pane that is gone, and not known delivered, waits again.
+        self.return_unconfirmed("its pane died before it was known delivered; it will be sent again");
         let first_start = self.status.last_respawn.is_none();
-        let boot = input.events.first();
-        let wanted = boot.is_some() || first_start || input.spec.restart_policy == RestartPolicy::Always;
+        let waiting = self.prompts();
+        let wanted = !waiting.is_empty() || first_start || input.spec.restart_policy == RestartPolicy::Always;
         if input.spec.restart_policy == RestartPolicy::Never && !first_start {
             self.status.phase = Some(Phase::Failed);
-            let waiting = input.events.len();
-            self.ready(
-                false,
-                "HarnessExited",
-                format!("the harness exited and restartPolicy is Never ({waiting} events wait)"),
-            );
+            let message = format!("the harness exited and restartPolicy is Never ({} prompts wait)", waiting.len());
+            self.ready(false, "HarnessExited", message);
             return;
         }
         if !wanted {
@@ -67,101 +63,104 @@ impl Decision<'_, '_> {
             self.requeue(until(now, retry.0));
             return;
         }
-        let prompt = match boot {
-            Some(e) => Some(e.prompt.as_str()),
-            None if first_start => input.spec.initial_prompt.as_deref(),
-            None => None,
-        };
-        let event = boot.map(|e| e.name.clone());
-        match try_resume(input.spec, &self.status, profile, settings.enabled) {
-            Ok(id) => {
-                let request = SpawnRequest { mode: Mode::Resume, id, event, prompt, fresh: None };
-                self.spawn(profile, settings, request);
-            }
+        // A prompt too long for a command line is pasted once the harness is ready, like any live paste.
+        let boot = waiting.first().filter(|p| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT).map(|p| (p.key, p.text));
+        let found = input.conversation_found;
+        match try_resume(input.spec, &self.status, profile, settings.enabled, found) {
+            Ok(id) => self.spawn(profile, settings, SpawnRequest { mode: Mode::Resume, id, boot, fresh: None }),
             Err(fresh) => {
                 if fresh.reported {
                     self.notice(Notice::resume_failed(fresh.reason, fresh.message.clone()));
                 }
                 let id = input.new_session_id.to_string();
-                self.spawn(
-                    profile,
-                    settings,
-                    SpawnRequest { mode: Mode::Fresh, id, event, prompt, fresh: Some(fresh) },
-                );
+                self.spawn(profile, settings, SpawnRequest { mode: Mode::Fresh, id, boot, fresh: Some(fresh) });
             }
         }
     }
-    /// A fresh spawn for `event` after a failed resume (its prompt is looked up among the pending events).
-    pub(super) fn respawn_fresh(
-        &mut self,
-        profile: &Profile,
-        settings: Settings,
-        event: Option<String>,
-        fresh: Option<Fresh>,
-    ) {
+
+    /// A fresh spawn after a failed resume, with the same boot prompt.
+    pub(super) fn respawn_fresh(&mut self, profile: &Profile, settings: Settings, boot: Option<&str>, fresh: Fresh) {
         let input = self.input;
-        let prompt = match &event {
-            Some(name) => input.events.iter().find(|e| &e.name == name).map(|e| e.prompt.as_str()),
-            None if self.status.last_respawn.is_none() => input.spec.initial_prompt.as_deref(),
-            None => None,
-        };
+        let prompts = self.prompts();
+        let boot = boot.and_then(|key| prompts.iter().find(|p| p.key == key)).map(|p| (p.key, p.text));
         let id = input.new_session_id.to_string();
-        self.spawn(profile, settings, SpawnRequest { mode: Mode::Fresh, id, event, prompt, fresh });
+        self.spawn(profile, settings, SpawnRequest { mode: Mode::Fresh, id, boot, fresh: Some(fresh) });
     }
+
     /// Plans a spawn: the intent (with its verification) is recorded first.
     pub(super) fn spawn(&mut self, profile: &Profile, settings: Settings, request: SpawnRequest<'_>) {
         let input = self.input;
-        let SpawnRequest { mode, id, event, prompt, fresh } = request;
-        let prompt = prompt.map(clean_prompt);
-        let paste_prompt = prompt.as_ref().is_some_and(|p| p.len() > ARGV_PROMPT_LIMIT);
-        let argv_prompt = prompt.as_deref().filter(|_| !paste_prompt);
-        let argv = match profile.argv(&input.spec.harness, mode, &id, argv_prompt) {
-            Ok(argv) => argv,
-            Err(e) => {
-                // Only the prompt can make a hostable profile refuse: the event cannot be delivered by this harness.
-                self.status.phase = Some(Phase::Pending);
-                match &event {
-                    Some(event) => {
-                        self.event(event, EventPhase::Failed, None, true, Some(e.to_string()));
-                        self.notice(Notice::new(NoticeKind::DeliveryFailed, format!("event {event}: {e}")));
-                        self.requeue(Duration::ZERO);
-                    }
-                    None => self.ready(false, "InvalidPrompt", format!("initialPrompt: {e}")),
-                }
-                return;
-            }
-        };
         let now = input.now;
+        let SpawnRequest { mode, id, boot, fresh } = request;
         let (fresh_reason, fresh_message) = match fresh {
             Some(f) => (Some(f.reason.to_string()), Some(f.message)),
             None => (None, None),
         };
-        self.status.verification = Some(Verification {
+        let v = Verification {
             started: Time(now),
-            deadline: Time(now + SignedDuration::from_secs(settings.probe.into())),
+            deadline: Time(later(now, Duration::from_secs(settings.probe.into()))),
             resume: mode == Mode::Resume,
             harness_session_id: id,
-            event: event.clone(),
+            event: boot.map(|(key, _)| key.to_string()).filter(|key| key != INITIAL_PROMPT),
             fresh_reason,
             fresh_message,
-            paste_prompt,
-        });
+            initial_prompt: boot.is_some_and(|(key, _)| key == INITIAL_PROMPT),
+            spawn: input.new_session_id.to_string(),
+        };
+        let op = match self.spawn_op(profile, &v, boot.map(|(_, text)| text)) {
+            Ok(op) => op,
+            Err(e) => {
+                // Only the prompt can make a hostable profile refuse: this harness cannot take it.
+                self.status.phase = Some(Phase::Pending);
+                let key = boot.map(|(key, _)| key).unwrap_or(INITIAL_PROMPT);
+                self.set_prompt(key, EventPhase::Failed, None, true, Some(e.to_string()));
+                self.notice(Notice::new(NoticeKind::DeliveryFailed, format!("{key}: {e}")));
+                self.requeue(Duration::ZERO);
+                return;
+            }
+        };
+        let boot_key = boot.map(|(key, _)| key);
+        self.status.verification = Some(v);
         self.status.phase = Some(Phase::Starting);
         self.ready(false, "Starting", "spawning the harness");
         self.intent = Some(self.status.clone());
-        let workdir = input.spec.workdir.clone().into();
-        self.ops.push(Op::Spawn(Spawn {
-            session: self.session.clone(),
-            workdir,
-            binary: profile.binary.clone(),
-            argv,
-        }));
+        self.ops.push(op);
         // After the spawn: nothing waits on an API write between the decision and the harness starting.
-        if let Some(event) = &event {
-            self.event(event, EventPhase::Delivering, None, true, None);
+        if let Some(key) = boot_key {
+            let via = if mode == Mode::Resume { Via::Resumed } else { Via::Fresh };
+            self.set_prompt(key, EventPhase::Delivering, Some(via), true, None);
         }
         self.status.phase = Some(Phase::Verifying);
         self.ready(false, "Verifying", format!("waiting {}s to verify the harness survived", settings.probe));
         self.requeue(Duration::from_secs(settings.probe.into()));
+    }
+
+    /// The spawn a verification stands for (also to run it again when it never ran).
+    pub(super) fn spawn_op(&self, profile: &Profile, v: &Verification, boot: Option<&str>) -> Result<Op, ArgvError> {
+        let input = self.input;
+        let mode = if v.resume { Mode::Resume } else { Mode::Fresh };
+        let prompt = boot.map(clean_prompt);
+        let argv = profile.argv(&input.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
+        Ok(Op::Spawn(Spawn {
+            session: self.session.clone(),
+            workdir: input.spec.workdir.clone().into(),
+            binary: profile.binary.clone(),
+            argv,
+            tag: v.spawn.clone(),
+        }))
+    }
+
+    /// A recorded intent whose spawn never ran (no session carries its tag): run the same spawn again, so a resume
+    /// stays a resume.
+    pub(super) fn spawn_never_ran(&self, v: &Verification) -> bool {
+        let input = self.input;
+        input.liveness != Liveness::Alive && input.tmux.is_none_or(|t| t.spawn != v.spawn)
+    }
+
+    /// The boot prompt's text of a verification.
+    pub(super) fn boot_text(&self, v: &Verification) -> Option<&'i str> {
+        let key = if v.initial_prompt { Some(INITIAL_PROMPT) } else { v.event.as_deref() };
+        let prompts = self.prompts();
+        key.and_then(|key| prompts.iter().find(|p| p.key == key).map(|p| p.text))
     }
 }

@@ -1,22 +1,43 @@
 //! Verification without blocking: a spawn records a deadline in status and is requeued; at the deadline a live
-//! pane has survived its probe (recorded, its boot event delivered), a dead one failed (a resume falls back to a
-//! fresh conversation with the same event, a fresh one backs off). tmux refusing a spawn is judged here too.
+//! pane has survived its probe (recorded; its boot prompt stays `Delivering` until known delivered), a dead one
+//! failed (a resume falls back to a fresh conversation with the same boot prompt, a fresh one backs off). An intent
+//! whose spawn never ran is run again; tmux refusing a spawn is judged here too.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, ResumeReason};
-use super::{Decision, Notice, NoticeKind, Op, RESUMED, Settings, until};
-use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
-use crate::harness::{Profile, clean_prompt};
+use super::{Decision, INITIAL_PROMPT, Notice, NoticeKind, RESUMED, Settings, later, until};
+use crate::api::{Phase, Respawn, Verification};
+use crate::harness::Profile;
 use crate::tmux::Liveness;
 
 impl Decision<'_, '_> {
     /// A spawn is in flight: wait for its deadline, then judge it by the pane's liveness.
-    pub(super) fn verify(&mut self, profile: &Profile, settings: Settings, v: Verification) {
+    pub(super) fn verify(&mut self, profile: &Profile, settings: Settings, mut v: Verification) {
         let input = self.input;
         let now = input.now;
+        if self.spawn_never_ran(&v) {
+            // The agent stopped between recording the intent and spawning: the same spawn, not a failure.
+            v.started = Time(now);
+            v.deadline = Time(later(now, Duration::from_secs(settings.probe.into())));
+            match self.spawn_op(profile, &v, self.boot_text(&v)) {
+                Ok(op) => {
+                    self.ops.push(op);
+                    self.status.verification = Some(v.clone());
+                    self.intent = Some(self.status.clone());
+                    self.status.phase = Some(Phase::Verifying);
+                    self.requeue(until(now, v.deadline.0));
+                }
+                Err(e) => {
+                    self.status.verification = None;
+                    let message = format!("the recorded spawn cannot be built again: {e}");
+                    self.fresh_spawn_failed(boot_key(&v), "SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
+                }
+            }
+            return;
+        }
         if input.liveness == Liveness::Alive {
             if now < v.deadline.0 {
                 self.status.phase = Some(Phase::Verifying);
@@ -24,26 +45,27 @@ impl Decision<'_, '_> {
                 return;
             }
             self.survived_probe(v);
+            self.deliver_to_live_pane(profile, settings);
             return;
         }
         // Dead (or gone) before or at the deadline.
         self.status.verification = None;
-        let output = input.last_output.trim();
-        let said = if output.is_empty() { String::new() } else { format!(": {output}") };
+        let said = self.quote_last_output();
         if v.resume {
             let message = format!(
                 "resumed conversation {} died within the {}s probe{said}",
                 v.harness_session_id, settings.probe
             );
-            self.fall_back(profile, settings, v.event, ResumeReason::PaneDied, message);
+            self.fall_back(profile, settings, boot_key(&v), ResumeReason::PaneDied, message);
             return;
         }
         let message =
             format!("fresh conversation {} died within the {}s probe{said}", v.harness_session_id, settings.probe);
-        self.fresh_spawn_failed(v.event.as_deref(), "PaneDied", Notice::new(NoticeKind::HarnessExited, message));
+        self.fresh_spawn_failed(boot_key(&v), "PaneDied", Notice::new(NoticeKind::HarnessExited, message));
     }
-    /// The spawn survived its probe: record it and deliver its boot event.
-    pub(super) fn survived_probe(&mut self, v: Verification) {
+
+    /// The spawn survived its probe: record it. Its boot prompt stays `Delivering` until known delivered.
+    fn survived_probe(&mut self, v: Verification) {
         let now = self.input.now;
         self.status.verification = None;
         let id = v.harness_session_id.clone();
@@ -76,45 +98,41 @@ impl Decision<'_, '_> {
         let kind =
             if first { NoticeKind::Started { resumed: v.resume } } else { NoticeKind::Respawned { resumed: v.resume } };
         self.notice(Notice::new(kind, format!("{what} {id} in {}", self.session)));
-        if let Some(event) = &v.event {
-            let boot = self.input.events.iter().find(|e| &e.name == event);
-            if let (true, Some(boot)) = (v.paste_prompt, boot) {
-                let text = clean_prompt(&boot.prompt).into_owned();
-                self.ops.push(Op::Paste { session: self.session.clone(), event: event.clone(), text });
-            }
-            let via = if v.resume { Via::Resumed } else { Via::Fresh };
-            self.event(event, EventPhase::Delivered, Some(via), false, None);
-            self.notice(Notice::new(NoticeKind::Delivered, format!("event {event} was the boot prompt ({via:?})")));
-        }
-        self.status.phase = Some(Phase::Running);
-        self.ready(true, "Running", "the harness is running");
-        // Events that arrived meanwhile go in next, pasted, in order.
-        if self.input.events.iter().any(|e| Some(&e.name) != v.event.as_ref()) {
-            self.requeue(Duration::ZERO);
-        }
     }
 
     /// The spawn just planned failed.
     pub(super) fn tmux_refused_spawn(&mut self, profile: &Profile, settings: Settings, v: Verification, failure: &str) {
         if v.resume {
             let message = format!("tmux could not start the resume of {}: {failure}", v.harness_session_id);
-            self.fall_back(profile, settings, v.event, ResumeReason::ResumeSpawnFailed, message);
+            self.fall_back(profile, settings, boot_key(&v), ResumeReason::ResumeSpawnFailed, message);
             return;
         }
         let message = format!("tmux could not start the harness: {failure}");
-        self.fresh_spawn_failed(v.event.as_deref(), "SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
+        self.fresh_spawn_failed(boot_key(&v), "SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
     }
-    /// A resume failed after tmux ran it: report it and fall back to a fresh conversation with the same event.
-    pub(super) fn fall_back(
+
+    /// A resume failed after tmux ran it: report it and fall back to a fresh conversation with the same boot prompt.
+    fn fall_back(
         &mut self,
         profile: &Profile,
         settings: Settings,
-        event: Option<String>,
+        boot: Option<&str>,
         why: ResumeReason,
         message: String,
     ) {
         self.condition(RESUMED, false, why.as_str(), message.clone());
         self.notice(Notice::resume_failed(why, message.clone()));
-        self.respawn_fresh(profile, settings, event, Some(Fresh { reason: why, message, reported: true }));
+        self.respawn_fresh(profile, settings, boot, Fresh { reason: why, message, reported: true });
     }
+
+    /// `: <the dead pane's last lines>`, or nothing when it printed nothing.
+    pub(super) fn quote_last_output(&self) -> String {
+        let output = self.input.last_output.trim();
+        if output.is_empty() { String::new() } else { format!(": {output}") }
+    }
+}
+
+/// The key of a verification's boot prompt.
+fn boot_key(v: &Verification) -> Option<&str> {
+    if v.initial_prompt { Some(INITIAL_PROMPT) } else { v.event.as_deref() }
 }

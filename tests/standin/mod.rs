@@ -55,6 +55,7 @@ impl TmuxServer {
             workdir: self.workdir(),
             binary: profile.binary.clone(),
             argv: profile.argv("standin", mode, id, prompt).unwrap(),
+            tag: format!("spawn-{id}"),
         }
     }
 
@@ -76,22 +77,37 @@ impl TmuxServer {
     }
 
     /// The agent config used by the end-to-end tests (Kubernetes and local alike): this server's socket, a 1 s
-    /// probe, a 30 s settle window, and the stand-in as `standin`, `standin-slow` (its failed resume takes 3 s) and
-    /// `standin-crash` (crashes after 0.3 s).
+    /// probe, a 5 s settle window, the stand-in's state folder as the harnesses' home, and the stand-in as
+    /// - `standin`: with its transcript (`conversationPath`) and its ready prompt (`readyPattern`), as the built-in
+    ///   `claude` profile has them;
+    /// - `standin-blind`: the same without either (the seed's profile: only the probe and the settle window tell);
+    /// - `standin-slow`: blind, its failed resume takes 3 s with its TUI up (pastes meanwhile go nowhere);
+    /// - `standin-boot`: with its ready prompt, dropping input for its first 2 s;
+    /// - `standin-crash`: blind, crashing after 0.3 s.
     pub fn agent_config_yaml(&self) -> String {
-        let profile = |flags: &str| {
+        let profile = |flags: &str, ready: bool, transcript: bool| {
+            let mut sees = String::new();
+            if ready {
+                sees.push_str("\n    readyPattern: 'ready>'");
+            }
+            if transcript {
+                sees.push_str("\n    conversationPath: '{home}/conversations/{sessionId}.jsonl'");
+            }
             format!(
-                "binary: {bin}\n    extraArgs: [--state, {state}{flags}]\n    interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No conversation found",
+                "binary: {bin}\n    extraArgs: [--state, {state}{flags}]\n    interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No conversation found{sees}",
                 bin = standin_binary().display(),
                 state = self.state().display(),
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 30\nharnesses:\n  standin:\n    {a}\n  standin-slow:\n    {b}\n  standin-crash:\n    {c}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 5\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n",
             sock = self.socket().display(),
-            a = profile(""),
-            b = profile(", --resume-fail-delay, '3'"),
-            c = profile(", --crash-after, '0.3'"),
+            home = self.state().display(),
+            a = profile("", true, true),
+            b = profile("", false, false),
+            c = profile(", --resume-fail-delay, '3'", false, false),
+            boot = profile(", --boot-delay, '2'", true, false),
+            d = profile(", --crash-after, '0.3'", false, false),
         )
     }
 
@@ -106,8 +122,9 @@ impl TmuxServer {
         String::from_utf8(out.stdout).unwrap().trim().parse().expect("a pane pid")
     }
 
-    /// Kills the harness of `session` (as a crash would) and awaits its dead pane.
+    /// Kills the harness of `session` (as a crash would), once it is up, and awaits its dead pane.
     pub async fn kill_harness(&self, session: &str) {
+        self.await_output(session, "ready>").await;
         let pid = self.pane_pid(session);
         std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
         self.await_liveness(session, Liveness::Dead).await;
@@ -147,6 +164,8 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         interactive: Some(strings(&["--session-id", "{sessionId}", "{extraArgs}", "--", "{prompt}"])),
         resume: Some(strings(&["--resume", "{sessionId}", "{extraArgs}", "--", "{prompt}"])),
         resume_failed_pattern: Some(regex::Regex::new("No conversation found").unwrap()),
+        ready_pattern: None,
+        conversation_path: None,
     }
 }
 
@@ -171,8 +190,13 @@ pub fn read_prompts(state: &Path) -> Vec<Prompt> {
     }
 }
 
-/// Creates a conversation the stand-in will know on `--resume`.
+/// Creates a conversation the stand-in will know on `--resume` (an empty transcript).
 pub fn seed_conversation(state: &Path, id: &str) {
     std::fs::create_dir_all(state.join("conversations")).unwrap();
-    std::fs::write(state.join("conversations").join(id), "").unwrap();
+    std::fs::write(transcript_of(state, id), "").unwrap();
+}
+
+/// The stand-in's transcript of conversation `id`.
+pub fn transcript_of(state: &Path, id: &str) -> PathBuf {
+    state.join("conversations").join(format!("{id}.jsonl"))
 }

@@ -58,8 +58,11 @@ impl World {
     }
 
     fn start_agent_with(&mut self, client: kube::Client, admin_addr: Option<std::net::SocketAddr>) {
-        let options =
-            worksession::agent::Options { config: tokio::sync::watch::channel(self.config.clone()).1, admin_addr };
+        let options = worksession::agent::Options {
+            config: tokio::sync::watch::channel(self.config.clone()).1,
+            admin_addr,
+            failpoint: None,
+        };
         let node = self.node.clone();
         let store = worksession::store::kube::KubeStore::new(client.clone(), &node);
         self.agent = Some(tokio::spawn(async move {

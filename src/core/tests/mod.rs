@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::api::{Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
+use crate::tmux::SessionView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -40,7 +41,12 @@ fn ran_old() -> WorkSessionStatus {
 }
 
 fn ev(name: &str, prompt: &str) -> PendingEvent {
-    PendingEvent { name: name.into(), prompt: prompt.into() }
+    PendingEvent::pending(name, prompt, t(-10))
+}
+
+/// An event sent at t(-1) and not yet known delivered.
+fn delivering(name: &str, prompt: &str, via: Via) -> PendingEvent {
+    PendingEvent { phase: EventPhase::Delivering, sent: Some(t(-1)), via: Some(via), ..ev(name, prompt) }
 }
 
 /// One decision's inputs, with defaults: a dead session, event `e1` pending, at t(100).
@@ -54,6 +60,10 @@ struct Case {
     config: Config,
     now: Timestamp,
     deleting: bool,
+    tmux: Option<SessionView>,
+    screen: Option<&'static str>,
+    confirmed: Vec<String>,
+    found: Option<bool>,
 }
 
 impl Case {
@@ -68,6 +78,10 @@ impl Case {
             config: Config::default(),
             now: t(100),
             deleting: false,
+            tmux: None,
+            screen: Some(CLAUDE_READY),
+            confirmed: Vec::new(),
+            found: None,
         }
     }
 
@@ -75,6 +89,7 @@ impl Case {
         decide(&Input {
             spec: &self.spec,
             generation: Some(3),
+            created: t(-1000),
             deleting: self.deleting,
             status: &self.status,
             events: &self.events,
@@ -84,14 +99,42 @@ impl Case {
             config: &self.config,
             now: self.now,
             new_session_id: NEW,
+            tmux: self.tmux.as_ref(),
+            screen: self.screen,
+            confirmed: &self.confirmed,
+            conversation_found: self.found,
         })
     }
 
-    /// Decides, then carries the plan's status into the next case (as the executor does).
+    /// Decides, then carries the plan into the next case as the executor and tmux would: the status, the events'
+    /// phases (known-delivered and failed ones leave the queue), and the tags a spawn or a paste leaves on the
+    /// tmux session.
     fn step(&mut self) -> Plan {
         let plan = self.decide();
         self.status = plan.status.clone();
         self.spawn_failure = None;
+        for op in &plan.ops {
+            match op {
+                Op::Spawn(s) => {
+                    self.tmux = Some(SessionView { alive: true, spawn: s.tag.clone(), ..Default::default() })
+                }
+                Op::Paste { key, .. } => {
+                    if let Some(view) = &mut self.tmux {
+                        view.pasted = key.clone();
+                    }
+                }
+                Op::Event(u) => {
+                    if matches!(u.phase, EventPhase::Delivered | EventPhase::Failed) {
+                        self.events.retain(|e| e.name != u.event);
+                    } else if let Some(e) = self.events.iter_mut().find(|e| e.name == u.event) {
+                        e.phase = u.phase;
+                        e.sent = if u.phase == EventPhase::Pending { None } else { u.sent.or(e.sent) };
+                        e.via = if u.phase == EventPhase::Pending { None } else { u.via.or(e.via) };
+                    }
+                }
+                _ => {}
+            }
+        }
         plan
     }
 }
@@ -103,7 +146,7 @@ fn ops(plan: &Plan) -> Vec<String> {
         .map(|op| match op {
             Op::Stop { session } => format!("stop {session}"),
             Op::Spawn(s) => format!("spawn {} {} {}", s.session, s.binary, s.argv.join(" ")),
-            Op::Paste { session, event, text } => format!("paste {event} into {session}: {text}"),
+            Op::Paste { session, key, text } => format!("paste {key} into {session}: {text}"),
             Op::Event(u) => {
                 format!("event {} {:?}{}", u.event, u.phase, u.via.map(|v| format!(" via {v:?}")).unwrap_or_default())
             }
@@ -127,6 +170,9 @@ fn spawned(plan: &Plan) -> String {
 fn condition<'s>(status: &'s WorkSessionStatus, type_: &str) -> Option<(&'s str, &'s str)> {
     status.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.as_str(), c.reason.as_str()))
 }
+
+/// The Claude Code CLI's screen once its input box is up.
+const CLAUDE_READY: &str = "banner\n────────────────────\n❯ \n────────────────────\n  ? for shortcuts\n";
 
 const RESUME_E1: &str = "spawn loop-repo-12 claude --resume 0a0b0c0d-old -- please fix the bug";
 const FRESH_E1: &str =
@@ -158,7 +204,8 @@ fn try_resume_rows_before_tmux() {
         setup(&mut case);
         let plan = case.decide();
         let mut want: Vec<String> = notices.iter().map(|s| s.to_string()).collect();
-        want.extend([spawn.to_string(), "event e1 Delivering".to_string()]);
+        let via = if spawn == RESUME_E1 { "Resumed" } else { "Fresh" };
+        want.extend([spawn.to_string(), format!("event e1 Delivering via {via}")]);
         assert_eq!(ops(&plan), want, "{row}");
         let intent = plan.intent.as_ref().expect("a spawn records its intent first");
         assert_eq!(intent.phase, Some(Phase::Starting), "{row}");
@@ -193,11 +240,15 @@ fn try_resume_rows_after_tmux() {
     assert_eq!((ops(&early), early.requeue_after), (vec![], Some(Duration::from_secs(1))), "waits for the deadline");
     case.now = t(102);
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.respawned resumed=true", "event e1 Delivered via Resumed", "event.delivered"]);
+    // Without a transcript, the boot prompt of a resume is known delivered only once the settle window is over.
+    assert_eq!(ops(&plan), ["session.respawned resumed=true"]);
+    assert_eq!(plan.requeue_after, Some(super::deliver::DELIVERY_RECHECK), "the transcript is looked at again");
     assert_eq!(condition(&plan.status, RESUMED), Some(("True", "Resumed")));
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(OLD), "same id kept");
     assert_eq!((plan.status.phase, plan.status.respawn_count), (Some(Phase::Running), 1));
     assert_eq!(plan.status.verification, None);
+    case.now = t(162);
+    assert_eq!(ops(&case.step()), ["event e1 Delivered via Resumed", "event.delivered"]);
 
     // tmux could not start the resume: fresh at once, same event.
     let mut case = Case::new(ran_old());
@@ -205,7 +256,7 @@ fn try_resume_rows_after_tmux() {
     case.status = intent;
     case.spawn_failure = Some("tmux new-session failed: boom");
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.resume_failed ResumeSpawnFailed", FRESH_E1, "event e1 Delivering"]);
+    assert_eq!(ops(&plan), ["session.resume_failed ResumeSpawnFailed", FRESH_E1, "event e1 Delivering via Fresh"]);
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "ResumeSpawnFailed")));
 
     // The resumed pane died within the probe: PaneDied, fresh under a new uuid with the same prompt.
@@ -213,8 +264,9 @@ fn try_resume_rows_after_tmux() {
     case.step();
     case.output = "No conversation found with session ID: 0a0b0c0d-old";
     case.now = t(100);
+    case.liveness = Liveness::Dead;
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.resume_failed PaneDied", FRESH_E1, "event e1 Delivering"]);
+    assert_eq!(ops(&plan), ["session.resume_failed PaneDied", FRESH_E1, "event e1 Delivering via Fresh"]);
     let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap();
     assert_eq!(resumed.reason, "PaneDied");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"), "{}", resumed.message);
@@ -222,6 +274,7 @@ fn try_resume_rows_after_tmux() {
     case.liveness = Liveness::Alive;
     case.now = t(103);
     let plan = case.step();
+    // A fresh conversation's boot prompt is known delivered once its pane survived the probe.
     assert_eq!(ops(&plan), ["session.respawned resumed=false", "event e1 Delivered via Fresh", "event.delivered"]);
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW));
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "PaneDied")));
@@ -247,20 +300,25 @@ fn step2_live_pane_gets_events_pasted_in_order() {
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
     case.events = vec![ev("e1", "one"), ev("e2", "two")];
-    let plan = case.decide();
+    case.tmux = Some(SessionView { alive: true, ..Default::default() });
+    let plan = case.step();
     assert_eq!(
         ops(&plan),
         [
             "paste e1 into loop-repo-12: one",
-            "event e1 Delivered via Pasted",
-            "event.delivered",
+            "event e1 Delivering via Pasted",
             "paste e2 into loop-repo-12: two",
-            "event e2 Delivered via Pasted",
-            "event.delivered",
+            "event e2 Delivering via Pasted",
         ]
     );
     assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Running), Some(("True", "Running"))));
     assert_eq!(plan.intent, None);
+    // Known delivered once the pane outlived the probe since the paste (no transcript here).
+    case.now = t(102);
+    assert_eq!(
+        ops(&case.step()),
+        ["event e1 Delivered via Pasted", "event.delivered", "event e2 Delivered via Pasted", "event.delivered"]
+    );
 }
 
 #[test]
@@ -312,7 +370,7 @@ fn step3_when_a_dead_pane_is_respawned() {
 #[test]
 fn step4_verification_does_not_block_and_probe_zero_does_not_wait() {
     let mut case = Case::new(ran_old());
-    case.spec.resume = Some(ResumeSpec { probe_seconds: Some(0), ..Default::default() });
+    case.spec.resume = Some(ResumeSpec { probe_seconds: Some(0), settle_seconds: Some(0), ..Default::default() });
     let plan = case.step();
     assert_eq!(plan.requeue_after, Some(Duration::ZERO));
     case.liveness = Liveness::Alive;
@@ -343,7 +401,7 @@ fn step5_resumed_pane_dying_within_settle() {
     };
     // Output matches the profile's pattern: the event comes back, and the next spawn is fresh.
     let mut case = Case::new(resumed_at_0());
-    case.events.clear();
+    case.events = vec![delivering("e1", "please fix the bug", Via::Resumed)];
     case.now = t(30);
     case.output = "No conversation found with session ID: 0a0b0c0d-old";
     let plan = case.step();
@@ -353,18 +411,16 @@ fn step5_resumed_pane_dying_within_settle() {
     assert_eq!(resumed.reason, "PaneDiedAfterProbe");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"));
     assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (1, None), "counts; retries at once");
-    case.events = vec![ev("e1", "please fix the bug")];
     let plan = case.step();
     assert_eq!(spawned(&plan), FRESH_E1);
     assert_eq!(plan.status.verification.as_ref().unwrap().fresh_reason.as_deref(), Some("PaneDiedAfterProbe"));
 
     // Output does not match: the event comes back and the next spawn resumes again.
     let mut case = Case::new(resumed_at_0());
-    case.events.clear();
+    case.events = vec![delivering("e1", "please fix the bug", Via::Resumed)];
     case.now = t(30);
     case.output = "Killed";
     case.step();
-    case.events = vec![ev("e1", "please fix the bug")];
     assert_eq!(spawned(&case.step()), RESUME_E1);
 
     // After the settle window: an ordinary death; the delivered event stays delivered.
@@ -457,7 +513,7 @@ fn specs_the_agent_cannot_run_are_reported_not_spawned() {
 }
 
 #[test]
-fn long_boot_prompts_are_pasted_after_verification() {
+fn long_boot_prompts_are_pasted_once_ready() {
     let long = "x".repeat(ARGV_PROMPT_LIMIT + 1);
     let mut case = Case::new(ran_old());
     case.events = vec![ev("e1", &long)];
@@ -467,7 +523,7 @@ fn long_boot_prompts_are_pasted_after_verification() {
     case.now = t(102);
     let plan = case.step();
     assert_eq!(ops(&plan)[1], format!("paste e1 into loop-repo-12: {long}"));
-    assert_eq!(ops(&plan)[2], "event e1 Delivered via Resumed");
+    assert_eq!(ops(&plan)[2], "event e1 Delivering via Pasted");
 }
 
 #[test]

@@ -1,0 +1,115 @@
+//! What a decision needs to know beyond liveness, read only when it matters: a dead pane's last lines (for a
+//! death not yet explained), a live pane's visible text (while a prompt waits for the profile's `readyPattern`),
+//! and the harness's transcript (whether a conversation to resume exists, and which sent prompts it shows).
+
+use std::path::Path;
+
+use kube::ResourceExt;
+
+use super::Reconciler;
+use crate::api::{EventPhase, Phase, WorkEvent, WorkSession, WorkSessionStatus};
+use crate::config::Config;
+use crate::core::{INITIAL_PROMPT, PendingEvent};
+use crate::harness::clean_prompt;
+use crate::tmux::{Liveness, Tmux};
+use crate::transcript;
+
+/// Lines of a dead pane's output kept for conditions and messages.
+const LAST_LINES: usize = 20;
+
+/// Everything read for one decision besides the store and the observation.
+#[derive(Debug, Default)]
+pub struct Evidence {
+    /// What a dead pane printed last.
+    pub last_output: String,
+    /// A live pane's visible text.
+    pub screen: Option<String>,
+    /// Keys of sent prompts the transcript shows.
+    pub confirmed: Vec<String>,
+    /// Whether the conversation a respawn would resume is in the harness's store.
+    pub conversation_found: Option<bool>,
+}
+
+/// The undelivered WorkEvents as the core takes them, oldest first.
+pub fn pending_events(undelivered: &[WorkEvent]) -> Vec<PendingEvent> {
+    undelivered
+        .iter()
+        .map(|e| {
+            let status = e.status.clone().unwrap_or_default();
+            let created = e.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default();
+            PendingEvent {
+                phase: status.phase.unwrap_or(EventPhase::Pending),
+                sent: status.sent_time.map(|t| t.0),
+                via: status.via,
+                ..PendingEvent::pending(&e.name_any(), &e.spec.prompt, created)
+            }
+        })
+        .collect()
+}
+
+impl<S, T: Tmux> Reconciler<S, T> {
+    /// Reads what this decision needs, and nothing else.
+    pub(super) async fn gather(
+        &self,
+        ws: &WorkSession,
+        status: &WorkSessionStatus,
+        events: &[PendingEvent],
+        liveness: Liveness,
+        config: &Config,
+    ) -> Evidence {
+        let tmux = self.observer.tmux();
+        let session = config.tmux_session(&ws.spec.work_item);
+        let profile = config.harnesses.get(&ws.spec.harness);
+        let mut evidence = Evidence::default();
+        // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
+        let unexplained = status.verification.is_some() || status.phase == Some(Phase::Running);
+        if liveness == Liveness::Dead && unexplained {
+            evidence.last_output = tmux.last_lines(&session, LAST_LINES).await.unwrap_or_default();
+        }
+        let Some(profile) = profile else { return evidence };
+        let initial = status.initial_prompt.as_ref().and_then(|p| p.phase);
+        let initial_owed = ws.spec.initial_prompt.is_some()
+            && match initial {
+                None => status.last_respawn.is_none(),
+                Some(phase) => matches!(phase, EventPhase::Pending | EventPhase::Delivering),
+            };
+        let waiting = events.iter().any(|e| e.phase == EventPhase::Pending)
+            || (initial_owed && initial != Some(EventPhase::Delivering));
+        if liveness == Liveness::Alive && waiting && profile.ready_pattern.is_some() {
+            evidence.screen = tmux.screen(&session).await.ok();
+        }
+        let (Some(template), Some(home)) = (&profile.conversation_path, &config.harness_home) else { return evidence };
+        let workdir = &ws.spec.workdir;
+        let recorded = status.harness_session_id.as_ref().or(ws.spec.harness_session_id.as_ref());
+        if liveness != Liveness::Alive
+            && status.verification.is_none()
+            && let Some(id) = recorded.filter(|id| crate::api::is_valid_session_id(id))
+        {
+            evidence.conversation_found = Some(transcript::locate(template, home, workdir, id).is_file());
+        }
+        let current =
+            status.verification.as_ref().map(|v| &v.harness_session_id).or(status.harness_session_id.as_ref());
+        let mut sent: Vec<(&str, &str)> = events
+            .iter()
+            .filter(|e| e.phase == EventPhase::Delivering)
+            .map(|e| (e.name.as_str(), e.prompt.as_str()))
+            .collect();
+        if initial == Some(EventPhase::Delivering) {
+            sent.insert(0, (INITIAL_PROMPT, ws.spec.initial_prompt.as_deref().unwrap_or_default()));
+        }
+        if let (Some(id), false) = (current, sent.is_empty()) {
+            let text = read(&transcript::locate(template, home, workdir, id)).await;
+            evidence.confirmed = sent
+                .iter()
+                .filter(|(_, prompt)| transcript::contains(&text, &clean_prompt(prompt)))
+                .map(|(key, _)| key.to_string())
+                .collect();
+        }
+        evidence
+    }
+}
+
+/// The transcript's text, or nothing when it cannot be read (yet).
+async fn read(path: &Path) -> String {
+    tokio::fs::read_to_string(path).await.unwrap_or_default()
+}
