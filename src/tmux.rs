@@ -283,8 +283,7 @@ impl Tmux for TmuxRunner {
             [";", "set-option", "-w", "-t", &pane_target(&spawn.session), "remain-on-exit", "on"].map(Into::into),
         );
         // The tag in the same call: an observation shows a session with it, or no session of this spawn at all.
-        let target = format!("={}", spawn.session);
-        args.extend([";", "set-option", "-t", &target, SPAWN_TAG, &spawn.tag].map(Into::into));
+        args.extend([";", "set-option", "-t", &pane_target(&spawn.session), SPAWN_TAG, &spawn.tag].map(Into::into));
         // Clearing the last session makes the server exit, and a new-session racing that exit is told so: retry.
         // (Clearing in the same tmux call as new-session crashed tmux 3.3a's server, taking every session along.)
         self.stop(&spawn.session).await?;
@@ -334,7 +333,7 @@ impl Tmux for TmuxRunner {
         // The key (a WorkEvent name, or `initialPrompt`: no spaces, quotes or `;`) is tagged in the same sequence, so an
         // agent stopped before recording the paste finds it done rather than pasting it again.
         let paste = format!(
-            "paste-buffer -d -p -b {buffer} -t {target} ; send-keys -t {target} Enter ; set-option -t ={session} {PASTE_TAG} {key}"
+            "paste-buffer -d -p -b {buffer} -t {target} ; send-keys -t {target} Enter ; set-option -t {target} {PASTE_TAG} {key}"
         );
         let dead = format!("delete-buffer -b {buffer} ; display-message -p {PANE_DEAD}");
         let args =

@@ -176,3 +176,47 @@ async fn paste_into_a_dead_pane_fails_and_the_server_survives() {
     assert_eq!((obs.liveness("loop-live"), obs.liveness("loop-gone")), (Liveness::Alive, Liveness::Dead));
     assert!(tmux.prompts().is_empty());
 }
+
+#[tokio::test]
+async fn spawn_and_paste_tags_are_in_the_one_observation() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-tag", Mode::Fresh, "conv-tag", None, &[])).await.unwrap();
+    let obs = tmux.runner.observe().await.unwrap();
+    let view = obs.session("loop-tag").expect("observed");
+    assert_eq!((view.spawn.as_str(), view.pasted.as_str()), ("spawn-conv-tag", ""), "tagged by the spawn's own call");
+    tmux.await_output("loop-tag", "ready>").await;
+    tmux.runner.paste("loop-tag", "hello", "ev-1").await.unwrap();
+    let obs = tmux.runner.observe().await.unwrap();
+    assert_eq!(obs.session("loop-tag").map(|v| v.pasted.as_str()), Some("ev-1"), "tagged by the paste's own call");
+    assert_eq!(tmux.await_prompts(1).await[0].prompt, "hello");
+    // The screen is what a person attached would see.
+    assert!(tmux.runner.screen("loop-tag").await.unwrap().contains("ready>"));
+}
+
+#[tokio::test]
+async fn the_standin_drops_early_input_and_fails_late_with_its_tui_up() {
+    let tmux = TmuxServer::new();
+    // Booting: what is pasted before the ready prompt is lost, as with a real TUI.
+    tmux.runner
+        .spawn(&tmux.spawn_of("loop-boot", Mode::Fresh, "conv-boot", None, &["--boot-delay", "1"]))
+        .await
+        .unwrap();
+    tmux.await_output("loop-boot", "booting").await;
+    tmux.runner.paste("loop-boot", "too early", "e0").await.unwrap();
+    tmux.await_output("loop-boot", "ready>").await;
+    tmux.runner.paste("loop-boot", "in time", "e1").await.unwrap();
+    let got: Vec<String> = tmux.await_prompts(1).await.into_iter().map(|p| p.prompt).collect();
+    assert_eq!(got, ["in time"]);
+    // The transcript holds it the way Claude Code writes a prompt.
+    let transcript = std::fs::read_to_string(standin::transcript_of(&tmux.state(), "conv-boot")).unwrap();
+    assert!(transcript.contains(r#""type": "user""#) && transcript.contains(r#""content": "in time""#), "{transcript}");
+
+    // A late resume failure: the TUI is up and looks ready, a paste goes nowhere, then the pane dies.
+    let slow = tmux.spawn_of("loop-late", Mode::Resume, "ghost", None, &["--resume-fail-delay", "1"]);
+    tmux.runner.spawn(&slow).await.unwrap();
+    tmux.await_output("loop-late", "ready>").await;
+    tmux.runner.paste("loop-late", "lost", "e2").await.unwrap();
+    tmux.await_liveness("loop-late", Liveness::Dead).await;
+    tmux.await_output("loop-late", "No conversation found with session ID: ghost").await;
+    assert!(tmux.prompts().iter().all(|p| p.prompt != "lost"), "nothing reached a conversation");
+}
