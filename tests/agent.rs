@@ -47,6 +47,36 @@ async fn restarted_agent_adopts_live_sessions_and_finishes_verifications() {
 }
 
 #[tokio::test]
+async fn without_a_transcript_the_settle_window_confirms() {
+    scenarios::without_a_transcript_the_settle_window_confirms(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn late_resume_failure_loses_nothing() {
+    scenarios::late_resume_failure_loses_nothing(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn input_during_boot_waits_for_the_ready_prompt() {
+    scenarios::input_during_boot_waits_for_the_ready_prompt(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn adopted_unknown_conversation_starts_fresh_with_the_initial_prompt() {
+    scenarios::adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn killed_between_intent_and_spawn_runs_the_same_spawn() {
+    scenarios::killed_between_intent_and_spawn_runs_the_same_spawn(&mut World::new().await).await;
+}
+
+#[tokio::test]
+async fn killed_between_paste_and_status_pastes_once() {
+    scenarios::killed_between_paste_and_status_pastes_once(&mut World::new().await).await;
+}
+
+#[tokio::test]
 async fn resume_disabled_respawns_fresh() {
     let w = World::new().await;
     w.create_session("delta", json!({"resume": {"enabled": false}})).await;

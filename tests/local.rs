@@ -27,11 +27,15 @@ impl Local {
         let tmux = TmuxServer::new();
         let dir = tmux.dir.path().join("manifests");
         std::fs::create_dir_all(&dir).unwrap();
-        let agent = Self::spawn_agent(&tmux, &dir);
+        let agent = Self::spawn_agent(&tmux, &dir, None);
         Local { tmux, dir, agent }
     }
 
-    fn spawn_agent(tmux: &TmuxServer, dir: &Path) -> tokio::task::JoinHandle<()> {
+    fn spawn_agent(
+        tmux: &TmuxServer,
+        dir: &Path,
+        failpoint: Option<worksession::agent::Failpoint>,
+    ) -> tokio::task::JoinHandle<()> {
         let config = Arc::new(Config::parse(&tmux.agent_config_yaml(), Path::new("local.yaml")).unwrap());
         let dir = dir.to_path_buf();
         tokio::spawn(async move {
@@ -39,7 +43,7 @@ impl Local {
             let options = worksession::agent::Options {
                 config: tokio::sync::watch::channel(config).1,
                 admin_addr: None,
-                failpoint: None,
+                failpoint,
             };
             worksession::agent::run_periodic(store, options).await.unwrap();
         })
@@ -193,9 +197,9 @@ impl scenarios::Rig for Local {
         std::fs::remove_file(self.dir.join(format!("{name}.yaml"))).unwrap();
     }
 
-    fn restart_agent(&mut self) {
+    fn restart_agent_with(&mut self, failpoint: Option<worksession::agent::Failpoint>) {
         self.agent.abort();
-        self.agent = Self::spawn_agent(&self.tmux, &self.dir);
+        self.agent = Self::spawn_agent(&self.tmux, &self.dir, failpoint);
     }
 
     fn tmux(&self) -> &TmuxServer {
@@ -228,4 +232,34 @@ async fn shared_suspend_then_delete() {
 #[tokio::test]
 async fn shared_restart_adopts_and_finishes_verifications() {
     scenarios::restart_adopts_and_finishes_verifications(&mut Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_without_a_transcript_the_settle_window_confirms() {
+    scenarios::without_a_transcript_the_settle_window_confirms(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_late_resume_failure_loses_nothing() {
+    scenarios::late_resume_failure_loses_nothing(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_input_during_boot_waits_for_the_ready_prompt() {
+    scenarios::input_during_boot_waits_for_the_ready_prompt(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_adopted_unknown_conversation_starts_fresh_with_the_initial_prompt() {
+    scenarios::adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_killed_between_intent_and_spawn_runs_the_same_spawn() {
+    scenarios::killed_between_intent_and_spawn_runs_the_same_spawn(&mut Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_killed_between_paste_and_status_pastes_once() {
+    scenarios::killed_between_paste_and_status_pastes_once(&mut Local::new()).await;
 }

@@ -178,7 +178,9 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
             self.status.phase = Some(Phase::Suspended);
             self.status.verification = None;
-            self.ready(false, "Suspended", "spec.suspend is set; events wait");
+            let waiting = self.prompts().len();
+            let prompts = if waiting == 1 { "prompt waits" } else { "prompts wait" };
+            self.ready(false, "Suspended", format!("spec.suspend is set; {waiting} {prompts}"));
             return self.plan();
         }
         let settings = Settings::of(input.spec, input.config);

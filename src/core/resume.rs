@@ -116,7 +116,12 @@ pub fn try_resume(
         return Err(Fresh::reported(ResumeReason::InvalidSessionId, message));
     }
     if status.unresumable_session_id.as_ref() == Some(id) {
-        let message = format!("the harness could not find conversation {id} after a resume");
+        // The late failure's own message quotes what the dying pane printed: keep it.
+        let late = status.conditions.iter().find(|c| c.type_ == super::RESUMED && c.reason == "PaneDiedAfterProbe");
+        let message = match late {
+            Some(c) => c.message.clone(),
+            None => format!("the harness could not find conversation {id} after a resume"),
+        };
         return Err(Fresh::silent(ResumeReason::PaneDiedAfterProbe, message));
     }
     if profile.resume.is_none() {

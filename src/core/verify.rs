@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, ResumeReason};
 use super::{Decision, INITIAL_PROMPT, Notice, NoticeKind, RESUMED, Settings, later, until};
-use crate::api::{Phase, Respawn, Verification};
+use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
 use crate::harness::Profile;
 use crate::tmux::Liveness;
 
@@ -24,9 +24,13 @@ impl Decision<'_, '_> {
             v.deadline = Time(later(now, Duration::from_secs(settings.probe.into())));
             match self.spawn_op(profile, &v, self.boot_text(&v)) {
                 Ok(op) => {
-                    self.ops.push(op);
                     self.status.verification = Some(v.clone());
                     self.intent = Some(self.status.clone());
+                    self.ops.push(op);
+                    if let Some(key) = boot_key(&v) {
+                        let via = if v.resume { Via::Resumed } else { Via::Fresh };
+                        self.set_prompt(key, EventPhase::Delivering, Some(via), true, None);
+                    }
                     self.status.phase = Some(Phase::Verifying);
                     self.requeue(until(now, v.deadline.0));
                 }

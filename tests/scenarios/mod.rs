@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::standin::TmuxServer;
 use crate::support::{WAIT, poll};
+use worksession::agent::Failpoint;
 use worksession::tmux::{Liveness, Tmux};
 
 /// What a scenario needs of an agent and its store.
@@ -24,8 +25,12 @@ pub trait Rig {
     fn suspend(&self, name: &str, on: bool) -> impl Future<Output = ()>;
     /// Deletes the WorkSession.
     fn delete_session(&self, name: &str) -> impl Future<Output = ()>;
+    /// Stops the agent and starts a new one that stops forever at `failpoint`, as if killed there.
+    fn restart_agent_with(&mut self, failpoint: Option<Failpoint>);
     /// Stops the agent and starts a new one.
-    fn restart_agent(&mut self);
+    fn restart_agent(&mut self) {
+        self.restart_agent_with(None);
+    }
     /// The tmux server and the stand-in's records.
     fn tmux(&self) -> &TmuxServer;
 }
@@ -52,6 +57,12 @@ async fn await_phase(rig: &impl Rig, name: &str, phase: &str) -> Value {
 
 async fn await_delivered(rig: &impl Rig, event: &str) -> Value {
     await_value(&format!("{event} Delivered"), || rig.event_status(event), |s| s["phase"] == "Delivered").await
+}
+
+fn ready_message(status: &Value) -> String {
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let ready = conditions.into_iter().find(|c| c["type"] == "Ready").unwrap_or_default();
+    ready["message"].as_str().unwrap_or_default().to_string()
 }
 
 fn resumed(status: &Value) -> (String, String, String) {
@@ -98,7 +109,8 @@ pub async fn resume_the_same_conversation(rig: &impl Rig) {
 /// An unknown recorded id fails at once: `PaneDied`, a new uuid, the event delivered via `Fresh`.
 pub async fn fast_resume_failure_falls_back(rig: &impl Rig) {
     rig.send("beta", "beta-1", "first event").await;
-    rig.create_session("beta", serde_json::json!({"harnessSessionId": "ghost-conversation"})).await;
+    let spec = serde_json::json!({"harness": "standin-blind", "harnessSessionId": "ghost-conversation"});
+    rig.create_session("beta", spec).await;
     let ev = await_delivered(rig, "beta-1").await;
     let st = await_phase(rig, "beta", "Running").await;
     let (status, reason, message) = resumed(&st);
@@ -141,6 +153,13 @@ pub async fn suspend_then_delete(rig: &impl Rig) {
     await_phase(rig, "zeta", "Suspended").await;
     assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness("loop-zeta"), Liveness::Absent);
     rig.send("zeta", "zeta-1", "wait for it").await;
+    // The agent saw the event (its Ready condition counts it) and held it.
+    await_value(
+        "zeta to hold its event",
+        || rig.session_status("zeta"),
+        |s| ready_message(s).contains("1 prompt waits"),
+    )
+    .await;
     assert_eq!(rig.session_status("zeta").await["phase"], "Suspended");
     assert_eq!(rig.event_status("zeta-1").await, Value::Null, "events wait while suspended");
     rig.suspend("zeta", false).await;
@@ -174,4 +193,133 @@ pub async fn restart_adopts_and_finishes_verifications(rig: &mut impl Rig) {
     assert_eq!(rig.tmux().pane_pid("loop-theta"), theta_pid);
     let prompts = rig.tmux().await_prompts(2).await;
     assert_eq!(prompts.iter().filter(|p| p.prompt == "during verification").count(), 1, "one spawn for the event");
+}
+
+/// Prompts the stand-in received, as (conversation, prompt).
+fn received(rig: &impl Rig) -> Vec<(String, String)> {
+    rig.tmux().prompts().into_iter().map(|p| (p.conversation, p.prompt)).collect()
+}
+
+/// Without a transcript, a prompt is known delivered only once its pane outlived the window that proves it: the
+/// boot prompt of a resume at the end of the settle window, a paste after the probe.
+pub async fn without_a_transcript_the_settle_window_confirms(rig: &impl Rig) {
+    crate::standin::seed_conversation(&rig.tmux().state(), "known-eps");
+    rig.send("eps", "eps-1", "boot prompt").await;
+    rig.create_session("eps", serde_json::json!({"harness": "standin-blind", "harnessSessionId": "known-eps"})).await;
+    let running = await_phase(rig, "eps", "Running").await;
+    let ev = rig.event_status("eps-1").await;
+    assert_eq!((ev["phase"].as_str(), ev["via"].as_str()), (Some("Delivering"), Some("Resumed")), "{ev}");
+    let ev = await_delivered(rig, "eps-1").await;
+    let at = |v: &Value| v.as_str().unwrap().parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+    let respawned = at(&running["lastRespawn"]["time"]);
+    let settled = respawned + k8s_openapi::jiff::SignedDuration::from_secs(5);
+    assert!(
+        at(&ev["deliveredAt"]) >= settled,
+        "Delivered at {} before the settle window ended ({settled})",
+        ev["deliveredAt"]
+    );
+    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some("known-eps")));
+}
+
+/// A resume that fails late, with its TUI up: the boot prompt (`initialPrompt`) and an event pasted into the doomed
+/// pane both go back to `Pending`, and each reaches the fresh conversation exactly once, without another event.
+pub async fn late_resume_failure_loses_nothing(rig: &impl Rig) {
+    let spec =
+        serde_json::json!({"harness": "standin-slow", "harnessSessionId": "ghost", "initialPrompt": "hello first"});
+    rig.create_session("kappa", spec).await;
+    await_value("kappa's resume to survive its probe", || rig.session_status("kappa"), |s| resumed(s).1 == "Resumed")
+        .await;
+    rig.send("kappa", "kappa-1", "while it boots").await;
+    await_value("kappa-1 pasted into the doomed pane", || rig.event_status("kappa-1"), |e| e["phase"] == "Delivering")
+        .await;
+    let st = await_value(
+        "kappa fresh after the late failure",
+        || rig.session_status("kappa"),
+        |s| s["initialPrompt"]["phase"] == "Delivered" && s["harnessSessionId"] != "ghost",
+    )
+    .await;
+    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    let ev = await_delivered(rig, "kappa-1").await;
+    assert_eq!(ev["harnessSessionId"].as_str(), Some(id.as_str()));
+    assert!(ev["attempts"].as_u64().unwrap() >= 2, "pasted into the doomed pane, then again: {ev}");
+    assert_eq!(st["initialPrompt"]["harnessSessionId"].as_str(), Some(id.as_str()));
+    let (_, reason, message) = resumed(&st);
+    assert_eq!(reason, "PaneDiedAfterProbe");
+    assert!(message.contains("No conversation found with session ID: ghost"), "the dead pane quoted: {message}");
+    let got = received(rig);
+    for prompt in ["hello first", "while it boots"] {
+        let count = got.iter().filter(|(c, p)| c == &id && p == prompt).count();
+        assert_eq!(count, 1, "{prompt:?} reaches the fresh conversation once: {got:?}");
+    }
+}
+
+/// An event that arrives while the harness boots waits for its ready prompt: pasted earlier, it would be lost.
+pub async fn input_during_boot_waits_for_the_ready_prompt(rig: &impl Rig) {
+    rig.create_session("lam", serde_json::json!({"harness": "standin-boot"})).await;
+    await_phase(rig, "lam", "Running").await; // the probe passed; the harness still boots
+    let screen = rig.tmux().runner.screen("loop-lam").await.unwrap();
+    assert!(screen.contains("booting") && !screen.contains("ready>"), "still booting when the event comes: {screen}");
+    rig.send("lam", "lam-1", "are you up?").await;
+    let ev = await_delivered(rig, "lam-1").await;
+    assert_eq!(ev["via"], "Pasted");
+    let got = received(rig);
+    assert_eq!(got.iter().filter(|(_, p)| p == "are you up?").count(), 1, "{got:?}");
+}
+
+/// An adopted id the harness's store does not have is not resumed: fresh at once (`ConversationNotFound`), and
+/// the `initialPrompt` reaches the fresh conversation's transcript, recorded in status.
+pub async fn adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(rig: &impl Rig) {
+    let spec = serde_json::json!({"harnessSessionId": "never-was", "initialPrompt": "start here"});
+    rig.create_session("mu", spec).await;
+    let st = await_value(
+        "mu's initial prompt delivered",
+        || rig.session_status("mu"),
+        |s| s["initialPrompt"]["phase"] == "Delivered",
+    )
+    .await;
+    let (status, reason, _) = resumed(&st);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ConversationNotFound"));
+    let id = st["harnessSessionId"].as_str().unwrap();
+    assert_eq!(st["initialPrompt"]["harnessSessionId"].as_str(), Some(id));
+    let transcript = std::fs::read_to_string(crate::standin::transcript_of(&rig.tmux().state(), id)).unwrap();
+    assert!(transcript.contains("start here"), "{transcript}");
+    assert!(received(rig).iter().all(|(c, _)| c != "never-was"), "nothing was sent to the unknown id");
+}
+
+/// An agent killed between recording the intent and spawning: its successor runs the same spawn (a resume stays a
+/// resume), once.
+pub async fn killed_between_intent_and_spawn_runs_the_same_spawn(rig: &mut impl Rig) {
+    crate::standin::seed_conversation(&rig.tmux().state(), "known-nu");
+    rig.create_session("nu", serde_json::json!({"harnessSessionId": "known-nu"})).await;
+    await_phase(rig, "nu", "Running").await;
+    rig.tmux().kill_harness("loop-nu").await;
+    rig.restart_agent_with(Some(Failpoint::AfterIntent));
+    rig.send("nu", "nu-1", "after the crash").await;
+    await_phase(rig, "nu", "Starting").await; // the intent is written; the agent stops there for good
+    assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness("loop-nu"), Liveness::Dead, "never spawned");
+    rig.restart_agent();
+    let ev = await_delivered(rig, "nu-1").await;
+    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some("known-nu")));
+    let st = rig.session_status("nu").await;
+    assert_eq!(resumed(&st).1, "Resumed", "the same resume, not a failure: {st}");
+    assert_eq!(st["failureCount"].as_u64(), Some(1), "only the crash counts");
+    let got = received(rig);
+    assert_eq!(got.iter().filter(|(_, p)| p == "after the crash").count(), 1, "{got:?}");
+}
+
+/// An agent killed between a paste and its status write: its successor sees the paste's tag and never pastes it
+/// again.
+pub async fn killed_between_paste_and_status_pastes_once(rig: &mut impl Rig) {
+    rig.create_session("xi", serde_json::json!({})).await;
+    await_phase(rig, "xi", "Running").await;
+    rig.tmux().await_output("loop-xi", "ready>").await;
+    rig.restart_agent_with(Some(Failpoint::AfterPaste));
+    rig.send("xi", "xi-1", "exactly once").await;
+    rig.tmux().await_prompts(1).await; // pasted; the agent stops before recording it
+    assert_ne!(rig.event_status("xi-1").await["phase"], "Delivering", "not recorded by the stopped agent");
+    rig.restart_agent();
+    let ev = await_delivered(rig, "xi-1").await;
+    assert_eq!(ev["via"], "Pasted");
+    let got = received(rig);
+    assert_eq!(got.iter().filter(|(_, p)| p == "exactly once").count(), 1, "{got:?}");
 }

@@ -82,7 +82,7 @@ impl TmuxServer {
     ///   `claude` profile has them;
     /// - `standin-blind`: the same without either (the seed's profile: only the probe and the settle window tell);
     /// - `standin-slow`: blind, its failed resume takes 3 s with its TUI up (pastes meanwhile go nowhere);
-    /// - `standin-boot`: with its ready prompt, dropping input for its first 2 s;
+    /// - `standin-boot`: with its ready prompt, dropping input for its first 4 s;
     /// - `standin-crash`: blind, crashing after 0.3 s.
     pub fn agent_config_yaml(&self) -> String {
         let profile = |flags: &str, ready: bool, transcript: bool| {
@@ -106,7 +106,7 @@ impl TmuxServer {
             a = profile("", true, true),
             b = profile("", false, false),
             c = profile(", --resume-fail-delay, '3'", false, false),
-            boot = profile(", --boot-delay, '2'", true, false),
+            boot = profile(", --boot-delay, '4'", true, false),
             d = profile(", --crash-after, '0.3'", false, false),
         )
     }

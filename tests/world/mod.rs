@@ -58,10 +58,19 @@ impl World {
     }
 
     fn start_agent_with(&mut self, client: kube::Client, admin_addr: Option<std::net::SocketAddr>) {
+        self.start_agent_full(client, admin_addr, None);
+    }
+
+    fn start_agent_full(
+        &mut self,
+        client: kube::Client,
+        admin_addr: Option<std::net::SocketAddr>,
+        failpoint: Option<worksession::agent::Failpoint>,
+    ) {
         let options = worksession::agent::Options {
             config: tokio::sync::watch::channel(self.config.clone()).1,
             admin_addr,
-            failpoint: None,
+            failpoint,
         };
         let node = self.node.clone();
         let store = worksession::store::kube::KubeStore::new(client.clone(), &node);
@@ -191,9 +200,9 @@ impl crate::scenarios::Rig for World {
         self.sessions().delete(name, &Default::default()).await.unwrap();
     }
 
-    fn restart_agent(&mut self) {
+    fn restart_agent_with(&mut self, failpoint: Option<worksession::agent::Failpoint>) {
         self.stop_agent();
-        self.start_agent();
+        self.start_agent_full(self.ns.client.clone(), None, failpoint);
     }
 
     fn tmux(&self) -> &TmuxServer {
