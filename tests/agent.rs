@@ -159,11 +159,12 @@ async fn huge_and_hostile_prompts_arrive_as_text() {
     w.create_session("nu", json!({})).await;
     w.await_phase("nu", Phase::Running).await;
     w.kill_harness("nu").await;
-    // 256 KiB as the boot prompt of a respawn: too long for a command line, pasted once the resume is verified.
+    // 256 KiB for a dead session: too long for a command line, so the resume starts without it and it is pasted
+    // once the harness is ready.
     let huge: String = "all work and no play ".repeat(256 * 1024 / 21 + 1)[..256 * 1024].to_string();
     w.send("nu", "nu-1", &huge).await;
     let ev = w.await_event("nu-1", EventPhase::Delivered).await;
-    assert_eq!(ev.status.unwrap().via, Some(Via::Resumed));
+    assert_eq!(ev.status.unwrap().via, Some(Via::Pasted), "too long for a command line: pasted once ready");
     let marker = w.tmux.dir.path().join("pwned");
     let m = marker.display();
     let hostile = format!("$(touch {m}); `touch {m}` --dangerously-skip-permissions \u{1b}[201~ \u{3} tail;");
@@ -222,15 +223,19 @@ async fn reports_events_metrics_and_health() {
     assert_eq!(get("/livez").await.unwrap().0, 200);
     let ready = eventually("/readyz", || async { get("/readyz").await.filter(|(status, _)| *status == 200) }).await;
     assert_eq!(ready.1, "ready");
-    let (_, metrics) = get("/metrics").await.unwrap();
-    for line in [
-        "worksession_agent_resume_failures_total{reason=\"PaneDied\"} 1",
+    let lines = [
+        "worksession_agent_resume_failures_total{reason=\"ConversationNotFound\"} 1",
         "worksession_agent_events_delivered_total{via=\"Fresh\"} 1",
         "worksession_agent_reconcile_duration_seconds_count",
         "worksession_agent_reconciles_total",
-    ] {
-        assert!(metrics.contains(line), "{line} in\n{metrics}");
-    }
+    ];
+    // The counters move when the executor runs the op, just after the status write the test saw: wait for them.
+    let metrics = eventually("the metrics", || async {
+        let (_, metrics) = get("/metrics").await?;
+        lines.iter().all(|line| metrics.contains(line)).then_some(metrics)
+    })
+    .await;
+    assert!(!metrics.contains("reason=\"PaneDied\""), "the unknown id was never resumed: {metrics}");
 }
 
 #[tokio::test]
