@@ -134,7 +134,7 @@ async fn a_signed_comment_reaches_the_harness_once_and_a_bad_signature_nothing()
     assert_eq!(status, 401);
 
     assert_eq!(events(&w).await.len(), 1, "the duplicate and the bad signature wrote nothing");
-    let prompts = w.prompts();
+    let prompts = w.tmux.await_prompts(1).await;
     let got: Vec<&str> =
         prompts.iter().filter(|p| p.prompt.contains("the parser drops")).map(|p| p.prompt.as_str()).collect();
     assert_eq!(got.len(), 1, "reached the harness once: {prompts:?}");

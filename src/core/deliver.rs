@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 
 use super::{Decision, HEALTHY_AFTER, INITIAL_PROMPT, Notice, NoticeKind, Op, Settings, later, until};
 use crate::api::{EventPhase, Phase, Via};
@@ -74,12 +74,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.status.failure_count = 0;
             self.status.next_retry_time = None;
         }
-        // After a resume, only a pane that outlived the settle window proves its prompts reached a conversation
-        // that lives on (a late "No conversation found" kills it within the window).
+        // Without the transcript's word, only a pane that outlived the settle window after its respawn proves its
+        // prompts reached a conversation that lives on (a late "No conversation found" kills it within the window).
         let settled_at =
-            self.status.last_respawn.as_ref().filter(|r| r.resumed).map(|r| {
-                r.time.0.checked_add(SignedDuration::from_secs(settings.settle.into())).unwrap_or(Timestamp::MAX)
-            });
+            self.status.last_respawn.as_ref().map(|r| later(r.time.0, Duration::from_secs(settings.settle.into())));
         let ready = profile.ready(input.screen);
         let mut blocked = false;
         for prompt in self.prompts() {

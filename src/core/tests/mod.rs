@@ -2,8 +2,10 @@
 //! product brief's steps 1-6.
 
 use super::*;
-use crate::api::{Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
+use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
 use crate::tmux::SessionView;
+
+mod delivery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -274,8 +276,11 @@ fn try_resume_rows_after_tmux() {
     case.liveness = Liveness::Alive;
     case.now = t(103);
     let plan = case.step();
-    // A fresh conversation's boot prompt is known delivered once its pane survived the probe.
-    assert_eq!(ops(&plan), ["session.respawned resumed=false", "event e1 Delivered via Fresh", "event.delivered"]);
+    // Known delivered as soon as the transcript shows it (or, without its word, at the end of the settle window).
+    assert_eq!(ops(&plan), ["session.respawned resumed=false"]);
+    case.confirmed = vec!["e1".into()];
+    case.now = t(104);
+    assert_eq!(ops(&case.step()), ["event e1 Delivered via Fresh", "event.delivered"]);
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW));
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "PaneDied")));
 }

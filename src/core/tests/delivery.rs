@@ -1,0 +1,148 @@
+//! Delivery guarantees, as the core decides them: every prompt tracked until known delivered, nothing lost on a
+//! late death, ready before paste, look before resuming, and crash safety through the tmux tags.
+
+use super::*;
+
+/// A session that never started, with an initial prompt and no events.
+fn first_start() -> Case {
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.spec.initial_prompt = Some("start here".into());
+    case.events.clear();
+    case
+}
+
+fn initial(plan: &Plan) -> Option<EventPhase> {
+    plan.status.initial_prompt.as_ref().and_then(|p| p.phase)
+}
+
+#[test]
+fn tracked_until_known_the_initial_prompt_like_any_other() {
+    let mut case = first_start();
+    let plan = case.step();
+    assert_eq!(
+        spawned(&plan),
+        "spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- start here"
+    );
+    assert_eq!(initial(&plan), Some(EventPhase::Delivering), "sent: recorded in status");
+    case.liveness = Liveness::Alive;
+    case.now = t(102);
+    let plan = case.step();
+    assert_eq!(initial(&plan), Some(EventPhase::Delivering), "alive after the probe is not yet known");
+    case.now = t(102 + 60);
+    let plan = case.step();
+    let st = plan.status.initial_prompt.clone().unwrap();
+    assert_eq!(
+        (st.phase, st.via, st.harness_session_id.as_deref()),
+        (Some(EventPhase::Delivered), Some(Via::Fresh), Some(NEW))
+    );
+    assert_eq!(st.delivered_at, Some(Time(t(162))));
+    assert!(case.step().ops.is_empty(), "a Delivered is never taken back, nor sent again");
+}
+
+#[test]
+fn the_transcript_confirms_at_once() {
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, ..Default::default() });
+    case.step();
+    case.confirmed = vec!["e1".into()];
+    case.now = t(100); // the same second
+    assert_eq!(ops(&case.step()), ["event e1 Delivered via Pasted", "event.delivered"]);
+}
+
+#[test]
+fn a_late_death_returns_every_unconfirmed_prompt_in_order_and_the_next_spawn_sends_them() {
+    let mut case = first_start();
+    case.status = ran_old();
+    case.status.phase = Some(Phase::Running);
+    case.status.initial_prompt = Some(PromptStatus {
+        phase: Some(EventPhase::Delivering),
+        sent_time: Some(Time(t(0))),
+        via: Some(Via::Resumed),
+        ..Default::default()
+    });
+    case.status.last_respawn.as_mut().unwrap().resumed = true;
+    case.events = vec![delivering("e1", "one", Via::Pasted), ev("e2", "two")];
+    case.liveness = Liveness::Dead;
+    case.now = t(30);
+    case.output = "No conversation found with session ID: 0a0b0c0d-old";
+    let plan = case.step();
+    assert_eq!(initial(&plan), Some(EventPhase::Pending));
+    assert_eq!(ops(&plan), ["session.resume_failed PaneDiedAfterProbe", "event e1 Pending"]);
+    let message = &plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap().message;
+    assert!(message.contains("No conversation found with session ID: 0a0b0c0d-old"), "quotes the pane: {message}");
+    assert_eq!(plan.requeue_after, Some(Duration::ZERO), "respawns at once, without waiting for another event");
+    // The next spawn: fresh (the harness said it cannot find it), the initial prompt first, on its command line.
+    let plan = case.step();
+    assert_eq!(
+        spawned(&plan),
+        "spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- start here"
+    );
+    case.liveness = Liveness::Alive;
+    case.now = t(32);
+    let plan = case.step();
+    assert_eq!(
+        ops(&plan)[1..],
+        [
+            "paste e1 into loop-repo-12: one",
+            "event e1 Delivering via Pasted",
+            "paste e2 into loop-repo-12: two",
+            "event e2 Delivering via Pasted"
+        ]
+    );
+}
+
+#[test]
+fn ready_before_paste_with_a_bounded_wait_that_fails_clearly() {
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    case.screen = Some("booting...");
+    case.events = vec![ev("e1", "one"), ev("e2", "two")];
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "nothing pasted before the input box shows");
+    assert_eq!(plan.requeue_after, Some(super::super::deliver::DELIVERY_RECHECK));
+    case.screen = Some(CLAUDE_READY);
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-repo-12: one", "in order once ready");
+    // Never ready: after the bounded wait (120 s from the later of the respawn at t(0) and the event) it fails.
+    case.screen = Some("booting...");
+    case.now = t(120);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Failed", "event.failed", "event e2 Failed", "event.failed"]);
+}
+
+#[test]
+fn look_before_resuming_a_missing_conversation_is_not_resumed() {
+    let mut case = Case::new(ran_old());
+    case.found = Some(false);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["session.resume_failed ConversationNotFound", FRESH_E1, "event e1 Delivering via Fresh"]);
+    assert_eq!(plan.status.verification.as_ref().unwrap().fresh_reason.as_deref(), Some("ConversationNotFound"));
+    case.found = Some(true);
+    case.status = ran_old();
+    assert_eq!(spawned(&case.decide()), RESUME_E1, "found: resumed");
+}
+
+#[test]
+fn crash_safe_a_spawn_that_never_ran_is_run_again_the_same() {
+    let mut case = Case::new(ran_old());
+    let intent = case.decide().intent.unwrap(); // the agent stopped after writing this, before spawning
+    case.status = intent;
+    case.tmux = Some(SessionView { alive: false, spawn: "an-older-spawn".into(), ..Default::default() });
+    case.now = t(105);
+    let plan = case.step();
+    assert_eq!(ops(&plan), [RESUME_E1, "event e1 Delivering via Resumed"], "the same resume, not a failure");
+    assert_eq!(plan.status.failure_count, 0);
+    // Once it ran, a death within the probe is a failed resume as usual.
+    case.liveness = Liveness::Dead;
+    let plan = case.step();
+    assert_eq!(ops(&plan)[0], "session.resume_failed PaneDied");
+}
+
+#[test]
+fn crash_safe_a_paste_recorded_only_by_tmux_is_not_pasted_again() {
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, pasted: "e1".into(), ..Default::default() });
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Delivering via Pasted"], "the tag says it was pasted: recorded, not pasted");
+}
