@@ -187,13 +187,13 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     w.stop_agent();
     w.start_agent_as(agent.clone());
 
-    // Agent as its ServiceAccount: a resume that fails over to a fresh conversation, status, Events.
+    // Agent as its ServiceAccount: an unknown conversation started fresh, status, Events.
     w.send("rho", "rho-1", "first").await;
     w.create_session("rho", json!({"harnessSessionId": "ghost"})).await;
     let ev = w.await_event("rho-1", EventPhase::Delivered).await;
     assert_eq!(ev.status.unwrap().via, Some(Via::Fresh));
     let ws = w.await_phase("rho", Phase::Running).await;
-    assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("PaneDied".into()));
+    assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("ConversationNotFound".into()));
     let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
     eventually("Events recorded by the agent's identity", || async {
         let list = kube_events.list(&ListParams::default()).await.ok()?;

@@ -153,8 +153,8 @@ fn quick_start_runs_and_shows_resume_and_fallback() {
         "demo   local   demo      Running",
         "via: Resumed",
         "via: Fresh",
-        "reason: PaneDied",
-        "No conversation found with session ID",
+        "reason: ConversationNotFound",
+        "has no conversation",
         "argv  A reviewer asked for a test of the parser.",
         "tmux -S",
     ] {
