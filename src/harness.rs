@@ -108,6 +108,19 @@ impl Profile {
                 return Err(err(field, format!("must contain {SESSION_ID}: what else would it resume?")));
             }
         }
+        if let Some(path) = &self.conversation_path {
+            let rest = path
+                .replace(SESSION_ID, "")
+                .replace(crate::transcript::HOME, "")
+                .replace(crate::transcript::CWD_SLUG, "");
+            if rest.contains('{') || rest.contains('}') || !path.contains(SESSION_ID) {
+                let known = format!("{}, {} and {SESSION_ID}", crate::transcript::HOME, crate::transcript::CWD_SLUG);
+                return Err(err(
+                    "conversationPath",
+                    format!("{path:?} must name {SESSION_ID} and no placeholder but {known}"),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -269,6 +282,8 @@ mod tests {
         assert_eq!(twice.validate("t").unwrap_err().key, "harnesses.t.interactive");
         let no_id = Profile { resume: Some(strings(&["--continue", PROMPT])), ..claude() };
         assert!(no_id.validate("n").unwrap_err().problem.contains("{sessionId}"));
+        let no_store_id = Profile { conversation_path: Some("{home}/{cwd}.jsonl".into()), ..claude() };
+        assert_eq!(no_store_id.validate("s").unwrap_err().key, "harnesses.s.conversationPath");
         for (name, p) in builtin() {
             p.validate(&name).unwrap();
         }
