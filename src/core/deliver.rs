@@ -83,15 +83,21 @@ impl<'a, 'i> Decision<'a, 'i> {
         for prompt in self.prompts() {
             match prompt.phase {
                 EventPhase::Delivering => {
+                    // Where the harness keeps a transcript, only the transcript says it arrived; elsewhere a pane
+                    // that outlived the window that proves it.
                     let sent = prompt.sent.unwrap_or(now);
                     let proven_at =
                         later(sent, Duration::from_secs(settings.probe.into())).max(settled_at.unwrap_or(sent));
-                    if input.confirmed.iter().any(|k| k == prompt.key) || now >= proven_at {
+                    let known = match profile.conversation_path {
+                        Some(_) => input.confirmed.iter().any(|k| k == prompt.key),
+                        None => now >= proven_at,
+                    };
+                    if known {
                         self.delivered(&prompt);
+                    } else if profile.conversation_path.is_some() {
+                        self.requeue(DELIVERY_RECHECK);
                     } else {
-                        let wait =
-                            if profile.conversation_path.is_some() { DELIVERY_RECHECK } else { until(now, proven_at) };
-                        self.requeue(wait.min(until(now, proven_at)));
+                        self.requeue(until(now, proven_at));
                     }
                 }
                 _ if blocked => {}

@@ -125,6 +125,11 @@ impl TmuxServer {
     /// Kills the harness of `session` (as a crash would), once it is up, and awaits its dead pane.
     pub async fn kill_harness(&self, session: &str) {
         self.await_output(session, "ready>").await;
+        self.kill_pane(session).await;
+    }
+
+    /// Kills whatever runs in `session`'s pane, at once, and awaits its dead pane.
+    pub async fn kill_pane(&self, session: &str) {
         let pid = self.pane_pid(session);
         std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
         self.await_liveness(session, Liveness::Dead).await;

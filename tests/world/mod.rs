@@ -29,6 +29,11 @@ impl World {
 
     /// The same, with `extra` YAML appended to the agent config.
     pub async fn with_config(extra: &str) -> Self {
+        Self::with_config_for(|_| extra.to_string()).await
+    }
+
+    /// The same, with YAML made for the world's tmux server (its folders) appended to the agent config.
+    pub async fn with_config_for(extra: impl FnOnce(&TmuxServer) -> String) -> Self {
         // The agent's logs, shown for a failing test.
         let filter =
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "worksession=debug".into());
@@ -36,7 +41,7 @@ impl World {
         let ns = TestNamespace::new().await;
         crate::support::install_crds(ns.client.clone()).await;
         let tmux = TmuxServer::new();
-        let yaml = tmux.agent_config_yaml() + extra;
+        let yaml = tmux.agent_config_yaml() + &extra(&tmux);
         let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         let node = ns.name.clone();
         let mut world = World { ns, tmux, node, config, agent: None };

@@ -39,14 +39,24 @@ fn tracked_until_known_the_initial_prompt_like_any_other() {
     assert!(case.step().ops.is_empty(), "a Delivered is never taken back, nor sent again");
 }
 
+/// The built-in claude profile as it ships, with its transcript.
+fn with_transcript(mut case: Case) -> Case {
+    case.config.harnesses.get_mut("claude").unwrap().conversation_path =
+        Some(crate::harness::CLAUDE_CONVERSATION_PATH.into());
+    case
+}
+
 #[test]
-fn the_transcript_confirms_at_once() {
-    let mut case = Case::new(ran_old());
+fn the_transcript_confirms_at_once_and_only_it() {
+    let mut case = with_transcript(Case::new(ran_old()));
     case.liveness = Liveness::Alive;
     case.tmux = Some(SessionView { alive: true, ..Default::default() });
     case.step();
+    case.now = t(1000);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "a pane that lives on is not the transcript's word");
+    assert_eq!(plan.requeue_after, Some(super::super::deliver::DELIVERY_RECHECK), "looked at again soon");
     case.confirmed = vec!["e1".into()];
-    case.now = t(100); // the same second
     assert_eq!(ops(&case.step()), ["event e1 Delivered via Pasted", "event.delivered"]);
 }
 

@@ -70,6 +70,10 @@ struct Case {
 
 impl Case {
     fn new(status: WorkSessionStatus) -> Self {
+        // The seed's claude profile: no transcript, so the probe and the settle window are what tell (the delivery
+        // tests give it back its transcript where they need one).
+        let mut config = Config::default();
+        config.harnesses.get_mut("claude").unwrap().conversation_path = None;
         Case {
             spec: spec(),
             status,
@@ -77,7 +81,7 @@ impl Case {
             liveness: Liveness::Dead,
             output: "",
             spawn_failure: None,
-            config: Config::default(),
+            config,
             now: t(100),
             deleting: false,
             tmux: None,
@@ -244,7 +248,7 @@ fn try_resume_rows_after_tmux() {
     let plan = case.step();
     // Without a transcript, the boot prompt of a resume is known delivered only once the settle window is over.
     assert_eq!(ops(&plan), ["session.respawned resumed=true"]);
-    assert_eq!(plan.requeue_after, Some(super::deliver::DELIVERY_RECHECK), "the transcript is looked at again");
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(60)), "the settle window");
     assert_eq!(condition(&plan.status, RESUMED), Some(("True", "Resumed")));
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(OLD), "same id kept");
     assert_eq!((plan.status.phase, plan.status.respawn_count), (Some(Phase::Running), 1));
@@ -276,10 +280,9 @@ fn try_resume_rows_after_tmux() {
     case.liveness = Liveness::Alive;
     case.now = t(103);
     let plan = case.step();
-    // Known delivered as soon as the transcript shows it (or, without its word, at the end of the settle window).
+    // Without a transcript, known delivered at the end of the settle window after the respawn.
     assert_eq!(ops(&plan), ["session.respawned resumed=false"]);
-    case.confirmed = vec!["e1".into()];
-    case.now = t(104);
+    case.now = t(103 + 60);
     assert_eq!(ops(&case.step()), ["event e1 Delivered via Fresh", "event.delivered"]);
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW));
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "PaneDied")));
@@ -318,7 +321,8 @@ fn step2_live_pane_gets_events_pasted_in_order() {
     );
     assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Running), Some(("True", "Running"))));
     assert_eq!(plan.intent, None);
-    // Known delivered once the pane outlived the probe since the paste (no transcript here).
+    // Known delivered once the pane outlived the probe since the paste (no transcript here; the settle window of
+    // the respawn at t(0) is long over).
     case.now = t(102);
     assert_eq!(
         ops(&case.step()),
