@@ -207,7 +207,9 @@ impl Config {
             let binary = binary.ok_or_else(|| {
                 invalid(format!("harnesses.{name}.binary"), "is required for a profile that is not built in".into())
             })?;
+            // An empty pattern turns off what a built-in profile has.
             let regex = |pattern: Option<String>, key: &str, inherited: Option<Regex>| match pattern {
+                Some(p) if p.is_empty() => Ok(None),
                 Some(p) => {
                     Regex::new(&p).map(Some).map_err(|e| invalid(format!("harnesses.{name}.{key}"), e.to_string()))
                 }
@@ -227,9 +229,11 @@ impl Config {
                 resume: p.resume.or_else(|| base.as_ref().and_then(|b| b.resume.clone())),
                 resume_failed_pattern,
                 ready_pattern,
-                conversation_path: p
-                    .conversation_path
-                    .or_else(|| base.as_ref().and_then(|b| b.conversation_path.clone())),
+                // An empty path turns a built-in profile's transcript off.
+                conversation_path: match p.conversation_path {
+                    Some(path) => Some(path).filter(|p| !p.is_empty()),
+                    None => base.as_ref().and_then(|b| b.conversation_path.clone()),
+                },
             };
             profile.validate(&name).map_err(|e| invalid(e.key, e.problem))?;
             config.harnesses.insert(name, profile);
@@ -359,10 +363,19 @@ harnesses:
     interactive: ["--session-id", "{sessionId}", "{extraArgs}", "{prompt}"]
     resume: ["--resume", "{sessionId}", "{extraArgs}", "{prompt}"]
     resumeFailedPattern: "No conversation found"
+    readyPattern: "^> "
+    conversationPath: "{home}/.myharness/{cwdSlug}/{sessionId}.jsonl"
   claude:
     binary: /opt/claude/bin/claude
+  blind:
+    binary: claude
+    interactive: ["--session-id", "{sessionId}"]
+    readyPattern: ""
+    conversationPath: ""
 delivery:
   retentionSeconds: 3600
+  readyTimeoutSeconds: 30
+harnessHome: /srv/home
 "#,
         )
         .unwrap();
@@ -379,10 +392,16 @@ delivery:
             ["--resume", "id", "--flag", "p"]
         );
         assert!(mine.resume_failed("No conversation found with session ID: id"));
+        assert!(mine.ready(Some("> ")) && !mine.ready(Some("booting")));
+        assert_eq!(mine.conversation_path.as_deref(), Some("{home}/.myharness/{cwdSlug}/{sessionId}.jsonl"));
+        assert_eq!((c.ready_timeout, c.harness_home.as_deref()), (Duration::from_secs(30), Some(Path::new("/srv/home"))));
+        let blind = &c.harnesses["blind"];
+        assert!(blind.ready_pattern.is_none() && blind.conversation_path.is_none(), "empty turns them off");
         // Overriding one field of a built-in keeps the rest of it.
         let claude = &c.harnesses["claude"];
         assert_eq!(claude.binary, "/opt/claude/bin/claude");
         assert!(claude.resume.is_some() && claude.resume_failed_pattern.is_some());
+        assert!(claude.ready_pattern.is_some() && claude.conversation_path.is_some());
         assert!(c.harnesses["cursor"].interactive.is_none());
     }
 
@@ -403,6 +422,9 @@ delivery:
             refused("harnesses:\n  x:\n    binary: x\n    resumeFailedPattern: '('\n")
                 .contains("harnesses.x.resumeFailedPattern")
         );
+        assert!(refused("harnesses:\n  x:\n    binary: x\n    readyPattern: '['\n").contains("harnesses.x.readyPattern"));
+        assert!(refused("delivery:\n  readyTimeoutSeconds: 0\n").contains("delivery.readyTimeoutSeconds"));
+        assert!(refused("harnessHome: relative/home\n").contains("harnessHome"));
     }
 
     #[test]
