@@ -90,7 +90,8 @@ async fn unknown_id(with_store: bool) -> Duration {
 
 async fn claude_world(with_store: bool) -> World {
     let key = "sk-ant-api03-worksession-offline-bench-key-000000000000000";
-    let out = std::process::Command::new(support::repo_root().join("scripts/testenv")).arg("claude-bin").output().unwrap();
+    let out =
+        std::process::Command::new(support::repo_root().join("scripts/testenv")).arg("claude-bin").output().unwrap();
     let bin = String::from_utf8(out.stdout).unwrap().trim().to_string();
     World::with_config_for(|tmux| {
         let home = tmux.state();
@@ -123,8 +124,14 @@ async fn main() {
     }
     if all || args.iter().any(|a| a == "claude") {
         for run in 1..=2 {
-            println!("unknown recorded id, real CLI, with conversationPath (run {run}): event created -> prompt in a fresh transcript: {}", secs(unknown_id(true).await));
-            println!("unknown recorded id, real CLI, without conversationPath (run {run}): event created -> prompt in a fresh transcript: {}", secs(unknown_id(false).await));
+            println!(
+                "unknown recorded id, real CLI, with conversationPath (run {run}): event created -> prompt in a fresh transcript: {}",
+                secs(unknown_id(true).await)
+            );
+            println!(
+                "unknown recorded id, real CLI, without conversationPath (run {run}): event created -> prompt in a fresh transcript: {}",
+                secs(unknown_id(false).await)
+            );
         }
     }
 }

@@ -394,7 +394,10 @@ harnessHome: /srv/home
         assert!(mine.resume_failed("No conversation found with session ID: id"));
         assert!(mine.ready(Some("> ")) && !mine.ready(Some("booting")));
         assert_eq!(mine.conversation_path.as_deref(), Some("{home}/.myharness/{cwdSlug}/{sessionId}.jsonl"));
-        assert_eq!((c.ready_timeout, c.harness_home.as_deref()), (Duration::from_secs(30), Some(Path::new("/srv/home"))));
+        assert_eq!(
+            (c.ready_timeout, c.harness_home.as_deref()),
+            (Duration::from_secs(30), Some(Path::new("/srv/home")))
+        );
         let blind = &c.harnesses["blind"];
         assert!(blind.ready_pattern.is_none() && blind.conversation_path.is_none(), "empty turns them off");
         // Overriding one field of a built-in keeps the rest of it.
@@ -422,7 +425,9 @@ harnessHome: /srv/home
             refused("harnesses:\n  x:\n    binary: x\n    resumeFailedPattern: '('\n")
                 .contains("harnesses.x.resumeFailedPattern")
         );
-        assert!(refused("harnesses:\n  x:\n    binary: x\n    readyPattern: '['\n").contains("harnesses.x.readyPattern"));
+        assert!(
+            refused("harnesses:\n  x:\n    binary: x\n    readyPattern: '['\n").contains("harnesses.x.readyPattern")
+        );
         assert!(refused("delivery:\n  readyTimeoutSeconds: 0\n").contains("delivery.readyTimeoutSeconds"));
         assert!(refused("harnessHome: relative/home\n").contains("harnessHome"));
     }
