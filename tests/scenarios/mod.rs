@@ -300,7 +300,8 @@ pub async fn killed_between_intent_and_spawn_runs_the_same_spawn(rig: &mut impl 
     rig.restart_agent();
     let ev = await_delivered(rig, "nu-1").await;
     assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some("known-nu")));
-    let st = rig.session_status("nu").await;
+    // The event's status is written before the session's: wait for the session to say how it went.
+    let st = await_value("nu Running", || rig.session_status("nu"), |s| s["phase"] == "Running").await;
     assert_eq!(resumed(&st).1, "Resumed", "the same resume, not a failure: {st}");
     assert_eq!(st["failureCount"].as_u64(), Some(1), "only the crash counts");
     let got = received(rig);
