@@ -65,6 +65,10 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
     if !spec.workdir.starts_with('/') || spec.workdir.len() > 4096 || spec.workdir.contains('\0') {
         return err("workdir", format!("{:?} must be an absolute path", spec.workdir));
     }
+    if spec.workdir.contains('#') {
+        // tmux expands formats, `#(command)` included, in a new session's start directory.
+        return err("workdir", format!("{:?} must not contain '#' (tmux would expand it)", spec.workdir));
+    }
     if let Some(r) = &spec.resume {
         if r.probe_seconds.is_some_and(|s| s > 300) {
             return err("resume.probeSeconds", "must be between 0 and 300".into());
@@ -100,14 +104,17 @@ pub struct WorkSessionSpec {
     /// The work item's slug (a DNS label); the tmux session is `<prefix><workItem>`.
     #[schemars(regex(pattern = WORK_ITEM_PATTERN), length(min = 1, max = 63))]
     pub work_item: String,
-    /// The node whose agent owns this session.
+    /// The node whose agent owns this session; immutable (moving a session would leave its harness running on the
+    /// old node while the new one resumes the same conversation).
     #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "nodeName is immutable"}]))]
     pub node_name: String,
     /// A harness profile name: `claude`, `cursor`, or one defined in the agent config.
     #[schemars(regex(pattern = HARNESS_PATTERN), length(min = 1, max = 63))]
     pub harness: String,
-    /// Absolute path on the node where the harness runs (resume lookup is scoped to it).
-    #[schemars(regex(pattern = r"^/"), length(min = 1, max = 4096))]
+    /// Absolute path on the node where the harness runs (resume lookup is scoped to it); no `#`, which tmux would
+    /// expand.
+    #[schemars(regex(pattern = r"^/[^#]*$"), length(min = 1, max = 4096))]
     pub workdir: String,
     /// A conversation to adopt, used when status has recorded none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -431,6 +438,20 @@ mod tests {
         for bad in ["", "-x", "--dangerously-skip-permissions", ".x", "_x", "a b", "a;b", "a\n", &"x".repeat(129)] {
             assert!(!is_valid_session_id(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_workdir_holding_a_tmux_format_is_refused() {
+        let spec = |workdir: &str| WorkSessionSpec {
+            work_item: "w".into(),
+            node_name: "n".into(),
+            harness: "claude".into(),
+            workdir: workdir.into(),
+            ..Default::default()
+        };
+        let e = validate_spec(&spec("/tmp/x/#(touch /tmp/pwned)")).unwrap_err();
+        assert_eq!(e.field, "workdir");
+        assert!(validate_spec(&spec("/srv/work/repo-1.x")).is_ok());
     }
 
     #[test]

@@ -265,7 +265,8 @@ impl Tmux for TmuxRunner {
     }
 
     async fn spawn(&self, spawn: &Spawn) -> Result<(), TmuxError> {
-        if !spawn.workdir.is_dir() {
+        // tmux expands formats (`#(command)` included) in -c: a workdir holding '#' never reaches it.
+        if !spawn.workdir.is_dir() || spawn.workdir.to_string_lossy().contains('#') {
             return Err(TmuxError::Workdir(spawn.workdir.clone()));
         }
         let mut args: Vec<std::ffi::OsString> =

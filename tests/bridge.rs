@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::Value;
+use support::eventually;
 use tokio::net::{TcpListener, TcpStream};
 use worksession::api::{EventPhase, WorkEvent};
 use worksession::bridge::github;
@@ -24,10 +25,12 @@ use world::World;
 
 const SECRET: &str = "it's a secret to everybody";
 
-/// A TCP proxy to the API server that can be cut (refusing and dropping connections) and restored.
+/// A TCP proxy to the API server that can be cut (refusing and dropping connections), made to hang (holding new
+/// connections without an answer), and restored.
 struct Proxy {
     addr: SocketAddr,
     up: Arc<AtomicBool>,
+    hang: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
@@ -36,13 +39,22 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let up = Arc::new(AtomicBool::new(true));
+        let hang = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
-        let (up2, conns2) = (up.clone(), conns.clone());
+        let (up2, hang2, conns2) = (up.clone(), hang.clone(), conns.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else { return };
                 if !up2.load(Ordering::SeqCst) {
                     continue; // dropped: connection reset
+                }
+                if hang2.load(Ordering::SeqCst) {
+                    let held = tokio::spawn(async move {
+                        let _inbound = inbound; // held open, never answered
+                        std::future::pending::<()>().await;
+                    });
+                    conns2.lock().unwrap().push(held.abort_handle());
+                    continue;
                 }
                 let upstream = upstream.clone();
                 let task = tokio::spawn(async move {
@@ -53,7 +65,15 @@ impl Proxy {
                 conns2.lock().unwrap().push(task.abort_handle());
             }
         });
-        Self { addr, up, conns }
+        Self { addr, up, hang, conns }
+    }
+
+    /// New connections are held without an answer (existing ones are cut, so the client must reconnect).
+    fn set_hanging(&self, hang: bool) {
+        self.hang.store(hang, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
     }
 
     fn set_up(&self, up: bool) {
@@ -79,6 +99,7 @@ async fn start_bridge(w: &World, proxy: &Proxy) -> SocketAddr {
     );
     let kubeconfig = Kubeconfig::read_from(&support::control_plane().kubeconfig).unwrap();
     let mut kc = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    kc.read_timeout = Some(std::time::Duration::from_secs(30)); // longer than the bridge's own deadline
     kc.cluster_url = format!("https://127.0.0.1:{}", proxy.addr.port()).parse().unwrap();
     let app = support::bridge_router(&yaml, KubeSink::new(kube::Client::try_from(kc).unwrap()));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -175,4 +196,39 @@ async fn two_comments_on_one_issue_arrive_in_order() {
     let prompts = w.tmux.await_prompts(2).await;
     let order: Vec<bool> = prompts.iter().map(|p| p.prompt.contains("first comment")).collect();
     assert_eq!(order, [true, false], "{prompts:?}");
+}
+
+#[tokio::test]
+async fn a_hanging_api_server_is_answered_503_in_time() {
+    let w = World::new().await;
+    let proxy = Proxy::start(upstream()).await;
+    let bridge = start_bridge(&w, &proxy).await;
+    proxy.set_hanging(true);
+    let (status, body) = deliver(bridge, "hang-1", &issue_comment(3, "anyone there?"), None).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("did not answer within 8s"), "{body}");
+    proxy.set_hanging(false);
+    let (status, body) = deliver(bridge, "hang-1", &issue_comment(3, "anyone there?"), None).await;
+    assert_eq!(status, 201, "the retry is written: {body}");
+}
+
+#[tokio::test]
+async fn the_bridge_owns_events_by_the_live_session_uid() {
+    let mut w = World::new().await;
+    w.stop_agent(); // no finalizer: a deleted session is gone at once
+    let proxy = Proxy::start(upstream()).await;
+    let bridge = start_bridge(&w, &proxy).await;
+    assert_eq!(deliver(bridge, "uid-1", &issue_comment(5, "first"), None).await.0, 201);
+    let first = w.sessions().get("hello-world-5").await.unwrap();
+    w.sessions().delete("hello-world-5", &Default::default()).await.unwrap();
+    eventually("the session gone", || async {
+        w.sessions().get_opt("hello-world-5").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(deliver(bridge, "uid-2", &issue_comment(5, "second"), None).await.0, 201);
+    let second = w.sessions().get("hello-world-5").await.unwrap();
+    assert_ne!(first.metadata.uid, second.metadata.uid, "re-created");
+    let ev = w.events().get(&worksession::bridge::event_name("gh", "uid-2")).await.unwrap();
+    let owner = ev.metadata.owner_references.unwrap_or_default();
+    assert_eq!(owner.first().map(|o| o.uid.clone()), second.metadata.uid, "owned by the session that lives now");
 }

@@ -64,6 +64,32 @@ fn template(release: &str, namespace: &str, values: &[&str]) -> String {
     run(&mut cmd, None)
 }
 
+/// The agent reloads its config: a config change must not roll its pods (that would restart the tmux container and
+/// kill every harness of the node).
+#[test]
+fn a_config_change_does_not_roll_the_agent_pods() {
+    let pod_template = |extra: &[&str]| {
+        let mut values = vec!["--set", "bridge.enabled=false"];
+        values.extend(extra);
+        let rendered = template("ws", "worksession", &values);
+        let daemonset = rendered
+            .split("\n---")
+            .find(|doc| doc.contains("kind: DaemonSet"))
+            .expect("the agent DaemonSet")
+            .to_string();
+        daemonset[daemonset.find("  template:").expect("a pod template")..].to_string()
+    };
+    let before = pod_template(&[]);
+    let after = pod_template(&["--set", "agent.config.defaults.resumeProbeSeconds=7"]);
+    assert_eq!(before, after, "the agent's pod template changed with its config");
+    let config = template(
+        "ws",
+        "worksession",
+        &["--set", "bridge.enabled=false", "--set", "agent.config.defaults.resumeProbeSeconds=7"],
+    );
+    assert!(config.contains("resumeProbeSeconds: 7"), "the ConfigMap carries the change");
+}
+
 #[test]
 fn chart_crds_are_the_generated_crds() {
     let chart_crds = std::fs::read(chart().join("crds/worksession.dev.yaml")).unwrap();

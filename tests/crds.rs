@@ -90,6 +90,7 @@ async fn schema_rejects_what_it_forbids() {
         ("probe out of range", with("resume", json!({"probeSeconds": 301})), "probeSeconds"),
         ("settle out of range", with("resume", json!({"settleSeconds": -1})), "settleSeconds"),
         ("relative workdir", with("workdir", json!("srv/work")), "workdir"),
+        ("a tmux format in the workdir", with("workdir", json!("/tmp/x/#(touch /tmp/pwned)")), "workdir"),
         ("unknown restartPolicy", with("restartPolicy", json!("Sometimes")), "restartPolicy"),
     ];
     for (i, (what, spec, field)) in cases.into_iter().enumerate() {
@@ -107,6 +108,15 @@ async fn schema_rejects_what_it_forbids() {
     limits["resume"] = json!({"probeSeconds": 0, "settleSeconds": 3600});
     limits["workItem"] = json!("a".repeat(63));
     sessions.create(&PostParams::default(), &session("limits", limits)).await.unwrap();
+    // Moving a session to another node would run its conversation twice: the node is fixed at creation.
+    let moved = json!({"spec": {"nodeName": "node-b"}});
+    match sessions.patch("limits", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&moved)).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("nodeName is immutable"), "{}", e.message);
+        }
+        other => panic!("moving a session: expected 422, got {other:?}"),
+    }
 
     let events = dynamic::<WorkEvent>(&ns);
     let event = |spec: serde_json::Value| -> DynamicObject {

@@ -58,11 +58,24 @@ pub struct GenericConfig {
     pub token: String,
     /// Namespace of a request that names none.
     pub namespace: String,
+    /// Other namespaces a request may name (the token is trusted with these and `namespace` only).
+    pub namespaces: Vec<String>,
+}
+
+impl GenericConfig {
+    /// Whether a request with this token may write to `namespace`.
+    pub fn allows(&self, namespace: &str) -> bool {
+        namespace == self.namespace || self.namespaces.iter().any(|n| n == namespace)
+    }
 }
 
 impl std::fmt::Debug for GenericConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GenericConfig").field("token", &"<redacted>").field("namespace", &self.namespace).finish()
+        f.debug_struct("GenericConfig")
+            .field("token", &"<redacted>")
+            .field("namespace", &self.namespace)
+            .field("namespaces", &self.namespaces)
+            .finish()
     }
 }
 
@@ -112,6 +125,8 @@ struct GenericFile {
     token_file: Option<PathBuf>,
     token_env: Option<String>,
     namespace: Option<String>,
+    #[serde(default)]
+    namespaces: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -187,7 +202,8 @@ impl BridgeConfig {
                 let token = secret(path, "generic.tokenFile", g.token_file.as_ref(), g.token_env.as_ref())?;
                 let token = String::from_utf8(token)
                     .map_err(|_| invalid("generic.tokenFile".into(), "the token is not UTF-8".into()))?;
-                Some(GenericConfig { token, namespace: g.namespace.unwrap_or_else(|| "default".into()) })
+                let namespace = g.namespace.unwrap_or_else(|| "default".into());
+                Some(GenericConfig { token, namespace, namespaces: g.namespaces })
             }
             None => None,
         };

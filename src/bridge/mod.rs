@@ -42,6 +42,9 @@ pub enum ApiError {
     /// Missing or wrong signature or token.
     #[error("unauthorized: {0}")]
     Unauthorized(&'static str),
+    /// The token is not trusted with what the request asks for.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// The body is over `maxBodyBytes`.
     #[error("body over {0} bytes")]
     TooLarge(usize),
@@ -72,6 +75,7 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -105,24 +109,20 @@ fn ignored(reason: String) -> Response {
     answer(StatusCode::ACCEPTED, "ignored", json!({"reason": reason}))
 }
 
-/// How long the bridge trusts that a WorkSession it has seen still exists (saves one API read per delivery).
-pub const SESSION_CACHE_TTL: Duration = Duration::from_secs(10);
+/// How long a delivery may wait on the API server before it is answered 503 (GitHub gives up after 10 s).
+pub const API_TIMEOUT: Duration = Duration::from_secs(8);
 
-/// The bridge's state: config (hot-reloaded), sink, metrics, and recently seen WorkSessions.
+/// The bridge's state: config (hot-reloaded), sink and metrics.
 pub struct Bridge<S> {
     config: watch::Receiver<Arc<BridgeConfig>>,
     sink: S,
     metrics: BridgeMetrics,
-    seen: std::sync::Mutex<SeenSessions>,
 }
-
-/// WorkSessions by (namespace, name), with when they were seen.
-type SeenSessions = std::collections::HashMap<(String, String), (Instant, Arc<WorkSession>)>;
 
 impl<S: Sink> Bridge<S> {
     /// A bridge writing to `sink`.
     pub fn new(config: watch::Receiver<Arc<BridgeConfig>>, sink: S, metrics: BridgeMetrics) -> Arc<Self> {
-        Arc::new(Self { config, sink, metrics, seen: Default::default() })
+        Arc::new(Self { config, sink, metrics })
     }
 
     /// The webhook routes.
@@ -148,7 +148,11 @@ impl<S: Sink> Bridge<S> {
         event: WorkEvent,
     ) -> Result<Response, ApiError> {
         let started = Instant::now();
-        let result = self.deliver_inner(namespace, session, create, event).await;
+        let result = tokio::time::timeout(API_TIMEOUT, self.deliver_inner(namespace, session, create, event))
+            .await
+            .unwrap_or_else(|_| {
+                Err(ApiError::Unavailable(format!("the API server did not answer within {}s", API_TIMEOUT.as_secs())))
+            });
         self.metrics.api_latency.observe(started.elapsed().as_secs_f64());
         result
     }
@@ -179,34 +183,24 @@ impl<S: Sink> Bridge<S> {
 }
 
 impl<S: Sink> Bridge<S> {
-    /// The WorkSession, from the short-lived cache or the sink (creating it from `create` when missing).
-    async fn session(
-        &self,
-        namespace: &str,
-        name: &str,
-        create: Option<WorkSession>,
-    ) -> Result<Arc<WorkSession>, ApiError> {
-        let key = (namespace.to_string(), name.to_string());
-        if let Some((at, ws)) = self.seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
-            && at.elapsed() < SESSION_CACHE_TTL
-        {
-            return Ok(ws.clone());
+    /// The WorkSession, read fresh (creating it from `create` when missing): the event's owner reference must name
+    /// the session that lives now, or garbage collection would delete the event after it was acknowledged.
+    async fn session(&self, namespace: &str, name: &str, create: Option<WorkSession>) -> Result<WorkSession, ApiError> {
+        match self.sink.session(namespace, name, create).await? {
+            Some(ws) => Ok(ws),
+            None => Err(ApiError::NotFound(format!("no WorkSession {namespace}/{name}, and no rule creates it"))),
         }
-        let Some(ws) = self.sink.session(namespace, name, create).await? else {
-            return Err(ApiError::NotFound(format!("no WorkSession {namespace}/{name}, and no rule creates it")));
-        };
-        let ws = Arc::new(ws);
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.retain(|_, (at, _)| at.elapsed() < SESSION_CACHE_TTL);
-        seen.insert(key, (Instant::now(), ws.clone()));
-        Ok(ws)
     }
 }
 
 /// The WorkEvent name for a delivery id: the id itself when it is a DNS label, else a hash of it.
+///
+/// Case is kept: an id with capitals is hashed (`A1` and `a1` are two deliveries), never lowercased.
 pub fn event_name(prefix: &str, delivery_id: &str) -> String {
-    let id = delivery_id.to_ascii_lowercase();
-    let label = id.len() <= 200 && !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let id = delivery_id;
+    let label = id.len() <= 200
+        && !id.is_empty()
+        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if label && !id.starts_with('-') && !id.ends_with('-') {
         format!("{prefix}-{id}")
     } else {
@@ -346,6 +340,9 @@ async fn generic<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respon
     let prompt = field("prompt").ok_or_else(|| missing("prompt"))?;
     let delivery = field("deliveryId").ok_or_else(|| missing("deliveryId"))?;
     let namespace = field("namespace").unwrap_or(&gen_cfg.namespace);
+    if !gen_cfg.allows(namespace) {
+        return Err(ApiError::Forbidden(format!("namespace {namespace:?} is not allowed for this token")));
+    }
     if slug(work_item) != work_item {
         return Err(ApiError::BadRequest(format!("workItem {work_item:?} is not a DNS label")));
     }

@@ -70,7 +70,11 @@ fn config() -> BridgeConfig {
             ignore_senders: vec!["agents-bot".into()],
             events: config::default_github_events(),
         }),
-        generic: Some(config::GenericConfig { token: TOKEN.into(), namespace: "default".into() }),
+        generic: Some(config::GenericConfig {
+            token: TOKEN.into(),
+            namespace: "default".into(),
+            namespaces: vec!["team-b".into()],
+        }),
         routes: vec![config::Route {
             repository: regex::Regex::new("^octo-org/.*$").unwrap(),
             pattern: "octo-org/*".into(),
@@ -241,15 +245,30 @@ async fn generic_status_codes() {
     let (status, reply, _) = send(&app, generic_request(Some(TOKEN), ok)).await;
     assert_eq!((status, reply["status"].as_str()), (StatusCode::OK, Some("duplicate")));
     assert_eq!(rec.events.lock().unwrap().len(), 1);
+
+    // A namespace the token is not trusted with: 403, nothing written; one it is trusted with: written.
+    let elsewhere = json!({"workItem": "repo-7", "prompt": "hello", "deliveryId": "abc-3", "namespace": "kube-system"});
+    let (status, reply, _) = send(&app, generic_request(Some(TOKEN), elsewhere)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{reply}");
+    rec.sessions.lock().unwrap().insert(
+        "team-b/repo-7".into(),
+        WorkSession::new("repo-7", WorkSessionSpec { node_name: "node-a".into(), ..Default::default() }),
+    );
+    let allowed = json!({"workItem": "repo-7", "prompt": "hello", "deliveryId": "abc-4", "namespace": "team-b"});
+    assert_eq!(send(&app, generic_request(Some(TOKEN), allowed)).await.0, StatusCode::CREATED);
+    assert_eq!(rec.events.lock().unwrap().len(), 2);
 }
 
 #[test]
 fn event_names_are_dns_safe_and_stable() {
-    assert_eq!(event_name("gh", "72D3162E-cc78"), "gh-72d3162e-cc78");
+    assert_eq!(event_name("gh", "72d3162e-cc78"), "gh-72d3162e-cc78");
+    assert!(event_name("gh", "72D3162E-cc78").starts_with("gh-h"), "capitals are hashed, not folded");
     let hashed = event_name("gen", "Weird id/with spaces");
     assert!(hashed.starts_with("gen-h") && hashed.len() == 45, "{hashed}");
     assert_eq!(hashed, event_name("gen", "Weird id/with spaces"));
     assert_ne!(event_name("gen", "-x"), "gen--x");
+    // Generic delivery ids are the sender's: case matters, so `A1` and `a1` are two deliveries.
+    assert_ne!(event_name("gen", "A1"), event_name("gen", "a1"));
 }
 
 /// A bounded fuzz of the GitHub handler: random bodies, headers, signatures, unicode and numbers. No panic, no 5xx

@@ -8,18 +8,14 @@ use crate::api::{EventPhase, WorkEvent, WorkEventStatus};
 
 /// Undelivered events (`Pending` or `Delivering`, or no status yet), oldest first.
 ///
-/// Creation time has one-second resolution, so ties are broken by the creation resourceVersion (an integer on
-/// etcd-backed servers) and then the name.
+/// Creation time has one-second resolution, so ties are broken by the name: something that never changes (the
+/// resourceVersion moves with every status write, so an event going back to `Pending` would change places).
 pub fn undelivered(mut events: Vec<WorkEvent>) -> Vec<WorkEvent> {
     events.retain(|e| {
         let phase = e.status.as_ref().and_then(|s| s.phase);
         !matches!(phase, Some(EventPhase::Delivered | EventPhase::Failed))
     });
-    let key = |e: &WorkEvent| {
-        let created = e.metadata.creation_timestamp.clone().map(|t| t.0);
-        let rv = e.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(u64::MAX);
-        (created, rv, e.name_any())
-    };
+    let key = |e: &WorkEvent| (e.metadata.creation_timestamp.clone().map(|t| t.0), e.name_any());
     events.sort_by_cached_key(key);
     events
 }
@@ -61,5 +57,33 @@ pub fn apply(ev: &WorkEvent, update: &super::EventUpdate, now: Time) -> WorkEven
         harness_session_id: update.harness_session_id.clone().or(old.harness_session_id),
         attempts: old.attempts + u32::from(update.attempt),
         message: update.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::WorkEventSpec;
+
+    fn event(name: &str, created: i64, rv: &str, phase: Option<EventPhase>) -> WorkEvent {
+        let mut e = WorkEvent::new(name, WorkEventSpec { session: "s".into(), prompt: "p".into(), source: None });
+        e.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(created).unwrap()));
+        e.metadata.resource_version = Some(rv.into());
+        e.status = phase.map(|phase| WorkEventStatus { phase: Some(phase), ..Default::default() });
+        e
+    }
+
+    #[test]
+    fn order_is_creation_then_name_and_never_moves() {
+        let names = |events: Vec<WorkEvent>| undelivered(events).iter().map(|e| e.name_any()).collect::<Vec<_>>();
+        let before = vec![event("b", 10, "5", None), event("a", 10, "9", None), event("c", 9, "7", None)];
+        assert_eq!(names(before), ["c", "a", "b"]);
+        // "a" went to Delivering and back to Pending: its resourceVersion moved on, its place did not.
+        let after = vec![
+            event("b", 10, "5", None),
+            event("a", 10, "42", Some(EventPhase::Pending)),
+            event("c", 9, "7", Some(EventPhase::Delivered)),
+        ];
+        assert_eq!(names(after), ["a", "b"]);
     }
 }

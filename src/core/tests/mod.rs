@@ -550,3 +550,27 @@ fn status_records_generation_and_tmux_session() {
     assert_eq!((plan.status.observed_generation, plan.status.tmux_session.as_deref()), (Some(3), Some("loop-repo-12")));
     assert!(plan.status.conditions.iter().all(|c| c.observed_generation == Some(3)));
 }
+
+#[test]
+fn timestamps_at_the_end_of_time_do_not_panic() {
+    let end = Timestamp::MAX;
+    let mut status = ran_old();
+    status.last_respawn.as_mut().unwrap().time = Time(end);
+    status.next_retry_time = Some(Time(end));
+    status.last_failure_time = Some(Time(end));
+    for liveness in [Liveness::Alive, Liveness::Dead, Liveness::Absent] {
+        for now in [t(100), end] {
+            let mut case = Case::new(status.clone());
+            case.status.phase = Some(Phase::Running);
+            case.liveness = liveness;
+            case.now = now;
+            case.events = vec![delivering("e1", "one", Via::Pasted), ev("e2", "two")];
+            case.step();
+            case.step();
+        }
+    }
+    let mut case = Case::new(ran_old());
+    case.now = end;
+    let plan = case.step(); // a spawn whose probe deadline lies past the end of time
+    assert_eq!(plan.status.verification.map(|v| v.deadline.0), Some(end));
+}
