@@ -255,6 +255,8 @@ async fn bench_respawn() {
             binary: "/bin/sh".into(),
             argv: vec!["-c".into(), script.clone(), id.clone(), "benchmark event".into()],
             tag: format!("bench-{i}"),
+            owner: "bench".into(),
+            owner_name: "bench/raw".into(),
         };
         let t = Instant::now();
         runner.spawn(&spawn).await.unwrap();

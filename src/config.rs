@@ -49,6 +49,9 @@ pub struct TmuxConfig {
     pub socket: Option<PathBuf>,
     /// The tmux session of a work item is `<sessionPrefix><workItem>`.
     pub session_prefix: String,
+    /// Whether the agent may start the tmux server (`tmux.startServer`; false where tmux has a container of its
+    /// own, as in the chart: a missing server is then `TmuxUnavailable`, never replaced).
+    pub start_server: bool,
 }
 
 /// Resume defaults (the seed's `resumeOnRespawn` and `resumeProbeSeconds`, and the settle window).
@@ -65,7 +68,7 @@ pub struct Defaults {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            tmux: TmuxConfig { socket: None, session_prefix: DEFAULT_SESSION_PREFIX.into() },
+            tmux: TmuxConfig { socket: None, session_prefix: DEFAULT_SESSION_PREFIX.into(), start_server: true },
             defaults: Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 },
             harnesses: harness::builtin(),
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
@@ -133,6 +136,7 @@ struct DeliveryFile {
 struct TmuxFile {
     socket: Option<PathBuf>,
     session_prefix: Option<String>,
+    start_server: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -167,6 +171,7 @@ impl Config {
         };
         let mut config = Config::default();
         config.tmux.socket = file.tmux.socket;
+        config.tmux.start_server = file.tmux.start_server.unwrap_or(true);
         if let Some(prefix) = file.tmux.session_prefix {
             if !prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
                 return Err(invalid(
@@ -334,7 +339,7 @@ mod tests {
     #[test]
     fn empty_file_gives_the_defaults() {
         let c = parse("").unwrap();
-        assert_eq!(c.tmux, TmuxConfig { socket: None, session_prefix: "loop-".into() });
+        assert_eq!(c.tmux, TmuxConfig { socket: None, session_prefix: "loop-".into(), start_server: true });
         assert_eq!(
             c.defaults,
             Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 }
@@ -352,6 +357,7 @@ mod tests {
 tmux:
   socket: /run/worksession/tmux.sock
   sessionPrefix: ws-
+  startServer: false
 defaults:
   resumeOnRespawn: false
   resumeProbeSeconds: 0
@@ -381,6 +387,7 @@ harnessHome: /srv/home
         .unwrap();
         assert_eq!(c.tmux.socket.as_deref(), Some(Path::new("/run/worksession/tmux.sock")));
         assert_eq!(c.tmux_session("a"), "ws-a");
+        assert!(!c.tmux.start_server);
         assert_eq!(c.event_retention, Some(Duration::from_secs(3600)));
         assert_eq!(
             c.defaults,

@@ -34,8 +34,12 @@ pub enum Liveness {
 pub const SPAWN_TAG: &str = "@worksession-spawn";
 /// The session option a paste tags its session with (the prompt's key), in the paste's own tmux call.
 pub const PASTE_TAG: &str = "@worksession-pasted";
+/// The session option naming the object that owns a session (its UID), set by the spawn's own tmux call.
+pub const OWNER_TAG: &str = "@worksession-owner";
+/// The session option naming that object for people (`namespace/name`).
+pub const OWNER_NAME_TAG: &str = "@worksession-owner-name";
 /// The `list-panes` format of an observation: one line per pane.
-const OBSERVE_FORMAT: &str = "#{session_name}\t#{pane_dead}\t#{@worksession-spawn}\t#{@worksession-pasted}";
+const OBSERVE_FORMAT: &str = "#{session_name}\t#{pane_dead}\t#{@worksession-spawn}\t#{@worksession-pasted}\t#{@worksession-owner}\t#{@worksession-owner-name}";
 
 /// What one observation saw of one tmux session.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,12 +50,25 @@ pub struct SessionView {
     pub spawn: String,
     /// The key of the last prompt pasted into it ([`PASTE_TAG`]).
     pub pasted: String,
+    /// The UID of the object that owns it ([`OWNER_TAG`]; empty: spawned before owners were tagged).
+    pub owner: String,
+    /// That object's `namespace/name`.
+    pub owner_name: String,
+}
+
+impl SessionView {
+    /// Whether the session may be adopted, pasted into or stopped by the object with UID `owner`.
+    pub fn belongs_to(&self, owner: &str) -> bool {
+        self.owner.is_empty() || self.owner == owner
+    }
 }
 
 /// Every tmux session, from one `list-panes -a` call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observation {
     sessions: HashMap<String, SessionView>,
+    /// Whether a tmux server answered at all.
+    pub server: bool,
 }
 
 impl Observation {
@@ -65,13 +82,13 @@ impl Observation {
                 continue;
             }
             let dead = fields.next().unwrap_or_default();
-            let (spawn, pasted) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
+            let mut next = || fields.next().unwrap_or_default().to_string();
+            let (spawn, pasted, owner, owner_name) = (next(), next(), next(), next());
             let view = sessions.entry(session.to_string()).or_default();
             view.alive |= dead.trim() != "1"; // "0", or unreadable: live (the seed's degrade-to-live)
-            view.spawn = spawn.to_string();
-            view.pasted = pasted.to_string();
+            *view = SessionView { alive: view.alive, spawn, pasted, owner, owner_name };
         }
-        Self { sessions }
+        Self { sessions, server: true }
     }
 
     /// The liveness of the session named `session`.
@@ -112,6 +129,10 @@ pub struct Spawn {
     pub argv: Vec<String>,
     /// Tagged on the session as [`SPAWN_TAG`] in the same tmux call (letters, digits and `-` only).
     pub tag: String,
+    /// The owner's UID, tagged as [`OWNER_TAG`] in the same call (letters, digits and `-` only).
+    pub owner: String,
+    /// The owner's `namespace/name`, tagged as [`OWNER_NAME_TAG`].
+    pub owner_name: String,
 }
 
 /// A tmux call that failed.
@@ -155,7 +176,9 @@ pub trait Tmux: Send + Sync {
     /// Clears a stale session of that name, then starts the harness with `remain-on-exit` on.
     fn spawn(&self, spawn: &Spawn) -> impl Future<Output = Result<(), TmuxError>> + Send;
     /// Stops the session; an absent session is not an error.
-    fn stop(&self, session: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
+    /// Stops `session` unless it belongs to another owner than `owner` (checked inside the tmux server, in the same
+    /// command as the kill, so no other reconcile can slip in between).
+    fn stop(&self, session: &str, owner: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
     /// The last `lines` non-empty lines the session's pane printed (dead or alive).
     fn last_lines(&self, session: &str, lines: usize) -> impl Future<Output = Result<String, TmuxError>> + Send;
     /// Pastes `text` into the session's pane as one bracketed paste, then presses Enter.
@@ -170,6 +193,12 @@ pub trait Tmux: Send + Sync {
 pub struct TmuxRunner {
     binary: PathBuf,
     socket: Option<PathBuf>,
+    start_server: bool,
+}
+
+/// Whether `value` can go into a tmux format or command string as it is: letters, digits, `-`, `/`, `.`, `_`.
+pub fn is_tag(value: &str) -> bool {
+    value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/' || b == b'.' || b == b'_')
 }
 
 /// An exact-match target for a session's active pane.
@@ -202,7 +231,13 @@ fn no_session(stderr: &str) -> bool {
 impl TmuxRunner {
     /// A runner for the server at `socket`, or tmux's default server.
     pub fn new(socket: Option<PathBuf>) -> Self {
-        Self { binary: "tmux".into(), socket }
+        Self { binary: "tmux".into(), socket, start_server: true }
+    }
+
+    /// The same, never starting a tmux server (`tmux -N`) when `start` is false: where tmux runs in a container of
+    /// its own, a server started by the agent would take the socket from it.
+    pub fn with_start_server(self, start: bool) -> Self {
+        Self { start_server: start, ..self }
     }
 
     /// The same, running the tmux executable at `binary` instead of `tmux` from `PATH`.
@@ -223,6 +258,9 @@ impl TmuxRunner {
         let mut cmd = Command::new(&self.binary);
         if let Some(socket) = &self.socket {
             cmd.arg("-S").arg(socket);
+        }
+        if !self.start_server {
+            cmd.arg("-N");
         }
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         cmd
@@ -259,7 +297,8 @@ impl Tmux for TmuxRunner {
         let cmd = self.command(["list-panes", "-a", "-F", OBSERVE_FORMAT]);
         match self.run("list-panes", cmd, None).await? {
             Ok(out) => Ok(Observation::parse(&out)),
-            Err(stderr) if no_session(&stderr) => Ok(Observation::default()), // no server, or no sessions
+            Err(stderr) if no_server(&stderr) => Ok(Observation::default()),
+            Err(stderr) if no_session(&stderr) => Ok(Observation { server: true, ..Default::default() }),
             Err(stderr) => Err(TmuxError::Failed { command: "list-panes", stderr }),
         }
     }
@@ -284,10 +323,13 @@ impl Tmux for TmuxRunner {
             [";", "set-option", "-w", "-t", &pane_target(&spawn.session), "remain-on-exit", "on"].map(Into::into),
         );
         // The tag in the same call: an observation shows a session with it, or no session of this spawn at all.
-        args.extend([";", "set-option", "-t", &pane_target(&spawn.session), SPAWN_TAG, &spawn.tag].map(Into::into));
+        let target = pane_target(&spawn.session);
+        for (tag, value) in [(SPAWN_TAG, &spawn.tag), (OWNER_TAG, &spawn.owner), (OWNER_NAME_TAG, &spawn.owner_name)] {
+            args.extend([";", "set-option", "-t", &target, tag, value].map(Into::into));
+        }
         // Clearing the last session makes the server exit, and a new-session racing that exit is told so: retry.
         // (Clearing in the same tmux call as new-session crashed tmux 3.3a's server, taking every session along.)
-        self.stop(&spawn.session).await?;
+        self.stop(&spawn.session, &spawn.owner).await?;
         let mut attempts = 0;
         loop {
             match self.run("new-session", self.command(&args), None).await? {
@@ -298,8 +340,15 @@ impl Tmux for TmuxRunner {
         }
     }
 
-    async fn stop(&self, session: &str) -> Result<(), TmuxError> {
-        let cmd = self.command(["kill-session", "-t", &format!("={session}")]);
+    async fn stop(&self, session: &str, owner: &str) -> Result<(), TmuxError> {
+        if !is_tag(owner) {
+            return Err(TmuxError::Failed { command: "kill-session", stderr: format!("owner {owner:?} is not a tag") });
+        }
+        // Only a session that is ours, or that nobody claims, is killed: decided by the server itself.
+        let ours = format!("#{{||:#{{==:#{{{OWNER_TAG}}},}},#{{==:#{{{OWNER_TAG}}},{owner}}}}}");
+        let kill = format!("kill-session -t ={session}");
+        // A pane target: tmux 3.3a expands `-t =name` (a session target) here without the session's options.
+        let cmd = self.command(["if-shell", "-F", "-t", &pane_target(session), &ours, &kill]);
         match self.run("kill-session", cmd, None).await? {
             Err(stderr) if !no_session(&stderr) => Err(TmuxError::Failed { command: "kill-session", stderr }),
             _ => Ok(()),

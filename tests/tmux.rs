@@ -14,7 +14,7 @@ async fn no_server_means_every_session_is_absent() {
     let obs = tmux.runner.observe().await.unwrap();
     assert!(obs.is_empty());
     assert_eq!(obs.liveness("loop-x"), Liveness::Absent);
-    tmux.runner.stop("loop-x").await.unwrap();
+    tmux.runner.stop("loop-x", "test-owner").await.unwrap();
 }
 
 #[tokio::test]
@@ -219,4 +219,42 @@ async fn the_standin_drops_early_input_and_fails_late_with_its_tui_up() {
     tmux.await_liveness("loop-late", Liveness::Dead).await;
     tmux.await_output("loop-late", "No conversation found with session ID: ghost").await;
     assert!(tmux.prompts().iter().all(|p| p.prompt != "lost"), "nothing reached a conversation");
+}
+
+#[tokio::test]
+async fn stop_and_spawn_leave_another_owners_session_alone() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-shared", Mode::Fresh, "conv-a", None, &[])).await.unwrap();
+    tmux.await_output("loop-shared", "ready>").await;
+    let pid = tmux.pane_pid("loop-shared");
+    // Another object's stop, and another object's spawn (which clears a stale session first), change nothing.
+    tmux.runner.stop("loop-shared", "another-owner").await.unwrap();
+    let theirs = worksession::tmux::Spawn {
+        owner: "another-owner".into(),
+        ..tmux.spawn_of("loop-shared", Mode::Fresh, "conv-b", None, &[])
+    };
+    let refused = tmux.runner.spawn(&theirs).await.unwrap_err();
+    assert!(refused.to_string().contains("duplicate session"), "{refused}");
+    assert_eq!(tmux.pane_pid("loop-shared"), pid, "the owner's harness still runs");
+    let obs = tmux.runner.observe().await.unwrap();
+    assert_eq!(obs.session("loop-shared").map(|v| v.owner.as_str()), Some("test-owner"));
+    // Its owner's stop does stop it.
+    tmux.runner.stop("loop-shared", "test-owner").await.unwrap();
+    assert_eq!(tmux.runner.observe().await.unwrap().liveness("loop-shared"), Liveness::Absent);
+}
+
+#[tokio::test]
+async fn without_starting_a_server_no_server_is_reported_and_none_is_started() {
+    let tmux = TmuxServer::new();
+    let runner = TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_start_server(false);
+    let obs = runner.observe().await.unwrap();
+    assert!(!obs.server, "no server answers");
+    let err = runner.spawn(&tmux.spawn_of("loop-n", Mode::Fresh, "conv-n", None, &[])).await.unwrap_err();
+    assert!(!err.to_string().is_empty());
+    assert!(!tmux.runner.observe().await.unwrap().server, "tmux -N started nothing");
+    // With a server up, the same runner works.
+    tmux.runner.spawn(&tmux.spawn_of("loop-up", Mode::Fresh, "conv-up", None, &[])).await.unwrap();
+    assert!(runner.observe().await.unwrap().server);
+    runner.spawn(&tmux.spawn_of("loop-n", Mode::Fresh, "conv-n", None, &[])).await.unwrap();
+    tmux.await_output("loop-n", "ready>").await;
 }

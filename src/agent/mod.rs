@@ -48,7 +48,8 @@ async fn reconciler<S: Store>(
     if let Some(addr) = options.admin_addr {
         Admin::new(registry, ready).serve(addr).await?;
     }
-    let socket = options.config.borrow().tmux.socket.clone();
+    let tmux = options.config.borrow().tmux.clone();
+    let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);
     let (config, failpoint) = (options.config, options.failpoint);
-    Ok(Reconciler { store, observer: Observer::new(TmuxRunner::new(socket)), node, config, metrics, failpoint })
+    Ok(Reconciler { store, observer: Observer::new(runner), node, config, metrics, failpoint })
 }

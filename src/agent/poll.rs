@@ -43,7 +43,8 @@ pub async fn run<S: Store, T: Tmux>(
         let mut now_seen = HashMap::with_capacity(seen.len());
         for ws in sessions() {
             let key = ObjectRef::from_obj(&*ws);
-            let liveness = obs.liveness(&config.tmux_session(&ws.spec.work_item));
+            let (owner, _) = super::reconcile::owner_of(&ws);
+            let liveness = obs.liveness(&super::reconcile::current_session(&ws, &obs, &config, &owner));
             // A change since the last poll, or a pane that is not alive while status says Running (a respawn and a
             // death can both fall between two polls).
             let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);

@@ -200,10 +200,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             next_expiry = next;
         }
         let pending = evidence::pending_events(&queue::undelivered(events.clone()));
-        let session = config.tmux_session(&ws.spec.work_item);
         let observation = observation.map_err(ReconcileError::Observe)?;
-        let liveness = observation.liveness(&session);
         let recorded = ws.status.clone().unwrap_or_default();
+        let (owner, owner_name) = owner_of(&ws);
+        let session = current_session(&ws, &observation, &config, &owner);
+        let liveness = observation.liveness(&session);
         let evidence = self.gather(&ws, &recorded, &pending, liveness, &config).await;
         let mut status = recorded.clone();
         let mut spawn_failure: Option<String> = None;
@@ -219,6 +220,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 liveness,
                 last_output: &evidence.last_output,
                 tmux: observation.session(&session),
+                tmux_server: observation.server,
+                session: Some(session.as_str()),
+                owner: &owner,
+                owner_name: &owner_name,
                 screen: evidence.screen.as_deref(),
                 confirmed: &evidence.confirmed,
                 conversation_found: evidence.conversation_found,
@@ -232,7 +237,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 self.store.write_status(&ws, intent).await.map_err(ReconcileError::WriteIntent)?;
                 self.failpoint(Failpoint::AfterIntent).await;
             }
-            match self.execute(&ws, &events, &plan).await {
+            match self.execute(&ws, &owner, &events, &plan).await {
                 Ok(()) => {
                     if plan.status != recorded && !plan.ops.contains(&Op::ReleaseFinalizer) {
                         self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
@@ -257,12 +262,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         unreachable!("the loop returns")
     }
 
-    async fn execute(&self, ws: &WorkSession, events: &[WorkEvent], plan: &Plan) -> Result<(), ExecError> {
+    async fn execute(&self, ws: &WorkSession, owner: &str, events: &[WorkEvent], plan: &Plan) -> Result<(), ExecError> {
         let tmux = self.observer.tmux();
         let other = |e: ReconcileError| ExecError::Other(e);
         for op in &plan.ops {
             match op {
-                Op::Stop { session } => tmux.stop(session).await.map_err(|e| other(ReconcileError::Stop(e)))?,
+                Op::Stop { session } => tmux.stop(session, owner).await.map_err(|e| other(ReconcileError::Stop(e)))?,
                 Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
                 Op::Paste { session, key, text } => {
                     tmux.paste(session, text, key)
@@ -325,6 +330,27 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             core::Severity::Normal => tracing::info!(event, namespace, name, resumed, reason, "{}", notice.message),
             core::Severity::Warning => tracing::warn!(event, namespace, name, reason, "{}", notice.message),
         }
+    }
+}
+
+/// The object's identity in tmux tags: its UID, or `namespace/name` where objects have none (local mode); and its
+/// `namespace/name` for people.
+pub fn owner_of(ws: &WorkSession) -> (String, String) {
+    let name = format!("{}/{}", ws.namespace().unwrap_or_default(), ws.name_any());
+    let uid = ws.metadata.uid.clone().filter(|u| crate::tmux::is_tag(u) && !u.is_empty());
+    (uid.unwrap_or_else(|| name.clone()), name)
+}
+
+/// The tmux session the harness runs in: the recorded one while it still exists and is this object's (a changed
+/// `sessionPrefix` never orphans a running harness), else `<prefix><workItem>`.
+pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Config, owner: &str) -> String {
+    let configured = config.tmux_session(&ws.spec.work_item);
+    let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
+    // Only a name of the shape the agent makes is used: it goes to tmux as a target.
+    let valid = |s: &String| s.ends_with(&format!("-{}", ws.spec.work_item)) || s.ends_with(&ws.spec.work_item);
+    match recorded.filter(|s| s != &configured && valid(s) && crate::tmux::is_tag(s)) {
+        Some(old) if observation.session(&old).is_some_and(|v| v.belongs_to(owner)) => old,
+        _ => configured,
     }
 }
 

@@ -43,6 +43,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Longer prompts are pasted once the harness is ready instead of riding on the command line (tmux refuses
 /// commands over about 16 KiB).
 pub const ARGV_PROMPT_LIMIT: usize = 8 * 1024;
+/// How often a session that cannot run for now (a work item conflict, no tmux server) is looked at again.
+pub const CONFLICT_RECHECK: Duration = Duration::from_secs(5);
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(600);
 
@@ -95,7 +97,10 @@ pub fn decide(input: &Input) -> Plan {
 /// One decision being built.
 struct Decision<'a, 'i> {
     input: &'i Input<'a>,
+    /// The tmux session the harness runs in now: the recorded one when a prefix change left it running.
     session: String,
+    /// The tmux session a spawn uses: `<prefix><workItem>` under the current config.
+    configured: String,
     status: WorkSessionStatus,
     intent: Option<WorkSessionStatus>,
     ops: Vec<Op>,
@@ -106,9 +111,10 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn new(input: &'i Input<'a>) -> Self {
         let mut status = input.status.clone();
         status.observed_generation = input.generation;
-        let session = input.config.tmux_session(&input.spec.work_item);
+        let configured = input.config.tmux_session(&input.spec.work_item);
+        let session = input.session.map_or_else(|| configured.clone(), str::to_string);
         status.tmux_session = Some(session.clone());
-        Self { input, session, status, intent: None, ops: Vec::new(), requeue_after: None }
+        Self { input, session, configured, status, intent: None, ops: Vec::new(), requeue_after: None }
     }
 
     fn plan(self) -> Plan {
@@ -157,9 +163,24 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     fn run(mut self) -> Plan {
         let input = self.input;
+        // A tmux session tagged for another object is never adopted, pasted into, stopped or replaced.
+        let conflict = input.tmux.filter(|t| !t.belongs_to(input.owner));
         if input.deleting {
-            self.ops.push(Op::Stop { session: self.session.clone() });
+            if conflict.is_none() {
+                self.ops.push(Op::Stop { session: self.session.clone() });
+            }
             self.ops.push(Op::ReleaseFinalizer);
+            return self.plan();
+        }
+        if let Some(other) = conflict {
+            self.status.phase = Some(Phase::Pending);
+            self.status.verification = None;
+            let message = format!(
+                "tmux session {} belongs to WorkSession {}; work items must be unique on a node",
+                self.session, other.owner_name
+            );
+            self.ready(false, "WorkItemConflict", message);
+            self.requeue(CONFLICT_RECHECK);
             return self.plan();
         }
         let profile = match self.validate() {
@@ -181,6 +202,18 @@ impl<'a, 'i> Decision<'a, 'i> {
             let waiting = self.prompts().len();
             let prompts = if waiting == 1 { "prompt waits" } else { "prompts wait" };
             self.ready(false, "Suspended", format!("spec.suspend is set; {waiting} {prompts}"));
+            return self.plan();
+        }
+        if !input.tmux_server && !input.config.tmux.start_server {
+            // tmux runs in a container of its own: never start a server here; wait for it to come back.
+            self.return_unconfirmed("the tmux server is gone; it will be sent again");
+            self.status.phase = Some(Phase::Pending);
+            self.ready(
+                false,
+                "TmuxUnavailable",
+                "no tmux server answers on the socket, and the agent never starts one",
+            );
+            self.requeue(CONFLICT_RECHECK);
             return self.plan();
         }
         let settings = Settings::of(input.spec, input.config);

@@ -58,6 +58,14 @@ pub struct Input<'a> {
     pub last_output: &'a str,
     /// What the observation saw of the tmux session (its tags), if it exists.
     pub tmux: Option<&'a SessionView>,
+    /// Whether a tmux server answered the observation.
+    pub tmux_server: bool,
+    /// The tmux session the harness runs in, when not `<prefix><workItem>` (a prefix changed while it ran).
+    pub session: Option<&'a str>,
+    /// This object's identity in tmux tags: its UID (or `namespace/name` where objects have no UID).
+    pub owner: &'a str,
+    /// Its `namespace/name`.
+    pub owner_name: &'a str,
     /// The live pane's visible text, read when a prompt waits for the profile's `readyPattern`.
     pub screen: Option<&'a str>,
     /// Keys of the prompts the harness's transcript shows (where the profile names it).

@@ -121,6 +121,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         };
         let boot_key = boot.map(|(key, _)| key);
         self.status.verification = Some(v);
+        if self.session != self.configured {
+            // The dead harness of an older session name: cleared, and the spawn takes the configured name.
+            self.ops.push(Op::Stop { session: self.session.clone() });
+            self.session = self.configured.clone();
+        }
+        self.status.tmux_session = Some(self.session.clone());
         self.status.phase = Some(Phase::Starting);
         self.ready(false, "Starting", "spawning the harness");
         self.intent = Some(self.status.clone());
@@ -142,11 +148,13 @@ impl<'a, 'i> Decision<'a, 'i> {
         let prompt = boot.map(clean_prompt);
         let argv = profile.argv(&input.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
         Ok(Op::Spawn(Spawn {
-            session: self.session.clone(),
+            session: self.configured.clone(),
             workdir: input.spec.workdir.clone().into(),
             binary: profile.binary.clone(),
             argv,
             tag: v.spawn.clone(),
+            owner: input.owner.to_string(),
+            owner_name: input.owner_name.to_string(),
         }))
     }
 

@@ -56,6 +56,8 @@ impl TmuxServer {
             binary: profile.binary.clone(),
             argv: profile.argv("standin", mode, id, prompt).unwrap(),
             tag: format!("spawn-{id}"),
+            owner: "test-owner".into(),
+            owner_name: "tests/standin".into(),
         }
     }
 

@@ -6,10 +6,13 @@ use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSp
 use crate::tmux::SessionView;
 
 mod delivery;
+mod isolation;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 const NEW: &str = "11111111-2222-4333-8444-555555555555";
+/// The WorkSession's UID, its tag on the tmux sessions it spawns.
+const OWNER: &str = "uid-of-this-session";
 const OLD: &str = "0a0b0c0d-old";
 
 fn t(secs: i64) -> Timestamp {
@@ -63,6 +66,8 @@ struct Case {
     now: Timestamp,
     deleting: bool,
     tmux: Option<SessionView>,
+    server: bool,
+    session: Option<&'static str>,
     screen: Option<&'static str>,
     confirmed: Vec<String>,
     found: Option<bool>,
@@ -85,6 +90,8 @@ impl Case {
             now: t(100),
             deleting: false,
             tmux: None,
+            server: true,
+            session: None,
             screen: Some(CLAUDE_READY),
             confirmed: Vec::new(),
             found: None,
@@ -106,6 +113,10 @@ impl Case {
             now: self.now,
             new_session_id: NEW,
             tmux: self.tmux.as_ref(),
+            tmux_server: self.server,
+            session: self.session,
+            owner: OWNER,
+            owner_name: "ns/repo-12",
             screen: self.screen,
             confirmed: &self.confirmed,
             conversation_found: self.found,

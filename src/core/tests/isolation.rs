@@ -1,0 +1,72 @@
+//! Isolation, as the core decides it: a tmux session tagged for another WorkSession is never adopted, pasted into,
+//! stopped or replaced; a prefix change never orphans a running harness; no tmux server where the agent must not
+//! start one is a condition, not a spawn.
+
+use super::*;
+
+fn others() -> SessionView {
+    SessionView {
+        alive: true,
+        owner: "uid-of-another".into(),
+        owner_name: "team-b/repo-12".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_session_tagged_for_another_worksession_is_never_adopted_pasted_into_or_stopped() {
+    for liveness in [Liveness::Alive, Liveness::Dead] {
+        let mut case = Case::new(ran_old());
+        case.liveness = liveness;
+        case.tmux = Some(SessionView { alive: liveness == Liveness::Alive, ..others() });
+        let plan = case.decide();
+        assert_eq!(ops(&plan), Vec::<String>::new(), "{liveness:?}: no paste, no stop, no spawn");
+        assert_eq!(condition(&plan.status, READY), Some(("False", "WorkItemConflict")));
+        let ready = plan.status.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert!(ready.message.contains("team-b/repo-12"), "names the other: {}", ready.message);
+        // Deleting this one releases it and leaves the other's harness alone.
+        case.deleting = true;
+        assert_eq!(ops(&case.decide()), ["release finalizer"]);
+    }
+    // Its own tag, or none (spawned before tags), is adopted as before.
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, owner: OWNER.into(), ..Default::default() });
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-repo-12: please fix the bug");
+}
+
+#[test]
+fn a_prefix_change_keeps_a_live_harness_and_respawns_under_the_new_name() {
+    let mut case = Case::new(ran_old());
+    case.config.tmux.session_prefix = "ws-".into();
+    case.session = Some("loop-repo-12"); // the reconcile found the recorded session still there
+    case.liveness = Liveness::Alive;
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[0], "paste e1 into loop-repo-12: please fix the bug", "the live harness gets the event");
+    assert_eq!(plan.status.tmux_session.as_deref(), Some("loop-repo-12"));
+    // Once it died: the old session is cleared and the respawn takes the new name, resuming the same conversation.
+    case.liveness = Liveness::Dead;
+    let plan = case.decide();
+    assert_eq!(
+        ops(&plan)[..2],
+        ["stop loop-repo-12", "spawn ws-repo-12 claude --resume 0a0b0c0d-old -- please fix the bug"]
+    );
+    assert_eq!(plan.status.tmux_session.as_deref(), Some("ws-repo-12"));
+}
+
+#[test]
+fn no_tmux_server_where_the_agent_must_not_start_one() {
+    let mut case = Case::new(ran_old());
+    case.config.tmux.start_server = false;
+    case.server = false;
+    case.liveness = Liveness::Absent;
+    let plan = case.decide();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "no spawn: it would start a server");
+    assert_eq!(condition(&plan.status, READY), Some(("False", "TmuxUnavailable")));
+    assert_eq!(plan.requeue_after, Some(CONFLICT_RECHECK));
+    case.server = true;
+    assert_eq!(spawned(&case.decide()), RESUME_E1, "the server is back: the same conversation resumes");
+    case.config.tmux.start_server = true;
+    case.server = false;
+    assert_eq!(spawned(&case.decide()), RESUME_E1, "local mode starts its own server");
+}
