@@ -11,7 +11,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use standin::seed_conversation;
 use support::eventually;
-use worksession::api::{EventPhase, Phase, Via};
+use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
 use worksession::tmux::{Liveness, Tmux};
 use world::{World, condition, recorded_id};
 
@@ -251,4 +251,100 @@ async fn delivered_events_are_deleted_after_the_retention() {
     })
     .await;
     assert_eq!(w.prompts().iter().filter(|p| p.prompt == "short-lived").count(), 1);
+}
+
+// Isolation (issue 12).
+
+#[tokio::test]
+async fn two_worksessions_of_one_work_item_on_one_node_never_cross() {
+    let w = World::new().await;
+    w.create_session("shared", json!({})).await;
+    w.await_phase("shared", Phase::Running).await;
+    w.tmux.await_output("loop-shared", "ready>").await;
+    let pid = w.tmux.pane_pid("loop-shared");
+
+    // The same work item on the same node, from another namespace.
+    let other = support::TestNamespace::new().await;
+    let theirs: Api<WorkSession> = other.api();
+    let spec = json!({"workItem": "shared", "nodeName": w.node, "harness": "standin", "workdir": w.tmux.workdir()});
+    let ws: WorkSession = serde_json::from_value(json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "metadata": {"name": "shared"}, "spec": spec})).unwrap();
+    theirs.create(&Default::default(), &ws).await.unwrap();
+    let conflicted = eventually("the second session in conflict", || async {
+        let ws = theirs.get("shared").await.ok()?;
+        condition(&ws, "Ready").filter(|c| c.1 == "WorkItemConflict").map(|c| c.2)
+    })
+    .await;
+    assert!(conflicted.contains(&format!("{}/shared", w.ns.name)), "names the other: {conflicted}");
+
+    // Its event never reaches the first session's conversation; the first one's own event does.
+    let events: Api<WorkEvent> = other.api();
+    let ev: WorkEvent = serde_json::from_value(json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": "theirs-1"}, "spec": {"session": "shared", "prompt": "not for you"}})).unwrap();
+    events.create(&Default::default(), &ev).await.unwrap();
+    w.send("shared", "mine-1", "for you").await;
+    w.await_event("mine-1", EventPhase::Delivered).await;
+    eventually("the second session to see its event and hold it", || async {
+        let ws = theirs.get("shared").await.ok()?;
+        let reconciled_after = ws.status?.conditions.iter().any(|c| c.reason == "WorkItemConflict");
+        reconciled_after.then_some(())
+    })
+    .await;
+    assert!(w.prompts().iter().all(|p| p.prompt != "not for you"), "{:?}", w.prompts());
+    assert_eq!(events.get("theirs-1").await.unwrap().status.and_then(|s| s.phase), None, "held, not delivered");
+
+    // Deleting the second one leaves the first one's harness running.
+    theirs.delete("shared", &Default::default()).await.unwrap();
+    eventually("the second session gone", || async { theirs.get_opt("shared").await.ok()?.is_none().then_some(()) })
+        .await;
+    assert_eq!(w.tmux.pane_pid("loop-shared"), pid);
+    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-shared"), Liveness::Alive);
+}
+
+#[tokio::test]
+async fn a_session_prefix_change_never_orphans_a_harness() {
+    let mut w = World::new().await;
+    w.create_session("pfx", json!({})).await;
+    let id = recorded_id(&w.await_phase("pfx", Phase::Running).await);
+    w.tmux.await_output("loop-pfx", "ready>").await;
+    let pid = w.tmux.pane_pid("loop-pfx");
+    w.restart_agent_with_yaml(|yaml| yaml.replacen("tmux:\n", "tmux:\n  sessionPrefix: ws-\n", 1));
+    // The running harness keeps its conversation: the next event is pasted into it, same process.
+    w.send("pfx", "pfx-1", "still there?").await;
+    assert_eq!(w.await_event("pfx-1", EventPhase::Delivered).await.status.unwrap().via, Some(Via::Pasted));
+    assert_eq!(w.tmux.pane_pid("loop-pfx"), pid);
+    // After a crash it resumes the same conversation under the new name, and the old session is gone.
+    w.kill_harness("pfx").await;
+    w.send("pfx", "pfx-2", "after the crash").await;
+    let ev = w.await_event("pfx-2", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    let obs = w.tmux.runner.observe().await.unwrap();
+    assert_eq!((obs.liveness("ws-pfx"), obs.liveness("loop-pfx")), (Liveness::Alive, Liveness::Absent));
+}
+
+#[tokio::test]
+async fn a_killed_tmux_server_is_never_replaced_by_the_agent() {
+    let w = World::with_yaml(|_, yaml| yaml.replacen("tmux:\n", "tmux:\n  startServer: false\n", 1)).await;
+    // tmux runs on its own (as the chart's tmux container does): a keeper session holds its server up.
+    let keeper = || {
+        let status = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(w.tmux.socket())
+            .args(["new-session", "-d", "-s", "keeper", "sleep", "3600"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    keeper();
+    w.create_session("tu", json!({})).await;
+    let id = recorded_id(&w.await_phase("tu", Phase::Running).await);
+    w.tmux.await_output("loop-tu", "ready>").await;
+
+    std::process::Command::new("tmux").arg("-S").arg(w.tmux.socket()).arg("kill-server").status().unwrap();
+    w.send("tu", "tu-1", "are you there?").await;
+    w.await_session("tu", "TmuxUnavailable", |ws| condition(ws, "Ready").is_some_and(|c| c.1 == "TmuxUnavailable"))
+        .await;
+    assert!(!w.tmux.runner.observe().await.unwrap().server, "the agent started no tmux server");
+
+    keeper();
+    let ev = w.await_event("tu-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
 }

@@ -146,7 +146,7 @@ async fn a_signed_comment_reaches_the_harness_once_and_a_bad_signature_nothing()
     let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
     assert_eq!(status, 201, "{body}");
     let ev = w.await_event("gh-72d3162e-cc78-11e3-81ab-4c9367dc0958", EventPhase::Delivered).await;
-    assert_eq!(ev.spec.session, "hello-world-1347");
+    assert_eq!(ev.spec.session, "octo-org-hello-world-1347");
 
     let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
     assert_eq!(status, 200, "{body}");
@@ -219,14 +219,14 @@ async fn the_bridge_owns_events_by_the_live_session_uid() {
     let proxy = Proxy::start(upstream()).await;
     let bridge = start_bridge(&w, &proxy).await;
     assert_eq!(deliver(bridge, "uid-1", &issue_comment(5, "first"), None).await.0, 201);
-    let first = w.sessions().get("hello-world-5").await.unwrap();
-    w.sessions().delete("hello-world-5", &Default::default()).await.unwrap();
+    let first = w.sessions().get("octo-org-hello-world-5").await.unwrap();
+    w.sessions().delete("octo-org-hello-world-5", &Default::default()).await.unwrap();
     eventually("the session gone", || async {
-        w.sessions().get_opt("hello-world-5").await.unwrap().is_none().then_some(())
+        w.sessions().get_opt("octo-org-hello-world-5").await.unwrap().is_none().then_some(())
     })
     .await;
     assert_eq!(deliver(bridge, "uid-2", &issue_comment(5, "second"), None).await.0, 201);
-    let second = w.sessions().get("hello-world-5").await.unwrap();
+    let second = w.sessions().get("octo-org-hello-world-5").await.unwrap();
     assert_ne!(first.metadata.uid, second.metadata.uid, "re-created");
     let ev = w.events().get(&worksession::bridge::event_name("gh", "uid-2")).await.unwrap();
     let owner = ev.metadata.owner_references.unwrap_or_default();

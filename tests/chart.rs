@@ -249,7 +249,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let response = app.oneshot(request).await.unwrap();
     assert_eq!(response.status(), 201);
     let ev = w.await_event("gh-chart-1", EventPhase::Delivered).await;
-    assert_eq!(ev.spec.session, "sigma-5");
+    assert_eq!(ev.spec.session, "octo-org-sigma-5");
 
     // And no more than that.
     let bridge_sessions: Api<WorkSession> = Api::namespaced(bridge_client.clone(), &w.ns.name);

@@ -54,17 +54,16 @@ impl<S, T: Tmux> Reconciler<S, T> {
         ws: &WorkSession,
         status: &WorkSessionStatus,
         events: &[PendingEvent],
-        liveness: Liveness,
+        (session, liveness): (&str, Liveness),
         config: &Config,
     ) -> Evidence {
         let tmux = self.observer.tmux();
-        let session = config.tmux_session(&ws.spec.work_item);
         let profile = config.harnesses.get(&ws.spec.harness);
         let mut evidence = Evidence::default();
         // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
         let unexplained = status.verification.is_some() || status.phase == Some(Phase::Running);
         if liveness == Liveness::Dead && unexplained {
-            evidence.last_output = tmux.last_lines(&session, LAST_LINES).await.unwrap_or_default();
+            evidence.last_output = tmux.last_lines(session, LAST_LINES).await.unwrap_or_default();
         }
         let Some(profile) = profile else { return evidence };
         let initial = status.initial_prompt.as_ref().and_then(|p| p.phase);
@@ -76,7 +75,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         let waiting = events.iter().any(|e| e.phase == EventPhase::Pending)
             || (initial_owed && initial != Some(EventPhase::Delivering));
         if liveness == Liveness::Alive && waiting && profile.ready_pattern.is_some() {
-            evidence.screen = tmux.screen(&session).await.ok();
+            evidence.screen = tmux.screen(session).await.ok();
         }
         let (Some(template), Some(home)) = (&profile.conversation_path, &config.harness_home) else { return evidence };
         let workdir = &ws.spec.workdir;

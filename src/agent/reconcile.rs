@@ -205,7 +205,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let (owner, owner_name) = owner_of(&ws);
         let session = current_session(&ws, &observation, &config, &owner);
         let liveness = observation.liveness(&session);
-        let evidence = self.gather(&ws, &recorded, &pending, liveness, &config).await;
+        let evidence = self.gather(&ws, &recorded, &pending, (&session, liveness), &config).await;
         let mut status = recorded.clone();
         let mut spawn_failure: Option<String> = None;
         let new_session_id = uuid::Uuid::new_v4().to_string();

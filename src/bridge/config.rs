@@ -94,7 +94,7 @@ pub struct Route {
     pub harness: String,
     /// Working directory template (`{owner}`, `{repo}`, `{number}`).
     pub workdir: String,
-    /// Work item template; default `{repo}-{number}`.
+    /// Work item template; default [`DEFAULT_WORK_ITEM`].
     pub work_item: String,
 }
 
@@ -219,7 +219,7 @@ impl BridgeConfig {
                 node_name: r.node_name,
                 harness: r.harness,
                 workdir: r.workdir,
-                work_item: r.work_item.unwrap_or_else(|| "{repo}-{number}".into()),
+                work_item: r.work_item.unwrap_or_else(|| DEFAULT_WORK_ITEM.into()),
             });
         }
         Ok(Self {
@@ -247,11 +247,21 @@ pub fn render(template: &str, vars: &[(&str, &str)]) -> String {
 }
 
 /// A work item slug from a rendered template: lowercase DNS label, at most 63 characters.
+/// The work item of a route that names none: the owner is part of it, so `octo/api#12` and `acme/api#12` are two
+/// sessions.
+pub const DEFAULT_WORK_ITEM: &str = "{owner}-{repo}-{number}";
+
+/// `raw` as a DNS label: lowercase letters, digits and `-`. A slug over 63 characters keeps its first 54 and a
+/// hash of the whole, so two long names that share a beginning never become one session.
 pub fn slug(raw: &str) -> String {
-    let mut s: String =
-        raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-    s.truncate(63);
-    s.trim_matches('-').to_string()
+    let s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let s = s.trim_matches('-');
+    if s.len() <= 63 {
+        return s.to_string();
+    }
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(raw.as_bytes()));
+    format!("{}-{}", s[..54].trim_end_matches('-'), &digest[..8])
 }
 
 #[cfg(test)]
@@ -276,7 +286,7 @@ mod tests {
         );
         assert!(!format!("{gh:?}").contains("s3cret"), "secrets never print");
         assert_eq!(c.generic.as_ref().unwrap().namespace, "default");
-        assert_eq!(c.route("octo-org/hello").unwrap().work_item, "{repo}-{number}");
+        assert_eq!(c.route("octo-org/hello").unwrap().work_item, "{owner}-{repo}-{number}");
         assert!(c.route("other/hello").is_none());
         assert!(c.route("octo-orgx/hello").is_none(), "anchored");
         assert!(c.route("octo-org/a-much-longer-name").is_some(), "* spans characters");
@@ -300,5 +310,27 @@ mod tests {
         assert_eq!(slug("Hello.World-42"), "hello-world-42");
         assert_eq!(slug("--x--"), "x");
         assert_eq!(slug(&"a".repeat(80)).len(), 63);
+    }
+
+    #[test]
+    fn default_work_items_name_the_owner_and_long_slugs_stay_distinct() {
+        let render = |repo: &str| {
+            slug(&super::render(
+                DEFAULT_WORK_ITEM,
+                &[
+                    ("owner", repo.split('/').next().unwrap()),
+                    ("repo", repo.split('/').nth(1).unwrap()),
+                    ("number", "12"),
+                ],
+            ))
+        };
+        assert_eq!(render("octo/api"), "octo-api-12");
+        assert_ne!(render("octo/api"), render("acme/api"));
+        let long = |tail: &str| slug(&format!("{}-{tail}", "a-very-long-organisation-name/".repeat(3)));
+        let (one, two) = (long("repo-1"), long("repo-2"));
+        assert!(one.len() <= 63 && two.len() <= 63, "{one} {two}");
+        assert_ne!(one, two, "the same first 63 characters, two sessions");
+        assert_eq!(one, long("repo-1"), "stable");
+        assert!(one.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') && !one.ends_with('-'));
     }
 }

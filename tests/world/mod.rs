@@ -34,6 +34,11 @@ impl World {
 
     /// The same, with YAML made for the world's tmux server (its folders) appended to the agent config.
     pub async fn with_config_for(extra: impl FnOnce(&TmuxServer) -> String) -> Self {
+        Self::with_yaml(|tmux, yaml| yaml + &extra(tmux)).await
+    }
+
+    /// The same, with the agent config YAML rewritten by `edit`.
+    pub async fn with_yaml(edit: impl FnOnce(&TmuxServer, String) -> String) -> Self {
         // The agent's logs, shown for a failing test.
         let filter =
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "worksession=debug".into());
@@ -41,7 +46,7 @@ impl World {
         let ns = TestNamespace::new().await;
         crate::support::install_crds(ns.client.clone()).await;
         let tmux = TmuxServer::new();
-        let yaml = tmux.agent_config_yaml() + &extra(&tmux);
+        let yaml = edit(&tmux, tmux.agent_config_yaml());
         let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         let node = ns.name.clone();
         let mut world = World { ns, tmux, node, config, agent: None };
@@ -82,6 +87,14 @@ impl World {
         self.agent = Some(tokio::spawn(async move {
             worksession::agent::run(client, node, store, options).await.unwrap();
         }));
+    }
+
+    /// Restarts the agent with the agent config YAML rewritten by `edit`.
+    pub fn restart_agent_with_yaml(&mut self, edit: impl FnOnce(String) -> String) {
+        let yaml = edit(self.tmux.agent_config_yaml());
+        self.config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
+        self.stop_agent();
+        self.start_agent();
     }
 
     pub fn stop_agent(&mut self) {
