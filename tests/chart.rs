@@ -90,6 +90,20 @@ fn a_config_change_does_not_roll_the_agent_pods() {
     assert!(config.contains("resumeProbeSeconds: 7"), "the ConfigMap carries the change");
 }
 
+/// The agent config the chart renders is one the agent accepts: tmux on the shared socket, never started by the agent
+/// (tmux has its own container), and the harnesses' home the agent reads transcripts from.
+#[test]
+fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
+    let rendered = template("ws", "worksession", &["--set", "bridge.enabled=false"]);
+    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).expect("the agent ConfigMap");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+    let yaml = doc["data"]["agent.yaml"].as_str().unwrap();
+    let config = worksession::config::Config::parse(yaml, std::path::Path::new("agent.yaml")).unwrap();
+    assert!(!config.tmux.start_server, "{yaml}");
+    assert_eq!(config.tmux.socket.as_deref(), Some(std::path::Path::new("/run/worksession/tmux.sock")));
+    assert_eq!(config.harness_home.as_deref(), Some(std::path::Path::new("/srv/worksession/.home")));
+}
+
 #[test]
 fn chart_crds_are_the_generated_crds() {
     let chart_crds = std::fs::read(chart().join("crds/worksession.dev.yaml")).unwrap();
