@@ -93,7 +93,10 @@ async fn claude_world(with_store: bool) -> World {
     let out =
         std::process::Command::new(support::repo_root().join("scripts/testenv")).arg("claude-bin").output().unwrap();
     let bin = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    World::with_config_for(|tmux| {
+    // The product's default settle window (60 s): the test config's 5 s is shorter than the CLI's own late failure
+    // (15-40 s offline), and a pane that outlives the window is taken at its word.
+    World::with_yaml(|tmux, yaml| {
+        let yaml = yaml.replace("resumeSettleSeconds: 5", "resumeSettleSeconds: 60");
         let home = tmux.state();
         let config = json!({
             "hasCompletedOnboarding": true,
@@ -109,7 +112,7 @@ async fn claude_world(with_store: bool) -> World {
         std::fs::write(&wrapper, script).unwrap();
         std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
         let store = if with_store { "" } else { "    conversationPath: ''\n" };
-        format!("  claude:\n    binary: {}\n{store}", wrapper.display())
+        format!("{yaml}  claude:\n    binary: {}\n{store}", wrapper.display())
     })
     .await
 }

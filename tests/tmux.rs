@@ -162,6 +162,13 @@ async fn spawn_refuses_a_missing_workdir() {
     let err = tmux.runner.spawn(&spawn).await.unwrap_err();
     assert_eq!(err.category(), "workdir");
     assert!(tmux.runner.observe().await.unwrap().is_empty());
+    // A real directory whose name holds a tmux format: tmux would run it (`new-session -c` expands `#(...)`).
+    let marker = tmux.dir.path().join("pwned");
+    let hostile = tmux.dir.path().join(format!("x#(touch {})", marker.display()));
+    std::fs::create_dir_all(&hostile).unwrap();
+    spawn.workdir = hostile;
+    assert_eq!(tmux.runner.spawn(&spawn).await.unwrap_err().category(), "workdir");
+    assert!(!marker.exists(), "a workdir ran as a command");
 }
 
 #[tokio::test]
