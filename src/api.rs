@@ -415,10 +415,53 @@ pub enum Via {
     Fresh,
 }
 
+/// The `format`s the API server knows in a CRD schema; any other is dropped from the generated CRDs (the API server
+/// would warn `unrecognized format` on every apply). The bounds beside them (`minimum: 0` for unsigned integers)
+/// keep their meaning.
+pub const KNOWN_FORMATS: &[&str] = &[
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "byte",
+    "binary",
+    "date",
+    "date-time",
+    "duration",
+    "password",
+    "uuid",
+    "uri",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "cidr",
+    "mac",
+];
+
 /// The CRDs of this API, in the order `worksession crd` prints them.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![WorkSession::crd(), WorkEvent::crd()]
+    fn drop_unknown_formats(node: &mut serde_json::Value) {
+        match node {
+            serde_json::Value::Object(map) => {
+                if map.get("format").and_then(|f| f.as_str()).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
+                    map.remove("format");
+                }
+                map.values_mut().for_each(drop_unknown_formats);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(drop_unknown_formats),
+            _ => {}
+        }
+    }
+    [WorkSession::crd(), WorkEvent::crd()]
+        .into_iter()
+        .map(|crd| {
+            let mut value = serde_json::to_value(crd).expect("a CRD serializes");
+            drop_unknown_formats(&mut value);
+            serde_json::from_value(value).expect("a CRD without some formats is still a CRD")
+        })
+        .collect()
 }
 
 /// The CRDs as multi-document YAML: what `worksession crd` prints and `crds/` holds.
@@ -452,6 +495,17 @@ mod tests {
         let e = validate_spec(&spec("/tmp/x/#(touch /tmp/pwned)")).unwrap_err();
         assert_eq!(e.field, "workdir");
         assert!(validate_spec(&spec("/srv/work/repo-1.x")).is_ok());
+    }
+
+    #[test]
+    fn crds_carry_only_formats_the_api_server_knows() {
+        let yaml = crds_yaml();
+        let formats: Vec<&str> = yaml.lines().filter_map(|l| l.trim().strip_prefix("format: ")).collect();
+        assert!(!formats.is_empty(), "some formats stay (date-time, int64)");
+        for format in formats {
+            assert!(KNOWN_FORMATS.contains(&format), "format {format} would warn on every apply");
+        }
+        assert!(yaml.contains("minimum: 0"), "the bounds of unsigned fields stay");
     }
 
     #[test]

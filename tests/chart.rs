@@ -28,13 +28,7 @@ fn chart() -> PathBuf {
 }
 
 /// `helm` or `kubectl` from the test control plane's pinned binaries, talking to it.
-fn tool(name: &str) -> Command {
-    let out = Command::new(support::repo_root().join("scripts/testenv")).arg("bin-dir").output().unwrap();
-    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join(name);
-    let mut cmd = Command::new(bin);
-    cmd.env("KUBECONFIG", &support::control_plane().kubeconfig);
-    cmd
-}
+use support::tool;
 
 fn run(cmd: &mut Command, input: Option<&str>) -> String {
     cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })

@@ -67,8 +67,20 @@ fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
     if version != "worksession.dev/v1alpha1" {
         return Err(format!("apiVersion: {version:?} is not worksession.dev/v1alpha1"));
     }
+    /// Typed, with the path of the first error; a field the type does not know is an error too, as the API server
+    /// refuses it (a misspelt `initalPrompt` must not be dropped without a word).
     fn typed<K: DeserializeOwned>(value: Value) -> Result<K, String> {
-        serde_path_to_error::deserialize(value).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+        let mut unknown = Vec::new();
+        let mut track = serde_path_to_error::Track::new();
+        let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
+        let typed = serde_ignored::deserialize(tracked, |path| unknown.push(path.to_string()));
+        let typed = typed.map_err(|e| format!("{}: {e}", track.path()))?;
+        // apiVersion and kind were checked above; the generated types read them only when they serialize.
+        let known = |path: &String| path == "apiVersion" || path == "kind" || path.starts_with("status");
+        match unknown.into_iter().find(|path| !known(path)) {
+            Some(path) => Err(format!("{path}: unknown field")),
+            None => Ok(typed),
+        }
     }
     let mut manifest = match kind {
         "WorkSession" => {
@@ -368,6 +380,8 @@ mod tests {
                 .contains("spec.workItem")
         );
         assert_eq!(Store::events(&store, NAMESPACE, "good").await.unwrap().len(), 1);
+        let typo = "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {name: typo}\nspec: {workItem: t, nodeName: local, harness: claude, workdir: /tmp, initalPrompt: hi}\n";
+        assert_eq!(parse(&dir.path().join("typo.yaml"), typo).err().unwrap(), "spec.initalPrompt: unknown field");
     }
 
     #[tokio::test]

@@ -254,3 +254,12 @@ pub async fn http(
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((status, body))
 }
+
+/// A pinned tool of the test control plane (`kubectl`, `helm`), talking to this binary's control plane.
+pub fn tool(name: &str) -> Command {
+    let out = Command::new(repo_root().join("scripts/testenv")).arg("bin-dir").output().unwrap();
+    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join(name);
+    let mut cmd = Command::new(bin);
+    cmd.env("KUBECONFIG", &control_plane().kubeconfig);
+    cmd
+}
