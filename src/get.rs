@@ -1,18 +1,93 @@
-//! `worksession get`: the sessions as a table like `kubectl get ws`, or as a Kubernetes `List` in JSON, from the
-//! cluster or from a local directory.
+//! `worksession get`: WorkSessions (or WorkEvents) the way `kubectl get` shows them, from the cluster or from a local
+//! directory: `-n NS`, `-A` (with a NAMESPACE column), the kubeconfig context's namespace by default (`default` in
+//! local mode), `NAME` arguments, `-o wide|json|yaml`, and `-w` to keep printing a row per change.
 
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde::Serialize;
 
-use crate::api::WorkSession;
+use crate::api::{WorkEvent, WorkSession};
+use crate::store::local::LocalStore;
 
 /// How to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
     /// A table with more columns.
     Wide,
-    /// A Kubernetes `List` of the objects with their status.
+    /// JSON: a Kubernetes `List`, or the object itself when one name was asked for.
     Json,
+    /// The same as YAML.
+    Yaml,
+}
+
+/// What to list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// WorkSessions (`ws`).
+    Sessions,
+    /// WorkEvents (`wev`).
+    Events,
+}
+
+impl Kind {
+    /// The kind a `kubectl get` resource word names, if any.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "ws" | "worksession" | "worksessions" | "sessions" => Some(Kind::Sessions),
+            "wev" | "workevent" | "workevents" | "events" => Some(Kind::Events),
+            _ => None,
+        }
+    }
+}
+
+/// Which namespaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// `-A`.
+    All,
+    /// `-n NS`, or the context's namespace.
+    One(String),
+}
+
+/// One `worksession get`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Query {
+    /// WorkSessions or WorkEvents.
+    pub kind: Kind,
+    /// Names asked for (none: all).
+    pub names: Vec<String>,
+    /// Namespaces.
+    pub scope: Scope,
+    /// How to print.
+    pub output: Option<Output>,
+}
+
+impl Query {
+    /// The objects the query selects, in the order given (names) or listed; a missing name is an error, as kubectl's.
+    pub fn select<K: ResourceExt>(&self, items: Vec<K>) -> Result<Vec<K>, String> {
+        let items: Vec<K> = items
+            .into_iter()
+            .filter(|o| match &self.scope {
+                Scope::All => true,
+                Scope::One(ns) => o.namespace().as_deref().unwrap_or("default") == ns,
+            })
+            .collect();
+        if self.names.is_empty() {
+            return Ok(items);
+        }
+        let mut by_name: HashMap<String, K> = items.into_iter().map(|o| (o.name_any(), o)).collect();
+        let what = if self.kind == Kind::Sessions { "worksession" } else { "workevent" };
+        self.names.iter().map(|n| by_name.remove(n).ok_or_else(|| format!("{what} {n:?} not found"))).collect()
+    }
+
+    fn all_namespaces(&self) -> bool {
+        self.scope == Scope::All
+    }
 }
 
 /// A compact age, like kubectl's (`45s`, `12m`, `3h`, `5d`).
@@ -27,49 +102,95 @@ pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
     }
 }
 
-/// Renders `sessions` as `kubectl get ws` would, or as JSON.
-pub fn render(sessions: &[WorkSession], output: Option<Output>, now: Timestamp) -> String {
-    if output == Some(Output::Json) {
-        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": sessions, "metadata": {}});
-        return serde_json::to_string_pretty(&list).expect("sessions serialize") + "\n";
+/// Objects as JSON or YAML: the object itself when one name was asked for, else a `List`.
+fn document<K: Serialize>(items: &[K], query: &Query) -> String {
+    let value = match (items, query.names.len()) {
+        ([one], 1) => serde_json::to_value(one).expect("objects serialize"),
+        _ => serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {}}),
+    };
+    match query.output {
+        Some(Output::Yaml) => serde_yaml_ng::to_string(&value).expect("objects serialize"),
+        _ => serde_json::to_string_pretty(&value).expect("objects serialize") + "\n",
     }
-    let wide = output == Some(Output::Wide);
-    let mut rows = vec![{
-        let mut h = vec!["NAME", "NODE", "HARNESS", "PHASE", "RESUMED", "SESSION ID", "AGE"];
-        if wide {
-            h.extend(["TMUX", "RESPAWNS", "FAILURES", "REASON"]);
+}
+
+fn header(query: &Query) -> Vec<String> {
+    let mut h: Vec<&str> = if query.all_namespaces() { vec!["NAMESPACE"] } else { vec![] };
+    let wide = query.output == Some(Output::Wide);
+    match query.kind {
+        Kind::Sessions => {
+            h.extend(["NAME", "NODE", "HARNESS", "PHASE", "RESUMED", "SESSION ID", "AGE"]);
+            if wide {
+                h.extend(["TMUX", "RESPAWNS", "FAILURES", "REASON"]);
+            }
         }
-        h.into_iter().map(String::from).collect::<Vec<_>>()
-    }];
-    for ws in sessions {
-        let st = ws.status.clone().unwrap_or_default();
-        let resumed = st.conditions.iter().find(|c| c.type_ == "Resumed");
-        let ready = st.conditions.iter().find(|c| c.type_ == "Ready");
-        let mut id = st.harness_session_id.clone().unwrap_or_default();
-        if !wide && id.len() > 8 {
-            id.truncate(8);
+        Kind::Events => {
+            h.extend(["NAME", "SESSION", "PHASE", "VIA", "AGE"]);
+            if wide {
+                h.extend(["ATTEMPTS", "SESSION ID", "MESSAGE"]);
+            }
         }
-        let mut row = vec![
-            ws.name_any(),
-            ws.spec.node_name.clone(),
-            ws.spec.harness.clone(),
-            st.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
-            resumed.map(|c| c.status.clone()).unwrap_or_default(),
-            id,
-            age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
-        ];
-        if wide {
-            row.extend([
-                st.tmux_session.clone().unwrap_or_default(),
-                st.respawn_count.to_string(),
-                st.failure_count.to_string(),
-                ready.map(|c| c.reason.clone()).unwrap_or_default(),
-            ]);
-        }
-        rows.push(row);
     }
+    h.into_iter().map(String::from).collect()
+}
+
+/// One table row of a WorkSession.
+pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<String> {
+    let wide = query.output == Some(Output::Wide);
+    let st = ws.status.clone().unwrap_or_default();
+    let resumed = st.conditions.iter().find(|c| c.type_ == "Resumed");
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready");
+    let mut id = st.harness_session_id.clone().unwrap_or_default();
+    if !wide && id.len() > 8 {
+        id.truncate(8);
+    }
+    let mut row = if query.all_namespaces() { vec![ws.namespace().unwrap_or_default()] } else { vec![] };
+    row.extend([
+        ws.name_any(),
+        ws.spec.node_name.clone(),
+        ws.spec.harness.clone(),
+        st.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+        resumed.map(|c| c.status.clone()).unwrap_or_default(),
+        id,
+        age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
+    ]);
+    if wide {
+        row.extend([
+            st.tmux_session.clone().unwrap_or_default(),
+            st.respawn_count.to_string(),
+            st.failure_count.to_string(),
+            ready.map(|c| c.reason.clone()).unwrap_or_default(),
+        ]);
+    }
+    row
+}
+
+/// One table row of a WorkEvent.
+pub fn event_row(ev: &WorkEvent, query: &Query, now: Timestamp) -> Vec<String> {
+    let st = ev.status.clone().unwrap_or_default();
+    let mut row = if query.all_namespaces() { vec![ev.namespace().unwrap_or_default()] } else { vec![] };
+    row.extend([
+        ev.name_any(),
+        ev.spec.session.clone(),
+        st.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+        st.via.map(|v| format!("{v:?}")).unwrap_or_default(),
+        age(ev.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
+    ]);
+    if query.output == Some(Output::Wide) {
+        row.extend([
+            st.attempts.to_string(),
+            st.harness_session_id.unwrap_or_default(),
+            st.message.unwrap_or_default().replace('\n', " "),
+        ]);
+    }
+    row
+}
+
+/// Rows as aligned columns, kubectl's way (three spaces between columns).
+pub fn table(rows: &[Vec<String>]) -> String {
+    let width = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> =
-        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+        (0..width).map(|i| rows.iter().map(|r| r.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for row in rows {
         let cells: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
@@ -79,35 +200,250 @@ pub fn render(sessions: &[WorkSession], output: Option<Output>, now: Timestamp) 
     out
 }
 
+/// WorkSessions as the query prints them.
+pub fn render_sessions(items: &[WorkSession], query: &Query, now: Timestamp) -> String {
+    if matches!(query.output, Some(Output::Json | Output::Yaml)) {
+        return document(items, query);
+    }
+    let mut rows = vec![header(query)];
+    rows.extend(items.iter().map(|ws| session_row(ws, query, now)));
+    table(&rows)
+}
+
+/// WorkEvents as the query prints them.
+pub fn render_events(items: &[WorkEvent], query: &Query, now: Timestamp) -> String {
+    if matches!(query.output, Some(Output::Json | Output::Yaml)) {
+        return document(items, query);
+    }
+    let mut rows = vec![header(query)];
+    rows.extend(items.iter().map(|ev| event_row(ev, query, now)));
+    table(&rows)
+}
+
+/// Where `get` reads.
+pub enum Source {
+    /// The cluster of the kubeconfig.
+    Cluster(Client),
+    /// A local-mode directory.
+    Local(LocalStore),
+}
+
+/// Prints what the query selects; with `watch`, then a row per change until interrupted.
+pub async fn run(source: &Source, query: &Query, watch: bool) -> Result<(), String> {
+    let now = Timestamp::now;
+    let printed = match (source, query.kind) {
+        (Source::Cluster(client), Kind::Sessions) => {
+            render_sessions(&query.select(list::<WorkSession>(client, query).await?)?, query, now())
+        }
+        (Source::Cluster(client), Kind::Events) => {
+            render_events(&query.select(list::<WorkEvent>(client, query).await?)?, query, now())
+        }
+        (Source::Local(store), Kind::Sessions) => {
+            let items = store.session_files().map_err(|e| e.to_string())?.into_iter().map(|(_, ws)| ws).collect();
+            render_sessions(&query.select(items)?, query, now())
+        }
+        (Source::Local(store), Kind::Events) => {
+            let items = store.all_events().map_err(|e| e.to_string())?.into_iter().map(|(_, ev)| ev).collect();
+            render_events(&query.select(items)?, query, now())
+        }
+    };
+    print!("{printed}");
+    if !watch {
+        return Ok(());
+    }
+    match source {
+        Source::Cluster(client) => watch_cluster(client, query).await,
+        Source::Local(store) => watch_local(store, query).await,
+    }
+}
+
+async fn list<K>(client: &Client, query: &Query) -> Result<Vec<K>, String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = match &query.scope {
+        Scope::All => Api::all(client.clone()),
+        Scope::One(ns) => Api::namespaced(client.clone(), ns),
+    };
+    Ok(api.list(&Default::default()).await.map_err(|e| e.to_string())?.items)
+}
+
+/// A row per change, from a watch.
+async fn watch_cluster(client: &Client, query: &Query) -> Result<(), String> {
+    let row_of = |ws: Option<&WorkSession>, ev: Option<&WorkEvent>| match (ws, ev) {
+        (Some(ws), _) => table(&[session_row(ws, query, Timestamp::now())]),
+        (_, Some(ev)) => table(&[event_row(ev, query, Timestamp::now())]),
+        _ => String::new(),
+    };
+    let wanted = |name: String| query.names.is_empty() || query.names.contains(&name);
+    let (all, ns) = (
+        query.scope == Scope::All,
+        match &query.scope {
+            Scope::One(ns) => ns.clone(),
+            Scope::All => String::new(),
+        },
+    );
+    match query.kind {
+        Kind::Sessions => {
+            let api: Api<WorkSession> =
+                if all { Api::all(client.clone()) } else { Api::namespaced(client.clone(), &ns) };
+            let mut changes = watcher(api, watcher::Config::default()).applied_objects().boxed();
+            while let Some(ws) = changes.try_next().await.map_err(|e| e.to_string())? {
+                if wanted(ws.name_any()) {
+                    print!("{}", row_of(Some(&ws), None));
+                }
+            }
+        }
+        Kind::Events => {
+            let api: Api<WorkEvent> = if all { Api::all(client.clone()) } else { Api::namespaced(client.clone(), &ns) };
+            let mut changes = watcher(api, watcher::Config::default()).applied_objects().boxed();
+            while let Some(ev) = changes.try_next().await.map_err(|e| e.to_string())? {
+                if wanted(ev.name_any()) {
+                    print!("{}", row_of(None, Some(&ev)));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A row per change, from a scan of the directory every 250 ms.
+async fn watch_local(store: &LocalStore, query: &Query) -> Result<(), String> {
+    let mut seen: HashMap<String, String> = HashMap::new();
+    let mut first = true;
+    loop {
+        let rows: Vec<(String, String, Vec<String>)> = match query.kind {
+            Kind::Sessions => {
+                let items = store.session_files().map_err(|e| e.to_string())?.into_iter().map(|(_, ws)| ws).collect();
+                let items = query.select(items).unwrap_or_default();
+                items
+                    .iter()
+                    .map(|ws| {
+                        (
+                            ws.name_any(),
+                            serde_json::to_string(&ws.status).unwrap_or_default(),
+                            session_row(ws, query, Timestamp::now()),
+                        )
+                    })
+                    .collect()
+            }
+            Kind::Events => {
+                let items = store.all_events().map_err(|e| e.to_string())?.into_iter().map(|(_, ev)| ev).collect();
+                let items = query.select(items).unwrap_or_default();
+                items
+                    .iter()
+                    .map(|ev| {
+                        (
+                            ev.name_any(),
+                            serde_json::to_string(&ev.status).unwrap_or_default(),
+                            event_row(ev, query, Timestamp::now()),
+                        )
+                    })
+                    .collect()
+            }
+        };
+        for (name, state, row) in rows {
+            if seen.get(&name) != Some(&state) {
+                if !first {
+                    print!("{}", table(&[row]));
+                }
+                seen.insert(name, state);
+            }
+        }
+        first = false;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Phase, WorkSessionSpec, WorkSessionStatus};
+    use crate::api::{EventPhase, Phase, WorkEventSpec, WorkEventStatus, WorkSessionSpec, WorkSessionStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    #[test]
-    fn table_like_kubectl() {
-        let now: Timestamp = "2026-11-30T00:10:00Z".parse().unwrap();
+    fn session(ns: &str, name: &str) -> WorkSession {
         let mut ws = WorkSession::new(
-            "repo-12",
+            name,
             WorkSessionSpec { node_name: "node-a".into(), harness: "claude".into(), ..Default::default() },
         );
-        ws.metadata.creation_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-11-30T00:00:00Z".parse().unwrap()));
+        ws.metadata.namespace = Some(ns.into());
+        ws.metadata.creation_timestamp = Some(Time("2026-11-30T00:00:00Z".parse().unwrap()));
         ws.status = Some(WorkSessionStatus {
             phase: Some(Phase::Running),
             harness_session_id: Some("0123456789abcdef".into()),
             ..Default::default()
         });
-        let table = render(&[ws.clone()], None, now);
+        ws
+    }
+
+    fn query(scope: Scope, names: &[&str], output: Option<Output>) -> Query {
+        Query { kind: Kind::Sessions, names: names.iter().map(|s| s.to_string()).collect(), scope, output }
+    }
+
+    #[test]
+    fn tables_like_kubectl() {
+        let now: Timestamp = "2026-11-30T00:10:00Z".parse().unwrap();
+        let ws = session("team-a", "repo-12");
+        let one = query(Scope::One("team-a".into()), &[], None);
         assert_eq!(
-            table,
+            render_sessions(std::slice::from_ref(&ws), &one, now),
             "NAME      NODE     HARNESS   PHASE     RESUMED   SESSION ID   AGE\nrepo-12   node-a   claude    Running             01234567     10m\n"
         );
-        assert!(render(&[ws.clone()], Some(Output::Wide), now).contains("0123456789abcdef"));
-        let json: serde_json::Value = serde_json::from_str(&render(&[ws], Some(Output::Json), now)).unwrap();
+        let all = render_sessions(std::slice::from_ref(&ws), &query(Scope::All, &[], None), now);
+        assert!(all.starts_with("NAMESPACE   NAME") && all.contains("\nteam-a      repo-12"), "{all}");
+        assert!(
+            render_sessions(std::slice::from_ref(&ws), &query(Scope::All, &[], Some(Output::Wide)), now)
+                .contains("0123456789abcdef")
+        );
+        let list: serde_json::Value = serde_json::from_str(&render_sessions(
+            std::slice::from_ref(&ws),
+            &query(Scope::All, &[], Some(Output::Json)),
+            now,
+        ))
+        .unwrap();
         assert_eq!(
-            (json["kind"].as_str(), json["items"][0]["status"]["phase"].as_str()),
+            (list["kind"].as_str(), list["items"][0]["status"]["phase"].as_str()),
             (Some("List"), Some("Running"))
         );
+        let single =
+            render_sessions(std::slice::from_ref(&ws), &query(Scope::All, &["repo-12"], Some(Output::Yaml)), now);
+        assert!(single.contains("kind: WorkSession") && !single.contains("kind: List"), "{single}");
+
+        let mut ev =
+            WorkEvent::new("ev-1", WorkEventSpec { session: "repo-12".into(), prompt: "p".into(), source: None });
+        ev.metadata.creation_timestamp = Some(Time("2026-11-30T00:09:00Z".parse().unwrap()));
+        ev.status = Some(WorkEventStatus {
+            phase: Some(EventPhase::Delivered),
+            via: Some(crate::api::Via::Pasted),
+            ..Default::default()
+        });
+        let q = Query { kind: Kind::Events, ..one };
+        assert_eq!(
+            render_events(&[ev], &q, now),
+            "NAME   SESSION   PHASE       VIA      AGE\nev-1   repo-12   Delivered   Pasted   60s\n"
+        );
+    }
+
+    #[test]
+    fn selection_by_namespace_and_names() {
+        let items = vec![session("a", "x"), session("b", "x"), session("a", "y")];
+        let names = |v: Vec<WorkSession>| {
+            v.iter().map(|w| format!("{}/{}", w.namespace().unwrap(), w.name_any())).collect::<Vec<_>>()
+        };
+        assert_eq!(names(query(Scope::One("a".into()), &[], None).select(items.clone()).unwrap()), ["a/x", "a/y"]);
+        assert_eq!(names(query(Scope::All, &[], None).select(items.clone()).unwrap()).len(), 3);
+        assert_eq!(
+            names(query(Scope::One("a".into()), &["y", "x"], None).select(items.clone()).unwrap()),
+            ["a/y", "a/x"]
+        );
+        assert_eq!(
+            query(Scope::One("a".into()), &["z"], None).select(items).unwrap_err(),
+            "worksession \"z\" not found"
+        );
+        assert_eq!(Kind::parse("wev"), Some(Kind::Events));
+        assert_eq!(Kind::parse("repo-12"), None);
     }
 }

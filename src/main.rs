@@ -56,14 +56,26 @@ enum Command {
         #[arg(long, default_value = "0.0.0.0:9091")]
         admin_addr: SocketAddr,
     },
-    /// List WorkSessions like `kubectl get ws`, from the cluster or a local directory.
+    /// List WorkSessions (or WorkEvents: `get wev`) like `kubectl get`, from the cluster or a local directory.
     Get {
-        /// Read the manifests in this directory instead of the cluster.
-        #[arg(long, value_name = "DIR")]
-        local: Option<PathBuf>,
+        /// `ws` (the default) or `wev`, then names; or only names of WorkSessions.
+        #[arg(value_name = "[RESOURCE] [NAME]")]
+        args: Vec<String>,
+        /// The namespace (default: the kubeconfig context's; `default` in local mode).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Every namespace, with a NAMESPACE column.
+        #[arg(short = 'A', long, conflicts_with = "namespace")]
+        all_namespaces: bool,
         /// Output format.
         #[arg(short, long, value_enum)]
         output: Option<worksession::get::Output>,
+        /// After the list, print a row for every change until interrupted.
+        #[arg(short, long)]
+        watch: bool,
+        /// Read the manifests in this directory instead of the cluster.
+        #[arg(long, value_name = "DIR")]
+        local: Option<PathBuf>,
     },
 }
 
@@ -71,7 +83,9 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Get { local, output } => get(local, output).await,
+        Command::Get { args, namespace, all_namespaces, output, watch, local } => {
+            get(args, namespace, all_namespaces, output, watch, local).await
+        }
         Command::Crd => {
             print!("{}", worksession::api::crds_yaml());
             ExitCode::SUCCESS
@@ -136,26 +150,44 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn get(local: Option<PathBuf>, output: Option<worksession::get::Output>) -> ExitCode {
-    let sessions = match local {
-        Some(dir) => match LocalStore::new(dir).and_then(|s| s.session_files().map_err(std::io::Error::other)) {
-            Ok(list) => list.into_iter().map(|(_, ws)| ws).collect(),
+async fn get(
+    mut args: Vec<String>,
+    namespace: Option<String>,
+    all_namespaces: bool,
+    output: Option<worksession::get::Output>,
+    watch: bool,
+    local: Option<PathBuf>,
+) -> ExitCode {
+    use worksession::get::{Kind, Query, Scope, Source};
+    let kind = match args.first().and_then(|a| Kind::parse(a)) {
+        Some(kind) => {
+            args.remove(0);
+            kind
+        }
+        None => Kind::Sessions,
+    };
+    let (source, context_namespace) = match local {
+        Some(dir) => match LocalStore::new(dir) {
+            Ok(store) => (Source::Local(store), "default".to_string()),
             Err(e) => return fail(&e),
         },
-        None => {
-            let client = match kube::Client::try_default().await {
-                Ok(c) => c,
-                Err(e) => return fail(&e),
-            };
-            let api: kube::Api<worksession::api::WorkSession> = kube::Api::all(client);
-            match api.list(&Default::default()).await {
-                Ok(list) => list.items,
-                Err(e) => return fail(&e),
+        None => match kube::Config::infer().await {
+            Ok(config) => {
+                let namespace = config.default_namespace.clone();
+                match kube::Client::try_from(config) {
+                    Ok(client) => (Source::Cluster(client), namespace),
+                    Err(e) => return fail(&e),
+                }
             }
-        }
+            Err(e) => return fail(&e),
+        },
     };
-    print!("{}", worksession::get::render(&sessions, output, k8s_openapi::jiff::Timestamp::now()));
-    ExitCode::SUCCESS
+    let scope = if all_namespaces { Scope::All } else { Scope::One(namespace.unwrap_or(context_namespace)) };
+    let query = Query { kind, names: args, scope, output };
+    match worksession::get::run(&source, &query, watch).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

@@ -348,3 +348,68 @@ async fn a_killed_tmux_server_is_never_replaced_by_the_agent() {
     let ev = w.await_event("tu-1", EventPhase::Delivered).await.status.unwrap();
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
 }
+
+// Operators' tools (issue 18).
+
+/// `worksession get` as its binary, with a kubeconfig whose context namespace is `namespace`.
+fn get_command(namespace: &str, dir: &std::path::Path) -> std::process::Command {
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(&support::control_plane().kubeconfig).unwrap();
+    for context in &mut kubeconfig.contexts {
+        if let Some(c) = context.context.as_mut() {
+            c.namespace = Some(namespace.to_string());
+        }
+    }
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml_ng::to_string(&kubeconfig).unwrap()).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_worksession"));
+    cmd.env("KUBECONFIG", path).arg("get");
+    cmd
+}
+
+fn output(cmd: &mut std::process::Command) -> (bool, String) {
+    let out = cmd.output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+}
+
+#[tokio::test]
+async fn get_follows_kubectl() {
+    let w = World::new().await;
+    w.create_session("ga", json!({})).await;
+    w.await_phase("ga", Phase::Running).await;
+    w.send("ga", "ga-1", "hello").await;
+    w.await_event("ga-1", EventPhase::Delivered).await;
+    let dir = w.tmux.dir.path();
+    let get = || get_command(&w.ns.name, dir);
+
+    let (ok, table) = output(&mut get());
+    assert!(ok && table.starts_with("NAME ") && table.contains("\nga ") && table.contains("Running"), "{table}");
+    let (_, all) = output(get().arg("-A"));
+    assert!(all.starts_with("NAMESPACE ") && all.contains(&format!("\n{} ", w.ns.name)), "{all}");
+    let (_, elsewhere) = output(get().args(["-n", "kube-system"]));
+    assert!(!elsewhere.contains("\nga "), "another namespace: {elsewhere}");
+    let (_, yaml) = output(get().args(["ga", "-o", "yaml"]));
+    assert!(yaml.contains("kind: WorkSession") && yaml.contains("phase: Running"), "{yaml}");
+    let (_, json) = output(get().args(["-o", "json"]));
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["kind"], "List");
+    let (ok, missing) = output(get().arg("nope"));
+    assert!(!ok && missing.contains("worksession \"nope\" not found"), "{missing}");
+    let (_, events) = output(get().args(["wev", "-o", "wide"]));
+    assert!(events.contains("ga-1") && events.contains("Delivered") && events.contains("Pasted"), "{events}");
+
+    // -w: the table, then a row per change.
+    let mut watch = get().arg("-w").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("gb ") && l.contains("Running"))
+    });
+    w.create_session("gb", json!({})).await;
+    w.await_phase("gb", Phase::Running).await;
+    let seen = tokio::task::spawn_blocking(move || lines.join().unwrap()).await.unwrap();
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+    assert!(seen.is_some(), "a Running row for the new session");
+}
