@@ -206,8 +206,8 @@ async fn reports_events_metrics_and_health() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let admin: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     w.start_agent_with_admin(Some(admin));
+    w.send("omicron", "omicron-1", "hi").await; // waiting before the session exists: the boot prompt
     w.create_session("omicron", json!({"harnessSessionId": "ghost"})).await;
-    w.send("omicron", "omicron-1", "hi").await;
     w.await_event("omicron-1", EventPhase::Delivered).await;
 
     let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
@@ -228,14 +228,21 @@ async fn reports_events_metrics_and_health() {
         "worksession_agent_events_delivered_total{via=\"Fresh\"} 1",
         "worksession_agent_reconcile_duration_seconds_count",
         "worksession_agent_reconciles_total",
+        "worksession_agent_sessions{phase=\"Running\"} 1",
     ];
     // The counters move when the executor runs the op, just after the status write the test saw: wait for them.
-    let metrics = eventually("the metrics", || async {
-        let (_, metrics) = get("/metrics").await?;
-        lines.iter().all(|line| metrics.contains(line)).then_some(metrics)
+    let metrics = support::poll("the metrics", support::WAIT, || async {
+        let (_, metrics) = get("/metrics").await.ok_or("no answer")?;
+        match lines.iter().find(|line| !metrics.contains(*line)) {
+            None => Ok(metrics),
+            Some(missing) => Err(format!("{missing} missing from\n{metrics}")),
+        }
     })
     .await;
-    assert!(!metrics.contains("reason=\"PaneDied\""), "the unknown id was never resumed: {metrics}");
+    assert!(
+        metrics.contains("resume_failures_total{reason=\"PaneDied\"} 0"),
+        "the unknown id was never resumed, and known reasons start at zero: {metrics}"
+    );
 }
 
 #[tokio::test]

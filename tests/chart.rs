@@ -310,3 +310,58 @@ fn values_reference_documents_every_value() {
     assert!(readme.contains("(docs/helm-values.md)"), "the README links the values reference");
     assert!(keys.len() > 40);
 }
+
+/// Every query of the shipped dashboard names a metric the agent or the bridge exports, each concern of the issue has
+/// a panel, and the chart embeds the same dashboard.
+#[test]
+fn the_dashboard_queries_exported_metrics() {
+    use prometheus_client::registry::Registry;
+    let mut agent = Registry::with_prefix("worksession_agent");
+    worksession::agent::AgentMetrics::register(&mut agent);
+    let mut bridge = Registry::with_prefix("worksession_bridge");
+    worksession::bridge::BridgeMetrics::register(&mut bridge);
+    // The sample names each family exports: counters as `_total`, histograms as `_bucket`, `_sum`, `_count`.
+    let mut exported = Vec::new();
+    for registry in [&agent, &bridge] {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let (name, kind) = line.split_once(' ').unwrap();
+            match kind {
+                "counter" => exported.push(format!("{name}_total")),
+                "histogram" => exported.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}"))),
+                _ => exported.push(name.to_string()),
+            }
+        }
+    }
+    let json = std::fs::read_to_string(chart().join("dashboards/worksession.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let metric = regex::Regex::new(r"worksession_[a-z_]+").unwrap();
+    let mut titles = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        titles.push(panel["title"].as_str().unwrap().to_lowercase());
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let names: Vec<&str> = metric.find_iter(expr).map(|m| m.as_str()).collect();
+            assert!(!names.is_empty(), "{expr}");
+            for name in names {
+                assert!(exported.iter().any(|e| e == name), "{name} (in {expr:?}) is not exported: {exported:?}");
+            }
+        }
+    }
+    for concern in
+        ["phase", "resumed vs fresh", "resume failures", "deliveries", "reconcile errors", "latency", "bridge requests"]
+    {
+        assert!(titles.iter().any(|t| t.contains(concern)), "no panel for {concern}: {titles:?}");
+    }
+    let rendered =
+        template("ws", "worksession", &["--set", "bridge.enabled=false", "--set", "grafana.dashboard.enabled=true"]);
+    assert!(
+        rendered.contains("worksession.json: |") && rendered.contains("worksession_agent_sessions"),
+        "the chart ships it"
+    );
+    assert!(
+        !template("ws", "worksession", &["--set", "bridge.enabled=false"]).contains("worksession.json"),
+        "off by default"
+    );
+}

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -34,6 +35,16 @@ pub struct ViaLabel {
     pub via: &'static str,
 }
 
+/// `phase="Running"`, ...
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// A WorkSession phase.
+    pub phase: &'static str,
+}
+
+/// Every phase a WorkSession can be in, as the `sessions` gauge labels them (`None`: no status yet).
+pub const PHASES: [&str; 8] = ["Pending", "Starting", "Verifying", "Running", "Suspended", "BackOff", "Failed", "None"];
+
 /// The agent's metrics, under the prefix `worksession_agent`.
 #[derive(Clone)]
 pub struct AgentMetrics {
@@ -49,6 +60,24 @@ pub struct AgentMetrics {
     pub resume_failures: Family<ReasonLabel, Counter>,
     /// Events delivered, by how.
     pub events_delivered: Family<ViaLabel, Counter>,
+    /// This agent's WorkSessions, by phase.
+    pub sessions: Family<PhaseLabel, Gauge>,
+}
+
+impl AgentMetrics {
+    /// Sets the `sessions` gauge from the phases of every session of this agent.
+    pub fn count_sessions(&self, phases: impl IntoIterator<Item = Option<crate::api::Phase>>) {
+        let mut counts = [0i64; PHASES.len()];
+        for phase in phases {
+            let name = phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "None".into());
+            if let Some(i) = PHASES.iter().position(|p| *p == name) {
+                counts[i] += 1;
+            }
+        }
+        for (phase, count) in PHASES.iter().zip(counts) {
+            self.sessions.get_or_create(&PhaseLabel { phase }).set(count);
+        }
+    }
 }
 
 impl AgentMetrics {
@@ -61,6 +90,7 @@ impl AgentMetrics {
             respawns: Family::default(),
             resume_failures: Family::default(),
             events_delivered: Family::default(),
+            sessions: Family::default(),
         };
         registry.register("reconciles", "Reconciles run", m.reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by category", m.reconcile_errors.clone());
@@ -68,6 +98,23 @@ impl AgentMetrics {
         registry.register("respawns", "Harness respawns, by whether they resumed", m.respawns.clone());
         registry.register("resume_failures", "Failed resumes, by reason", m.resume_failures.clone());
         registry.register("events_delivered", "WorkEvents delivered, by how", m.events_delivered.clone());
+        registry.register("sessions", "This agent's WorkSessions, by phase", m.sessions.clone());
+        // Every known label value starts at zero, so a rate or a panel has a series before the first event.
+        for resumed in ["true", "false"] {
+            let _ = m.respawns.get_or_create(&ResumedLabel { resumed });
+        }
+        for reason in crate::core::ResumeReason::ALL.into_iter().filter(|r| *r != crate::core::ResumeReason::Resumed) {
+            let _ = m.resume_failures.get_or_create(&ReasonLabel { reason: reason.as_str() });
+        }
+        for via in ["Pasted", "Resumed", "Fresh"] {
+            let _ = m.events_delivered.get_or_create(&ViaLabel { via });
+        }
+        for category in
+            ["api_refused", "api_unreachable", "local_store", "tmux_exec", "tmux_timeout", "tmux_failed", "workdir"]
+        {
+            let _ = m.reconcile_errors.get_or_create(&CategoryLabel { category });
+        }
+        m.count_sessions([]);
         m
     }
 }

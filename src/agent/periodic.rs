@@ -34,6 +34,7 @@ pub async fn run_periodic<S: Store>(store: S, options: Options) -> std::io::Resu
                 continue;
             }
         };
+        ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
         for ws in sessions {
             let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
             if let Err(e) = ctx.reconcile(&namespace, &name).await {

@@ -41,7 +41,9 @@ pub async fn run<S: Store, T: Tmux>(
         }
         let config = ctx.config.borrow().clone();
         let mut now_seen = HashMap::with_capacity(seen.len());
-        for ws in sessions() {
+        let sessions = sessions();
+        ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
+        for ws in sessions {
             let key = ObjectRef::from_obj(&*ws);
             let (owner, _) = super::reconcile::owner_of(&ws);
             let liveness = obs.liveness(&super::reconcile::current_session(&ws, &obs, &config, &owner));

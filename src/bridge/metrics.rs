@@ -46,6 +46,12 @@ impl BridgeMetrics {
             "Time spent writing to the API server per request",
             m.api_latency.clone(),
         );
+        // Every answer the handlers give starts at zero, so a rate or a panel has a series before the first request.
+        for endpoint in ["github", "generic"] {
+            for status in [200, 201, 202, 400, 401, 403, 404, 413, 422, 503] {
+                let _ = m.requests.get_or_create(&RequestLabels { endpoint, status });
+            }
+        }
         m
     }
 }
