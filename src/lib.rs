@@ -15,5 +15,6 @@ pub mod harness;
 pub mod signal;
 pub mod store;
 pub mod telemetry;
+pub mod terminal;
 pub mod tmux;
 pub mod transcript;

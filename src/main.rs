@@ -77,6 +77,37 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         local: Option<PathBuf>,
     },
+    /// Print the last lines of a session's harness pane (local mode: tmux; a cluster: kubectl exec).
+    Peek {
+        /// The WorkSession.
+        name: String,
+        /// How many lines.
+        #[arg(long, default_value_t = 40)]
+        lines: usize,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Attach the terminal to a session's harness (detach with C-b d; the harness keeps running).
+    Attach {
+        /// The WorkSession.
+        name: String,
+        #[command(flatten)]
+        at: Where,
+    },
+}
+
+/// Where a session is, for `peek` and `attach`.
+#[derive(clap::Args)]
+struct Where {
+    /// The namespace (default: the kubeconfig context's; `default` in local mode).
+    #[arg(short, long)]
+    namespace: Option<String>,
+    /// Local mode: the manifests directory.
+    #[arg(long, value_name = "DIR")]
+    local: Option<PathBuf>,
+    /// Local mode: the agent config (for the tmux socket and session prefix).
+    #[arg(long, requires = "local")]
+    config: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -86,6 +117,8 @@ async fn main() -> ExitCode {
         Command::Get { args, namespace, all_namespaces, output, watch, local } => {
             get(args, namespace, all_namespaces, output, watch, local).await
         }
+        Command::Peek { name, lines, at } => terminal(&name, at, Some(lines)).await,
+        Command::Attach { name, at } => terminal(&name, at, None).await,
         Command::Crd => {
             print!("{}", worksession::api::crds_yaml());
             ExitCode::SUCCESS
@@ -186,6 +219,60 @@ async fn get(
     let query = Query { kind, names: args, scope, output };
     match worksession::get::run(&source, &query, watch).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+/// `peek` (with `lines`) or `attach` (without).
+async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
+    use worksession::terminal::{attach_args, kubectl_tmux, local_tmux, peek_args, session_of};
+    let tmux_args = |session: &str| match lines {
+        Some(n) => peek_args(session, n),
+        None => attach_args(session),
+    };
+    let mut cmd = match at.local {
+        Some(dir) => {
+            let config = match at.config.as_deref().map(Config::load).transpose() {
+                Ok(config) => config.unwrap_or_default(),
+                Err(e) => return fail(&e),
+            };
+            let namespace = at.namespace.unwrap_or_else(|| "default".into());
+            let sessions = match LocalStore::new(dir).and_then(|s| s.session_files().map_err(std::io::Error::other)) {
+                Ok(list) => list,
+                Err(e) => return fail(&e),
+            };
+            let found = sessions.into_iter().map(|(_, ws)| ws).find(|ws| {
+                use kube::ResourceExt;
+                ws.name_any() == name && ws.namespace().as_deref().unwrap_or("default") == namespace
+            });
+            let Some(ws) = found else { return fail(&format!("worksession {name:?} not found")) };
+            local_tmux(config.tmux.socket.as_deref(), &tmux_args(&session_of(&ws, &config)))
+        }
+        None => {
+            let config = match kube::Config::infer().await {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let namespace = at.namespace.unwrap_or_else(|| config.default_namespace.clone());
+            let client = match kube::Client::try_from(config) {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let api: kube::Api<worksession::api::WorkSession> = kube::Api::namespaced(client.clone(), &namespace);
+            let ws = match api.get(name).await {
+                Ok(ws) => ws,
+                Err(e) => return fail(&e),
+            };
+            let (pod_namespace, pod) = match worksession::terminal::agent_pod(&client, &ws.spec.node_name).await {
+                Ok(p) => p,
+                Err(e) => return fail(&e),
+            };
+            kubectl_tmux(&pod_namespace, &pod, &tmux_args(&session_of(&ws, &Config::default())), lines.is_none())
+        }
+    };
+    match cmd.status() {
+        Ok(status) if status.success() => ExitCode::SUCCESS,
+        Ok(status) => ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1)),
         Err(e) => fail(&e),
     }
 }

@@ -263,3 +263,50 @@ async fn shared_killed_between_intent_and_spawn_runs_the_same_spawn() {
 async fn shared_killed_between_paste_and_status_pastes_once() {
     scenarios::killed_between_paste_and_status_pastes_once(&mut Local::new()).await;
 }
+
+/// `worksession peek` and `attach` in local mode, through tmux directly. Attach runs in a pane of a second tmux
+/// server whose prefix is C-a, so that C-b d reaches the attached client: the screen shows the harness, then the
+/// detach, and the harness keeps running.
+#[tokio::test]
+async fn peek_and_attach_in_local_mode() {
+    let l = Local::new();
+    l.create_session("pk", serde_json::json!({})).await;
+    l.await_status("pk", "Running", |s| phase(s) == "Running").await;
+    l.tmux.await_output("loop-pk", "ready>").await;
+    let pid = l.tmux.pane_pid("loop-pk");
+    let config = l.tmux.dir.path().join("agent.yaml");
+    std::fs::write(&config, l.tmux.agent_config_yaml()).unwrap();
+    let ws = |verb: &str| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_worksession"));
+        cmd.arg(verb).arg("pk").arg("--local").arg(&l.dir).arg("--config").arg(&config);
+        cmd
+    };
+    let out = ws("peek").args(["--lines", "10"]).output().unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ready>"), "{out:?}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_worksession"))
+        .args(["peek", "nope", "--local"])
+        .arg(&l.dir)
+        .output()
+        .unwrap();
+    assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("not found"));
+
+    // A terminal for `attach`: a pane of another tmux server.
+    let outer = l.tmux.dir.path().join("outer.sock");
+    let conf = l.tmux.dir.path().join("outer.conf");
+    std::fs::write(&conf, "set -g prefix C-a\nunbind C-b\n").unwrap();
+    let attach = ws("attach");
+    let line: Vec<String> = std::iter::once(attach.get_program().to_string_lossy().into_owned())
+        .chain(attach.get_args().map(|a| format!("'{}'", a.to_string_lossy())))
+        .collect();
+    let command = format!("{}; sleep 60", line.join(" "));
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux").arg("-S").arg(&outer).arg("-f").arg(&conf).args(args).output().unwrap()
+    };
+    assert!(tmux(&["new-session", "-d", "-s", "term", "-x", "120", "-y", "40", &command]).status.success());
+    let screen = || String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "=term:"]).stdout).to_string();
+    support::until("the attached harness on the terminal", || async { screen().contains("ready>") }).await;
+    tmux(&["send-keys", "-t", "=term:", "C-b", "d"]);
+    support::until("the detach", || async { screen().contains("[detached") }).await;
+    tmux(&["kill-server"]);
+    assert_eq!(l.tmux.pane_pid("loop-pk"), pid, "the harness keeps running");
+}
