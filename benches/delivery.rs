@@ -96,7 +96,7 @@ async fn claude_world(with_store: bool) -> World {
     // The product's default settle window (60 s): the test config's 5 s is shorter than the CLI's own late failure
     // (15-40 s offline), and a pane that outlives the window is taken at its word.
     World::with_yaml(|tmux, yaml| {
-        let yaml = yaml.replace("resumeSettleSeconds: 5", "resumeSettleSeconds: 60");
+        let yaml = yaml.replace("resumeSettleSeconds: 10", "resumeSettleSeconds: 60");
         let home = tmux.state();
         let config = json!({
             "hasCompletedOnboarding": true,

@@ -109,7 +109,9 @@ pub async fn resume_the_same_conversation(rig: &impl Rig) {
 /// An unknown recorded id fails at once: `PaneDied`, a new uuid, the event delivered via `Fresh`.
 pub async fn fast_resume_failure_falls_back(rig: &impl Rig) {
     rig.send("beta", "beta-1", "first event").await;
-    let spec = serde_json::json!({"harness": "standin-blind", "harnessSessionId": "ghost-conversation"});
+    // A 4 s probe: the stand-in dies at once, but a loaded machine may take a second or two to start it, and a death
+    // after the probe would be the slow row of the table.
+    let spec = serde_json::json!({"harness": "standin-blind", "harnessSessionId": "ghost-conversation", "resume": {"probeSeconds": 4}});
     rig.create_session("beta", spec).await;
     let ev = await_delivered(rig, "beta-1").await;
     let st = await_phase(rig, "beta", "Running").await;
@@ -212,7 +214,7 @@ pub async fn without_a_transcript_the_settle_window_confirms(rig: &impl Rig) {
     let ev = await_delivered(rig, "eps-1").await;
     let at = |v: &Value| v.as_str().unwrap().parse::<k8s_openapi::jiff::Timestamp>().unwrap();
     let respawned = at(&running["lastRespawn"]["time"]);
-    let settled = respawned + k8s_openapi::jiff::SignedDuration::from_secs(5);
+    let settled = respawned + k8s_openapi::jiff::SignedDuration::from_secs(10);
     assert!(
         at(&ev["deliveredAt"]) >= settled,
         "Delivered at {} before the settle window ended ({settled})",

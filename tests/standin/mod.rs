@@ -79,7 +79,8 @@ impl TmuxServer {
     }
 
     /// The agent config used by the end-to-end tests (Kubernetes and local alike): this server's socket, a 1 s
-    /// probe, a 5 s settle window, the stand-in's state folder as the harnesses' home, and the stand-in as
+    /// probe, a 10 s settle window (longer than `standin-slow`'s 3 s failure plus a loaded machine's python start-up),
+    /// the stand-in's state folder as the harnesses' home, and the stand-in as
     /// - `standin`: with its transcript (`conversationPath`) and its ready prompt (`readyPattern`), as the built-in
     ///   `claude` profile has them;
     /// - `standin-blind`: the same without either (the seed's profile: only the probe and the settle window tell);
@@ -102,7 +103,7 @@ impl TmuxServer {
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 5\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             a = profile("", true, true),
