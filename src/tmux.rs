@@ -215,7 +215,9 @@ fn literal(arg: &str) -> String {
 }
 
 fn no_server(stderr: &str) -> bool {
-    stderr.contains("no server running")
+    // A server whose last session was just killed exits: a call racing that exit is told so.
+    stderr.contains("server exited unexpectedly")
+        || stderr.contains("no server running")
         || stderr.contains("error connecting to")
         || stderr.contains("No such file or directory")
 }

@@ -258,9 +258,10 @@ pub async fn late_resume_failure_loses_nothing(rig: &impl Rig) {
 /// An event that arrives while the harness boots waits for its ready prompt: pasted earlier, it would be lost.
 pub async fn input_during_boot_waits_for_the_ready_prompt(rig: &impl Rig) {
     rig.create_session("lam", serde_json::json!({"harness": "standin-boot"})).await;
-    await_phase(rig, "lam", "Running").await; // the probe passed; the harness still boots
+    await_phase(rig, "lam", "Running").await; // the probe passed; the harness still boots (for 4 s)
+    rig.tmux().await_output("loop-lam", "booting").await;
     let screen = rig.tmux().runner.screen("loop-lam").await.unwrap();
-    assert!(screen.contains("booting") && !screen.contains("ready>"), "still booting when the event comes: {screen}");
+    assert!(!screen.contains("ready>"), "still booting when the event comes: {screen}");
     rig.send("lam", "lam-1", "are you up?").await;
     let ev = await_delivered(rig, "lam-1").await;
     assert_eq!(ev["via"], "Pasted");
