@@ -257,6 +257,17 @@ pub async fn run(source: &Source, query: &Query, watch: bool) -> Result<(), Stri
     }
 }
 
+/// The objects of kind `K` in the query's namespaces.
+fn api<K>(client: &Client, query: &Query) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match &query.scope {
+        Scope::All => Api::all(client.clone()),
+        Scope::One(ns) => Api::namespaced(client.clone(), ns),
+    }
+}
+
 async fn list<K>(client: &Client, query: &Query) -> Result<Vec<K>, String>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -264,47 +275,25 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let api: Api<K> = match &query.scope {
-        Scope::All => Api::all(client.clone()),
-        Scope::One(ns) => Api::namespaced(client.clone(), ns),
-    };
-    Ok(api.list(&Default::default()).await.map_err(|e| e.to_string())?.items)
+    Ok(api::<K>(client, query).list(&Default::default()).await.map_err(|e| e.to_string())?.items)
 }
 
 /// A row per change, from a watch.
 async fn watch_cluster(client: &Client, query: &Query) -> Result<(), String> {
-    let row_of = |ws: Option<&WorkSession>, ev: Option<&WorkEvent>| match (ws, ev) {
-        (Some(ws), _) => table(&[session_row(ws, query, Timestamp::now())]),
-        (_, Some(ev)) => table(&[event_row(ev, query, Timestamp::now())]),
-        _ => String::new(),
-    };
-    let wanted = |name: String| query.names.is_empty() || query.names.contains(&name);
-    let (all, ns) = (
-        query.scope == Scope::All,
-        match &query.scope {
-            Scope::One(ns) => ns.clone(),
-            Scope::All => String::new(),
-        },
-    );
     match query.kind {
-        Kind::Sessions => {
-            let api: Api<WorkSession> =
-                if all { Api::all(client.clone()) } else { Api::namespaced(client.clone(), &ns) };
-            let mut changes = watcher(api, watcher::Config::default()).applied_objects().boxed();
-            while let Some(ws) = changes.try_next().await.map_err(|e| e.to_string())? {
-                if wanted(ws.name_any()) {
-                    print!("{}", row_of(Some(&ws), None));
-                }
-            }
-        }
-        Kind::Events => {
-            let api: Api<WorkEvent> = if all { Api::all(client.clone()) } else { Api::namespaced(client.clone(), &ns) };
-            let mut changes = watcher(api, watcher::Config::default()).applied_objects().boxed();
-            while let Some(ev) = changes.try_next().await.map_err(|e| e.to_string())? {
-                if wanted(ev.name_any()) {
-                    print!("{}", row_of(None, Some(&ev)));
-                }
-            }
+        Kind::Sessions => watch_rows(api::<WorkSession>(client, query), query, session_row).await,
+        Kind::Events => watch_rows(api::<WorkEvent>(client, query), query, event_row).await,
+    }
+}
+
+async fn watch_rows<K>(api: Api<K>, query: &Query, row: fn(&K, &Query, Timestamp) -> Vec<String>) -> Result<(), String>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut changes = watcher(api, watcher::Config::default()).applied_objects().boxed();
+    while let Some(obj) = changes.try_next().await.map_err(|e| e.to_string())? {
+        if query.names.is_empty() || query.names.contains(&obj.name_any()) {
+            print!("{}", table(&[row(&obj, query, Timestamp::now())]));
         }
     }
     Ok(())

@@ -415,8 +415,9 @@ async fn get_follows_kubectl() {
     });
     w.create_session("gb", json!({})).await;
     w.await_phase("gb", Phase::Running).await;
-    let seen = tokio::task::spawn_blocking(move || lines.join().unwrap()).await.unwrap();
+    // Bounded: without the row, the watch is killed (closing its output ends the reader) and the test fails.
+    let seen = tokio::time::timeout(support::WAIT, tokio::task::spawn_blocking(move || lines.join().unwrap())).await;
     watch.kill().unwrap();
     watch.wait().unwrap();
-    assert!(seen.is_some(), "a Running row for the new session");
+    assert!(matches!(seen, Ok(Ok(Some(_)))), "a Running row for the new session");
 }

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use super::Reconciler;
 use crate::api::{EventPhase, Phase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
-use crate::core::{INITIAL_PROMPT, PendingEvent};
+use crate::core::{INITIAL_PROMPT, PendingEvent, initial_prompt_owed};
 use crate::harness::clean_prompt;
 use crate::tmux::{Liveness, Tmux};
 use crate::transcript;
@@ -66,14 +66,8 @@ impl<S, T: Tmux> Reconciler<S, T> {
             evidence.last_output = tmux.last_lines(session, LAST_LINES).await.unwrap_or_default();
         }
         let Some(profile) = profile else { return evidence };
-        let initial = status.initial_prompt.as_ref().and_then(|p| p.phase);
-        let initial_owed = ws.spec.initial_prompt.is_some()
-            && match initial {
-                None => status.last_respawn.is_none(),
-                Some(phase) => matches!(phase, EventPhase::Pending | EventPhase::Delivering),
-            };
-        let waiting = events.iter().any(|e| e.phase == EventPhase::Pending)
-            || (initial_owed && initial != Some(EventPhase::Delivering));
+        let initial = initial_prompt_owed(&ws.spec, status);
+        let waiting = events.iter().any(|e| e.phase == EventPhase::Pending) || initial == Some(EventPhase::Pending);
         if liveness == Liveness::Alive && waiting && profile.ready_pattern.is_some() {
             evidence.screen = tmux.screen(session).await.ok();
         }

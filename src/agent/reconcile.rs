@@ -347,8 +347,8 @@ pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Con
     let configured = config.tmux_session(&ws.spec.work_item);
     let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
     // Only a name of the shape the agent makes is used: it goes to tmux as a target.
-    let valid = |s: &String| s.ends_with(&format!("-{}", ws.spec.work_item)) || s.ends_with(&ws.spec.work_item);
-    match recorded.filter(|s| s != &configured && valid(s) && crate::tmux::is_tag(s)) {
+    let valid = |s: &String| s != &configured && s.ends_with(&ws.spec.work_item) && crate::tmux::is_tag(s);
+    match recorded.filter(valid) {
         Some(old) if observation.session(&old).is_some_and(|v| v.belongs_to(owner)) => old,
         _ => configured,
     }

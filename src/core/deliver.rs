@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Decision, HEALTHY_AFTER, INITIAL_PROMPT, Notice, NoticeKind, Op, Settings, later, until};
-use crate::api::{EventPhase, Phase, Via};
+use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::harness::{Profile, clean_prompt};
 
 /// How often a prompt waiting for the ready pattern, or for its transcript, is looked at again.
@@ -27,30 +27,35 @@ pub(super) struct Prompt<'i> {
     pub created: Timestamp,
 }
 
+/// The phase of `spec.initialPrompt` while it is owed (from the first start on, until delivered or failed), or
+/// `None` when there is none to send. A session adopted mid-life (respawned before it was tracked) is not sent it.
+pub fn initial_prompt_owed(spec: &WorkSessionSpec, status: &WorkSessionStatus) -> Option<EventPhase> {
+    spec.initial_prompt.as_ref()?;
+    match status.initial_prompt.as_ref().and_then(|p| p.phase) {
+        Some(EventPhase::Delivered | EventPhase::Failed) => None,
+        Some(phase) => Some(phase),
+        None => status.last_respawn.is_none().then_some(EventPhase::Pending),
+    }
+}
+
 impl<'a, 'i> Decision<'a, 'i> {
     /// The prompts not yet known delivered, in delivery order: `initialPrompt` first (owed from the first start on,
     /// until delivered), then the WorkEvents, oldest first.
     pub(super) fn prompts(&self) -> Vec<Prompt<'i>> {
         let input = self.input;
         let mut prompts = Vec::with_capacity(input.events.len() + 1);
-        if let Some(text) = input.spec.initial_prompt.as_deref() {
+        if let (Some(phase), Some(text)) =
+            (initial_prompt_owed(input.spec, input.status), input.spec.initial_prompt.as_deref())
+        {
             let recorded = input.status.initial_prompt.as_ref();
-            let phase = recorded.and_then(|p| p.phase);
-            let owed = match phase {
-                Some(EventPhase::Delivered | EventPhase::Failed) => false,
-                Some(_) => true,
-                None => input.status.last_respawn.is_none(), // a session adopted mid-life is not sent it
-            };
-            if owed {
-                prompts.push(Prompt {
-                    key: INITIAL_PROMPT,
-                    text,
-                    phase: phase.unwrap_or(EventPhase::Pending),
-                    sent: recorded.and_then(|p| p.sent_time.as_ref()).map(|t| t.0),
-                    via: recorded.and_then(|p| p.via),
-                    created: input.created,
-                });
-            }
+            prompts.push(Prompt {
+                key: INITIAL_PROMPT,
+                text,
+                phase,
+                sent: recorded.and_then(|p| p.sent_time.as_ref()).map(|t| t.0),
+                via: recorded.and_then(|p| p.via),
+                created: input.created,
+            });
         }
         prompts.extend(input.events.iter().map(|e| Prompt {
             key: &e.name,
@@ -131,6 +136,11 @@ impl<'a, 'i> Decision<'a, 'i> {
                 }
             }
         }
+    }
+
+    /// The prompt `key`, if it is not yet known delivered.
+    pub(super) fn prompt(&self, key: &str) -> Option<Prompt<'i>> {
+        self.prompts().into_iter().find(|p| p.key == key)
     }
 
     /// A sent prompt is known delivered.

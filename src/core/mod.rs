@@ -30,6 +30,7 @@ pub mod resume;
 mod spawn;
 mod verify;
 pub use conditions::{READY, RESUMED, set_condition};
+pub use deliver::initial_prompt_owed;
 pub use plan::{EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity};
 pub use resume::{Fresh, ResumeReason, try_resume};
 

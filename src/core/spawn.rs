@@ -81,8 +81,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// A fresh spawn after a failed resume, with the same boot prompt.
     pub(super) fn respawn_fresh(&mut self, profile: &Profile, settings: Settings, boot: Option<&str>, fresh: Fresh) {
         let input = self.input;
-        let prompts = self.prompts();
-        let boot = boot.and_then(|key| prompts.iter().find(|p| p.key == key)).map(|p| (p.key, p.text));
+        let boot = boot.and_then(|key| self.prompt(key)).map(|p| (p.key, p.text));
         let id = input.new_session_id.to_string();
         self.spawn(profile, settings, SpawnRequest { mode: Mode::Fresh, id, boot, fresh: Some(fresh) });
     }
@@ -167,8 +166,11 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     /// The boot prompt's text of a verification.
     pub(super) fn boot_text(&self, v: &Verification) -> Option<&'i str> {
-        let key = if v.initial_prompt { Some(INITIAL_PROMPT) } else { v.event.as_deref() };
-        let prompts = self.prompts();
-        key.and_then(|key| prompts.iter().find(|p| p.key == key).map(|p| p.text))
+        boot_key(v).and_then(|key| self.prompt(key)).map(|p| p.text)
     }
+}
+
+/// The key of a verification's boot prompt.
+pub(super) fn boot_key(v: &Verification) -> Option<&str> {
+    if v.initial_prompt { Some(INITIAL_PROMPT) } else { v.event.as_deref() }
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, ResumeReason};
-use super::{Decision, INITIAL_PROMPT, Notice, NoticeKind, RESUMED, Settings, later, until};
+use super::spawn::boot_key;
+use super::{Decision, Notice, NoticeKind, RESUMED, Settings, later, until};
 use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
 use crate::harness::Profile;
 use crate::tmux::Liveness;
@@ -134,9 +135,4 @@ impl Decision<'_, '_> {
         let output = self.input.last_output.trim();
         if output.is_empty() { String::new() } else { format!(": {output}") }
     }
-}
-
-/// The key of a verification's boot prompt.
-fn boot_key(v: &Verification) -> Option<&str> {
-    if v.initial_prompt { Some(INITIAL_PROMPT) } else { v.event.as_deref() }
 }
