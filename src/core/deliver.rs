@@ -150,10 +150,16 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.notice(Notice::new(NoticeKind::Delivered, format!("{} reached the conversation{via}", prompt.key)));
     }
 
-    /// The pane is gone: every prompt sent to it and not known delivered goes back to `Pending`, in its place.
+    /// The pane is gone: a prompt its transcript already shows was delivered all the same; every other prompt sent to
+    /// it goes back to `Pending`, in its place.
     pub(super) fn return_unconfirmed(&mut self, why: &str) {
         for prompt in self.prompts() {
-            if prompt.phase == EventPhase::Delivering {
+            if prompt.phase != EventPhase::Delivering {
+                continue;
+            }
+            if self.input.confirmed.iter().any(|k| k == prompt.key) {
+                self.delivered(&prompt);
+            } else {
                 self.set_prompt(prompt.key, EventPhase::Pending, None, false, Some(why.to_string()));
             }
         }

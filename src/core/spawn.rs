@@ -39,7 +39,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         // Whatever was sent to a pane that is gone, and not known delivered, waits again.
         self.return_unconfirmed("its pane died before it was known delivered; it will be sent again");
         let first_start = self.status.last_respawn.is_none();
-        let waiting = self.prompts();
+        let mut waiting = self.prompts();
+        // Those the transcript showed were just recorded delivered.
+        waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.confirmed.iter().any(|k| k == p.key)));
         let wanted = !waiting.is_empty() || first_start || input.spec.restart_policy == RestartPolicy::Always;
         if input.spec.restart_policy == RestartPolicy::Never && !first_start {
             self.status.phase = Some(Phase::Failed);

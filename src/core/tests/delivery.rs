@@ -156,3 +156,20 @@ fn crash_safe_a_paste_recorded_only_by_tmux_is_not_pasted_again() {
     let plan = case.step();
     assert_eq!(ops(&plan), ["event e1 Delivering via Pasted"], "the tag says it was pasted: recorded, not pasted");
 }
+
+#[test]
+fn a_prompt_the_transcript_shows_stays_delivered_when_the_pane_dies() {
+    let mut case = with_transcript(Case::new(ran_old()));
+    case.status.phase = Some(Phase::Running);
+    case.events = vec![delivering("e1", "one", Via::Pasted), delivering("e2", "two", Via::Pasted)];
+    case.confirmed = vec!["e1".into()];
+    case.liveness = Liveness::Dead;
+    let plan = case.step();
+    let events: Vec<String> = ops(&plan).into_iter().filter(|o| o.starts_with("event ")).collect();
+    assert_eq!(
+        events,
+        ["event e1 Delivered via Pasted", "event e2 Pending", "event e2 Delivering via Resumed"],
+        "the transcript's word holds for e1; e2 is sent again, alone"
+    );
+    assert!(spawned(&plan).ends_with("-- two"), "{}", spawned(&plan));
+}
