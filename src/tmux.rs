@@ -258,6 +258,9 @@ impl TmuxRunner {
         S: AsRef<std::ffi::OsStr>,
     {
         let mut cmd = Command::new(&self.binary);
+        // UTF-8 output whatever the locale: without it tmux writes a tab in a format, and any non-ASCII character of
+        // a pane, as `_` (an image without LANG did: found on a real node, where no observation parsed).
+        cmd.arg("-u");
         if let Some(socket) = &self.socket {
             cmd.arg("-S").arg(socket);
         }

@@ -201,6 +201,27 @@ async fn spawn_and_paste_tags_are_in_the_one_observation() {
 }
 
 #[tokio::test]
+async fn observations_and_screens_hold_without_a_utf8_locale() {
+    // As in a container image without LANG: tmux would print tabs and non-ASCII as `_`.
+    let tmux = TmuxServer::new();
+    let wrapper = tmux.dir.path().join("tmux-c-locale");
+    std::fs::write(&wrapper, "#!/bin/sh\nexec env -u LANG -u LC_ALL -u LC_CTYPE LANG=C tmux \"$@\"\n").unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let runner = TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_binary(&wrapper);
+    runner.spawn(&tmux.spawn_of("loop-c", Mode::Fresh, "conv-c", None, &[])).await.unwrap();
+    let obs = runner.observe().await.unwrap();
+    let view = obs.session("loop-c").expect("observed without a UTF-8 locale");
+    assert_eq!((view.alive, view.spawn.as_str()), (true, "spawn-conv-c"));
+    // A harness printing what Claude Code's TUI prints: its screen reads back as it was printed.
+    let mut printer = tmux.spawn_of("loop-u", Mode::Fresh, "conv-u", None, &[]);
+    printer.binary = "python3".into();
+    printer.argv = vec!["-c".into(), r"print('h\u00e9llo \u276f', flush=True); import time; time.sleep(60)".into()];
+    runner.spawn(&printer).await.unwrap();
+    until("the pane to read back in UTF-8", || async { runner.screen("loop-u").await.unwrap().contains("héllo ❯") })
+        .await;
+}
+
+#[tokio::test]
 async fn the_standin_drops_early_input_and_fails_late_with_its_tui_up() {
     let tmux = TmuxServer::new();
     // Booting: what is pasted before the ready prompt is lost, as with a real TUI.
