@@ -154,16 +154,18 @@ EOF
 }
 
 # node_import DIR FILE: an OCI archive into the node's containerd, under the name the kubelet asks for
-# (`worksession:dev` is docker.io/library/worksession:dev to Kubernetes).
+# (`worksession:dev` is docker.io/library/worksession:dev to Kubernetes), replacing an older image of that name.
 node_import() {
-  local dir=$1 file=$2 ctr=(ctr --address "$dir/containerd.sock" -n k8s.io) ref name
+  local dir=$1 file=$2 ref name
+  local ctr=(ctr --address "$dir/containerd.sock" -n k8s.io)
   ref=$(tar -xOf "$file" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])')
-  "${ctr[@]}" images import --base-name "${ref%:*}" --no-unpack=false "$file"
+  "${ctr[@]}" images import "$file"
   name=$ref
   [[ $name == */* ]] || name=docker.io/library/$name
   [[ ${name%%/*} == *.* || ${name%%/*} == localhost ]] || name=docker.io/$name
-  if ! "${ctr[@]}" images ls -q | grep -qx "$name"; then
-    "${ctr[@]}" images tag "$("${ctr[@]}" images ls -q | grep -m1 ":${ref##*:}$")" "$name"
+  if [[ $name != "$ref" ]]; then
+    "${ctr[@]}" images tag --force "$ref" "$name"
+    "${ctr[@]}" images rm "$ref"
   fi
   "${ctr[@]}" images ls -q | grep -qx "$name"
 }
