@@ -101,7 +101,7 @@ EOF
 EOF
 
   # cgroup v1 here (failCgroupV1: false), no systemd (cgroupfs), swap may be on. Eviction thresholds are low so a
-  # full disk on a test machine does not evict the pods under test.
+  # nearly full disk on a test machine does not evict the pods under test.
   cat >"$dir/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -127,6 +127,8 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# ConfigMap volumes follow their ConfigMap at the pod's next sync: every 10 s here, not every minute.
+syncFrequency: 10s
 EOF
   "$NODE_BIN_DIR/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
     --root-dir "$dir/kubelet" --hostname-override "$NODE_NAME" --node-ip "$NODE_GATEWAY" --v=1 \

@@ -1,0 +1,533 @@
+//! The Helm chart on a real node (issue 13): `scripts/testenv up --node` runs a kubelet with containerd, and the
+//! image `scripts/image` builds (the runtime image plus python3 and the harness stand-in) is installed with
+//! `helm install charts/worksession`, as a user would. One node runs per machine, so these tests take turns.
+//!
+//! Each test installs a release of its own in a namespace of its own (Pod Security: enforce `privileged`, warn and
+//! audit `restricted`, as the README says), with a `hostPath` workspace the kubelet creates.
+
+#[path = "fixtures/github.rs"]
+mod fixtures;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
+
+use support::{client_for, eventually_within, repo_root, until};
+
+/// Pods start, containers restart and the kubelet reports them within this.
+const POD_WAIT: Duration = Duration::from_secs(180);
+/// The tmux socket inside the agent pod.
+const SOCKET: &str = "/run/worksession/tmux.sock";
+/// The webhook secret of every release here.
+const SECRET: &str = "node-test-secret";
+
+/// The machine's node, started once for this test binary and stopped when it exits.
+struct Node {
+    kubeconfig: PathBuf,
+    dir: PathBuf,
+    name: String,
+    bin: PathBuf,
+}
+
+fn node() -> &'static Node {
+    static NODE: OnceLock<Node> = OnceLock::new();
+    NODE.get_or_init(|| {
+        let work = std::env::temp_dir().join(format!("worksession-node-image-{}", std::process::id()));
+        std::fs::create_dir_all(&work).unwrap();
+        let image = work.join("worksession.tar");
+        let standin = repo_root().join("tests/standin/harness");
+        let built = Command::new(repo_root().join("scripts/image"))
+            .args(["build", "--binary", env!("CARGO_BIN_EXE_worksession"), "--include", "python3", "--add"])
+            .arg(format!("{}=/usr/local/bin/standin-harness", standin.display()))
+            .arg("--out")
+            .arg(&image)
+            .stderr(Stdio::inherit())
+            .status()
+            .expect("run scripts/image");
+        assert!(built.success(), "scripts/image build failed (see above)");
+        let out = Command::new(repo_root().join("scripts/testenv"))
+            .args(["up", "--node", "--owner-pid", &std::process::id().to_string(), "--image"])
+            .arg(&image)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/testenv up --node");
+        assert!(out.status.success(), "scripts/testenv up --node failed (run `scripts/testenv install --node` first?)");
+        std::fs::remove_dir_all(&work).ok();
+        let exports = String::from_utf8(out.stdout).unwrap();
+        let var = |name: &str| {
+            exports
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .map(|v| v.trim_matches('\'').to_string())
+                .unwrap_or_else(|| panic!("scripts/testenv up printed no {name}"))
+        };
+        let bin = Command::new(repo_root().join("scripts/testenv")).arg("bin-dir").output().unwrap();
+        Node {
+            kubeconfig: var("KUBECONFIG").into(),
+            dir: var("WORKSESSION_TESTENV_DIR").into(),
+            name: var("WORKSESSION_TESTENV_NODE"),
+            bin: String::from_utf8(bin.stdout).unwrap().trim().into(),
+        }
+    })
+}
+
+/// One test at a time on the node: its two cores run one release's pods well, not three.
+async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
+impl Node {
+    fn tool(&self, name: &str) -> Command {
+        let mut cmd = Command::new(self.bin.join(name));
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        cmd
+    }
+
+    /// Kills a container's main process, as a crash or the OOM killer would; the kubelet restarts it.
+    fn kill_container(&self, container_id: &str) {
+        let id = container_id.trim_start_matches("containerd://");
+        let status = Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.join("containerd.sock"))
+            .args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id])
+            .status()
+            .unwrap();
+        assert!(status.success(), "ctr tasks kill {id}");
+    }
+}
+
+/// Runs `cmd`; returns (success, stdout, stderr).
+fn run(cmd: &mut Command) -> (bool, String, String) {
+    let out = cmd.output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A release of the chart in a namespace of its own, with a `hostPath` workspace that does not exist yet.
+struct Release {
+    ns: String,
+    client: Client,
+    hostpath: PathBuf,
+}
+
+impl Release {
+    async fn install(ns: &str, extra: &[&str]) -> Release {
+        let node = node();
+        let client = client_for(&node.kubeconfig).await;
+        let hostpath = PathBuf::from(format!("/tmp/worksession-node-{ns}-{}", std::process::id()));
+        let namespace: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": ns, "labels": {
+                "pod-security.kubernetes.io/enforce": "privileged",
+                "pod-security.kubernetes.io/warn": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+            }}
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+        let release = Release { ns: ns.into(), client, hostpath };
+        release.helm("install", extra);
+        release.await_pods_ready().await;
+        release
+    }
+
+    /// `helm install|upgrade w charts/worksession` with the test's values and `extra` (`--set` and the like).
+    fn helm(&self, verb: &str, extra: &[&str]) {
+        let values = self.values();
+        let file = std::env::temp_dir().join(format!("worksession-node-values-{}.yaml", self.ns));
+        std::fs::write(&file, values).unwrap();
+        let (ok, out, err) = run(node()
+            .tool("helm")
+            .args([verb, "w"])
+            .arg(repo_root().join("charts/worksession"))
+            .args(["-n", &self.ns, "-f"])
+            .arg(&file)
+            .args(extra));
+        assert!(ok, "helm {verb}: {out}{err}");
+    }
+
+    /// The chart's values: the image the node has, the stand-in as harness (its state in the harnesses' HOME), a
+    /// route for `octo-org/*` webhooks to this node.
+    fn values(&self) -> String {
+        let profile = |name: &str| {
+            format!(
+                "      {name}:
+        binary: /usr/local/bin/standin-harness
+        extraArgs: [--state, /srv/worksession/.home]
+        interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']
+        resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']
+        resumeFailedPattern: No conversation found
+        readyPattern: 'ready>'
+        conversationPath: '{{home}}/conversations/{{sessionId}}.jsonl'
+"
+            )
+        };
+        format!(
+            "image: {{repository: worksession, tag: dev, pullPolicy: Never}}
+agent:
+  workspace: {{hostPath: {hostpath}, mountPath: /srv/worksession}}
+  config:
+    defaults: {{resumeProbeSeconds: 1, resumeSettleSeconds: 10}}
+    harnesses:
+{standin}bridge:
+  secrets: {{githubSecret: {SECRET}}}
+  routes:
+    - repository: 'octo-org/*'
+      namespace: {ns}
+      nodeName: {node}
+      harness: standin
+      workdir: /srv/worksession/{{owner}}-{{repo}}
+",
+            hostpath = self.hostpath.display(),
+            standin = profile("standin"),
+            ns = self.ns,
+            node = node().name,
+        )
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn sessions(&self) -> Api<WorkSession> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn events(&self) -> Api<WorkEvent> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// The pod of `component` (`agent` or `bridge`).
+    async fn pod(&self, component: &str) -> Pod {
+        let params = ListParams::default().labels(&format!("app.kubernetes.io/component={component}"));
+        let mut pods = self.pods().list(&params).await.unwrap().items;
+        pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        assert_eq!(pods.len(), 1, "one {component} pod");
+        pods.remove(0)
+    }
+
+    /// Awaits the agent pod and the bridge pod being Ready (all their containers).
+    async fn await_pods_ready(&self) {
+        eventually_within("the agent and bridge pods to be Ready", POD_WAIT, || async {
+            let pods = self.pods().list(&ListParams::default()).await.ok()?.items;
+            let ready = |p: &Pod| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            };
+            (pods.iter().filter(|p| ready(p)).count() == 2 && pods.len() == 2).then_some(())
+        })
+        .await;
+    }
+
+    /// The id and restart count of `container` in the agent pod.
+    async fn container(&self, container: &str) -> (String, i32) {
+        let pod = self.pod("agent").await;
+        let statuses = pod.status.unwrap().container_statuses.unwrap_or_default();
+        let s = statuses.into_iter().find(|s| s.name == container).expect("container status");
+        (s.container_id.unwrap_or_default(), s.restart_count)
+    }
+
+    /// Kills `container` of the agent pod and awaits the kubelet restarting it and the pod being Ready again.
+    async fn kill_and_await_restart(&self, container: &str) {
+        let (id, restarts) = self.container(container).await;
+        node().kill_container(&id);
+        eventually_within(&format!("the {container} container to restart"), POD_WAIT, || async {
+            let (_, now) = self.container(container).await;
+            (now > restarts).then_some(())
+        })
+        .await;
+    }
+
+    /// Kills the tmux container until the agent is seen reporting `TmuxUnavailable` for `session`: the kubelet may
+    /// restart it before the agent's next poll the first time, never the second (its restart back-off is 10 s).
+    async fn kill_tmux_until_unavailable(&self, session: &str) {
+        for _ in 0..3 {
+            let (id, restarts) = self.container("tmux").await;
+            node().kill_container(&id);
+            let seen = eventually_within("TmuxUnavailable, or tmux back", POD_WAIT, || async {
+                let ws = self.sessions().get(session).await.ok()?;
+                if ready_reason(&ws).as_deref() == Some("TmuxUnavailable") {
+                    return Some(true);
+                }
+                let (_, now) = self.container("tmux").await;
+                (now > restarts && self.tmux(&["show-options", "-g", "exit-empty"]).await.0).then_some(false)
+            })
+            .await;
+            if seen {
+                return;
+            }
+        }
+        panic!("{session}: the agent never reported TmuxUnavailable in three tmux restarts");
+    }
+
+    /// tmux in the agent pod's tmux container (through `kubectl exec`, the API server to the kubelet).
+    async fn tmux(&self, args: &[&str]) -> (bool, String) {
+        let pod = self.pod("agent").await.name_any();
+        let (ok, out, err) = run(node()
+            .tool("kubectl")
+            .args(["exec", "-n", &self.ns, &pod, "-c", "tmux", "--", "tmux", "-u", "-N", "-S", SOCKET])
+            .args(args));
+        (ok, if ok { out } else { err })
+    }
+
+    /// The pid (in the tmux container) of the harness in `session`'s pane.
+    async fn pane_pid(&self, session: &str) -> String {
+        let target = format!("={session}:");
+        let (ok, out) = self.tmux(&["list-panes", "-t", &target, "-F", "#{pane_pid} #{pane_dead}"]).await;
+        assert!(ok, "list-panes: {out}");
+        let (pid, dead) = out.trim().split_once(' ').expect("pid and dead");
+        assert_eq!(dead, "0", "the pane of {session} is alive");
+        pid.to_string()
+    }
+
+    /// A work directory under the workspace, owned by the harnesses' user (as a checkout would be).
+    fn workdir(&self, name: &str) -> String {
+        let dir = self.hostpath.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(1000), Some(1000)).unwrap();
+        format!("/srv/worksession/{name}")
+    }
+
+    /// The harnesses' HOME on the node.
+    fn home(&self) -> PathBuf {
+        self.hostpath.join(".home")
+    }
+
+    async fn create_session(&self, name: &str, initial_prompt: &str) {
+        let ws: WorkSession = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"workItem": name, "nodeName": node().name, "harness": "standin",
+                     "workdir": self.workdir(name), "initialPrompt": initial_prompt}
+        }))
+        .unwrap();
+        self.sessions().create(&PostParams::default(), &ws).await.unwrap();
+    }
+
+    async fn await_session(&self, name: &str, what: &str, check: impl Fn(&WorkSession) -> bool) -> WorkSession {
+        eventually_within(&format!("{name}: {what}"), POD_WAIT, || async {
+            self.sessions().get(name).await.ok().filter(|ws| check(ws))
+        })
+        .await
+    }
+
+    async fn send(&self, session: &str, name: &str, prompt: &str) {
+        let ev: WorkEvent = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"session": session, "prompt": prompt, "source": {"type": "manual"}}
+        }))
+        .unwrap();
+        self.events().create(&PostParams::default(), &ev).await.unwrap();
+    }
+
+    async fn await_delivered(&self, name: &str) -> worksession::api::WorkEventStatus {
+        eventually_within(&format!("{name} to be Delivered"), POD_WAIT, || async {
+            let ev = self.events().get(name).await.ok()?;
+            ev.status.filter(|s| s.phase == Some(EventPhase::Delivered))
+        })
+        .await
+    }
+
+    /// The prompts the stand-in recorded in the harnesses' HOME.
+    fn prompts(&self) -> Vec<(String, String, u32)> {
+        let text = std::fs::read_to_string(self.home().join("prompts.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let s = |k: &str| v[k].as_str().unwrap().to_string();
+                (s("conversation"), s("prompt"), v["pid"].as_u64().unwrap() as u32)
+            })
+            .collect()
+    }
+
+    /// Deletes the sessions, then uninstalls the release and the namespace.
+    async fn uninstall(self) {
+        let sessions = self.sessions();
+        sessions.delete_collection(&DeleteParams::default(), &ListParams::default()).await.unwrap();
+        until("the WorkSessions to be gone (the agent removed its finalizers)", || async {
+            sessions.list(&ListParams::default()).await.unwrap().items.is_empty()
+        })
+        .await;
+        let (ok, out, err) = run(node().tool("helm").args(["uninstall", "w", "-n", &self.ns, "--wait"]));
+        assert!(ok, "helm uninstall: {out}{err}");
+        Api::<Namespace>::all(self.client.clone()).delete(&self.ns, &DeleteParams::default()).await.ok();
+        std::fs::remove_dir_all(&self.hostpath).ok();
+    }
+}
+
+fn phase(ws: &WorkSession) -> Option<Phase> {
+    ws.status.as_ref().and_then(|s| s.phase)
+}
+
+fn ready_reason(ws: &WorkSession) -> Option<String> {
+    let conditions = &ws.status.as_ref()?.conditions;
+    conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
+}
+
+/// The violations the API server lists for the pods of `ns` were it to enforce `level` (a server-side dry run).
+fn violations(ns: &str, level: &str) -> String {
+    let label = format!("pod-security.kubernetes.io/enforce={level}");
+    let (ok, out, err) =
+        run(node().tool("kubectl").args(["label", "--dry-run=server", "--overwrite", "ns", ns, &label]));
+    assert!(ok, "kubectl label --dry-run=server: {out}{err}");
+    err
+}
+
+/// The violations listed for the pod whose name starts with `prefix`.
+fn pod_violations(listing: &str, prefix: &str) -> Option<String> {
+    listing.lines().find_map(|l| l.strip_prefix("Warning: ")?.strip_prefix(prefix).map(|rest| rest.to_string()))
+}
+
+#[tokio::test]
+async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_documented() {
+    let _turn = turn().await;
+    let r = Release::install("node-install", &[]).await;
+
+    // Ready means each talked to the API server: with the token the kubelet projects, never a client certificate.
+    for component in ["agent", "bridge"] {
+        let pod = r.pod(component).await;
+        let spec = pod.spec.unwrap();
+        let projected = spec.volumes.unwrap_or_default().into_iter().find_map(|v| v.projected);
+        let sources = projected.expect("a projected service account volume").sources.unwrap_or_default();
+        assert!(sources.iter().any(|s| s.service_account_token.is_some()), "{component}: a projected token");
+        assert_eq!(spec.service_account_name.as_deref(), Some(&*format!("w-worksession-{component}")));
+    }
+    // The kubelet made the workspace (owned by root) and the init container handed it to the harnesses' user.
+    let owner = |p: &Path| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
+    assert_eq!((owner(&r.hostpath), owner(&r.home())), (1000, 1000));
+
+    // Pod Security: the bridge meets `restricted`; the agent's hostPath is refused by `baseline` and `restricted`.
+    let agent = format!("{}: ", r.pod("agent").await.name_any());
+    let restricted = violations(&r.ns, "restricted");
+    assert!(pod_violations(&restricted, "w-worksession-bridge").is_none(), "the bridge meets restricted: {restricted}");
+    assert_eq!(
+        pod_violations(&restricted, &agent).as_deref(),
+        // The hostPath, and the init container that chowns it (root, with CHOWN, FOWNER and DAC_OVERRIDE).
+        Some("unrestricted capabilities, restricted volume types, runAsNonRoot != true, runAsUser=0"),
+        "{restricted}"
+    );
+    let baseline = violations(&r.ns, "baseline");
+    assert_eq!(pod_violations(&baseline, &agent).as_deref(), Some("hostPath volumes"), "{baseline}");
+
+    // Without the init container (a workspace prepared on the node), the hostPath is the agent's only violation.
+    r.helm("upgrade", &["--set", "agent.workspace.chown=false"]);
+    until("the agent pod without its init container", || async {
+        let pod = r.pods().list(&ListParams::default().labels("app.kubernetes.io/component=agent")).await.unwrap();
+        pod.items.len() == 1 && pod.items[0].spec.as_ref().unwrap().init_containers.is_none()
+    })
+    .await;
+    r.await_pods_ready().await;
+    let agent = format!("{}: ", r.pod("agent").await.name_any());
+    let restricted = violations(&r.ns, "restricted");
+    assert_eq!(pod_violations(&restricted, &agent).as_deref(), Some("restricted volume types"), "{restricted}");
+    r.uninstall().await;
+}
+
+#[tokio::test]
+async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restarts() {
+    let _turn = turn().await;
+    let r = Release::install("node-restarts", &[]).await;
+    r.create_session("item", "hello from the node").await;
+    let ws = r.await_session("item", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
+    let id = ws.status.unwrap().harness_session_id.expect("recorded id");
+    until("the initial prompt in the harness", || async { r.prompts().len() == 1 }).await;
+    // It runs in the tmux container, and its HOME (on the node's workspace) is writable: it wrote its transcript.
+    let pid = r.pane_pid("loop-item").await;
+    assert!(r.home().join(format!("conversations/{id}.jsonl")).is_file());
+    assert_eq!(r.prompts()[0].0, id);
+
+    // The agent container dies: the harness lives on, and the restarted agent adopts it and respawns nothing.
+    r.kill_and_await_restart("agent").await;
+    r.await_pods_ready().await;
+    r.send("item", "item-1", "after the agent restart").await;
+    let ev = r.await_delivered("item-1").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())));
+    assert_eq!(r.pane_pid("loop-item").await, pid, "the same harness process");
+    let prompts = r.prompts();
+    assert_eq!((prompts.len(), prompts[1].2), (2, prompts[0].2), "delivered once, to the same process");
+    let status = r.sessions().get("item").await.unwrap().status.unwrap();
+    assert_eq!(status.respawn_count, 0);
+
+    // The tmux container dies (and its harnesses with it): the agent starts no server of its own, says so, and the
+    // next event after tmux is back resumes the conversation.
+    r.kill_tmux_until_unavailable("item").await;
+    r.await_pods_ready().await;
+    r.send("item", "item-2", "after the tmux restart").await;
+    let ev = r.await_delivered("item-2").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    let prompts = r.prompts();
+    assert_eq!(prompts.last().map(|p| (p.0.as_str(), p.1.as_str())), Some((id.as_str(), "after the tmux restart")));
+    assert_eq!(prompts.len(), 3, "each prompt once");
+    r.uninstall().await;
+}
+
+#[tokio::test]
+async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_attach_reach_it() {
+    let _turn = turn().await;
+    let r = Release::install("node-upgrade", &[]).await;
+    r.create_session("up", "before the upgrade").await;
+    r.await_session("up", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
+    let pid = r.pane_pid("loop-up").await;
+
+    // A changed agent config (a session prefix) rolls no pod: the harness survives and the new config is in effect.
+    let pod = r.pod("agent").await.name_any();
+    r.helm("upgrade", &["--set", "agent.config.tmux.sessionPrefix=ws-"]);
+    r.create_session("after", "after the upgrade").await;
+    r.await_session("after", "Running in ws-after", |ws| {
+        phase(ws) == Some(Phase::Running)
+            && ws.status.as_ref().and_then(|s| s.tmux_session.as_deref()) == Some("ws-after")
+    })
+    .await;
+    assert_eq!(r.pod("agent").await.name_any(), pod, "the same agent pod");
+    assert_eq!(r.pane_pid("loop-up").await, pid, "the same harness process");
+
+    // A signed GitHub webhook to the bridge pod (its IP on the node's bridge network) reaches a harness once.
+    let workdir = r.workdir("octo-org-hello-world");
+    assert_eq!(workdir, "/srv/worksession/octo-org-hello-world");
+    let ip = r.pod("bridge").await.status.unwrap().pod_ip.expect("a pod IP");
+    let addr = std::net::SocketAddr::new(ip.parse().unwrap(), 8080);
+    let payload = fixtures::issue_comment("octo-org/hello-world", 12, "mona", "Please add a test.");
+    let body = serde_json::to_vec(&payload).unwrap();
+    let signature = worksession::bridge::github::sign(SECRET.as_bytes(), &body);
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", "issue_comment"),
+        ("X-GitHub-Delivery", "node-delivery-1"),
+        ("X-Hub-Signature-256", signature.as_str()),
+    ];
+    for _ in 0..2 {
+        // GitHub redelivers: the same delivery id is one event.
+        let (status, text) = support::http(addr, "POST", "/webhooks/github", &headers, &body).await.unwrap();
+        assert!(status == 201 || status == 200, "{status} {text}");
+    }
+    let item = "octo-org-hello-world-12";
+    r.await_session(item, "Running", |ws| phase(ws) == Some(Phase::Running)).await;
+    until("the comment in the harness", || async { r.prompts().iter().any(|p| p.1.contains("Please add a test.")) })
+        .await;
+    let events = r.events().list(&ListParams::default()).await.unwrap().items;
+    let from_github: Vec<_> = events.iter().filter(|e| e.spec.session == item).collect();
+    assert_eq!(from_github.len(), 1, "one event for one delivery");
+    let delivered = r.await_delivered(&from_github[0].name_any()).await;
+    assert_eq!(delivered.phase, Some(EventPhase::Delivered));
+    assert_eq!(r.prompts().iter().filter(|p| p.1.contains("Please add a test.")).count(), 1, "once");
+
+    // `worksession peek` on a cluster: kubectl exec into the tmux container of the agent pod on the session's node.
+    let mut path = std::env::var_os("PATH").unwrap_or_default();
+    path = std::env::join_paths(std::iter::once(node().bin.clone()).chain(std::env::split_paths(&path))).unwrap();
+    let (ok, out, err) = run(Command::new(env!("CARGO_BIN_EXE_worksession"))
+        .args(["peek", "up", "-n", &r.ns, "--lines", "20"])
+        .env("KUBECONFIG", &node().kubeconfig)
+        .env("PATH", &path));
+    assert!(ok && out.contains("ready>"), "peek: {out}{err}");
+    r.uninstall().await;
+}
