@@ -15,6 +15,13 @@ node_claim() {
   (($(id -u) == 0)) || { cmd_down "$dir"; die "up --node: a node needs root (containerd, cgroups, a bridge)"; }
   if [[ -f $NODE_CLAIM ]]; then
     other=$(cat "$NODE_CLAIM")
+    # A node whose owner just exited takes some seconds to go down: wait for it rather than fail.
+    local i
+    for ((i = 0; i < 600; i++)); do
+      [[ -d $other ]] || break
+      ((i % 100)) || say "up: waiting for the node in $other to go down"
+      sleep 0.1
+    done
     if [[ -d $other ]]; then
       cmd_down "$dir"
       die "up --node: a node is already up on this machine (state in $other); one node per machine: 'scripts/testenv down $other'"

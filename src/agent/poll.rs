@@ -26,6 +26,7 @@ pub async fn run<S: Store, T: Tmux>(
     poke: UnboundedSender<ObjectRef<WorkSession>>,
 ) {
     let mut seen: HashMap<ObjectRef<WorkSession>, Liveness> = HashMap::new();
+    let mut server_seen = None;
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     loop {
         tick.tick().await;
@@ -39,6 +40,10 @@ pub async fn run<S: Store, T: Tmux>(
         if !ready.swap(true, Ordering::Relaxed) {
             tracing::info!(event = "agent.ready", sessions = obs.len(), "API and tmux answer");
         }
+        // The server going away (or coming back) changes every session's Ready, whether or not its liveness changed
+        // (an absent harness stays absent when the server goes: found on a node, where status kept saying
+        // HarnessNotRunning while the tmux container was down).
+        let server_changed = server_seen.replace(obs.server).is_some_and(|was| was != obs.server);
         let config = ctx.config.borrow().clone();
         let mut now_seen = HashMap::with_capacity(seen.len());
         let sessions = sessions();
@@ -50,7 +55,7 @@ pub async fn run<S: Store, T: Tmux>(
             // A change since the last poll, or a pane that is not alive while status says Running (a respawn and a
             // death can both fall between two polls).
             let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
-            if seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
+            if server_changed || seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
                 tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");
                 if poke.unbounded_send(key.clone()).is_err() {
                     return;
