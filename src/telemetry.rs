@@ -12,10 +12,12 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-/// Sets up `tracing`: `RUST_LOG`-style filter (default `info`), JSON lines when `json`.
+/// Sets up `tracing`: `RUST_LOG`-style filter (default `info`), JSON lines when `json`, colours on a terminal only.
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: `kubectl logs` of a pod showed escape codes (found on a real node).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if json {
         builder.json().flatten_event(true).init();
     } else {

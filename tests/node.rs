@@ -315,8 +315,12 @@ agent:
     }
 
     async fn await_session(&self, name: &str, what: &str, check: impl Fn(&WorkSession) -> bool) -> WorkSession {
-        eventually_within(&format!("{name}: {what}"), POD_WAIT, || async {
-            self.sessions().get(name).await.ok().filter(|ws| check(ws))
+        support::poll(&format!("{name}: {what}"), POD_WAIT, || async {
+            match self.sessions().get(name).await {
+                Ok(ws) if check(&ws) => Ok(ws),
+                Ok(ws) => Err(format!("status {}", serde_json::to_string(&ws.status).unwrap())),
+                Err(e) => Err(e.to_string()),
+            }
         })
         .await
     }
@@ -482,6 +486,12 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     // A changed agent config (a session prefix) rolls no pod: the harness survives and the new config is in effect.
     let pod = r.pod("agent").await.name_any();
     r.helm("upgrade", &["--set", "agent.config.tmux.sessionPrefix=ws-"]);
+    // The kubelet updates the ConfigMap volume at the pod's next sync; the agent says when it has the new config.
+    eventually_within("the agent to reload its config", POD_WAIT, || async {
+        let (ok, logs, _) = run(node().tool("kubectl").args(["logs", "-n", &r.ns, &pod, "-c", "agent"]));
+        (ok && logs.contains("config.reloaded")).then_some(())
+    })
+    .await;
     r.create_session("after", "after the upgrade").await;
     r.await_session("after", "Running in ws-after", |ws| {
         phase(ws) == Some(Phase::Running)
