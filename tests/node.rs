@@ -354,7 +354,8 @@ agent:
             .collect()
     }
 
-    /// Deletes the sessions, then uninstalls the release and the namespace.
+    /// As the README says: delete the sessions first (the agent stops their harnesses and removes its finalizers),
+    /// then uninstall the release.
     async fn uninstall(self) {
         let sessions = self.sessions();
         sessions.delete_collection(&DeleteParams::default(), &ListParams::default()).await.unwrap();
@@ -362,10 +363,39 @@ agent:
             sessions.list(&ListParams::default()).await.unwrap().items.is_empty()
         })
         .await;
-        let (ok, out, err) = run(node().tool("helm").args(["uninstall", "w", "-n", &self.ns, "--wait"]));
-        assert!(ok, "helm uninstall: {out}{err}");
+        let (ok, listed) = self.tmux(&["list-sessions", "-F", "#{session_name}"]).await;
+        assert!(ok && listed.trim().is_empty(), "no tmux session left: {listed}");
+        self.helm_uninstall();
         Api::<Namespace>::all(self.client.clone()).delete(&self.ns, &DeleteParams::default()).await.ok();
         std::fs::remove_dir_all(&self.hostpath).ok();
+    }
+
+    /// The other order: with the agent gone nothing removes the finalizers, and the README's remedy does.
+    async fn uninstall_before_the_sessions(self) {
+        self.helm_uninstall();
+        let sessions = self.sessions();
+        let names: Vec<String> =
+            sessions.list(&ListParams::default()).await.unwrap().items.iter().map(|ws| ws.name_any()).collect();
+        sessions.delete_collection(&DeleteParams::default(), &ListParams::default()).await.unwrap();
+        for name in &names {
+            let ws = sessions.get(name).await.unwrap();
+            assert!(ws.metadata.deletion_timestamp.is_some() && !ws.finalizers().is_empty(), "{name} is stuck");
+            let patch = r#"{"metadata":{"finalizers":null}}"#;
+            let (ok, out, err) =
+                run(node().tool("kubectl").args(["patch", "ws", name, "-n", &self.ns, "--type", "merge", "-p", patch]));
+            assert!(ok, "the README's remedy: {out}{err}");
+        }
+        until("the WorkSessions to be gone", || async {
+            sessions.list(&ListParams::default()).await.unwrap().items.is_empty()
+        })
+        .await;
+        Api::<Namespace>::all(self.client.clone()).delete(&self.ns, &DeleteParams::default()).await.ok();
+        std::fs::remove_dir_all(&self.hostpath).ok();
+    }
+
+    fn helm_uninstall(&self) {
+        let (ok, out, err) = run(node().tool("helm").args(["uninstall", "w", "-n", &self.ns, "--wait"]));
+        assert!(ok, "helm uninstall: {out}{err}");
     }
 }
 
@@ -472,7 +502,7 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     let prompts = r.prompts();
     assert_eq!(prompts.last().map(|p| (p.0.as_str(), p.1.as_str())), Some((id.as_str(), "after the tmux restart")));
     assert_eq!(prompts.len(), 3, "each prompt once");
-    r.uninstall().await;
+    r.uninstall_before_the_sessions().await;
 }
 
 #[tokio::test]
