@@ -12,7 +12,7 @@ KUBELET_HEALTHZ_PORT=10248
 # node_claim DIR: makes this state folder the machine's node, refusing while another live one holds it.
 node_claim() {
   local dir=$1 other
-  (($(id -u) == 0)) || { cmd_down "$dir"; die "up --node: a node needs root (containerd, cgroups, a bridge)"; }
+  (($(id -u) == 0)) || die "up --node: a node needs root (containerd, cgroups, a bridge)"
   if [[ -f $NODE_CLAIM ]]; then
     other=$(cat "$NODE_CLAIM")
     # A node whose owner just exited takes some seconds to go down: wait for it rather than fail.
@@ -23,7 +23,6 @@ node_claim() {
       sleep 0.1
     done
     if [[ -d $other ]]; then
-      cmd_down "$dir"
       die "up --node: a node is already up on this machine (state in $other); one node per machine: 'scripts/testenv down $other'"
     fi
     say "up: taking over from a node that is gone ($other)"
@@ -176,7 +175,8 @@ node_import() {
     "${ctr[@]}" images tag --force "$ref" "$name"
     "${ctr[@]}" images rm "$ref"
   fi
-  "${ctr[@]}" images ls -q | grep -qx "$name"
+  # Not `grep -q`: it would close the pipe early, and pipefail would count ctr's SIGPIPE as a failed import.
+  "${ctr[@]}" images ls -q | grep -x "$name" >/dev/null
 }
 
 # node_ready DIR SECONDS: the node registered, Ready, and without the not-ready taint (the node lifecycle

@@ -569,5 +569,35 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
         .env("KUBECONFIG", &node().kubeconfig)
         .env("PATH", &path));
     assert!(ok && out.contains("ready>"), "peek: {out}{err}");
+
+    // `worksession attach` on a cluster (`kubectl exec -it`), from a terminal: a pane of a tmux server of the test's
+    // own (its prefix C-a, so C-b reaches the attached session). Detaching leaves the harness running.
+    let term = tempfile::tempdir().unwrap();
+    let conf = term.path().join("outer.conf");
+    std::fs::write(&conf, "set -g prefix C-a\nunbind C-b\n").unwrap();
+    let outer = |args: &[&str]| {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(term.path().join("outer.sock"))
+            .arg("-f")
+            .arg(&conf)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let command = format!(
+        "env KUBECONFIG='{}' PATH='{}' '{}' attach up -n {}; sleep 60",
+        node().kubeconfig.display(),
+        path.to_string_lossy(),
+        env!("CARGO_BIN_EXE_worksession"),
+        r.ns
+    );
+    assert!(outer(&["new-session", "-d", "-s", "term", "-x", "120", "-y", "40", &command]).status.success());
+    let screen = || String::from_utf8_lossy(&outer(&["capture-pane", "-p", "-t", "=term:"]).stdout).into_owned();
+    until("the attached harness on the terminal", || async { screen().contains("ready>") }).await;
+    outer(&["send-keys", "-t", "=term:", "C-b", "d"]);
+    until("the detach", || async { screen().contains("[detached") }).await;
+    outer(&["kill-server"]);
+    assert_eq!(r.pane_pid("loop-up").await, pid, "the harness keeps running");
     r.uninstall().await;
 }
