@@ -129,6 +129,9 @@ pub struct WorkSessionSpec {
     /// Stop the tmux session and keep it stopped; events wait.
     #[serde(default)]
     pub suspend: bool,
+    /// Stop an idle harness and wake it on the next event; unset: the agent config's default (off unless set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleSpec>,
     /// Boot prompt for a first spawn when no event is pending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1048576))]
@@ -162,6 +165,17 @@ pub struct ResumeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub settle_seconds: Option<u32>,
+}
+
+/// Idle suspension: a harness that has printed nothing, with no prompt waiting or being delivered, for
+/// `suspendAfterSeconds` is stopped (phase `Idle`); the next prompt resumes its conversation.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleSpec {
+    /// Seconds of quiet before the harness is stopped; 0 turns idle suspension off for this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 31536000))]
+    pub suspend_after_seconds: Option<u32>,
 }
 
 /// Observed state of a WorkSession.
@@ -208,6 +222,9 @@ pub struct WorkSessionStatus {
     /// The delivery of `spec.initialPrompt`, tracked like a WorkEvent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_prompt: Option<PromptStatus>,
+    /// When the harness was stopped for being idle (phase `Idle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<Time>,
 }
 
 /// The delivery of a prompt that is not a WorkEvent (`spec.initialPrompt`).
@@ -246,6 +263,8 @@ pub enum Phase {
     Running,
     /// Stopped on request (`spec.suspend`).
     Suspended,
+    /// Stopped after `spec.idle.suspendAfterSeconds` of quiet; the next prompt resumes it.
+    Idle,
     /// Failing repeatedly; waiting until `nextRetryTime`.
     BackOff,
     /// Cannot run as specified; see the `Ready` condition.

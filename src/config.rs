@@ -63,13 +63,20 @@ pub struct Defaults {
     pub resume_probe_seconds: u32,
     /// Seconds after a resume during which a pane death counts as a failed resume.
     pub resume_settle_seconds: u32,
+    /// Seconds of quiet after which a harness is stopped as idle (`None`: never, unless a session asks).
+    pub idle_suspend_after_seconds: Option<u32>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
             tmux: TmuxConfig { socket: None, session_prefix: DEFAULT_SESSION_PREFIX.into(), start_server: true },
-            defaults: Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 },
+            defaults: Defaults {
+                resume_on_respawn: true,
+                resume_probe_seconds: 2,
+                resume_settle_seconds: 60,
+                idle_suspend_after_seconds: None,
+            },
             harnesses: harness::builtin(),
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
             ready_timeout: Duration::from_secs(DEFAULT_READY_TIMEOUT_SECONDS),
@@ -145,6 +152,7 @@ struct DefaultsFile {
     resume_on_respawn: Option<bool>,
     resume_probe_seconds: Option<u32>,
     resume_settle_seconds: Option<u32>,
+    idle_suspend_after_seconds: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -185,6 +193,8 @@ impl Config {
         d.resume_on_respawn = file.defaults.resume_on_respawn.unwrap_or(d.resume_on_respawn);
         d.resume_probe_seconds = file.defaults.resume_probe_seconds.unwrap_or(d.resume_probe_seconds);
         d.resume_settle_seconds = file.defaults.resume_settle_seconds.unwrap_or(d.resume_settle_seconds);
+        // 0 says "off" as explicitly as leaving it out.
+        d.idle_suspend_after_seconds = file.defaults.idle_suspend_after_seconds.filter(|s| *s > 0);
         if d.resume_probe_seconds > 300 {
             return Err(invalid("defaults.resumeProbeSeconds".into(), "must be between 0 and 300".into()));
         }
@@ -342,7 +352,12 @@ mod tests {
         assert_eq!(c.tmux, TmuxConfig { socket: None, session_prefix: "loop-".into(), start_server: true });
         assert_eq!(
             c.defaults,
-            Defaults { resume_on_respawn: true, resume_probe_seconds: 2, resume_settle_seconds: 60 }
+            Defaults {
+                resume_on_respawn: true,
+                resume_probe_seconds: 2,
+                resume_settle_seconds: 60,
+                idle_suspend_after_seconds: None
+            }
         );
         assert_eq!(c.harnesses.keys().collect::<Vec<_>>(), ["claude", "cursor"]);
         assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
@@ -362,6 +377,7 @@ defaults:
   resumeOnRespawn: false
   resumeProbeSeconds: 0
   resumeSettleSeconds: 120
+  idleSuspendAfterSeconds: 3600
 harnesses:
   myharness:
     binary: /usr/local/bin/myharness
@@ -391,7 +407,12 @@ harnessHome: /srv/home
         assert_eq!(c.event_retention, Some(Duration::from_secs(3600)));
         assert_eq!(
             c.defaults,
-            Defaults { resume_on_respawn: false, resume_probe_seconds: 0, resume_settle_seconds: 120 }
+            Defaults {
+                resume_on_respawn: false,
+                resume_probe_seconds: 0,
+                resume_settle_seconds: 120,
+                idle_suspend_after_seconds: Some(3600)
+            }
         );
         let mine = &c.harnesses["myharness"];
         assert_eq!(

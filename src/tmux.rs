@@ -39,7 +39,7 @@ pub const OWNER_TAG: &str = "@worksession-owner";
 /// The session option naming that object for people (`namespace/name`).
 pub const OWNER_NAME_TAG: &str = "@worksession-owner-name";
 /// The `list-panes` format of an observation: one line per pane.
-const OBSERVE_FORMAT: &str = "#{session_name}\t#{pane_dead}\t#{@worksession-spawn}\t#{@worksession-pasted}\t#{@worksession-owner}\t#{@worksession-owner-name}";
+const OBSERVE_FORMAT: &str = "#{session_name}\t#{pane_dead}\t#{window_activity}\t#{@worksession-spawn}\t#{@worksession-pasted}\t#{@worksession-owner}\t#{@worksession-owner-name}";
 
 /// What one observation saw of one tmux session.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,6 +54,8 @@ pub struct SessionView {
     pub owner: String,
     /// That object's `namespace/name`.
     pub owner_name: String,
+    /// When its window last printed anything (or was made), in seconds since the epoch; 0 when tmux did not say.
+    pub activity: i64,
 }
 
 impl SessionView {
@@ -82,11 +84,13 @@ impl Observation {
                 continue;
             }
             let dead = fields.next().unwrap_or_default();
+            let activity = fields.next().unwrap_or_default().trim().parse().unwrap_or(0);
             let mut next = || fields.next().unwrap_or_default().to_string();
             let (spawn, pasted, owner, owner_name) = (next(), next(), next(), next());
             let view = sessions.entry(session.to_string()).or_default();
             view.alive |= dead.trim() != "1"; // "0", or unreadable: live (the seed's degrade-to-live)
-            *view = SessionView { alive: view.alive, spawn, pasted, owner, owner_name };
+            let activity = activity.max(view.activity); // the latest of its windows
+            *view = SessionView { alive: view.alive, spawn, pasted, owner, owner_name, activity };
         }
         Self { sessions, server: true }
     }
@@ -411,10 +415,13 @@ mod tests {
     #[test]
     fn observation_aggregates_panes_per_session() {
         let obs = Observation::parse(
-            "loop-a\t0\tspawn-1\te1\nloop-b\t1\t\t\nloop-c\t1\t\t\nloop-c\t0\t\t\nloop-d\t\t\t\nloop-e\t0\n",
+            "loop-a\t0\t1700000000\tspawn-1\te1\nloop-b\t1\t\t\t\nloop-c\t1\t5\t\t\nloop-c\t0\t7\t\t\nloop-d\t\t\t\t\nloop-e\t0\n",
         );
         assert_eq!(obs.liveness("loop-a"), Liveness::Alive);
-        assert_eq!(obs.session("loop-a").map(|v| (v.spawn.as_str(), v.pasted.as_str())), Some(("spawn-1", "e1")));
+        let a = obs.session("loop-a").unwrap();
+        assert_eq!((a.spawn.as_str(), a.pasted.as_str(), a.activity), ("spawn-1", "e1", 1_700_000_000));
+        assert_eq!(obs.session("loop-c").map(|v| v.activity), Some(7), "the latest of its windows");
+        assert_eq!(obs.session("loop-b").map(|v| v.activity), Some(0), "unknown");
         assert_eq!(obs.liveness("loop-b"), Liveness::Dead);
         assert_eq!(obs.liveness("loop-c"), Liveness::Alive, "one live pane is enough");
         assert_eq!(obs.liveness("loop-d"), Liveness::Alive, "unreadable pane_dead counts as live");

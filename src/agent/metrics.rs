@@ -43,7 +43,15 @@ pub struct PhaseLabel {
 }
 
 /// Every phase a WorkSession can be in, as the `sessions` gauge labels them (`None`: no status yet).
-pub const PHASES: [&str; 8] = ["Pending", "Starting", "Verifying", "Running", "Suspended", "BackOff", "Failed", "None"];
+pub const PHASES: [&str; 9] =
+    ["Pending", "Starting", "Verifying", "Running", "Suspended", "Idle", "BackOff", "Failed", "None"];
+
+/// `transition="stop|wake"`: an idle harness stopped, or an idle session woken by a prompt.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IdleLabel {
+    /// `stop` or `wake`.
+    pub transition: &'static str,
+}
 
 /// The agent's metrics, under the prefix `worksession_agent`.
 #[derive(Clone)]
@@ -62,6 +70,8 @@ pub struct AgentMetrics {
     pub events_delivered: Family<ViaLabel, Counter>,
     /// This agent's WorkSessions, by phase.
     pub sessions: Family<PhaseLabel, Gauge>,
+    /// Idle stops and wakes.
+    pub idle: Family<IdleLabel, Counter>,
 }
 
 impl AgentMetrics {
@@ -91,6 +101,7 @@ impl AgentMetrics {
             resume_failures: Family::default(),
             events_delivered: Family::default(),
             sessions: Family::default(),
+            idle: Family::default(),
         };
         registry.register("reconciles", "Reconciles run", m.reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by category", m.reconcile_errors.clone());
@@ -99,12 +110,16 @@ impl AgentMetrics {
         registry.register("resume_failures", "Failed resumes, by reason", m.resume_failures.clone());
         registry.register("events_delivered", "WorkEvents delivered, by how", m.events_delivered.clone());
         registry.register("sessions", "This agent's WorkSessions, by phase", m.sessions.clone());
+        registry.register("idle_transitions", "Idle harnesses stopped and idle sessions woken", m.idle.clone());
         // Every known label value starts at zero, so a rate or a panel has a series before the first event.
         for resumed in ["true", "false"] {
             let _ = m.respawns.get_or_create(&ResumedLabel { resumed });
         }
         for reason in crate::core::ResumeReason::ALL.into_iter().filter(|r| *r != crate::core::ResumeReason::Resumed) {
             let _ = m.resume_failures.get_or_create(&ReasonLabel { reason: reason.as_str() });
+        }
+        for transition in ["stop", "wake"] {
+            let _ = m.idle.get_or_create(&IdleLabel { transition });
         }
         for via in ["Pasted", "Resumed", "Fresh"] {
             let _ = m.events_delivered.get_or_create(&ViaLabel { via });

@@ -11,7 +11,7 @@ use tokio::sync::{Mutex, watch};
 use tracing::Instrument;
 
 use super::evidence;
-use super::metrics::{AgentMetrics, CategoryLabel, ReasonLabel, ResumedLabel, ViaLabel};
+use super::metrics::{AgentMetrics, CategoryLabel, IdleLabel, ReasonLabel, ResumedLabel, ViaLabel};
 use crate::api::{WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::queue;
@@ -322,6 +322,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             }
             NoticeKind::ResumeFailed(why) => {
                 self.metrics.resume_failures.get_or_create(&ReasonLabel { reason: why.as_str() }).inc();
+            }
+            NoticeKind::IdleStopped | NoticeKind::Woken => {
+                let transition = if kind == NoticeKind::IdleStopped { "stop" } else { "wake" };
+                self.metrics.idle.get_or_create(&IdleLabel { transition }).inc();
             }
             _ => {}
         }

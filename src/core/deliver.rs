@@ -136,6 +136,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 }
             }
         }
+        self.idle_check(settings);
     }
 
     /// The prompt `key`, if it is not yet known delivered.

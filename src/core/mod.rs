@@ -24,6 +24,7 @@ use crate::tmux::Liveness;
 mod conditions;
 mod deliver;
 mod exits;
+mod idle;
 mod plan;
 pub mod queue;
 pub mod resume;
@@ -55,6 +56,8 @@ struct Settings {
     enabled: bool,
     probe: u32,
     settle: u32,
+    /// Seconds of quiet before an idle stop; `None`: never.
+    idle: Option<u32>,
 }
 
 impl Settings {
@@ -65,6 +68,12 @@ impl Settings {
             enabled: r.enabled.unwrap_or(d.resume_on_respawn),
             probe: r.probe_seconds.unwrap_or(d.resume_probe_seconds),
             settle: r.settle_seconds.unwrap_or(d.resume_settle_seconds),
+            idle: spec
+                .idle
+                .as_ref()
+                .and_then(|i| i.suspend_after_seconds)
+                .or(d.idle_suspend_after_seconds)
+                .filter(|s| *s > 0),
         }
     }
 }

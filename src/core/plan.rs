@@ -176,6 +176,10 @@ pub enum NoticeKind {
     Delivered,
     /// An event cannot be delivered by this harness.
     DeliveryFailed,
+    /// An idle harness was stopped.
+    IdleStopped,
+    /// A prompt wakes an idle session (its respawn follows).
+    Woken,
 }
 
 impl NoticeKind {
@@ -190,6 +194,8 @@ impl NoticeKind {
             NoticeKind::BackOff => "BackOff",
             NoticeKind::Delivered => "Delivered",
             NoticeKind::DeliveryFailed => "DeliveryFailed",
+            NoticeKind::IdleStopped => "IdleStopped",
+            NoticeKind::Woken => "Woken",
         }
     }
 
@@ -204,6 +210,8 @@ impl NoticeKind {
             NoticeKind::BackOff => "session.backoff",
             NoticeKind::Delivered => "event.delivered",
             NoticeKind::DeliveryFailed => "event.failed",
+            NoticeKind::IdleStopped => "session.idle",
+            NoticeKind::Woken => "session.woken",
         }
     }
 
@@ -226,7 +234,11 @@ impl NoticeKind {
     /// Normal or Warning.
     pub fn severity(self) -> Severity {
         match self {
-            NoticeKind::Started { .. } | NoticeKind::Respawned { .. } | NoticeKind::Delivered => Severity::Normal,
+            NoticeKind::Started { .. }
+            | NoticeKind::Respawned { .. }
+            | NoticeKind::Delivered
+            | NoticeKind::IdleStopped
+            | NoticeKind::Woken => Severity::Normal,
             _ => Severity::Warning,
         }
     }

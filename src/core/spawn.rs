@@ -42,6 +42,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         let mut waiting = self.prompts();
         // Those the transcript showed were just recorded delivered.
         waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.confirmed.iter().any(|k| k == p.key)));
+        if self.stays_idle(waiting.len()) {
+            return;
+        }
         let wanted = !waiting.is_empty() || first_start || input.spec.restart_policy == RestartPolicy::Always;
         if input.spec.restart_policy == RestartPolicy::Never && !first_start {
             self.status.phase = Some(Phase::Failed);

@@ -6,6 +6,7 @@ use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSp
 use crate::tmux::SessionView;
 
 mod delivery;
+mod idle;
 mod isolation;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;

@@ -1,0 +1,55 @@
+//! Idle suspension, part of decide: a live harness that has printed nothing for `suspendAfterSeconds` (tmux's own
+//! window activity, from the one observation), with no prompt waiting or being delivered, is stopped and the session
+//! goes `Idle`. An idle stop is not a death: it never counts toward back-off, and the session stays `Idle` (whatever
+//! its `restartPolicy`) until a prompt wakes it through the normal respawn path, resume first.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::{Decision, Notice, NoticeKind, Op, Settings, later, until};
+use crate::api::Phase;
+
+impl Decision<'_, '_> {
+    /// After the live pane's prompts are handled: stop it when it has been quiet for the idle period and nothing is
+    /// owed to it, else come back when the period would end.
+    pub(super) fn idle_check(&mut self, settings: Settings) {
+        let input = self.input;
+        let Some(after) = settings.idle else { return };
+        if !self.prompts().is_empty() || !self.ops.is_empty() {
+            return; // a prompt waits or is being delivered: not idle
+        }
+        // tmux's clock of the window: its last output, or its creation. Unknown: never judged idle.
+        let Some(quiet_since) =
+            input.tmux.and_then(|t| Timestamp::from_second(t.activity).ok()).filter(|t| t.as_second() > 0)
+        else {
+            return;
+        };
+        let due = later(quiet_since, Duration::from_secs(after.into()));
+        if input.now < due {
+            self.requeue(until(input.now, due));
+            return;
+        }
+        self.ops.push(Op::Stop { session: self.session.clone() });
+        self.status.phase = Some(Phase::Idle);
+        self.status.idle_since = Some(Time(input.now));
+        let message = format!("stopped after {after}s without output; the next event resumes the conversation");
+        self.ready(false, "Idle", message.clone());
+        self.notice(Notice::new(NoticeKind::IdleStopped, message));
+    }
+
+    /// Not running: whether the session stays idle (nothing waits for it). A prompt that waits wakes it.
+    pub(super) fn stays_idle(&mut self, waiting: usize) -> bool {
+        if self.status.phase != Some(Phase::Idle) {
+            return false;
+        }
+        if waiting == 0 {
+            return true;
+        }
+        self.status.idle_since = None;
+        let message = format!("{waiting} prompt(s) wake the idle harness");
+        self.notice(Notice::new(NoticeKind::Woken, message));
+        false
+    }
+}

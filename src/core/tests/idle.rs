@@ -1,0 +1,89 @@
+//! Idle suspension (product brief, "Idle"): a quiet live harness with nothing owed is stopped and the session goes
+//! `Idle`; a prompt still owed or output within the period keeps it; an idle session stays stopped whatever its
+//! restart policy until a prompt wakes it, which resumes its conversation and is no failure.
+
+use super::*;
+use crate::api::IdleSpec;
+
+/// A running session of `OLD` whose window last printed at t(`quiet_since`), idle after 60 s, nothing pending.
+fn quiet_since(quiet_since: i64) -> Case {
+    let mut case = Case::new(WorkSessionStatus { phase: Some(Phase::Running), ..ran_old() });
+    case.spec.idle = Some(IdleSpec { suspend_after_seconds: Some(60) });
+    case.liveness = Liveness::Alive;
+    case.events = Vec::new();
+    let activity = t(quiet_since).as_second();
+    case.tmux = Some(SessionView { alive: true, activity, ..Default::default() });
+    case
+}
+
+#[test]
+fn quiet_for_the_period_with_nothing_owed_the_harness_is_stopped_as_idle() {
+    let mut case = quiet_since(40); // quiet for 60 s at t(100)
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["stop loop-repo-12", "session.idle"]);
+    assert_eq!(plan.status.phase, Some(Phase::Idle));
+    assert_eq!(condition(&plan.status, READY), Some(("False", "Idle")));
+    assert_eq!(plan.status.idle_since, Some(Time(t(100))));
+    assert_eq!((plan.status.failure_count, plan.status.respawn_count), (0, 0));
+}
+
+#[test]
+fn output_within_the_period_keeps_it_and_the_agent_comes_back_when_the_period_would_end() {
+    let plan = quiet_since(70).step();
+    assert_eq!(ops(&plan), Vec::<String>::new());
+    assert_eq!(plan.status.phase, Some(Phase::Running));
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(30)));
+}
+
+#[test]
+fn a_prompt_waiting_or_being_delivered_keeps_it() {
+    let mut delivering_one = quiet_since(0);
+    delivering_one.events = vec![delivering("e1", "hello", Via::Pasted)];
+    delivering_one.now = t(100) + SignedDuration::from_millis(500); // not yet proven by the probe
+    delivering_one.status.last_respawn.as_mut().unwrap().time = Time(t(99));
+    assert!(!ops(&delivering_one.step()).iter().any(|o| o.starts_with("stop")));
+    let mut waiting = quiet_since(0);
+    waiting.events = vec![ev("e1", "hello")];
+    let plan = waiting.step();
+    assert_eq!(ops(&plan)[0], "paste e1 into loop-repo-12: hello", "delivered, not stopped");
+    assert_eq!(plan.status.phase, Some(Phase::Running));
+}
+
+#[test]
+fn unset_or_zero_never_stops_and_the_agent_config_gives_the_default() {
+    let mut off = quiet_since(-10_000);
+    off.spec.idle = Some(IdleSpec { suspend_after_seconds: Some(0) });
+    off.config.defaults.idle_suspend_after_seconds = Some(60);
+    assert_eq!(ops(&off.step()), Vec::<String>::new(), "0 in the spec turns it off");
+    let mut unset = quiet_since(-10_000);
+    unset.spec.idle = None;
+    assert_eq!(ops(&unset.step()), Vec::<String>::new(), "off unless set");
+    unset.config.defaults.idle_suspend_after_seconds = Some(60);
+    assert_eq!(ops(&unset.step()), ["stop loop-repo-12", "session.idle"], "the config's default");
+}
+
+#[test]
+fn an_idle_session_stays_stopped_whatever_its_policy_until_a_prompt_wakes_it_resumed_and_no_failure() {
+    let mut case = quiet_since(0);
+    case.spec.restart_policy = RestartPolicy::Always;
+    case.step();
+    // The stopped session is gone from tmux: nothing respawns it.
+    case.liveness = Liveness::Absent;
+    case.tmux = None;
+    case.now = t(200);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new());
+    assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Idle), Some(("False", "Idle"))));
+    // A prompt wakes it: the recorded conversation is resumed with the prompt as its boot prompt.
+    case.events = vec![ev("e1", "please fix the bug")];
+    let plan = case.step();
+    assert_eq!(ops(&plan)[0], "session.woken");
+    assert_eq!(spawned(&plan), RESUME_E1);
+    assert_eq!(plan.status.idle_since, None);
+    assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (0, None), "not a failure");
+    case.liveness = Liveness::Alive;
+    case.now = t(203);
+    let plan = case.step();
+    assert_eq!(condition(&plan.status, RESUMED), Some(("True", "Resumed")));
+    assert_eq!(plan.status.phase, Some(Phase::Running));
+}
