@@ -77,6 +77,11 @@ async fn killed_between_paste_and_status_pastes_once() {
 }
 
 #[tokio::test]
+async fn idle_stops_and_an_event_wakes_the_same_conversation() {
+    scenarios::idle_stops_and_an_event_wakes_the_same_conversation(&World::new().await).await;
+}
+
+#[tokio::test]
 async fn resume_disabled_respawns_fresh() {
     let w = World::new().await;
     w.create_session("delta", json!({"resume": {"enabled": false}})).await;

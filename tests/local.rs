@@ -264,6 +264,11 @@ async fn shared_killed_between_paste_and_status_pastes_once() {
     scenarios::killed_between_paste_and_status_pastes_once(&mut Local::new()).await;
 }
 
+#[tokio::test]
+async fn idle_stops_and_an_event_wakes_the_same_conversation() {
+    scenarios::idle_stops_and_an_event_wakes_the_same_conversation(&Local::new()).await;
+}
+
 /// `worksession peek` and `attach` in local mode, through tmux directly. Attach runs in a pane of a second tmux
 /// server whose prefix is C-a, so that C-b d reaches the attached client: the screen shows the harness, then the
 /// detach, and the harness keeps running.

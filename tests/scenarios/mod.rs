@@ -327,3 +327,41 @@ pub async fn killed_between_paste_and_status_pastes_once(rig: &mut impl Rig) {
     let got = received(rig);
     assert_eq!(got.iter().filter(|(_, p)| p == "exactly once").count(), 1, "{got:?}");
 }
+
+/// Idle suspension (issue 15): output flowing keeps a harness; a prompt being delivered keeps a quiet one; quiet with
+/// nothing owed, it is stopped as `Idle` (no failure); an event wakes it, resumed into the same conversation.
+pub async fn idle_stops_and_an_event_wakes_the_same_conversation(rig: &impl Rig) {
+    let idle = serde_json::json!({"suspendAfterSeconds": 2});
+    let tmux = rig.tmux();
+    rig.create_session("chatty", serde_json::json!({"harness": "standin-chatty", "idle": idle})).await;
+    await_phase(rig, "chatty", "Running").await;
+    tmux.await_output("loop-chatty", "working 8").await; // 4 s of output: twice the idle period
+    assert_eq!(rig.session_status("chatty").await["phase"], "Running", "output keeps it");
+
+    // The blind stand-in's initial prompt stays Delivering for its 10 s settle window, while the pane is quiet.
+    rig.create_session("quiet", serde_json::json!({"harness": "standin-blind", "idle": idle, "initialPrompt": "hi"}))
+        .await;
+    let st = await_phase(rig, "quiet", "Idle").await;
+    let time = |v: &Value| v.as_str().unwrap().parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+    assert_eq!(st["initialPrompt"]["phase"], "Delivered");
+    assert!(time(&st["idleSince"]) >= time(&st["initialPrompt"]["deliveredAt"]), "not stopped while delivering: {st}");
+    let ready = st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("Idle")));
+    assert_eq!((st["failureCount"].as_u64(), st["respawnCount"].as_u64()), (Some(0), Some(0)), "no failure");
+    assert_eq!(tmux.runner.observe().await.unwrap().liveness("loop-quiet"), Liveness::Absent, "stopped");
+    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+
+    rig.send("quiet", "quiet-1", "wake up").await;
+    let ev = await_delivered(rig, "quiet-1").await;
+    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some(id.as_str())));
+    let st = rig.session_status("quiet").await;
+    assert_eq!(resumed(&st).0, "True", "{st}");
+    assert_eq!(
+        (st["failureCount"].as_u64(), st["respawnCount"].as_u64()),
+        (Some(0), Some(1)),
+        "an idle stop is no failure"
+    );
+    let prompts = tmux.prompts();
+    let last = prompts.last().unwrap();
+    assert_eq!((last.conversation.as_str(), last.prompt.as_str()), (id.as_str(), "wake up"));
+}

@@ -86,7 +86,8 @@ impl TmuxServer {
     /// - `standin-blind`: the same without either (the seed's profile: only the probe and the settle window tell);
     /// - `standin-slow`: blind, its failed resume takes 3 s with its TUI up (pastes meanwhile go nowhere);
     /// - `standin-boot`: with its ready prompt, dropping input for its first 4 s;
-    /// - `standin-crash`: blind, crashing after 0.3 s.
+    /// - `standin-crash`: blind, crashing after 0.3 s;
+    /// - `standin-chatty`: with its ready prompt and transcript, printing a line every 0.5 s (output flowing).
     pub fn agent_config_yaml(&self) -> String {
         let profile = |flags: &str, ready: bool, transcript: bool| {
             let mut sees = String::new();
@@ -103,7 +104,7 @@ impl TmuxServer {
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             a = profile("", true, true),
@@ -111,6 +112,7 @@ impl TmuxServer {
             c = profile(", --resume-fail-delay, '3'", false, false),
             boot = profile(", --boot-delay, '4'", true, false),
             d = profile(", --crash-after, '0.3'", false, false),
+            chatty = profile(", --chatter, '0.5'", true, true),
         )
     }
 
