@@ -45,6 +45,11 @@ impl Decision<'_, '_> {
             return false;
         }
         if waiting == 0 {
+            // Said again only when something else (a tmux server that went away) took its place.
+            let said = self.status.conditions.iter().any(|c| c.type_ == super::READY && c.reason == "Idle");
+            if !said {
+                self.ready(false, "Idle", "stopped as idle; the next event resumes the conversation");
+            }
             return true;
         }
         self.status.idle_since = None;

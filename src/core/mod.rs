@@ -217,7 +217,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         if !input.tmux_server && !input.config.tmux.start_server {
             // tmux runs in a container of its own: never start a server here; wait for it to come back.
             self.return_unconfirmed("the tmux server is gone; it will be sent again");
-            self.status.phase = Some(Phase::Pending);
+            // An idle session stays idle: it was stopped on purpose, and only a prompt wakes it.
+            if self.status.phase != Some(Phase::Idle) {
+                self.status.phase = Some(Phase::Pending);
+            }
             self.ready(
                 false,
                 "TmuxUnavailable",

@@ -87,3 +87,24 @@ fn an_idle_session_stays_stopped_whatever_its_policy_until_a_prompt_wakes_it_res
     assert_eq!(condition(&plan.status, RESUMED), Some(("True", "Resumed")));
     assert_eq!(plan.status.phase, Some(Phase::Running));
 }
+
+#[test]
+fn an_idle_session_stays_idle_while_the_tmux_server_is_gone() {
+    let mut case = quiet_since(0);
+    case.spec.restart_policy = RestartPolicy::Always;
+    case.config.tmux.start_server = false;
+    case.step();
+    case.liveness = Liveness::Absent;
+    case.tmux = None;
+    case.server = false;
+    let plan = case.step();
+    assert_eq!(
+        (plan.status.phase, condition(&plan.status, READY)),
+        (Some(Phase::Idle), Some(("False", "TmuxUnavailable")))
+    );
+    // The server back (empty): still idle, nothing respawned without a prompt.
+    case.server = true;
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new());
+    assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Idle), Some(("False", "Idle"))));
+}
