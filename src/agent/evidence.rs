@@ -26,7 +26,8 @@ pub struct Evidence {
     pub screen: Option<String>,
     /// Keys of sent prompts the transcript shows.
     pub confirmed: Vec<String>,
-    /// Whether the conversation a respawn would resume is in the harness's store.
+    /// Whether the conversation a respawn would resume (while a fresh spawn is verified: the one it made) is in the
+    /// harness's store.
     pub conversation_found: Option<bool>,
 }
 
@@ -73,9 +74,14 @@ impl<S, T: Tmux> Reconciler<S, T> {
         }
         let (Some(template), Some(home)) = (&profile.conversation_path, &config.harness_home) else { return evidence };
         let workdir = &ws.spec.workdir;
-        let recorded = status.harness_session_id.as_ref().or(ws.spec.harness_session_id.as_ref());
+        // The conversation a respawn would resume; while a fresh spawn is verified, the one it made (if it is in the
+        // store, the spawn ran, whatever tmux shows: a restarted tmux server has no session of it).
+        let recorded = match &status.verification {
+            Some(v) if !v.resume => Some(&v.harness_session_id),
+            Some(_) => None,
+            None => status.harness_session_id.as_ref().or(ws.spec.harness_session_id.as_ref()),
+        };
         if liveness != Liveness::Alive
-            && status.verification.is_none()
             && let Some(id) = recorded.filter(|id| crate::api::is_valid_session_id(id))
         {
             evidence.conversation_found = Some(transcript::locate(template, home, workdir, id).is_file());

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::ResumeReason;
 use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, RESUMED, Settings, backoff, later};
-use crate::api::{EventPhase, Phase};
+use crate::api::Phase;
 use crate::harness::Profile;
 use crate::tmux::Liveness;
 
@@ -68,8 +68,9 @@ impl Decision<'_, '_> {
     /// A fresh spawn failed: its boot prompt goes back to `Pending`, and the failure counts toward back-off.
     pub(super) fn fresh_spawn_failed(&mut self, boot: Option<&str>, ready_reason: &'static str, notice: Notice) {
         let message = notice.message.clone();
-        if let Some(key) = boot {
-            self.set_prompt(key, EventPhase::Pending, None, false, Some(message.clone()));
+        if boot.is_some() {
+            // A boot prompt the transcript shows was delivered all the same; otherwise it waits again.
+            self.return_unconfirmed(&message);
         }
         self.notice(notice);
         self.status.phase = Some(Phase::Pending);

@@ -19,7 +19,10 @@ impl Decision<'_, '_> {
     pub(super) fn verify(&mut self, profile: &Profile, settings: Settings, mut v: Verification) {
         let input = self.input;
         let now = input.now;
-        if self.spawn_never_ran(&v) {
+        // A fresh conversation in the harness's store says the spawn ran, even when no tmux session carries its tag
+        // (the tmux server restarted meanwhile): running it again would reuse an id the harness says is in use.
+        let made_its_conversation = !v.resume && input.conversation_found == Some(true);
+        if self.spawn_never_ran(&v) && !made_its_conversation {
             // The agent stopped between recording the intent and spawning: the same spawn, not a failure.
             v.started = Time(now);
             v.deadline = Time(later(now, Duration::from_secs(settings.probe.into())));
@@ -63,6 +66,10 @@ impl Decision<'_, '_> {
             );
             self.fall_back(profile, settings, boot_key(&v), ResumeReason::PaneDied, message);
             return;
+        }
+        if made_its_conversation {
+            // It exists: the next respawn resumes it rather than starting yet another.
+            self.status.harness_session_id = Some(v.harness_session_id.clone());
         }
         let message =
             format!("fresh conversation {} died within the {}s probe{said}", v.harness_session_id, settings.probe);

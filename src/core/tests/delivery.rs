@@ -173,3 +173,36 @@ fn a_prompt_the_transcript_shows_stays_delivered_when_the_pane_dies() {
     );
     assert!(spawned(&plan).ends_with("-- two"), "{}", spawned(&plan));
 }
+
+/// Found on a real node: the tmux server restarted while a fresh spawn was being verified. No session carries the
+/// spawn's tag, but its conversation is in the store: it ran. It is not run again with its id (the harness refuses
+/// an id in use), its conversation is kept for the next respawn, and the boot prompt its transcript shows is not sent
+/// a second time.
+#[test]
+fn crash_safe_a_fresh_spawn_whose_tmux_server_restarted_is_not_run_again() {
+    let mut case = with_transcript(first_start());
+    case.step(); // spawned fresh with the initial prompt
+    case.tmux = None;
+    case.liveness = Liveness::Absent;
+    case.found = Some(true);
+    case.confirmed = vec![INITIAL_PROMPT.into()];
+    case.now = t(101);
+    let plan = case.step();
+    assert_eq!(spawned(&plan), "", "not run again");
+    assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW), "its conversation is kept");
+    assert_eq!(initial(&plan), Some(EventPhase::Delivered), "the transcript shows the boot prompt");
+    // Without the store's word it is the spawn that never ran, run again the same.
+    let mut unknown = with_transcript(first_start());
+    unknown.step();
+    unknown.tmux = None;
+    unknown.liveness = Liveness::Absent;
+    unknown.found = Some(false);
+    unknown.now = t(101);
+    assert!(spawned(&unknown.step()).ends_with(&format!("--session-id {NEW} -- start here")));
+    // An event then resumes the kept conversation.
+    case.found = Some(true);
+    case.confirmed.clear();
+    case.events = vec![ev("e1", "please fix the bug")];
+    case.now = t(200);
+    assert_eq!(spawned(&case.step()), format!("spawn loop-repo-12 claude --resume {NEW} -- please fix the bug"));
+}
