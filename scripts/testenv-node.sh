@@ -18,18 +18,30 @@ node_claim() {
     # A node whose owner just exited takes some seconds to go down: wait for it rather than fail.
     local i
     for ((i = 0; i < 600; i++)); do
-      [[ -d $other ]] || break
+      node_live "$other" || break
       ((i % 100)) || say "up: waiting for the node in $other to go down"
       sleep 0.1
     done
-    if [[ -d $other ]]; then
+    if node_live "$other"; then
       die "up --node: a node is already up on this machine (state in $other); one node per machine: 'scripts/testenv down $other'"
     fi
     say "up: taking over from a node that is gone ($other)"
+    # Its processes died without `down` (a killed session, a reboot): remove what they left.
+    if [[ -d $other ]]; then cmd_down "$other"; fi
     node_leftovers
   fi
   echo "$dir" >"$NODE_CLAIM"
   touch "$dir/node"
+}
+
+# node_live DIR: whether any process of the node in DIR still runs.
+node_live() {
+  local dir=$1 name
+  [[ -d $dir ]] || return 1
+  for name in kube-apiserver etcd containerd kubelet; do
+    [[ -f $dir/$name.pid ]] && running "$dir" "$(cat "$dir/$name.pid")" && return 0
+  done
+  return 1
 }
 
 # The pods' bridge, made before the API server so that it can listen on the gateway address (the bridge plugin
@@ -228,8 +240,13 @@ node_down() {
   say "down: node $NODE_NAME stopped"
 }
 
-# What a node leaves on the machine outside its folder: the bridge and kube-proxy's iptables rules.
+# What a node leaves on the machine outside its folder: pods' processes whose containerd died without stopping them
+# (the kubelet's cgroup tree is the one node's), the bridge and kube-proxy's iptables rules.
 node_leftovers() {
+  local procs
+  for procs in $(find /sys/fs/cgroup/pids/kubepods /sys/fs/cgroup/kubepods -name cgroup.procs 2>/dev/null); do
+    xargs -r kill -9 <"$procs" 2>/dev/null || true
+  done
   ip link del "$NODE_BRIDGE" 2>/dev/null || true
   "$NODE_BIN_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || true
 }
