@@ -37,7 +37,7 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     let selector = format!("spec.nodeName={node}");
     // Wait for the CRDs (and the API server) instead of exiting.
     while let Err(e) = sessions.list(&ListParams::default().fields(&selector).limit(1)).await {
-        tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkSessions yet (are the CRDs installed?); retrying");
+        tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkSessions yet ({}); retrying", waiting_for(&e));
         tokio::time::sleep(ERROR_REQUEUE).await;
     }
     let mine = watcher::Config::default().fields(&selector);
@@ -79,4 +79,30 @@ async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Ctx<S>>) -> Result<A
 fn error_policy<S: Store>(ws: Arc<WorkSession>, error: &ReconcileError, _ctx: Arc<Ctx<S>>) -> Action {
     tracing::warn!(event = "reconcile.failed", namespace = ws.namespace(), name = ws.name_any(), category = error.category(), error = %error, "reconcile failed; retrying");
     Action::requeue(ERROR_REQUEUE)
+}
+
+/// What the agent waits for when it cannot list WorkSessions: the words an operator acts on.
+fn waiting_for(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => "the CRDs are not installed: kubectl apply -f crds/",
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => "its ServiceAccount is not allowed to: check the RBAC",
+        kube::Error::Api(_) => "the API server refuses",
+        // Found on a real node: a pod without a route to the API server logged "are the CRDs installed?".
+        _ => "the API server does not answer",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_says_what_to_fix() {
+        let api = |code| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
+        assert!(waiting_for(&api(404)).contains("CRDs are not installed"));
+        assert!(waiting_for(&api(403)).contains("RBAC"));
+        assert_eq!(waiting_for(&api(500)), "the API server refuses");
+        let unreachable = kube::Error::Service("connection refused".into());
+        assert_eq!(waiting_for(&unreachable), "the API server does not answer");
+    }
 }
