@@ -8,6 +8,7 @@
 mod cluster;
 #[path = "fixtures/github.rs"]
 mod fixtures;
+mod standin;
 mod support;
 
 use std::path::Path;
@@ -76,7 +77,7 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     // It runs in the tmux container, and its HOME (on the node's workspace) is writable: it wrote its transcript.
     let pid = r.pane_pid("loop-item").await;
     assert!(r.home().join(format!("conversations/{id}.jsonl")).is_file());
-    assert_eq!(r.prompts()[0].0, id);
+    assert_eq!(r.prompts()[0].conversation, id);
 
     // The agent container dies: the harness lives on, and the restarted agent adopts it and respawns nothing.
     r.kill_and_await_restart("agent").await;
@@ -86,7 +87,7 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())));
     assert_eq!(r.pane_pid("loop-item").await, pid, "the same harness process");
     let prompts = r.prompts();
-    assert_eq!((prompts.len(), prompts[1].2), (2, prompts[0].2), "delivered once, to the same process");
+    assert_eq!((prompts.len(), prompts[1].pid), (2, prompts[0].pid), "delivered once, to the same process");
     let status = r.sessions().get("item").await.unwrap().status.unwrap();
     assert_eq!(status.respawn_count, 0);
 
@@ -98,7 +99,10 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     let ev = r.await_delivered("item-2").await;
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     let prompts = r.prompts();
-    assert_eq!(prompts.last().map(|p| (p.0.as_str(), p.1.as_str())), Some((id.as_str(), "after the tmux restart")));
+    assert_eq!(
+        prompts.last().map(|p| (p.conversation.as_str(), p.prompt.as_str())),
+        Some((id.as_str(), "after the tmux restart"))
+    );
     assert_eq!(prompts.len(), 3, "each prompt once");
     r.uninstall_before_the_sessions().await;
 }
@@ -150,14 +154,16 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     }
     let item = "octo-org-hello-world-12";
     r.await_session(item, "Running", |ws| phase(ws) == Some(Phase::Running)).await;
-    until("the comment in the harness", || async { r.prompts().iter().any(|p| p.1.contains("Please add a test.")) })
-        .await;
+    until("the comment in the harness", || async {
+        r.prompts().iter().any(|p| p.prompt.contains("Please add a test."))
+    })
+    .await;
     let events = r.events().list(&ListParams::default()).await.unwrap().items;
     let from_github: Vec<_> = events.iter().filter(|e| e.spec.session == item).collect();
     assert_eq!(from_github.len(), 1, "one event for one delivery");
     let delivered = r.await_delivered(&from_github[0].name_any()).await;
     assert_eq!(delivered.phase, Some(EventPhase::Delivered));
-    assert_eq!(r.prompts().iter().filter(|p| p.1.contains("Please add a test.")).count(), 1, "once");
+    assert_eq!(r.prompts().iter().filter(|p| p.prompt.contains("Please add a test.")).count(), 1, "once");
 
     // `worksession peek` on a cluster: kubectl exec into the tmux container of the agent pod on the session's node.
     let mut path = std::env::var_os("PATH").unwrap_or_default();

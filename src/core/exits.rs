@@ -65,13 +65,12 @@ impl Decision<'_, '_> {
         self.status.next_retry_time = (!delay.is_zero()).then(|| Time(later(now, delay)));
     }
 
-    /// A fresh spawn failed: its boot prompt goes back to `Pending`, and the failure counts toward back-off.
-    pub(super) fn fresh_spawn_failed(&mut self, boot: Option<&str>, ready_reason: &'static str, notice: Notice) {
+    /// A fresh spawn failed: its boot prompt goes back to `Pending` (unless its transcript shows it arrived), and the
+    /// failure counts toward back-off.
+    pub(super) fn fresh_spawn_failed(&mut self, ready_reason: &'static str, notice: Notice) {
         let message = notice.message.clone();
-        if boot.is_some() {
-            // A boot prompt the transcript shows was delivered all the same; otherwise it waits again.
-            self.return_unconfirmed(&message);
-        }
+        // The boot prompt is the only one sent while a spawn is verified.
+        self.return_unconfirmed(&message);
         self.notice(notice);
         self.status.phase = Some(Phase::Pending);
         self.ready(false, ready_reason, message);

@@ -22,7 +22,7 @@ impl Decision<'_, '_> {
         }
         // tmux's clock of the window: its last output, or its creation. Unknown: never judged idle.
         let Some(quiet_since) =
-            input.tmux.and_then(|t| Timestamp::from_second(t.activity).ok()).filter(|t| t.as_second() > 0)
+            input.tmux.map(|t| t.activity).filter(|a| *a > 0).and_then(|a| Timestamp::from_second(a).ok())
         else {
             return;
         };

@@ -162,11 +162,19 @@ impl<'a, 'i> Decision<'a, 'i> {
         }))
     }
 
-    /// A recorded intent whose spawn never ran (no session carries its tag): run the same spawn again, so a resume
-    /// stays a resume.
+    /// A recorded intent whose spawn never ran (no session carries its tag, and a fresh one left no conversation in
+    /// the harness's store): run the same spawn again, so a resume stays a resume.
     pub(super) fn spawn_never_ran(&self, v: &Verification) -> bool {
         let input = self.input;
-        input.liveness != Liveness::Alive && input.tmux.is_none_or(|t| t.spawn != v.spawn)
+        input.liveness != Liveness::Alive
+            && input.tmux.is_none_or(|t| t.spawn != v.spawn)
+            && !self.made_its_conversation(v)
+    }
+
+    /// A fresh spawn's conversation is in the harness's store: it ran, even when no tmux session carries its tag (the
+    /// tmux server restarted meanwhile), and running it again would reuse an id the harness says is in use.
+    pub(super) fn made_its_conversation(&self, v: &Verification) -> bool {
+        !v.resume && self.input.conversation_found == Some(true)
     }
 
     /// The boot prompt's text of a verification.

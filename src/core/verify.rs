@@ -19,10 +19,7 @@ impl Decision<'_, '_> {
     pub(super) fn verify(&mut self, profile: &Profile, settings: Settings, mut v: Verification) {
         let input = self.input;
         let now = input.now;
-        // A fresh conversation in the harness's store says the spawn ran, even when no tmux session carries its tag
-        // (the tmux server restarted meanwhile): running it again would reuse an id the harness says is in use.
-        let made_its_conversation = !v.resume && input.conversation_found == Some(true);
-        if self.spawn_never_ran(&v) && !made_its_conversation {
+        if self.spawn_never_ran(&v) {
             // The agent stopped between recording the intent and spawning: the same spawn, not a failure.
             v.started = Time(now);
             v.deadline = Time(later(now, Duration::from_secs(settings.probe.into())));
@@ -41,7 +38,7 @@ impl Decision<'_, '_> {
                 Err(e) => {
                     self.status.verification = None;
                     let message = format!("the recorded spawn cannot be built again: {e}");
-                    self.fresh_spawn_failed(boot_key(&v), "SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
+                    self.fresh_spawn_failed("SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
                 }
             }
             return;
@@ -67,13 +64,13 @@ impl Decision<'_, '_> {
             self.fall_back(profile, settings, boot_key(&v), ResumeReason::PaneDied, message);
             return;
         }
-        if made_its_conversation {
+        if self.made_its_conversation(&v) {
             // It exists: the next respawn resumes it rather than starting yet another.
             self.status.harness_session_id = Some(v.harness_session_id.clone());
         }
         let message =
             format!("fresh conversation {} died within the {}s probe{said}", v.harness_session_id, settings.probe);
-        self.fresh_spawn_failed(boot_key(&v), "PaneDied", Notice::new(NoticeKind::HarnessExited, message));
+        self.fresh_spawn_failed("PaneDied", Notice::new(NoticeKind::HarnessExited, message));
     }
 
     /// The spawn survived its probe: record it. Its boot prompt stays `Delivering` until known delivered.
@@ -120,7 +117,7 @@ impl Decision<'_, '_> {
             return;
         }
         let message = format!("tmux could not start the harness: {failure}");
-        self.fresh_spawn_failed(boot_key(&v), "SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
+        self.fresh_spawn_failed("SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
     }
 
     /// A resume failed after tmux ran it: report it and fall back to a fresh conversation with the same boot prompt.

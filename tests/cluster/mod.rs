@@ -56,13 +56,7 @@ pub fn node() -> &'static Node {
         assert!(out.status.success(), "scripts/testenv up --node failed (run `scripts/testenv install --node` first?)");
         std::fs::remove_dir_all(&work).ok();
         let exports = String::from_utf8(out.stdout).unwrap();
-        let var = |name: &str| {
-            exports
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
-                .map(|v| v.trim_matches('\'').to_string())
-                .unwrap_or_else(|| panic!("scripts/testenv up printed no {name}"))
-        };
+        let var = |name: &str| support::exported(&exports, name);
         let bin = Command::new(repo_root().join("scripts/testenv")).arg("bin-dir").output().unwrap();
         Node {
             kubeconfig: var("KUBECONFIG").into(),
@@ -232,7 +226,7 @@ agent:
         (s.container_id.unwrap_or_default(), s.restart_count)
     }
 
-    /// Kills `container` of the agent pod and awaits the kubelet restarting it and the pod being Ready again.
+    /// Kills `container` of the agent pod and awaits the kubelet restarting it (its restart count going up).
     pub async fn kill_and_await_restart(&self, container: &str) {
         let (id, restarts) = self.container(container).await;
         node().kill_container(&id);
@@ -337,15 +331,8 @@ agent:
     }
 
     /// The prompts the stand-in recorded in the harnesses' HOME.
-    pub fn prompts(&self) -> Vec<(String, String, u32)> {
-        let text = std::fs::read_to_string(self.home().join("prompts.jsonl")).unwrap_or_default();
-        text.lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                let s = |k: &str| v[k].as_str().unwrap().to_string();
-                (s("conversation"), s("prompt"), v["pid"].as_u64().unwrap() as u32)
-            })
-            .collect()
+    pub fn prompts(&self) -> Vec<crate::standin::Prompt> {
+        crate::standin::read_prompts(&self.home())
     }
 
     /// As the README says: delete the sessions first (the agent stops their harnesses and removes its finalizers),

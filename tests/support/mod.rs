@@ -53,15 +53,18 @@ pub fn control_plane() -> &'static ControlPlane {
             .expect("run scripts/testenv up");
         assert!(out.status.success(), "scripts/testenv up failed (run `scripts/testenv install` first?)");
         let exports = String::from_utf8(out.stdout).expect("utf-8 exports");
-        let var = |name: &str| {
-            exports
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
-                .map(|v| PathBuf::from(v.trim_matches('\'')))
-                .unwrap_or_else(|| panic!("scripts/testenv up printed no {name}"))
-        };
+        let var = |name: &str| PathBuf::from(exported(&exports, name));
         ControlPlane { kubeconfig: var("KUBECONFIG"), testenv_dir: Some(var("WORKSESSION_TESTENV_DIR")) }
     })
+}
+
+/// The value of `name` in the `export NAME=value` lines `scripts/testenv up` prints.
+pub fn exported(exports: &str, name: &str) -> String {
+    exports
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+        .map(|v| v.trim_matches('\'').to_string())
+        .unwrap_or_else(|| panic!("scripts/testenv up printed no {name}"))
 }
 
 /// A kube client for the kubeconfig at `path`, bound to the calling test's runtime.
