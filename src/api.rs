@@ -18,6 +18,25 @@ pub const SESSION_LABEL: &str = "worksession.dev/session";
 /// Label on a WorkEvent naming the node of its WorkSession.
 pub const NODE_LABEL: &str = "worksession.dev/node";
 
+/// The value of [`NODE_LABEL`] for `node`: its [`slug`] (a node name may be longer than a label value). Two nodes
+/// whose names differ only in punctuation share a value; each agent still reconciles only its own node's sessions.
+pub fn node_label_value(node: &str) -> String {
+    slug(node)
+}
+
+/// `raw` as a DNS label: lowercase letters, digits and `-`. A slug over 63 characters keeps its first 54 and a
+/// hash of the whole, so two long names that share a beginning never become one session.
+pub fn slug(raw: &str) -> String {
+    let s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let s = s.trim_matches('-');
+    if s.len() <= 63 {
+        return s.to_string();
+    }
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(raw.as_bytes()));
+    format!("{}-{}", s[..54].trim_end_matches('-'), &digest[..8])
+}
+
 /// The shape of a harness session id: a leading alphanumeric, so an id can never be taken as a flag.
 pub const SESSION_ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$";
 /// The shape of a work item: a DNS label.

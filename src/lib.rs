@@ -12,6 +12,7 @@ pub mod config;
 pub mod core;
 pub mod get;
 pub mod harness;
+pub mod labeler;
 pub mod signal;
 pub mod store;
 pub mod telemetry;

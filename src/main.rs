@@ -56,6 +56,13 @@ enum Command {
         #[arg(long, default_value = "0.0.0.0:9091")]
         admin_addr: SocketAddr,
     },
+    /// Label WorkEvents made without the worksession.dev/node label (by hand) with their session's node, so each
+    /// agent watches only its own node's events. Run one per cluster (the chart's labeler Deployment).
+    Labeler {
+        /// Where to serve /metrics, /livez and /readyz (port 0 picks a free port, logged).
+        #[arg(long, default_value = "0.0.0.0:9092")]
+        admin_addr: SocketAddr,
+    },
     /// List WorkSessions (or WorkEvents: `get wev`) like `kubectl get`, from the cluster or a local directory.
     Get {
         /// `ws` (the default) or `wev`, then names; or only names of WorkSessions.
@@ -151,6 +158,17 @@ async fn main() -> ExitCode {
                     let store = KubeStore::new(client.clone(), &node);
                     worksession::agent::run(client, node, store, options).await
                 }
+            };
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Labeler { admin_addr } => {
+            worksession::telemetry::init_tracing(cli.log_json);
+            let result = match kube::Client::try_default().await {
+                Ok(client) => worksession::labeler::run(client, Some(admin_addr)).await,
+                Err(e) => return fail(&e),
             };
             match result {
                 Ok(()) => ExitCode::SUCCESS,

@@ -207,10 +207,7 @@ async fn a_tampered_recorded_id_is_not_resumed() {
 #[tokio::test]
 async fn reports_events_metrics_and_health() {
     let mut w = World::new().await;
-    w.stop_agent();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let admin: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    w.start_agent_with_admin(Some(admin));
+    let admin = w.restart_agent_with_admin();
     w.send("omicron", "omicron-1", "hi").await; // waiting before the session exists: the boot prompt
     w.create_session("omicron", json!({"harnessSessionId": "ghost"})).await;
     w.await_event("omicron-1", EventPhase::Delivered).await;
@@ -435,4 +432,48 @@ async fn get_follows_kubectl() {
     watch.kill().unwrap();
     watch.wait().unwrap();
     assert!(matches!(seen, Ok(Ok(Some(_)))), "a Running row for the new session");
+}
+
+/// Issue 16: an agent's watch carries only the WorkEvents of its node (a label selector), and events made by hand
+/// without labels are labelled by the labeler and still delivered.
+#[tokio::test]
+async fn an_agent_watches_only_its_nodes_events_and_hand_made_ones_are_labelled() {
+    let mut w = World::new().await;
+    let admin = w.restart_agent_with_admin();
+    let node_of = |ev: &WorkEvent| ev.labels().get(worksession::api::NODE_LABEL).cloned();
+
+    // Another node's session (no agent runs for it here) and its hand-made events, labelled for that node first,
+    // so they are in etcd before this node's event: a watch without the selector would see them before it.
+    let far = json!({"nodeName": "elsewhere.example"});
+    w.create_session("far", far).await;
+    for i in 0..5 {
+        w.send("far", &format!("far-{i}"), "not for this node").await;
+    }
+    for i in 0..5 {
+        let name = format!("far-{i}");
+        let ev = eventually(&format!("{name} labelled"), || async {
+            w.events().get(&name).await.ok().filter(|ev| node_of(ev).is_some())
+        })
+        .await;
+        assert_eq!(node_of(&ev).as_deref(), Some("elsewhere-example"));
+    }
+
+    w.create_session("near", json!({})).await;
+    w.await_phase("near", Phase::Running).await;
+    w.send("near", "near-1", "for this node").await;
+    let ev = w.await_event("near-1", EventPhase::Delivered).await;
+    assert_eq!(node_of(&ev), Some(worksession::api::node_label_value(&w.node)));
+    assert_eq!(w.prompts().iter().filter(|p| p.prompt.contains("for this node")).count(), 1);
+
+    let (_, metrics) = support::http(admin, "GET", "/metrics", &[], b"").await.unwrap();
+    let count = |addressed: &str| -> u64 {
+        let line = format!("worksession_agent_workevent_notices_total{{addressed=\"{addressed}\"}} ");
+        let value =
+            metrics.lines().find_map(|l| l.strip_prefix(&line)).unwrap_or_else(|| panic!("{line}in\n{metrics}"));
+        value.parse().unwrap()
+    };
+    assert_eq!(count("false"), 0, "another node's events reached this agent's watch");
+    assert!(count("true") >= 1, "this node's event woke the agent through its watch");
+    let far_status = w.events().get("far-0").await.unwrap().status;
+    assert!(far_status.is_none(), "no agent touched another node's event: {far_status:?}");
 }

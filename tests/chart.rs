@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use axum::body::Body;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::WAIT;
 use support::eventually;
@@ -177,7 +177,7 @@ async fn lint_and_server_side_dry_run_with_defaults_and_every_option() {
 
 /// Applies the chart's ServiceAccounts, ClusterRoles and ClusterRoleBindings for real; returns (agent, bridge)
 /// clients authenticated as those ServiceAccounts.
-async fn chart_identities(w: &World) -> (Client, Client) {
+async fn chart_identities(w: &World) -> (Client, Client, Client) {
     // Short: a certificate's CN (the user name) holds at most 64 characters. The ClusterRoles it names are
     // cluster-wide, so a rerun against the same control plane re-points them at the new namespace.
     let release = "w";
@@ -191,7 +191,7 @@ async fn chart_identities(w: &World) -> (Client, Client) {
         })
         .map(|d| d.to_string())
         .collect();
-    assert_eq!(rbac.len(), 6, "two of each");
+    assert_eq!(rbac.len(), 9, "three of each: agent, bridge, labeler");
     run(tool("kubectl").args(["apply", "-n", &w.ns.name, "-f", "-"]), Some(&rbac.join("\n---\n")));
     let identity = |component: &str| {
         let user = format!("system:serviceaccount:{}:{release}-worksession-{component}", w.ns.name);
@@ -199,12 +199,13 @@ async fn chart_identities(w: &World) -> (Client, Client) {
     };
     let agent = support::client_for(&identity("agent")).await;
     let bridge = support::client_for(&identity("bridge")).await;
+    let labeler = support::client_for(&identity("labeler")).await;
     let sessions: Api<WorkSession> = Api::all(agent.clone());
     eventually("the agent's RBAC to take effect", || async {
         sessions.list(&ListParams::default().limit(1)).await.ok()
     })
     .await;
-    (agent, bridge)
+    (agent, bridge, labeler)
 }
 
 fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
@@ -217,9 +218,10 @@ fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
 #[tokio::test]
 async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let mut w = World::new().await;
-    let (agent, bridge_client) = chart_identities(&w).await;
+    let (agent, bridge_client, labeler) = chart_identities(&w).await;
     w.stop_agent();
     w.start_agent_as(agent.clone());
+    w.start_labeler_as(labeler.clone());
 
     // Agent as its ServiceAccount: an unknown conversation started fresh, status, Events.
     w.send("rho", "rho-1", "first").await;
@@ -259,6 +261,12 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let ev = w.await_event("gh-chart-1", EventPhase::Delivered).await;
     assert_eq!(ev.spec.session, "octo-org-sigma-5");
 
+    // Labeler as its ServiceAccount: a hand-made event for a running session is labelled, wakes the agent's
+    // label-selected watch and is delivered.
+    w.send("rho", "rho-2", "by hand").await;
+    let ev = w.await_event("rho-2", EventPhase::Delivered).await;
+    assert_eq!(ev.labels().get(worksession::api::NODE_LABEL), Some(&worksession::api::node_label_value(&w.node)));
+
     // And no more than that.
     let bridge_sessions: Api<WorkSession> = Api::namespaced(bridge_client.clone(), &w.ns.name);
     let status = json!({"status": {"phase": "Failed"}});
@@ -283,6 +291,24 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": "nope"}, "spec": {"workItem": "nope", "nodeName": "n", "harness": "h", "workdir": "/w"}})).unwrap();
     forbidden(agent_sessions.create(&PostParams::default(), &ws).await, "agent creates sessions");
     forbidden(agent_sessions.delete("rho", &Default::default()).await, "agent deletes sessions");
+    let labeler_sessions: Api<WorkSession> = Api::namespaced(labeler.clone(), &w.ns.name);
+    forbidden(labeler_sessions.list(&ListParams::default()).await, "labeler lists sessions");
+    forbidden(
+        labeler_sessions
+            .patch("rho", &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": {"a": "b"}}})))
+            .await,
+        "labeler patches sessions",
+    );
+    let labeler_events: Api<WorkEvent> = Api::namespaced(labeler.clone(), &w.ns.name);
+    forbidden(
+        labeler_events.patch_status("rho-2", &PatchParams::default(), &Patch::Merge(&status)).await,
+        "labeler patches event status",
+    );
+    forbidden(labeler_events.delete("rho-2", &Default::default()).await, "labeler deletes events");
+    forbidden(
+        Api::<Secret>::namespaced(labeler, &w.ns.name).list(&ListParams::default()).await,
+        "labeler reads secrets",
+    );
 }
 
 /// Every key of the values schema is in the values reference, docs/helm-values.md (linked from the README).

@@ -1,5 +1,6 @@
 //! The Kubernetes driver: a kube-runtime controller over the WorkSessions of one node (a field selector on
-//! `spec.nodeName`), woken by their changes, by changes of WorkEvents addressed to them, by its own requeues
+//! `spec.nodeName`), woken by their changes, by changes of the WorkEvents labelled for this node (a label selector on
+//! [`NODE_LABEL`]), by its own requeues
 //! (verification deadlines, back-off), and by the tmux [`super::poll`] that notices panes dying.
 
 use std::sync::Arc;
@@ -9,12 +10,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::ListParams;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
+use super::metrics::AddressedLabel;
 use super::{Options, ReconcileError, Reconciler, poll};
-use crate::api::{WorkEvent, WorkSession};
+use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
 use crate::store::Store;
 use crate::tmux::TmuxRunner;
 
@@ -40,17 +42,26 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
         tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkSessions yet ({}); retrying", waiting_for(&e));
         tokio::time::sleep(ERROR_REQUEUE).await;
     }
+    // Only this node's WorkSessions, and only the WorkEvents labelled for this node: with N nodes an event (and its
+    // prompt) is sent to one agent, not N. The bridge labels what it creates; `worksession labeler` labels events
+    // made by hand.
     let mine = watcher::Config::default().fields(&selector);
+    let addressed_here = watcher::Config::default().labels(&format!("{NODE_LABEL}={}", node_label_value(&node)));
+    let writer = reflector::store::Writer::default();
+    let cache = writer.as_reader();
     let (poke, poked) = futures::channel::mpsc::unbounded();
-    let controller = Controller::new(sessions, mine)
-        // Every WorkEvent, labelled or made by hand, wakes the session it names (only this node's are reconciled).
-        .watches(events, watcher::Config::default(), |ev: WorkEvent| {
-            ev.namespace().map(|ns| ObjectRef::new(&ev.spec.session).within(&ns))
-        })
-        .reconcile_on(poked)
-        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
-        .shutdown_on_signal();
-    let cache = controller.store();
+    let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
+    let controller =
+        Controller::for_stream(reflector(writer, watcher(sessions, mine)).applied_objects(), cache.clone())
+            .watches(events, addressed_here, move |ev: WorkEvent| {
+                let session = ObjectRef::new(&ev.spec.session).within(&ev.namespace()?);
+                let addressed = if known.get(&session).is_some() { "true" } else { "false" };
+                notices.get_or_create(&AddressedLabel { addressed }).inc();
+                Some(session)
+            })
+            .reconcile_on(poked)
+            .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
+            .shutdown_on_signal();
 
     tracing::info!(event = "agent.started", node, "reconciling the WorkSessions of this node");
     let run = controller.run(reconcile, error_policy, ctx.clone()).for_each(|result| async move {

@@ -53,6 +53,13 @@ pub struct IdleLabel {
     pub transition: &'static str,
 }
 
+/// `addressed="true|false"`: whether a WorkEvent seen on the agent's watch names a session of this node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AddressedLabel {
+    /// `true`: its session is this node's.
+    pub addressed: &'static str,
+}
+
 /// The agent's metrics, under the prefix `worksession_agent`.
 #[derive(Clone)]
 pub struct AgentMetrics {
@@ -72,6 +79,11 @@ pub struct AgentMetrics {
     pub sessions: Family<PhaseLabel, Gauge>,
     /// Idle stops and wakes.
     pub idle: Family<IdleLabel, Counter>,
+    /// WorkEvent changes received on the agent's watch, by whether their session is this node's (the label
+    /// selector keeps `false` at zero).
+    pub event_notices: Family<AddressedLabel, Counter>,
+    /// tmux observations made (one `list-panes` call each), shared by every session.
+    pub tmux_observations: Counter,
 }
 
 impl AgentMetrics {
@@ -102,6 +114,8 @@ impl AgentMetrics {
             events_delivered: Family::default(),
             sessions: Family::default(),
             idle: Family::default(),
+            event_notices: Family::default(),
+            tmux_observations: Counter::default(),
         };
         registry.register("reconciles", "Reconciles run", m.reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by category", m.reconcile_errors.clone());
@@ -111,12 +125,25 @@ impl AgentMetrics {
         registry.register("events_delivered", "WorkEvents delivered, by how", m.events_delivered.clone());
         registry.register("sessions", "This agent's WorkSessions, by phase", m.sessions.clone());
         registry.register("idle_transitions", "Idle harnesses stopped and idle sessions woken", m.idle.clone());
+        registry.register(
+            "workevent_notices",
+            "WorkEvent changes received on the watch, by whether their session is this node's",
+            m.event_notices.clone(),
+        );
+        registry.register(
+            "tmux_observations",
+            "tmux observations (one call each, for all sessions)",
+            m.tmux_observations.clone(),
+        );
         // Every known label value starts at zero, so a rate or a panel has a series before the first event.
         for resumed in ["true", "false"] {
             let _ = m.respawns.get_or_create(&ResumedLabel { resumed });
         }
         for reason in crate::core::ResumeReason::ALL.into_iter().filter(|r| *r != crate::core::ResumeReason::Resumed) {
             let _ = m.resume_failures.get_or_create(&ReasonLabel { reason: reason.as_str() });
+        }
+        for addressed in ["true", "false"] {
+            let _ = m.event_notices.get_or_create(&AddressedLabel { addressed });
         }
         for transition in ["stop", "wake"] {
             let _ = m.idle.get_or_create(&IdleLabel { transition });

@@ -51,5 +51,6 @@ async fn reconciler<S: Store>(
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);
     let (config, failpoint) = (options.config, options.failpoint);
-    Ok(Reconciler { store, observer: Observer::new(runner), node, config, metrics, failpoint })
+    let observer = Observer::new(runner).counting(metrics.tmux_observations.clone());
+    Ok(Reconciler { store, observer, node, config, metrics, failpoint })
 }

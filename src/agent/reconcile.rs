@@ -98,12 +98,18 @@ impl ReconcileError {
 pub struct Observer<T> {
     tmux: T,
     last: Mutex<Option<(Instant, Arc<Observation>)>>,
+    calls: prometheus_client::metrics::counter::Counter,
 }
 
 impl<T: Tmux> Observer<T> {
     /// Observes through `tmux`.
     pub fn new(tmux: T) -> Self {
-        Self { tmux, last: Mutex::new(None) }
+        Self { tmux, last: Mutex::new(None), calls: Default::default() }
+    }
+
+    /// Counts each tmux call in `calls`.
+    pub fn counting(self, calls: prometheus_client::metrics::counter::Counter) -> Self {
+        Self { calls, ..self }
     }
 
     /// An observation that started no earlier than `since`.
@@ -115,6 +121,7 @@ impl<T: Tmux> Observer<T> {
             return Ok(obs.clone());
         }
         let at = Instant::now();
+        self.calls.inc();
         let obs = Arc::new(self.tmux.observe().await?);
         *last = Some((at, obs.clone()));
         Ok(obs)

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 use serde::Deserialize;
 
+pub use crate::api::slug;
 use crate::config::ConfigError;
 
 /// The default `maxBodyBytes`: 1 MiB.
@@ -246,23 +247,9 @@ pub fn render(template: &str, vars: &[(&str, &str)]) -> String {
     out
 }
 
-/// A work item slug from a rendered template: lowercase DNS label, at most 63 characters.
 /// The work item of a route that names none: the owner is part of it, so `octo/api#12` and `acme/api#12` are two
 /// sessions.
 pub const DEFAULT_WORK_ITEM: &str = "{owner}-{repo}-{number}";
-
-/// `raw` as a DNS label: lowercase letters, digits and `-`. A slug over 63 characters keeps its first 54 and a
-/// hash of the whole, so two long names that share a beginning never become one session.
-pub fn slug(raw: &str) -> String {
-    let s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-    let s = s.trim_matches('-');
-    if s.len() <= 63 {
-        return s.to_string();
-    }
-    use sha2::Digest;
-    let digest = hex::encode(sha2::Sha256::digest(raw.as_bytes()));
-    format!("{}-{}", s[..54].trim_end_matches('-'), &digest[..8])
-}
 
 #[cfg(test)]
 mod tests {

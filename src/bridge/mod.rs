@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use crate::api::{
     EventSource, NODE_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession, WorkSessionSpec,
+    node_label_value,
 };
 use crate::store::{Sink, SinkError};
 use crate::telemetry::Admin;
@@ -167,7 +168,7 @@ impl<S: Sink> Bridge<S> {
         let ws = self.session(namespace, session, create).await?;
         let labels = event.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SESSION_LABEL.into(), session.into());
-        labels.insert(NODE_LABEL.into(), slug(&ws.spec.node_name));
+        labels.insert(NODE_LABEL.into(), node_label_value(&ws.spec.node_name));
         event.metadata.owner_references = owner_of(&ws).map(|o| vec![o]);
         let name = event.metadata.name.clone().unwrap_or_default();
         if self.sink.create_event(namespace, &event).await? {

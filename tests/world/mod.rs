@@ -1,5 +1,6 @@
-//! A world for end-to-end tests: a namespace, a tmux server, and an in-process agent for node `<namespace>` with
-//! stand-in harness profiles.
+//! A world for end-to-end tests: a namespace, a tmux server, an in-process agent for node `<namespace>` with
+//! stand-in harness profiles, and an in-process labeler (as the chart runs one), which labels the events tests make
+//! by hand so the agent's label-selected watch sees them.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ pub struct World {
     pub node: String,
     pub config: Arc<Config>,
     agent: Option<tokio::task::JoinHandle<()>>,
+    labeler: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl World {
@@ -49,13 +51,34 @@ impl World {
         let yaml = edit(&tmux, tmux.agent_config_yaml());
         let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         let node = ns.name.clone();
-        let mut world = World { ns, tmux, node, config, agent: None };
+        let client = ns.client.clone();
+        let mut world = World { ns, tmux, node, config, agent: None, labeler: None };
+        world.start_labeler_as(client);
         world.start_agent();
         world
     }
 
+    /// (Re)starts the labeler with `client`'s identity.
+    pub fn start_labeler_as(&mut self, client: kube::Client) {
+        if let Some(labeler) = self.labeler.take() {
+            labeler.abort();
+        }
+        self.labeler = Some(tokio::spawn(async move {
+            worksession::labeler::run(client, None).await.unwrap();
+        }));
+    }
+
     pub fn start_agent(&mut self) {
         self.start_agent_with_admin(None);
+    }
+
+    /// Restarts the agent serving its admin endpoints on a free loopback port; returns the address.
+    pub fn restart_agent_with_admin(&mut self) -> std::net::SocketAddr {
+        self.stop_agent();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let admin: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        self.start_agent_with_admin(Some(admin));
+        admin
     }
 
     pub fn start_agent_with_admin(&mut self, admin_addr: Option<std::net::SocketAddr>) {
@@ -167,6 +190,9 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         self.stop_agent();
+        if let Some(labeler) = self.labeler.take() {
+            labeler.abort();
+        }
     }
 }
 

@@ -1,0 +1,119 @@
+//! The labeler, beside the pipeline: the one component that labels WorkEvents made without [`NODE_LABEL`] (by hand,
+//! `kubectl create`) with their session's node, so each agent can watch only its own node's events. It watches only
+//! unlabelled events (`!worksession.dev/node`), reads the session each names, and patches the label; the label takes
+//! the event out of this watch and into its agent's. The bridge labels what it creates, so it never waits on this.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+
+use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
+use crate::telemetry::Admin;
+
+/// The field manager of the label.
+pub const FIELD_MANAGER: &str = "worksession-labeler";
+/// How long an event naming a missing session waits before it is looked at again (a session made after its event;
+/// an agent would not deliver it either until the session exists).
+pub const NO_SESSION_REQUEUE: Duration = Duration::from_secs(30);
+/// Requeue after a failed patch.
+pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
+
+/// The labeler's metrics, under the prefix `worksession_labeler`.
+#[derive(Clone, Default)]
+pub struct LabelerMetrics {
+    /// Events labelled.
+    pub labelled: Counter,
+    /// Events whose session did not exist when looked at.
+    pub no_session: Counter,
+    /// Failed reads or patches.
+    pub errors: Counter,
+}
+
+struct Ctx {
+    client: Client,
+    metrics: LabelerMetrics,
+}
+
+/// Labels unlabelled WorkEvents in every namespace until the process is asked to stop; serves `/metrics`, `/livez`
+/// and `/readyz` on `admin_addr` (ready once the first list succeeded).
+pub async fn run(client: Client, admin_addr: Option<SocketAddr>) -> std::io::Result<()> {
+    let mut registry = Registry::with_prefix("worksession_labeler");
+    let metrics = LabelerMetrics::default();
+    registry.register("labelled", "WorkEvents labelled with their session's node", metrics.labelled.clone());
+    registry.register("no_session", "WorkEvents whose session did not exist (yet)", metrics.no_session.clone());
+    registry.register("errors", "Failed reads or patches", metrics.errors.clone());
+    let ready = Arc::new(AtomicBool::new(false));
+    if let Some(addr) = admin_addr {
+        Admin::new(registry, ready.clone()).serve(addr).await?;
+    }
+    let events: Api<WorkEvent> = Api::all(client.clone());
+    let unlabelled = format!("!{NODE_LABEL}");
+    while let Err(e) = events.list_metadata(&ListParams::default().labels(&unlabelled).limit(1)).await {
+        tracing::warn!(event = "labeler.waiting", error = %e, "cannot list WorkEvents yet; retrying");
+        tokio::time::sleep(ERROR_REQUEUE).await;
+    }
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(event = "labeler.started", "labelling WorkEvents that have no {NODE_LABEL} label");
+    let ctx = Arc::new(Ctx { client, metrics });
+    Controller::new(events, watcher::Config::default().labels(&unlabelled))
+        .shutdown_on_signal()
+        .run(label, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+    tracing::info!(event = "labeler.stopped", "labeler stopped");
+    Ok(())
+}
+
+async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+    let (namespace, name) = (ev.namespace().unwrap_or_default(), ev.name_any());
+    if ev.labels().contains_key(NODE_LABEL) {
+        return Ok(Action::await_change()); // labelled meanwhile (the cache lags the patch)
+    }
+    let sessions: Api<WorkSession> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(ws) = sessions.get_opt(&ev.spec.session).await? else {
+        ctx.metrics.no_session.inc();
+        tracing::info!(
+            event = "labeler.no_session",
+            namespace,
+            name,
+            session = ev.spec.session,
+            "its WorkSession does not exist; looking again later"
+        );
+        return Ok(Action::requeue(NO_SESSION_REQUEUE));
+    };
+    let node = node_label_value(&ws.spec.node_name);
+    // The resourceVersion makes the patch a compare-and-swap: the label describes the spec.session it was read
+    // for, not one changed meanwhile.
+    let patch = json!({"metadata": {"labels": {NODE_LABEL: node}, "resourceVersion": ev.resource_version()}});
+    let events: Api<WorkEvent> = Api::namespaced(ctx.client.clone(), &namespace);
+    match events
+        .patch(
+            &name,
+            &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()), // deleted meanwhile
+        result => result?,
+    };
+    ctx.metrics.labelled.inc();
+    tracing::info!(event = "labeler.labelled", namespace, name, node, "labelled for its session's node");
+    Ok(Action::await_change())
+}
+
+fn error_policy(ev: Arc<WorkEvent>, error: &kube::Error, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics.errors.inc();
+    tracing::warn!(event = "labeler.failed", namespace = ev.namespace(), name = ev.name_any(), error = %error, "labelling failed; retrying");
+    Action::requeue(ERROR_REQUEUE)
+}
