@@ -465,15 +465,45 @@ async fn an_agent_watches_only_its_nodes_events_and_hand_made_ones_are_labelled(
     assert_eq!(node_of(&ev), Some(worksession::api::node_label_value(&w.node)));
     assert_eq!(w.prompts().iter().filter(|p| p.prompt.contains("for this node")).count(), 1);
 
-    let (_, metrics) = support::http(admin, "GET", "/metrics", &[], b"").await.unwrap();
-    let count = |addressed: &str| -> u64 {
-        let line = format!("worksession_agent_workevent_notices_total{{addressed=\"{addressed}\"}} ");
-        let value =
-            metrics.lines().find_map(|l| l.strip_prefix(&line)).unwrap_or_else(|| panic!("{line}in\n{metrics}"));
-        value.parse().unwrap()
-    };
-    assert_eq!(count("false"), 0, "another node's events reached this agent's watch");
-    assert!(count("true") >= 1, "this node's event woke the agent through its watch");
+    let notices = |addressed: &str| format!("worksession_agent_workevent_notices_total{{addressed=\"{addressed}\"}}");
+    assert_eq!(
+        support::metric(admin, &notices("false")).await,
+        0.0,
+        "another node's events reached this agent's watch"
+    );
+    assert!(
+        support::metric(admin, &notices("true")).await >= 1.0,
+        "this node's event woke the agent through its watch"
+    );
     let far_status = w.events().get("far-0").await.unwrap().status;
     assert!(far_status.is_none(), "no agent touched another node's event: {far_status:?}");
+}
+
+/// Issue 16: with every session Running and no events, the agent reconciles nothing (so it makes no API requests
+/// beyond its open watches) and one tmux call per poll observes every session.
+#[tokio::test]
+async fn an_idle_fleet_reconciles_nothing_and_polls_tmux_once_for_all_sessions() {
+    const SESSIONS: usize = 8;
+    let mut w = World::new().await;
+    let admin = w.restart_agent_with_admin();
+    for i in 0..SESSIONS {
+        w.create_session(&format!("idle-{i}"), json!({})).await;
+    }
+    for i in 0..SESSIONS {
+        w.await_phase(&format!("idle-{i}"), Phase::Running).await;
+    }
+    let observations = || support::metric(admin, "worksession_agent_tmux_observations_total");
+    let polls = |n: f64| async move {
+        let from = observations().await;
+        eventually(&format!("{n} more tmux polls"), || async { (observations().await >= from + n).then_some(()) })
+            .await;
+    };
+    // Two polls for the reconciles the Running status writes woke (a watch notice each) to finish.
+    polls(2.0).await;
+    let (reconciles, observed) =
+        (support::metric(admin, "worksession_agent_reconciles_total").await, observations().await);
+    polls(3.0).await;
+    assert_eq!(support::metric(admin, "worksession_agent_reconciles_total").await, reconciles, "a reconcile at rest");
+    let calls = observations().await - observed;
+    assert!(calls < SESSIONS as f64, "{calls} tmux calls over about 3 polls of {SESSIONS} sessions: one per session?");
 }

@@ -266,3 +266,11 @@ pub fn tool(name: &str) -> Command {
     cmd.env("KUBECONFIG", &control_plane().kubeconfig);
     cmd
 }
+
+/// The value of the series `series` (name and labels, as exposed) in the admin endpoint at `addr`.
+pub async fn metric(addr: std::net::SocketAddr, series: &str) -> f64 {
+    let (_, metrics) = http(addr, "GET", "/metrics", &[], b"").await.expect("the metrics");
+    let prefix = format!("{series} ");
+    let value = metrics.lines().find_map(|l| l.strip_prefix(&prefix));
+    value.unwrap_or_else(|| panic!("{series} is not in\n{metrics}")).parse().expect("a number")
+}
