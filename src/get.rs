@@ -225,7 +225,7 @@ pub enum Source {
     /// The cluster of the kubeconfig.
     Cluster(Client),
     /// A local-mode directory.
-    Local(LocalStore),
+    Local(Box<LocalStore>),
 }
 
 /// Prints what the query selects; with `watch`, then a row per change until interrupted.

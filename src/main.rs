@@ -145,7 +145,7 @@ async fn main() -> ExitCode {
             };
             let options = worksession::agent::Options { config, admin_addr: Some(admin_addr), failpoint: None };
             let result = match local {
-                Some(dir) => match LocalStore::new(dir) {
+                Some(dir) => match LocalStore::watching(dir) {
                     Ok(store) => worksession::agent::run_periodic(store, options).await,
                     Err(e) => Err(e),
                 },
@@ -219,7 +219,7 @@ async fn get(
     };
     let (source, context_namespace) = match local {
         Some(dir) => match LocalStore::new(dir) {
-            Ok(store) => (Source::Local(store), "default".to_string()),
+            Ok(store) => (Source::Local(Box::new(store)), "default".to_string()),
             Err(e) => return fail(&e),
         },
         None => match kube::Config::infer().await {

@@ -39,7 +39,7 @@ impl Local {
         let config = Arc::new(Config::parse(&tmux.agent_config_yaml(), Path::new("local.yaml")).unwrap());
         let dir = dir.to_path_buf();
         tokio::spawn(async move {
-            let store = worksession::store::local::LocalStore::new(dir).unwrap();
+            let store = worksession::store::local::LocalStore::watching(dir).unwrap();
             let options = worksession::agent::Options {
                 config: tokio::sync::watch::channel(config).1,
                 admin_addr: None,

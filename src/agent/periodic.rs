@@ -1,32 +1,58 @@
-//! The periodic driver, for a store without watches (local mode's directory): every [`PERIODIC_INTERVAL`], every
-//! session the store lists is reconciled (a reconcile that changes nothing writes nothing).
+//! The local driver, for a store without watches (local mode's directory): like the Kubernetes driver it reconciles
+//! a session only when something woke it: a change the store reports ([`Changes`]: a file-system notification, or
+//! the slow rescan), its own requeue (verification deadlines, back-off), or the tmux [`poll`](super::poll) that
+//! notices panes dying. The reconciles one cause wakes run concurrently and share one tmux observation.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::ResourceExt;
+use tokio::time::Instant;
 
 use super::Options;
-use crate::store::Store;
-
-/// How often the periodic driver looks at its store and tmux (changes are picked up within this).
-pub const PERIODIC_INTERVAL: Duration = Duration::from_millis(250);
+use super::controller::{ERROR_REQUEUE, RECONCILE_CONCURRENCY};
+use super::poll::{POLL_INTERVAL, Wakes};
+use crate::store::Changes;
+use crate::store::local::NAMESPACE;
 
 /// Runs the agent over every session of `store` until the process is asked to stop.
-pub async fn run_periodic<S: Store>(store: S, options: Options) -> std::io::Result<()> {
+pub async fn run_periodic<S: Changes>(store: S, options: Options) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(true));
     let ctx = super::reconciler(store, None, options, ready).await?;
     tracing::info!(event = "agent.started", "reconciling every WorkSession of the store");
-    let mut tick = tokio::time::interval(PERIODIC_INTERVAL);
+    let mut due: HashMap<String, Instant> = HashMap::new();
+    let mut wakes = Wakes::default();
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stop = crate::signal::shutdown();
     tokio::pin!(stop);
     loop {
-        tokio::select! {
+        let next_due = due.values().min().copied();
+        let polled = tokio::select! {
             _ = &mut stop => break,
-            _ = tick.tick() => {}
-        }
+            _ = tick.tick() => true,
+            () = ctx.store.changed() => false,
+            () = sleep_until(next_due) => false,
+        };
+        let woke = Instant::now();
+        let mut wake: BTreeSet<String> = match ctx.store.touched() {
+            Ok(touched) => touched.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(event = "store.list_failed", error = %e, "cannot read the store");
+                continue;
+            }
+        };
+        // Requeues that are due.
+        due.retain(|name, at| {
+            let waiting = *at > woke;
+            if !waiting {
+                wake.insert(name.clone());
+            }
+            waiting
+        });
         let sessions = match ctx.store.sessions().await {
             Ok(s) => s,
             Err(e) => {
@@ -34,14 +60,48 @@ pub async fn run_periodic<S: Store>(store: S, options: Options) -> std::io::Resu
                 continue;
             }
         };
-        ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
-        for ws in sessions {
-            let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
-            if let Err(e) = ctx.reconcile(&namespace, &name).await {
-                tracing::warn!(event = "reconcile.failed", name, category = e.category(), error = %e, "reconcile failed; retrying");
+        if polled {
+            ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
+            match ctx.observer.since(woke.into_std()).await {
+                Ok(obs) => {
+                    let config = ctx.config.borrow().clone();
+                    wake.extend(wakes.after(&obs, &sessions, &config).into_iter().map(|key| key.name));
+                }
+                Err(e) => tracing::warn!(event = "tmux.observe_failed", error = %e, "cannot observe tmux"),
             }
+        }
+        let namespaces: HashMap<String, String> =
+            sessions.iter().map(|ws| (ws.name_any(), ws.namespace().unwrap_or_else(|| NAMESPACE.into()))).collect();
+        let results: Vec<(String, Option<Duration>)> = futures::stream::iter(wake)
+            .map(|name| {
+                let (ctx, namespace) = (&ctx, namespaces.get(&name).map_or(NAMESPACE, String::as_str));
+                async move {
+                    match ctx.reconcile_observed_after(namespace, &name, woke.into_std()).await {
+                        Ok(after) => (name, after),
+                        Err(e) => {
+                            tracing::warn!(event = "reconcile.failed", name, category = e.category(), error = %e, "reconcile failed; retrying");
+                            (name, Some(ERROR_REQUEUE))
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(RECONCILE_CONCURRENCY.into())
+            .collect()
+            .await;
+        for (name, after) in results {
+            match after {
+                Some(after) => due.insert(name, Instant::now() + after),
+                None => due.remove(&name),
+            };
         }
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }

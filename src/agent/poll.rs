@@ -1,6 +1,6 @@
-//! The tmux poll of the Kubernetes driver: one observation per [`POLL_INTERVAL`] for all sessions (through the
-//! shared [`super::Observer`]), waking the sessions whose liveness changed, so a dead pane is noticed within a
-//! second without a watch on tmux.
+//! The tmux poll: one observation per [`POLL_INTERVAL`] for all sessions (through the shared [`super::Observer`]),
+//! waking the sessions whose liveness changed ([`Wakes`]), so a dead pane is noticed within a second without a watch
+//! on tmux. [`run`] feeds the Kubernetes driver; the local driver asks [`Wakes`] itself on its own ticks.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,11 +12,51 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::Reconciler;
 use crate::api::{Phase, WorkSession};
+use crate::config::Config;
 use crate::store::Store;
-use crate::tmux::{Liveness, Tmux};
+use crate::tmux::{Liveness, Observation, Tmux};
 
 /// How often tmux is polled for panes that died.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the last observation showed of each session, to tell which ones a new observation concerns.
+#[derive(Default)]
+pub struct Wakes {
+    seen: HashMap<ObjectRef<WorkSession>, Liveness>,
+    server_seen: Option<bool>,
+}
+
+impl Wakes {
+    /// The sessions `obs` concerns: their liveness changed since the last call (every one at the first call), or
+    /// their pane is not alive while status says Running (a respawn and a death can both fall between two polls),
+    /// or the tmux server went away or came back.
+    pub fn after<'a>(
+        &mut self,
+        obs: &Observation,
+        sessions: impl IntoIterator<Item = &'a WorkSession>,
+        config: &Config,
+    ) -> Vec<ObjectRef<WorkSession>> {
+        // The server going away (or coming back) changes every session's Ready, whether or not its liveness changed
+        // (an absent harness stays absent when the server goes: found on a node, where status kept saying
+        // HarnessNotRunning while the tmux container was down).
+        let server_changed = self.server_seen.replace(obs.server).is_some_and(|was| was != obs.server);
+        let mut now_seen = HashMap::with_capacity(self.seen.len());
+        let mut wake = Vec::new();
+        for ws in sessions {
+            let key = ObjectRef::from_obj(ws);
+            let (owner, _) = super::reconcile::owner_of(ws);
+            let liveness = obs.liveness(&super::reconcile::current_session(ws, obs, config, &owner));
+            let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
+            if server_changed || self.seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
+                tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");
+                wake.push(key.clone());
+            }
+            now_seen.insert(key, liveness);
+        }
+        self.seen = now_seen;
+        wake
+    }
+}
 
 /// Polls until the receiver of `poke` is gone; sets `ready` after the first observation.
 pub async fn run<S: Store, T: Tmux>(
@@ -25,8 +65,7 @@ pub async fn run<S: Store, T: Tmux>(
     sessions: impl Fn() -> Vec<Arc<WorkSession>>,
     poke: UnboundedSender<ObjectRef<WorkSession>>,
 ) {
-    let mut seen: HashMap<ObjectRef<WorkSession>, Liveness> = HashMap::new();
-    let mut server_seen = None;
+    let mut wakes = Wakes::default();
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     loop {
         tick.tick().await;
@@ -40,29 +79,13 @@ pub async fn run<S: Store, T: Tmux>(
         if !ready.swap(true, Ordering::Relaxed) {
             tracing::info!(event = "agent.ready", sessions = obs.len(), "API and tmux answer");
         }
-        // The server going away (or coming back) changes every session's Ready, whether or not its liveness changed
-        // (an absent harness stays absent when the server goes: found on a node, where status kept saying
-        // HarnessNotRunning while the tmux container was down).
-        let server_changed = server_seen.replace(obs.server).is_some_and(|was| was != obs.server);
         let config = ctx.config.borrow().clone();
-        let mut now_seen = HashMap::with_capacity(seen.len());
         let sessions = sessions();
         ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
-        for ws in sessions {
-            let key = ObjectRef::from_obj(&*ws);
-            let (owner, _) = super::reconcile::owner_of(&ws);
-            let liveness = obs.liveness(&super::reconcile::current_session(&ws, &obs, &config, &owner));
-            // A change since the last poll, or a pane that is not alive while status says Running (a respawn and a
-            // death can both fall between two polls).
-            let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
-            if server_changed || seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
-                tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");
-                if poke.unbounded_send(key.clone()).is_err() {
-                    return;
-                }
+        for key in wakes.after(&obs, sessions.iter().map(|ws| &**ws), &config) {
+            if poke.unbounded_send(key).is_err() {
+                return;
             }
-            now_seen.insert(key, liveness);
         }
-        seen = now_seen;
     }
 }

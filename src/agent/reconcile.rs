@@ -157,11 +157,22 @@ enum ExecError {
 impl<S: Store, T: Tmux> Reconciler<S, T> {
     /// Reconciles the WorkSession `namespace/name`; returns when to look again (`None`: on the next change).
     pub async fn reconcile(&self, namespace: &str, name: &str) -> Result<Option<Duration>, ReconcileError> {
+        self.reconcile_observed_after(namespace, name, Instant::now()).await
+    }
+
+    /// The same, from a tmux observation taken no earlier than `observed_after` (the moment of the cause that woke
+    /// it), so the reconciles one cause woke share one tmux call.
+    pub async fn reconcile_observed_after(
+        &self,
+        namespace: &str,
+        name: &str,
+        observed_after: Instant,
+    ) -> Result<Option<Duration>, ReconcileError> {
         let started = Instant::now();
         self.metrics.reconciles.inc();
         // Every log line of this reconcile names the object.
         let span = tracing::info_span!("reconcile", namespace, name);
-        let result = self.reconcile_inner(namespace, name, started).instrument(span).await;
+        let result = self.reconcile_inner(namespace, name, observed_after).instrument(span).await;
         self.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {
             let category = e.category();
@@ -174,13 +185,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         &self,
         namespace: &str,
         name: &str,
-        started: Instant,
+        observed_after: Instant,
     ) -> Result<Option<Duration>, ReconcileError> {
         // The three reads are independent: one round trip's wait instead of three.
         let (ws, events, observation) = tokio::join!(
             self.store.session(namespace, name),
             self.store.events(namespace, name),
-            self.observer.since(started)
+            self.observer.since(observed_after)
         );
         let Some(mut ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
         if self.node.as_ref().is_some_and(|node| &ws.spec.node_name != node) {

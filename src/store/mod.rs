@@ -72,6 +72,15 @@ pub trait Store: Send + Sync {
     fn record(&self, ws: &WorkSession, notice: &Notice) -> impl Future<Output = ()> + Send;
 }
 
+/// A store that says what changed, for the agent's driver where there are no watches (local mode).
+pub trait Changes: Store {
+    /// Resolves when the store may have changed (a file-system notification); never, when it cannot tell.
+    fn changed(&self) -> impl Future<Output = ()> + Send;
+    /// The names of the sessions whose manifest, status or events changed since the last call (the store's own
+    /// writes included, as a watch reports them).
+    fn touched(&self) -> Result<std::collections::HashSet<String>, StoreError>;
+}
+
 /// A write that did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {

@@ -7,42 +7,52 @@
 //! session is stopped and the status file removed. The bridge writes events with a hard link from a temporary
 //! file, so a redelivery finds the name taken (a duplicate) and no reader ever sees half a file.
 
-use std::collections::HashMap;
+mod index;
+
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{FINALIZER, Sink, SinkError, Store, StoreError};
-use crate::api::{self, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use super::{Changes, FINALIZER, Sink, SinkError, Store, StoreError};
+use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
 use crate::core::Notice;
+use index::{Index, is_indexed, status_path};
 
 /// The namespace every local object lives in (a manifest may name another).
 pub const NAMESPACE: &str = "default";
 
+/// How often a watching store stats every file anyway, in case a notification was lost.
+pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
+
 /// A directory of manifests.
 pub struct LocalStore {
     dir: PathBuf,
-    /// Problems already reported, by file, with the modification time they were seen at.
-    reported: Mutex<HashMap<PathBuf, std::time::SystemTime>>,
+    index: Mutex<Index>,
+    /// File-system notifications (`None`: every read stats the directory).
+    watch: Option<Watch>,
 }
 
-/// One manifest read from the directory.
-enum Manifest {
-    Session(Box<WorkSession>),
-    Event(Box<WorkEvent>),
+/// What the notifications said since the index last looked.
+struct Dirty {
+    paths: HashSet<PathBuf>,
+    /// A notification was lost (or could not name its files): stat every file.
+    rescan: bool,
+    last_rescan: Instant,
 }
 
-fn status_path(manifest: &Path) -> PathBuf {
-    manifest.with_extension("status.yaml")
+struct Watch {
+    _watcher: notify::RecommendedWatcher,
+    dirty: Arc<Mutex<Dirty>>,
+    changed: Arc<tokio::sync::Notify>,
 }
 
-fn is_status(path: &Path) -> bool {
-    path.to_string_lossy().ends_with(".status.yaml")
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn local_err(e: impl std::fmt::Display) -> StoreError {
@@ -59,68 +69,42 @@ pub fn write_atomic(path: &Path, value: &impl serde::Serialize) -> std::io::Resu
     std::fs::rename(&tmp, path)
 }
 
-/// Parses one manifest: the right apiVersion and kind, the spec's required fields and shapes.
-fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
-    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
-    let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    if version != "worksession.dev/v1alpha1" {
-        return Err(format!("apiVersion: {version:?} is not worksession.dev/v1alpha1"));
-    }
-    /// Typed, with the path of the first error; a field the type does not know is an error too, as the API server
-    /// refuses it (a misspelt `initalPrompt` must not be dropped without a word).
-    fn typed<K: DeserializeOwned>(value: Value) -> Result<K, String> {
-        let mut unknown = Vec::new();
-        let mut track = serde_path_to_error::Track::new();
-        let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
-        let typed = serde_ignored::deserialize(tracked, |path| unknown.push(path.to_string()));
-        let typed = typed.map_err(|e| format!("{}: {e}", track.path()))?;
-        // apiVersion and kind were checked above; the generated types read them only when they serialize.
-        let known = |path: &String| path == "apiVersion" || path == "kind" || path.starts_with("status");
-        match unknown.into_iter().find(|path| !known(path)) {
-            Some(path) => Err(format!("{path}: unknown field")),
-            None => Ok(typed),
-        }
-    }
-    let mut manifest = match kind {
-        "WorkSession" => {
-            let ws: WorkSession = typed(value)?;
-            api::validate_spec(&ws.spec).map_err(|e| e.to_string())?;
-            Manifest::Session(Box::new(ws))
-        }
-        "WorkEvent" => {
-            let ev: WorkEvent = typed(value)?;
-            if ev.spec.session.is_empty() || ev.spec.prompt.is_empty() {
-                return Err("spec.session and spec.prompt are required".into());
-            }
-            Manifest::Event(Box::new(ev))
-        }
-        other => return Err(format!("kind: {other:?} is neither WorkSession nor WorkEvent")),
-    };
-    let meta = match &mut manifest {
-        Manifest::Session(ws) => &mut ws.metadata,
-        Manifest::Event(ev) => &mut ev.metadata,
-    };
-    if meta.name.as_deref().is_none_or(str::is_empty) {
-        return Err("metadata.name is required".into());
-    }
-    meta.namespace.get_or_insert_with(|| NAMESPACE.to_string());
-    let created = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    if meta.creation_timestamp.is_none() {
-        let since = created.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
-        let ts = k8s_openapi::jiff::Timestamp::from_nanosecond(since.as_nanos() as i128).unwrap_or_default();
-        meta.creation_timestamp = Some(Time(ts));
-    }
-    meta.generation.get_or_insert(1);
-    Ok(manifest)
-}
-
 impl LocalStore {
-    /// The store over `dir` (created if missing).
+    /// The store over `dir` (created if missing); every read stats the directory's files (for one-shot commands and
+    /// the bridge).
     pub fn new(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir)?;
-        Ok(Self { dir, reported: Mutex::new(HashMap::new()) })
+        Ok(Self { dir, index: Mutex::new(Index::default()), watch: None })
+    }
+
+    /// The store over `dir`, told of changes by file-system notifications (inotify), with a rescan every
+    /// [`RESCAN_INTERVAL`] as the safety net: for the agent, which reads far more often than files change.
+    pub fn watching(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
+        use notify::Watcher;
+        let mut store = Self::new(dir)?;
+        let dirty = Arc::new(Mutex::new(Dirty { paths: HashSet::new(), rescan: true, last_rescan: Instant::now() }));
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let (to_dirty, to_changed) = (dirty.clone(), changed.clone());
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let mut dirty = lock(&to_dirty);
+            match event {
+                Ok(event) if !event.need_rescan() => {
+                    let before = dirty.paths.len();
+                    dirty.paths.extend(event.paths.into_iter().filter(|p| is_indexed(p)));
+                    if dirty.paths.len() == before {
+                        return; // a temporary file, or a file seen changed already
+                    }
+                }
+                _ => dirty.rescan = true,
+            }
+            drop(dirty);
+            to_changed.notify_one();
+        })
+        .map_err(std::io::Error::other)?;
+        watcher.watch(&store.dir, notify::RecursiveMode::NonRecursive).map_err(std::io::Error::other)?;
+        store.watch = Some(Watch { _watcher: watcher, dirty, changed });
+        Ok(store)
     }
 
     /// The directory.
@@ -128,95 +112,75 @@ impl LocalStore {
         &self.dir
     }
 
-    /// Every valid manifest with its path; invalid ones are reported once per version and skipped.
-    fn scan(&self) -> Result<Vec<(PathBuf, Manifest)>, StoreError> {
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).map_err(local_err)? {
-            let path = entry.map_err(local_err)?.path();
-            if path.extension().is_none_or(|e| e != "yaml") || is_status(&path) {
-                continue;
+    /// The index, brought up to date: the files notifications named, or (without notifications, after a lost one,
+    /// or every [`RESCAN_INTERVAL`]) every file's stat.
+    fn index(&self) -> Result<MutexGuard<'_, Index>, StoreError> {
+        let mut index = lock(&self.index);
+        let rescan = match &self.watch {
+            None => true,
+            Some(watch) => {
+                let mut dirty = lock(&watch.dirty);
+                let due = dirty.rescan || dirty.last_rescan.elapsed() >= RESCAN_INTERVAL;
+                let paths = std::mem::take(&mut dirty.paths);
+                if due {
+                    (dirty.rescan, dirty.last_rescan) = (false, Instant::now());
+                } else {
+                    for path in paths {
+                        index.reload(&path);
+                    }
+                }
+                due
             }
-            let Ok(text) = std::fs::read_to_string(&path) else { continue }; // gone meanwhile
-            match parse(&path, &text) {
-                Ok(m) => out.push((path, m)),
-                Err(problem) => self.report(&path, &problem),
-            }
+        };
+        if rescan {
+            index.rescan(&self.dir).map_err(local_err)?;
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
-    }
-
-    fn report(&self, path: &Path, problem: &str) {
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
-        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
-        if reported.get(path) != Some(&modified) {
-            reported.insert(path.to_path_buf(), modified);
-            tracing::error!(event = "local.invalid_manifest", file = %path.display(), "{problem}; skipped");
-        }
-    }
-
-    fn read_status<K: DeserializeOwned>(path: &Path) -> Option<K> {
-        let text = std::fs::read_to_string(status_path(path)).ok()?;
-        serde_yaml_ng::from_str(&text).ok()
+        Ok(index)
     }
 
     /// Every WorkSession: its manifest merged with its status, and sessions being deleted (status file only).
     pub fn session_files(&self) -> Result<Vec<(PathBuf, WorkSession)>, StoreError> {
-        let mut out = Vec::new();
-        for (path, m) in self.scan()? {
-            if let Manifest::Session(mut ws) = m {
-                if let Some(recorded) = Self::read_status::<WorkSession>(&path) {
-                    ws.status = recorded.status;
-                    ws.metadata.finalizers = Some(vec![FINALIZER.into()]);
-                }
-                out.push((path, *ws));
-            }
-        }
-        // Status files whose manifest is gone: deleted sessions, still to be cleaned up.
-        for entry in std::fs::read_dir(&self.dir).map_err(local_err)? {
-            let path = entry.map_err(local_err)?.path();
-            let name = path.to_string_lossy();
-            let Some(manifest) = name.strip_suffix(".status.yaml").map(|m| PathBuf::from(format!("{m}.yaml"))) else {
-                continue;
-            };
-            if manifest.exists() {
-                continue;
-            }
-            let recorded: Value =
-                serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap_or_default()).unwrap_or_default();
-            match recorded.get("kind").and_then(Value::as_str) {
-                Some("WorkSession") => {
-                    let Ok(mut ws) = serde_json::from_value::<WorkSession>(recorded) else { continue };
-                    ws.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-                    ws.metadata.finalizers = Some(vec![FINALIZER.into()]);
-                    out.push((manifest, ws));
-                }
-                // An event's manifest was removed by hand: its status goes with it.
-                Some("WorkEvent") => drop(std::fs::remove_file(&path)),
-                _ => {}
-            }
-        }
-        Ok(out)
+        Ok(self.index()?.sessions())
     }
 
     fn session_path(&self, name: &str) -> Result<Option<(PathBuf, WorkSession)>, StoreError> {
-        Ok(self.session_files()?.into_iter().find(|(_, ws)| ws.name_any() == name))
+        Ok(self.index()?.session(name))
     }
 
     /// Every WorkEvent with its status.
     pub fn all_events(&self) -> Result<Vec<(PathBuf, WorkEvent)>, StoreError> {
-        let mut out = Vec::new();
-        for (path, m) in self.scan()? {
-            if let Manifest::Event(mut ev) = m {
-                ev.status = Self::read_status::<WorkEvent>(&path).and_then(|e| e.status);
-                out.push((path, *ev));
-            }
-        }
-        Ok(out)
+        Ok(self.index()?.events(None))
     }
 
     fn event_path(&self, name: &str) -> Result<Option<PathBuf>, StoreError> {
-        Ok(self.all_events()?.into_iter().find(|(_, ev)| ev.name_any() == name).map(|(p, _)| p))
+        Ok(self.index()?.event_path(name))
+    }
+
+    /// Writes `value` as the status file of `manifest`, and reads it into the index at once (the agent's next read
+    /// sees its own write).
+    fn write_status_file(&self, manifest: &Path, value: &impl serde::Serialize) -> Result<(), StoreError> {
+        let path = status_path(manifest);
+        write_atomic(&path, value).map_err(local_err)?;
+        lock(&self.index).reload(&path);
+        Ok(())
+    }
+
+    fn remove(&self, path: &Path) {
+        let _ = std::fs::remove_file(path);
+        lock(&self.index).reload(path);
+    }
+}
+
+impl Changes for LocalStore {
+    async fn changed(&self) {
+        match &self.watch {
+            Some(watch) => watch.changed.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn touched(&self) -> Result<HashSet<String>, StoreError> {
+        Ok(self.index()?.take_touched())
     }
 }
 
@@ -230,7 +194,7 @@ impl Store for LocalStore {
     }
 
     async fn events(&self, _namespace: &str, session: &str) -> Result<Vec<WorkEvent>, StoreError> {
-        Ok(self.all_events()?.into_iter().map(|(_, e)| e).filter(|e| e.spec.session == session).collect())
+        Ok(self.index()?.events(Some(session)).into_iter().map(|(_, e)| e).collect())
     }
 
     async fn write_status(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<(), StoreError> {
@@ -239,20 +203,20 @@ impl Store for LocalStore {
         recorded.metadata.deletion_timestamp = None;
         recorded.metadata.finalizers = None;
         recorded.status = Some(status.clone());
-        write_atomic(&status_path(&path), &recorded).map_err(local_err)
+        self.write_status_file(&path, &recorded)
     }
 
     async fn write_event_status(&self, ev: &WorkEvent, status: &WorkEventStatus) -> Result<(), StoreError> {
         let Some(path) = self.event_path(&ev.name_any())? else { return Ok(()) };
         let mut recorded = ev.clone();
         recorded.status = Some(status.clone());
-        write_atomic(&status_path(&path), &recorded).map_err(local_err)
+        self.write_status_file(&path, &recorded)
     }
 
     async fn delete_event(&self, ev: &WorkEvent) -> Result<(), StoreError> {
         if let Some(path) = self.event_path(&ev.name_any())? {
-            let _ = std::fs::remove_file(status_path(&path));
-            let _ = std::fs::remove_file(&path);
+            self.remove(&status_path(&path));
+            self.remove(&path);
         }
         Ok(())
     }
@@ -264,7 +228,7 @@ impl Store for LocalStore {
             ws.metadata.finalizers = Some(vec![FINALIZER.into()]);
             self.write_status(&ws, &ws.status.clone().unwrap_or_default()).await?;
         } else if let Some((path, _)) = self.session_path(&ws.name_any())? {
-            let _ = std::fs::remove_file(status_path(&path));
+            self.remove(&status_path(&path));
             ws.metadata.finalizers = None;
         }
         Ok(ws)
@@ -288,15 +252,18 @@ impl Sink for std::sync::Arc<LocalStore> {
         }
         let Some(ws) = create else { return Ok(None) };
         let value = manifest("WorkSession", &ws.metadata, &ws.spec);
-        create_exclusive(&self.dir.join(format!("{}.yaml", ws.name_any())), &value)
-            .map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        let path = self.dir.join(format!("{}.yaml", ws.name_any()));
+        create_exclusive(&path, &value).map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        lock(&self.index).reload(&path);
         Ok(Some(ws))
     }
 
     async fn create_event(&self, _namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
         let value = manifest("WorkEvent", &event.metadata, &event.spec);
-        create_exclusive(&self.dir.join(format!("{}.yaml", event.name_any())), &value)
-            .map_err(|e| SinkError::Unavailable(e.to_string()))
+        let path = self.dir.join(format!("{}.yaml", event.name_any()));
+        let created = create_exclusive(&path, &value).map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        lock(&self.index).reload(&path);
+        Ok(created)
     }
 
     async fn ready(&self) -> bool {
@@ -335,6 +302,7 @@ pub fn create_exclusive(path: &Path, value: &impl serde::Serialize) -> std::io::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use index::parse;
 
     fn write(dir: &Path, name: &str, text: &str) {
         std::fs::write(dir.join(name), text).unwrap();
@@ -406,6 +374,82 @@ mod tests {
         assert!(deleting.metadata.deletion_timestamp.is_some() && deleting.finalizers() == [FINALIZER]);
         store.set_finalizer(&deleting, false).await.unwrap();
         assert!(Store::session(&store, NAMESPACE, "a").await.unwrap().is_none());
+    }
+
+    fn session(name: &str) -> String {
+        format!(
+            "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {{name: {name}}}\nspec: {{workItem: {name}, nodeName: local, harness: claude, workdir: /tmp}}\n"
+        )
+    }
+
+    fn touched(store: &LocalStore) -> Vec<String> {
+        let mut names: Vec<String> = store.touched().unwrap().into_iter().collect();
+        names.sort();
+        names
+    }
+
+    /// Issue 16: a watching store reads each file once per change, told by notifications, and names the sessions a
+    /// change touches (an event touches its session); reads in between cost no file reads.
+    #[tokio::test]
+    async fn notifications_reread_only_what_changed_and_name_the_sessions_it_touches() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a", "b", "c"] {
+            write(dir.path(), &format!("{name}.yaml"), &session(name));
+        }
+        let store = LocalStore::watching(dir.path()).unwrap();
+        assert_eq!(touched(&store), ["a", "b", "c"], "the first look reads everything");
+        let reads = || lock(&store.index).reads;
+        assert_eq!(reads(), 3);
+        for _ in 0..10 {
+            assert_eq!(Store::sessions(&store).await.unwrap().len(), 3);
+            assert_eq!(Store::events(&store, NAMESPACE, "a").await.unwrap().len(), 0);
+        }
+        assert_eq!(reads(), 3, "reads without changes read no file");
+
+        // Written whole and renamed into place, as the bridge and editors do, so one notification names it.
+        write(
+            dir.path(),
+            "ev.tmp",
+            "apiVersion: worksession.dev/v1alpha1\nkind: WorkEvent\nmetadata: {name: ev}\nspec: {session: b, prompt: hi}\n",
+        );
+        std::fs::rename(dir.path().join("ev.tmp"), dir.path().join("ev.yaml")).unwrap();
+        let event_seen = async {
+            loop {
+                store.changed().await;
+                let touched = touched(&store);
+                if !touched.is_empty() {
+                    return touched;
+                }
+            }
+        };
+        assert_eq!(event_seen.await, ["b"], "an event touches its session");
+        assert_eq!(Store::events(&store, NAMESPACE, "b").await.unwrap().len(), 1);
+        assert_eq!(reads(), 4, "only the new file was read");
+
+        let ws = Store::session(&store, NAMESPACE, "c").await.unwrap().unwrap();
+        let status = WorkSessionStatus { harness_session_id: Some("abc".into()), ..Default::default() };
+        store.write_status(&ws, &status).await.unwrap();
+        let read = Store::session(&store, NAMESPACE, "c").await.unwrap().unwrap();
+        assert_eq!(read.status.unwrap().harness_session_id.as_deref(), Some("abc"), "its own write, read at once");
+        assert_eq!(touched(&store), ["c"], "its own write touches its session, as a watch would");
+    }
+
+    /// Without notifications every read stats the files and reads only those that changed.
+    #[tokio::test]
+    async fn without_notifications_reads_stat_and_reread_only_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.yaml", &session("a"));
+        write(dir.path(), "b.yaml", &session("b"));
+        let store = LocalStore::new(dir.path()).unwrap();
+        assert_eq!(Store::sessions(&store).await.unwrap().len(), 2);
+        assert_eq!(Store::sessions(&store).await.unwrap().len(), 2);
+        assert_eq!(lock(&store.index).reads, 2);
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        write(dir.path(), "b.yaml", &session("b").replace("harness: claude", "harness: codex"));
+        let sessions = Store::sessions(&store).await.unwrap();
+        assert_eq!(sessions.iter().map(|ws| ws.spec.harness.as_str()).collect::<Vec<_>>(), ["codex"]);
+        assert_eq!(lock(&store.index).reads, 3);
+        assert_eq!(touched(&store), ["a", "b"]);
     }
 
     #[test]

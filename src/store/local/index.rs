@@ -1,0 +1,338 @@
+//! The index of local mode's directory, below [`super::LocalStore`]: every manifest and status file parsed once per
+//! change and found by name and by session, so a reconcile reads memory, not the disk. What changed is told by
+//! file-system notifications (see [`super::LocalStore::watching`]) or found by a rescan that reads only the files whose
+//! size, modification time or inode changed; each change names the sessions it touches, which the agent's local
+//! driver reconciles.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::NAMESPACE;
+use crate::api::{self, WorkEvent, WorkSession};
+use crate::store::FINALIZER;
+
+/// One manifest read from the directory.
+pub(super) enum Manifest {
+    Session(Box<WorkSession>),
+    Event(Box<WorkEvent>),
+}
+
+/// The status file of `manifest`.
+pub(super) fn status_path(manifest: &Path) -> PathBuf {
+    manifest.with_extension("status.yaml")
+}
+
+fn is_status(path: &Path) -> bool {
+    path.to_string_lossy().ends_with(".status.yaml")
+}
+
+/// The manifest whose status file is `status`.
+fn manifest_of(status: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.yaml", status.to_string_lossy().trim_end_matches(".status.yaml")))
+}
+
+/// Whether `path` is one the index holds: a `.yaml` file (temporary files are `.tmp-*`).
+pub(super) fn is_indexed(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml")
+}
+
+/// What tells that a file changed without reading it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: SystemTime,
+    inode: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+    Some(Stamp { len: meta.len(), modified: meta.modified().ok()?, inode: meta.ino() })
+}
+
+/// A file as parsed.
+enum Content {
+    Manifest(Manifest),
+    /// A manifest that does not parse (reported when read).
+    Invalid,
+    /// A status file: the whole object as the agent wrote it.
+    Status(Manifest),
+    /// A status file that does not parse.
+    OtherStatus,
+}
+
+impl Content {
+    /// The session a change of this file concerns.
+    fn session(&self) -> Option<String> {
+        match self {
+            Content::Manifest(Manifest::Session(ws)) | Content::Status(Manifest::Session(ws)) => Some(ws.name_any()),
+            Content::Manifest(Manifest::Event(ev)) | Content::Status(Manifest::Event(ev)) => {
+                Some(ev.spec.session.clone())
+            }
+            Content::Invalid | Content::OtherStatus => None,
+        }
+    }
+}
+
+struct File {
+    stamp: Stamp,
+    content: Content,
+}
+
+/// Every `.yaml` file of the directory, parsed.
+#[derive(Default)]
+pub(super) struct Index {
+    files: BTreeMap<PathBuf, File>,
+    /// Session name to its manifest's path (for a deleted session, the path its status file belongs to). The first
+    /// manifest in path order wins a name two of them claim.
+    sessions: HashMap<String, PathBuf>,
+    /// Event name to its manifest's path.
+    events: HashMap<String, PathBuf>,
+    /// Session name to the manifest paths of the events that name it.
+    by_session: HashMap<String, Vec<PathBuf>>,
+    /// Whether the three maps above are behind `files`.
+    stale: bool,
+    /// Files read (and parsed) so far: once per change.
+    pub(super) reads: usize,
+    /// Sessions touched by a change since [`Index::take_touched`]: anyone's, the agent's own writes included, as a
+    /// watch on the API server reports the agent's own status writes (the core counts on that wake).
+    touched: HashSet<String>,
+}
+
+impl Index {
+    /// Reads `path` again if it changed (or went); a change touches the sessions its old and new contents name.
+    pub(super) fn reload(&mut self, path: &Path) {
+        let now = stamp(path);
+        if self.files.get(path).map(|f| f.stamp) == now {
+            return;
+        }
+        let old = self.files.remove(path);
+        let new = now.and_then(|stamp| {
+            let text = std::fs::read_to_string(path).ok()?; // gone meanwhile
+            self.reads += 1;
+            Some(File { stamp, content: read(path, &text) })
+        });
+        self.touched.extend(old.iter().chain(&new).filter_map(|f| f.content.session()));
+        if let Some(file) = new {
+            self.files.insert(path.to_path_buf(), file);
+        }
+        self.stale = true;
+    }
+
+    /// Stats every file of `dir`, reading again those that changed and dropping those that went.
+    pub(super) fn rescan(&mut self, dir: &Path) -> std::io::Result<()> {
+        let mut present = HashSet::new();
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if is_indexed(&path) {
+                present.insert(path);
+            }
+        }
+        let gone: Vec<PathBuf> = self.files.keys().filter(|p| !present.contains(*p)).cloned().collect();
+        for path in gone.iter().chain(&present) {
+            self.reload(path);
+        }
+        Ok(())
+    }
+
+    /// The sessions touched since the last call.
+    pub(super) fn take_touched(&mut self) -> HashSet<String> {
+        std::mem::take(&mut self.touched)
+    }
+
+    fn maps(&mut self) -> &Self {
+        if !self.stale {
+            return self;
+        }
+        let (mut sessions, mut events, mut by_session) = (HashMap::new(), HashMap::new(), HashMap::<_, Vec<_>>::new());
+        let mut orphans = Vec::new();
+        for (path, file) in &self.files {
+            match &file.content {
+                Content::Manifest(Manifest::Session(ws)) => {
+                    sessions.entry(ws.name_any()).or_insert_with(|| path.clone());
+                }
+                Content::Manifest(Manifest::Event(ev)) => {
+                    if let std::collections::hash_map::Entry::Vacant(entry) = events.entry(ev.name_any()) {
+                        entry.insert(path.clone());
+                        by_session.entry(ev.spec.session.clone()).or_default().push(path.clone());
+                    }
+                }
+                // A status without its manifest: a session being deleted, or an event removed by hand.
+                Content::Status(m) if !self.files.contains_key(&manifest_of(path)) => match m {
+                    Manifest::Session(ws) => {
+                        sessions.entry(ws.name_any()).or_insert_with(|| manifest_of(path));
+                    }
+                    Manifest::Event(_) => orphans.push(path.clone()),
+                },
+                _ => {}
+            }
+        }
+        // An event's manifest was removed by hand: its status goes with it.
+        for path in orphans {
+            let _ = std::fs::remove_file(&path);
+            self.files.remove(&path);
+        }
+        (self.sessions, self.events, self.by_session, self.stale) = (sessions, events, by_session, false);
+        self
+    }
+
+    fn status<K: Clone>(&self, manifest: &Path, pick: impl Fn(&Manifest) -> Option<&K>) -> Option<&K> {
+        match &self.files.get(&status_path(manifest))?.content {
+            Content::Status(m) => pick(m),
+            _ => None,
+        }
+    }
+
+    /// The WorkSession `name` with its manifest's path: the manifest merged with its status, or, with only a status
+    /// file left, a session being deleted.
+    pub(super) fn session(&mut self, name: &str) -> Option<(PathBuf, WorkSession)> {
+        let path = self.maps().sessions.get(name)?.clone();
+        let recorded = self.status(&path, |m| match m {
+            Manifest::Session(ws) => Some(ws),
+            Manifest::Event(_) => None,
+        });
+        let ws = match self.files.get(&path).map(|f| &f.content) {
+            Some(Content::Manifest(Manifest::Session(ws))) => {
+                let mut ws = ws.as_ref().clone();
+                if let Some(recorded) = recorded {
+                    ws.status = recorded.status.clone();
+                    ws.metadata.finalizers = Some(vec![FINALIZER.into()]);
+                }
+                ws
+            }
+            Some(_) => return None,
+            None => {
+                let mut ws = recorded?.as_ref().clone();
+                ws.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+                ws.metadata.finalizers = Some(vec![FINALIZER.into()]);
+                ws
+            }
+        };
+        Some((path, ws))
+    }
+
+    /// Every WorkSession (see [`Index::session`]), in path order.
+    pub(super) fn sessions(&mut self) -> Vec<(PathBuf, WorkSession)> {
+        let mut names: Vec<(PathBuf, String)> =
+            self.maps().sessions.iter().map(|(name, path)| (path.clone(), name.clone())).collect();
+        names.sort();
+        names.into_iter().filter_map(|(_, name)| self.session(&name)).collect()
+    }
+
+    /// The path of the WorkEvent `name`'s manifest.
+    pub(super) fn event_path(&mut self, name: &str) -> Option<PathBuf> {
+        self.maps().events.get(name).cloned()
+    }
+
+    fn event(&self, path: &Path) -> Option<WorkEvent> {
+        let Some(Content::Manifest(Manifest::Event(ev))) = self.files.get(path).map(|f| &f.content) else {
+            return None;
+        };
+        let mut ev = ev.as_ref().clone();
+        ev.status = self
+            .status(path, |m| match m {
+                Manifest::Event(ev) => Some(ev),
+                Manifest::Session(_) => None,
+            })
+            .and_then(|recorded| recorded.status.clone());
+        Some(ev)
+    }
+
+    /// The WorkEvents naming `session` (every one with `None`), with their status, in path order.
+    pub(super) fn events(&mut self, session: Option<&str>) -> Vec<(PathBuf, WorkEvent)> {
+        let mut paths: Vec<PathBuf> = match session {
+            Some(session) => self.maps().by_session.get(session).cloned().unwrap_or_default(),
+            None => self.maps().events.values().cloned().collect(),
+        };
+        paths.sort();
+        paths.into_iter().filter_map(|path| Some((path.clone(), self.event(&path)?))).collect()
+    }
+}
+
+/// Parses a file of the directory; an invalid manifest is reported (once per version: it is read once per change).
+fn read(path: &Path, text: &str) -> Content {
+    if is_status(path) {
+        let object: Option<Value> = serde_yaml_ng::from_str(text).ok();
+        return match object.as_ref().and_then(|v| v.get("kind")).and_then(Value::as_str) {
+            Some("WorkSession") => object
+                .and_then(|v| serde_json::from_value(v).ok())
+                .map_or(Content::OtherStatus, |ws| Content::Status(Manifest::Session(Box::new(ws)))),
+            Some("WorkEvent") => object
+                .and_then(|v| serde_json::from_value(v).ok())
+                .map_or(Content::OtherStatus, |ev| Content::Status(Manifest::Event(Box::new(ev)))),
+            _ => Content::OtherStatus,
+        };
+    }
+    if text.trim().is_empty() {
+        return Content::Invalid; // being written (`>` truncates first): its next change says more
+    }
+    match parse(path, text) {
+        Ok(manifest) => Content::Manifest(manifest),
+        Err(problem) => {
+            tracing::error!(event = "local.invalid_manifest", file = %path.display(), "{problem}; skipped");
+            Content::Invalid
+        }
+    }
+}
+
+/// Parses one manifest: the right apiVersion and kind, the spec's required fields and shapes.
+pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
+    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    if version != "worksession.dev/v1alpha1" {
+        return Err(format!("apiVersion: {version:?} is not worksession.dev/v1alpha1"));
+    }
+    /// Typed, with the path of the first error; a field the type does not know is an error too, as the API server
+    /// refuses it (a misspelt `initalPrompt` must not be dropped without a word).
+    fn typed<K: DeserializeOwned>(value: Value) -> Result<K, String> {
+        let mut unknown = Vec::new();
+        let mut track = serde_path_to_error::Track::new();
+        let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
+        let typed = serde_ignored::deserialize(tracked, |path| unknown.push(path.to_string()));
+        let typed = typed.map_err(|e| format!("{}: {e}", track.path()))?;
+        // apiVersion and kind were checked above; the generated types read them only when they serialize.
+        let known = |path: &String| path == "apiVersion" || path == "kind" || path.starts_with("status");
+        match unknown.into_iter().find(|path| !known(path)) {
+            Some(path) => Err(format!("{path}: unknown field")),
+            None => Ok(typed),
+        }
+    }
+    let mut manifest = match kind {
+        "WorkSession" => {
+            let ws: WorkSession = typed(value)?;
+            api::validate_spec(&ws.spec).map_err(|e| e.to_string())?;
+            Manifest::Session(Box::new(ws))
+        }
+        "WorkEvent" => {
+            let ev: WorkEvent = typed(value)?;
+            if ev.spec.session.is_empty() || ev.spec.prompt.is_empty() {
+                return Err("spec.session and spec.prompt are required".into());
+            }
+            Manifest::Event(Box::new(ev))
+        }
+        other => return Err(format!("kind: {other:?} is neither WorkSession nor WorkEvent")),
+    };
+    let meta = match &mut manifest {
+        Manifest::Session(ws) => &mut ws.metadata,
+        Manifest::Event(ev) => &mut ev.metadata,
+    };
+    if meta.name.as_deref().is_none_or(str::is_empty) {
+        return Err("metadata.name is required".into());
+    }
+    meta.namespace.get_or_insert_with(|| NAMESPACE.to_string());
+    let created = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    if meta.creation_timestamp.is_none() {
+        let since = created.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+        let ts = k8s_openapi::jiff::Timestamp::from_nanosecond(since.as_nanos() as i128).unwrap_or_default();
+        meta.creation_timestamp = Some(Time(ts));
+    }
+    meta.generation.get_or_insert(1);
+    Ok(manifest)
+}
