@@ -39,8 +39,10 @@ pub struct Config {
 /// The default `delivery.readyTimeoutSeconds`.
 pub const DEFAULT_READY_TIMEOUT_SECONDS: u64 = 120;
 
-/// The default `delivery.retentionSeconds`: one day.
-pub const DEFAULT_EVENT_RETENTION_SECONDS: u64 = 86_400;
+/// The default `delivery.retentionSeconds`: one hour, as Kubernetes keeps its Events. At 1,000 nodes with 50 sessions
+/// each and 10 events per session per day, a day of events would fill most of etcd's default 2 GiB quota; an hour
+/// holds about 65 MB (docs/scale.md).
+pub const DEFAULT_EVENT_RETENTION_SECONDS: u64 = 3_600;
 
 /// Where the tmux server is and how sessions are named.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -361,7 +363,7 @@ mod tests {
         );
         assert_eq!(c.harnesses.keys().collect::<Vec<_>>(), ["claude", "cursor"]);
         assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
-        assert_eq!(c.event_retention, Some(Duration::from_secs(86_400)));
+        assert_eq!(c.event_retention, Some(Duration::from_secs(3_600)));
         assert_eq!(parse("delivery:\n  retentionSeconds: 0\n").unwrap().event_retention, None);
     }
 

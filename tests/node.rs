@@ -27,7 +27,7 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
     let r = Release::install("node-install", &[]).await;
 
     // Ready means each talked to the API server: with the token the kubelet projects, never a client certificate.
-    for component in ["agent", "bridge"] {
+    for component in ["agent", "bridge", "labeler"] {
         let pod = r.pod(component).await;
         let spec = pod.spec.unwrap();
         let projected = spec.volumes.unwrap_or_default().into_iter().find_map(|v| v.projected);
@@ -39,10 +39,14 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
     let owner = |p: &Path| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
     assert_eq!((owner(&r.hostpath), owner(&r.home())), (1000, 1000));
 
-    // Pod Security: the bridge meets `restricted`; the agent's hostPath is refused by `baseline` and `restricted`.
+    // Pod Security: the bridge and the labeler meet `restricted`; the agent's hostPath is refused by `baseline` and `restricted`.
     let agent = format!("{}: ", r.pod("agent").await.name_any());
     let restricted = violations(&r.ns, "restricted");
     assert!(pod_violations(&restricted, "w-worksession-bridge").is_none(), "the bridge meets restricted: {restricted}");
+    assert!(
+        pod_violations(&restricted, "w-worksession-labeler").is_none(),
+        "the labeler meets restricted: {restricted}"
+    );
     assert_eq!(
         pod_violations(&restricted, &agent).as_deref(),
         // The hostPath, and the init container that chowns it (root, with CHOWN, FOWNER and DAC_OVERRIDE).

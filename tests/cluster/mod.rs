@@ -204,7 +204,7 @@ agent:
 
     /// Awaits the agent pod and the bridge pod being Ready (all their containers).
     pub async fn await_pods_ready(&self) {
-        eventually_within("the agent and bridge pods to be Ready", POD_WAIT, || async {
+        eventually_within("the agent, bridge and labeler pods to be Ready", POD_WAIT, || async {
             let pods = self.pods().list(&ListParams::default()).await.ok()?.items;
             let ready = |p: &Pod| {
                 p.metadata.deletion_timestamp.is_none()
@@ -213,7 +213,7 @@ agent:
                         .and_then(|s| s.conditions.as_ref())
                         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
             };
-            (pods.iter().filter(|p| ready(p)).count() == 2 && pods.len() == 2).then_some(())
+            (pods.iter().filter(|p| ready(p)).count() == 3 && pods.len() == 3).then_some(())
         })
         .await;
     }
@@ -313,6 +313,7 @@ agent:
         .await
     }
 
+    /// A WorkEvent as `kubectl create` makes it, without labels: the chart's labeler labels it for its node.
     pub async fn send(&self, session: &str, name: &str, prompt: &str) {
         let ev: WorkEvent = serde_json::from_value(json!({
             "metadata": {"name": name},
