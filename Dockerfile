@@ -21,7 +21,7 @@ RUN cargo build --release --locked --bin worksession
 FROM debian:bookworm-slim
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends tmux ca-certificates \
+    && apt-get install -y --no-install-recommends tmux ca-certificates git openssh-client \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 1000 --user-group --create-home --home-dir /home/worksession worksession
 COPY --from=build /src/target/release/worksession /usr/local/bin/worksession

@@ -52,6 +52,13 @@ pub fn is_valid_session_id(id: &str) -> bool {
 static WORK_ITEM: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
 static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
 
+/// The shape of `spec.workspace.url` and `ref`: no leading `-` (never taken as a flag by git), no whitespace or
+/// control characters.
+pub const GIT_WORD_PATTERN: &str = r"^[^-\s][^\s]*$";
+static GIT_WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(GIT_WORD_PATTERN).unwrap());
+static PASSWORD_IN_URL: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@").unwrap());
+
 /// The shape of a harness profile name.
 pub const HARNESS_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]*$";
 
@@ -87,6 +94,17 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
     if spec.workdir.contains('#') {
         // tmux expands formats, `#(command)` included, in a new session's start directory.
         return err("workdir", format!("{:?} must not contain '#' (tmux would expand it)", spec.workdir));
+    }
+    if let Some(w) = &spec.workspace {
+        if w.url.len() > 2048 || !GIT_WORD.is_match(&w.url) {
+            return err("workspace.url", "must not start with '-' or contain whitespace (at most 2048)".into());
+        }
+        if PASSWORD_IN_URL.is_match(&w.url) {
+            return err("workspace.url", "must not carry a password: the agent reads credentials from files".into());
+        }
+        if w.r#ref.as_ref().is_some_and(|r| r.len() > 255 || !GIT_WORD.is_match(r)) {
+            return err("workspace.ref", "must not start with '-' or contain whitespace (at most 255)".into());
+        }
     }
     if let Some(r) = &spec.resume {
         if r.probe_seconds.is_some_and(|s| s > 300) {
@@ -155,6 +173,24 @@ pub struct WorkSessionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1048576))]
     pub initial_prompt: Option<String>,
+    /// A git repository the agent prepares `workdir` from before the first spawn: one clone per repository per node,
+    /// and one worktree per work item on its own branch (`worksession/<workItem>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceSpec>,
+}
+
+/// Where a work item's checkout comes from.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceSpec {
+    /// The repository (`https://`, `ssh://`, `git@host:path` or `file://`); credentials come from the agent's
+    /// mounted files, never from the URL.
+    #[schemars(regex(pattern = GIT_WORD_PATTERN), length(min = 1, max = 2048))]
+    pub url: String,
+    /// The branch, tag or commit the work item's branch starts from; default: the repository's default branch.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GIT_WORD_PATTERN), length(min = 1, max = 255))]
+    pub r#ref: Option<String>,
 }
 
 /// When a dead harness is respawned.
@@ -274,6 +310,8 @@ pub struct PromptStatus {
 pub enum Phase {
     /// Not running; waiting for an event (or nothing spawned yet).
     Pending,
+    /// The workspace (`spec.workspace`) is being prepared; see the `WorkspaceReady` condition.
+    Preparing,
     /// A spawn is about to run.
     Starting,
     /// Spawned; waiting out the probe to verify it survived.

@@ -34,6 +34,40 @@ pub struct Config {
     /// The harnesses' `HOME`, the `{home}` of a profile's `conversationPath` (`harnessHome`; default: the agent's
     /// own `HOME`).
     pub harness_home: Option<PathBuf>,
+    /// Where work items' checkouts come from (`workspaces`).
+    pub workspaces: WorkspacesConfig,
+}
+
+/// How the agent prepares `spec.workspace` checkouts (`workspaces`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkspacesConfig {
+    /// Where the one clone per repository lives (`workspaces.mirrors`; default: `<harnessHome or HOME>/.cache/
+    /// worksession/repos`).
+    pub mirrors: Option<PathBuf>,
+    /// A file holding a token for https remotes (`workspaces.credentials.tokenFile`); used when it exists.
+    pub token_file: Option<PathBuf>,
+    /// The user name sent with the token (`workspaces.credentials.username`, default `x-access-token`).
+    pub username: String,
+    /// An SSH private key for ssh remotes (`workspaces.credentials.sshKeyFile`); used when it exists.
+    pub ssh_key_file: Option<PathBuf>,
+    /// The known hosts the SSH key may talk to (`workspaces.credentials.knownHostsFile`); with it, unknown host
+    /// keys are refused.
+    pub known_hosts_file: Option<PathBuf>,
+    /// How long one git command may run (`workspaces.gitTimeoutSeconds`, default 600).
+    pub git_timeout: Duration,
+}
+
+impl Default for WorkspacesConfig {
+    fn default() -> Self {
+        Self {
+            mirrors: None,
+            token_file: None,
+            username: "x-access-token".into(),
+            ssh_key_file: None,
+            known_hosts_file: None,
+            git_timeout: crate::workspace::DEFAULT_GIT_TIMEOUT,
+        }
+    }
 }
 
 /// The default `delivery.readyTimeoutSeconds`.
@@ -83,6 +117,7 @@ impl Default for Config {
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
             ready_timeout: Duration::from_secs(DEFAULT_READY_TIMEOUT_SECONDS),
             harness_home: std::env::var_os("HOME").map(PathBuf::from),
+            workspaces: WorkspacesConfig::default(),
         }
     }
 }
@@ -130,6 +165,26 @@ struct File {
     #[serde(default)]
     delivery: DeliveryFile,
     harness_home: Option<PathBuf>,
+    #[serde(default)]
+    workspaces: WorkspacesFile,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WorkspacesFile {
+    mirrors: Option<PathBuf>,
+    #[serde(default)]
+    credentials: CredentialsFile,
+    git_timeout_seconds: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CredentialsFile {
+    token_file: Option<PathBuf>,
+    username: Option<String>,
+    ssh_key_file: Option<PathBuf>,
+    known_hosts_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -217,6 +272,30 @@ impl Config {
                 return Err(invalid("harnessHome".into(), format!("{} is not an absolute path", home.display())));
             }
             config.harness_home = Some(home);
+        }
+        let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds } = file.workspaces;
+        for (key, path) in [
+            ("workspaces.mirrors", &mirrors),
+            ("workspaces.credentials.tokenFile", &c.token_file),
+            ("workspaces.credentials.sshKeyFile", &c.ssh_key_file),
+            ("workspaces.credentials.knownHostsFile", &c.known_hosts_file),
+        ] {
+            if path.as_ref().is_some_and(|p| !p.is_absolute()) {
+                return Err(invalid(key.into(), "must be an absolute path".into()));
+            }
+        }
+        if let Some(secs) = git_timeout_seconds {
+            if !(1..=86_400).contains(&secs) {
+                return Err(invalid("workspaces.gitTimeoutSeconds".into(), "must be between 1 and 86400".into()));
+            }
+            config.workspaces.git_timeout = Duration::from_secs(secs);
+        }
+        config.workspaces.mirrors = mirrors;
+        config.workspaces.token_file = c.token_file;
+        config.workspaces.ssh_key_file = c.ssh_key_file;
+        config.workspaces.known_hosts_file = c.known_hosts_file;
+        if let Some(user) = c.username {
+            config.workspaces.username = user;
         }
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);

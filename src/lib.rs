@@ -19,3 +19,4 @@ pub mod telemetry;
 pub mod terminal;
 pub mod tmux;
 pub mod transcript;
+pub mod workspace;

@@ -507,3 +507,28 @@ async fn an_idle_fleet_reconciles_nothing_and_polls_tmux_once_for_all_sessions()
     let calls = observations().await - observed;
     assert!(calls < SESSIONS as f64, "{calls} tmux calls over about 3 polls of {SESSIONS} sessions: one per session?");
 }
+
+// Issue 17: workspaces (tests/scenarios/workspace.rs), here with the Kubernetes store.
+
+#[tokio::test]
+async fn shared_workspaces_per_work_item_from_one_clone() {
+    let w = World::new().await;
+    scenarios::workspace::workspaces_per_work_item_from_one_clone(&w).await;
+    let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+    let kept = eventually("an Event saying what was kept", || async {
+        let list = kube_events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("WorkspaceKept"))
+    })
+    .await;
+    assert!(kept.note.unwrap_or_default().contains("notes.txt"), "it names the uncommitted file");
+}
+
+#[tokio::test]
+async fn shared_a_workspace_that_cannot_be_prepared_says_what_git_printed() {
+    scenarios::workspace::a_workspace_that_cannot_be_prepared_says_what_git_printed(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn shared_a_workspace_over_http_with_a_token() {
+    scenarios::workspace::a_workspace_over_http_with_a_token(&World::new().await).await;
+}

@@ -96,6 +96,24 @@ fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     assert!(!config.tmux.start_server, "{yaml}");
     assert_eq!(config.tmux.socket.as_deref(), Some(std::path::Path::new("/run/worksession/tmux.sock")));
     assert_eq!(config.harness_home.as_deref(), Some(std::path::Path::new("/srv/worksession/.home")));
+    // Issue 17: clones on the node's workspace; credentials only when a Secret is named, then from its mount.
+    assert_eq!(config.workspaces.mirrors.as_deref(), Some(std::path::Path::new("/srv/worksession/.repos")));
+    assert_eq!(config.workspaces.token_file, None);
+    let rendered = template(
+        "ws",
+        "worksession",
+        &["--set", "bridge.enabled=false", "--set", "agent.workspaces.credentials.existingSecret=git"],
+    );
+    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).expect("the agent ConfigMap");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+    let config = worksession::config::Config::parse(
+        doc["data"]["agent.yaml"].as_str().unwrap(),
+        std::path::Path::new("agent.yaml"),
+    )
+    .unwrap();
+    assert_eq!(config.workspaces.token_file.as_deref(), Some(std::path::Path::new("/etc/worksession-git/token")));
+    let daemonset = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
+    assert!(daemonset.contains("secretName: git") && daemonset.contains("mountPath: /etc/worksession-git"));
 }
 
 #[test]

@@ -315,3 +315,20 @@ async fn peek_and_attach_in_local_mode() {
     tmux(&["kill-server"]);
     assert_eq!(l.tmux.pane_pid("loop-pk"), pid, "the harness keeps running");
 }
+
+// Issue 17: workspaces (tests/scenarios/workspace.rs), here with the directory store.
+
+#[tokio::test]
+async fn shared_workspaces_per_work_item_from_one_clone() {
+    scenarios::workspace::workspaces_per_work_item_from_one_clone(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_a_workspace_that_cannot_be_prepared_says_what_git_printed() {
+    scenarios::workspace::a_workspace_that_cannot_be_prepared_says_what_git_printed(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_a_workspace_over_http_with_a_token() {
+    scenarios::workspace::a_workspace_over_http_with_a_token(&Local::new()).await;
+}

@@ -43,8 +43,8 @@ pub struct PhaseLabel {
 }
 
 /// Every phase a WorkSession can be in, as the `sessions` gauge labels them (`None`: no status yet).
-pub const PHASES: [&str; 9] =
-    ["Pending", "Starting", "Verifying", "Running", "Suspended", "Idle", "BackOff", "Failed", "None"];
+pub const PHASES: [&str; 10] =
+    ["Pending", "Preparing", "Starting", "Verifying", "Running", "Suspended", "Idle", "BackOff", "Failed", "None"];
 
 /// `transition="stop|wake"`: an idle harness stopped, or an idle session woken by a prompt.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

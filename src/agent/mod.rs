@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod periodic;
 pub mod poll;
 pub mod reconcile;
+pub mod workspaces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,5 +53,5 @@ async fn reconciler<S: Store>(
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);
     let (config, failpoint) = (options.config, options.failpoint);
     let observer = Observer::new(runner).counting(metrics.tmux_observations.clone());
-    Ok(Reconciler { store, observer, node, config, metrics, failpoint })
+    Ok(Reconciler { store, observer, node, config, metrics, failpoint, workspaces: Default::default() })
 }

@@ -147,6 +147,8 @@ pub struct Reconciler<S, T> {
     pub metrics: AgentMetrics,
     /// Where to stop forever, for crash tests (`None` in production).
     pub failpoint: Option<Failpoint>,
+    /// The workspaces being prepared.
+    pub workspaces: super::workspaces::Workspaces,
 }
 
 enum ExecError {
@@ -227,6 +229,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let mut status = recorded.clone();
         let mut spawn_failure: Option<String> = None;
         let new_session_id = uuid::Uuid::new_v4().to_string();
+        let workspace = self.workspaces.state(&owner_name, &ws);
         for attempt in 0.. {
             let input = Input {
                 spec: &ws.spec,
@@ -245,6 +248,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 screen: evidence.screen.as_deref(),
                 confirmed: &evidence.confirmed,
                 conversation_found: evidence.conversation_found,
+                workspace: workspace.as_input(),
                 spawn_failure: spawn_failure.as_deref(),
                 config: &config,
                 now: Timestamp::now(),
@@ -255,7 +259,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 self.store.write_status(&ws, intent).await.map_err(ReconcileError::WriteIntent)?;
                 self.failpoint(Failpoint::AfterIntent).await;
             }
-            match self.execute(&ws, &owner, &events, &plan).await {
+            match self.execute(&ws, (&owner, &owner_name), &events, &plan, &config).await {
                 Ok(()) => {
                     if plan.status != recorded && !plan.ops.contains(&Op::ReleaseFinalizer) {
                         self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
@@ -280,7 +284,14 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         unreachable!("the loop returns")
     }
 
-    async fn execute(&self, ws: &WorkSession, owner: &str, events: &[WorkEvent], plan: &Plan) -> Result<(), ExecError> {
+    async fn execute(
+        &self,
+        ws: &WorkSession,
+        (owner, owner_name): (&str, &str),
+        events: &[WorkEvent],
+        plan: &Plan,
+        config: &Config,
+    ) -> Result<(), ExecError> {
         let tmux = self.observer.tmux();
         let other = |e: ReconcileError| ExecError::Other(e);
         for op in &plan.ops {
@@ -312,6 +323,21 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.log(ws, notice);
                     self.store.record(ws, notice).await;
                 }
+                Op::PrepareWorkspace => self.workspaces.start(owner_name, ws, config),
+                Op::RemoveWorkspace => match self.workspaces.remove(owner_name, ws, config).await {
+                    crate::workspace::Removal::Removed => {
+                        tracing::info!(
+                            event = "workspace.removed",
+                            workdir = ws.spec.workdir,
+                            "removed the clean worktree"
+                        );
+                    }
+                    crate::workspace::Removal::Kept(why) => {
+                        let notice = core::Notice::new(NoticeKind::WorkspaceKept, why);
+                        self.log(ws, &notice);
+                        self.store.record(ws, &notice).await;
+                    }
+                },
                 Op::ReleaseFinalizer => {
                     self.store
                         .set_finalizer(ws, false)

@@ -97,6 +97,8 @@ pub struct Route {
     pub workdir: String,
     /// Work item template; default [`DEFAULT_WORK_ITEM`].
     pub work_item: String,
+    /// The `spec.workspace` of the sessions it creates, as templates (`url`, `ref`), if any.
+    pub workspace: Option<crate::api::WorkspaceSpec>,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +141,7 @@ struct RouteFile {
     harness: String,
     workdir: String,
     work_item: Option<String>,
+    workspace: Option<crate::api::WorkspaceSpec>,
 }
 
 /// The default accepted GitHub events and actions.
@@ -221,6 +224,7 @@ impl BridgeConfig {
                 harness: r.harness,
                 workdir: r.workdir,
                 work_item: r.work_item.unwrap_or_else(|| DEFAULT_WORK_ITEM.into()),
+                workspace: r.workspace,
             });
         }
         Ok(Self {
@@ -261,7 +265,7 @@ mod tests {
         let secret_file = dir.path().join("secret");
         std::fs::write(&secret_file, "s3cret\n").unwrap();
         let yaml = format!(
-            "maxBodyBytes: 2048\ngithub:\n  secretFile: {}\n  ignoreSenders: [bot]\ngeneric:\n  tokenEnv: PATH\nroutes:\n  - repository: 'octo-org/*'\n    namespace: agents\n    nodeName: node-a\n    harness: claude\n    workdir: /srv/{{owner}}/{{repo}}\n",
+            "maxBodyBytes: 2048\ngithub:\n  secretFile: {}\n  ignoreSenders: [bot]\ngeneric:\n  tokenEnv: PATH\nroutes:\n  - repository: 'octo-org/*'\n    namespace: agents\n    nodeName: node-a\n    harness: claude\n    workdir: /srv/{{owner}}/{{repo}}\n    workspace: {{url: 'https://github.com/{{owner}}/{{repo}}.git', ref: main}}\n",
             secret_file.display()
         );
         let c = BridgeConfig::parse(&yaml, Path::new("bridge.yaml")).unwrap();
@@ -274,6 +278,11 @@ mod tests {
         assert!(!format!("{gh:?}").contains("s3cret"), "secrets never print");
         assert_eq!(c.generic.as_ref().unwrap().namespace, "default");
         assert_eq!(c.route("octo-org/hello").unwrap().work_item, "{owner}-{repo}-{number}");
+        let workspace = c.route("octo-org/hello").unwrap().workspace.clone().unwrap();
+        assert_eq!(
+            (workspace.url.as_str(), workspace.r#ref.as_deref()),
+            ("https://github.com/{owner}/{repo}.git", Some("main"))
+        );
         assert!(c.route("other/hello").is_none());
         assert!(c.route("octo-orgx/hello").is_none(), "anchored");
         assert!(c.route("octo-org/a-much-longer-name").is_some(), "* spans characters");

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use crate::api::{
     EventSource, NODE_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession, WorkSessionSpec,
-    node_label_value,
+    WorkspaceSpec, node_label_value,
 };
 use crate::store::{Sink, SinkError};
 use crate::telemetry::Admin;
@@ -284,6 +284,10 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             node_name: route.node_name.clone(),
             harness: route.harness.clone(),
             workdir: render(&route.workdir, &vars),
+            workspace: route.workspace.as_ref().map(|w| WorkspaceSpec {
+                url: render(&w.url, &vars),
+                r#ref: w.r#ref.as_ref().map(|r| render(r, &vars)),
+            }),
             ..Default::default()
         },
     );

@@ -83,6 +83,10 @@ fn config() -> BridgeConfig {
             harness: "claude".into(),
             workdir: "/srv/work/{owner}/{repo}".into(),
             work_item: "{repo}-{number}".into(),
+            workspace: Some(crate::api::WorkspaceSpec {
+                url: "https://github.com/{owner}/{repo}.git".into(),
+                r#ref: None,
+            }),
         }],
         prompt_template: config::DEFAULT_PROMPT_TEMPLATE.into(),
     }
@@ -136,6 +140,12 @@ async fn github_accepts_a_signed_comment_once() {
         let sessions = rec.sessions.lock().unwrap();
         let ws = &sessions["agents/hello-1347"];
         assert_eq!((ws.spec.node_name.as_str(), ws.spec.workdir.as_str()), ("node-a", "/srv/work/octo-org/hello"));
+        // Issue 17: a route's workspace makes a session that can start from the webhook alone.
+        let workspace = ws.spec.workspace.as_ref().expect("the route's workspace");
+        assert_eq!(
+            (workspace.url.as_str(), workspace.r#ref.as_deref()),
+            ("https://github.com/octo-org/hello.git", None)
+        );
         let events = rec.events.lock().unwrap();
         let ev = &events[0];
         assert_eq!(ev.spec.session, "hello-1347");

@@ -30,10 +30,12 @@ pub mod queue;
 pub mod resume;
 mod spawn;
 mod verify;
+mod workspace;
 pub use conditions::{READY, RESUMED, set_condition};
 pub use deliver::initial_prompt_owed;
-pub use plan::{EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity};
+pub use plan::{EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity, Workspace};
 pub use resume::{Fresh, ResumeReason, try_resume};
+pub use workspace::{PREPARE_RECHECK, WORKSPACE_READY};
 
 #[cfg(test)]
 mod tests;
@@ -178,6 +180,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         if input.deleting {
             if conflict.is_none() {
                 self.ops.push(Op::Stop { session: self.session.clone() });
+                if input.spec.workspace.is_some() {
+                    self.ops.push(Op::RemoveWorkspace);
+                }
             }
             self.ops.push(Op::ReleaseFinalizer);
             return self.plan();
@@ -238,6 +243,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         if let Some(v) = self.status.verification.clone() {
             self.verify(profile, settings, v);
+            return self.plan();
+        }
+        if input.liveness != Liveness::Alive && !self.workspace_ready() {
             return self.plan();
         }
         match input.liveness {

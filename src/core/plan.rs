@@ -37,6 +37,28 @@ impl PendingEvent {
     }
 }
 
+/// The work item's checkout (`spec.workspace`), as the executor finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workspace<'a> {
+    /// Nothing to prepare: no `spec.workspace`, or a checkout prepared before (its directory is there).
+    Ready,
+    /// A preparation finished just now.
+    Prepared {
+        /// The branch checked out.
+        branch: &'a str,
+        /// The commit checked out.
+        commit: &'a str,
+        /// An existing checkout was taken as it was.
+        adopted: bool,
+    },
+    /// A preparation is running.
+    Preparing,
+    /// Not prepared, and nothing is preparing it.
+    Missing,
+    /// A preparation failed just now, with what git printed.
+    Failed(&'a str),
+}
+
 /// Everything one decision is made from.
 #[derive(Clone, Debug)]
 pub struct Input<'a> {
@@ -73,6 +95,8 @@ pub struct Input<'a> {
     /// Whether the conversation a resume would take exists in the harness's store (`None`: the profile names no
     /// store, or there is nothing to resume).
     pub conversation_found: Option<bool>,
+    /// The workspace's state.
+    pub workspace: Workspace<'a>,
     /// The spawn of the plan decided just before failed, with this message.
     pub spawn_failure: Option<&'a str>,
     /// The agent config.
@@ -121,6 +145,10 @@ pub enum Op {
     Notice(Notice),
     /// Drop the agent's finalizer.
     ReleaseFinalizer,
+    /// Start preparing the workspace beside the reconcile (its result is a later [`Input::workspace`]).
+    PrepareWorkspace,
+    /// Remove the workspace's worktree if it holds no uncommitted work (the session is going).
+    RemoveWorkspace,
 }
 
 /// A WorkEvent status change.
@@ -180,6 +208,12 @@ pub enum NoticeKind {
     IdleStopped,
     /// A prompt wakes an idle session (its respawn follows).
     Woken,
+    /// The workspace was prepared (or an existing checkout adopted).
+    WorkspacePrepared,
+    /// Preparing the workspace failed.
+    WorkspaceFailed,
+    /// The workspace was kept when its session went (uncommitted work).
+    WorkspaceKept,
 }
 
 impl NoticeKind {
@@ -196,6 +230,9 @@ impl NoticeKind {
             NoticeKind::DeliveryFailed => "DeliveryFailed",
             NoticeKind::IdleStopped => "IdleStopped",
             NoticeKind::Woken => "Woken",
+            NoticeKind::WorkspacePrepared => "WorkspacePrepared",
+            NoticeKind::WorkspaceFailed => "WorkspaceFailed",
+            NoticeKind::WorkspaceKept => "WorkspaceKept",
         }
     }
 
@@ -212,6 +249,9 @@ impl NoticeKind {
             NoticeKind::DeliveryFailed => "event.failed",
             NoticeKind::IdleStopped => "session.idle",
             NoticeKind::Woken => "session.woken",
+            NoticeKind::WorkspacePrepared => "workspace.prepared",
+            NoticeKind::WorkspaceFailed => "workspace.failed",
+            NoticeKind::WorkspaceKept => "workspace.kept",
         }
     }
 
@@ -238,7 +278,8 @@ impl NoticeKind {
             | NoticeKind::Respawned { .. }
             | NoticeKind::Delivered
             | NoticeKind::IdleStopped
-            | NoticeKind::Woken => Severity::Normal,
+            | NoticeKind::Woken
+            | NoticeKind::WorkspacePrepared => Severity::Normal,
             _ => Severity::Warning,
         }
     }

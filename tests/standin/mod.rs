@@ -104,7 +104,7 @@ impl TmuxServer {
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             a = profile("", true, true),

@@ -8,6 +8,7 @@ use crate::tmux::SessionView;
 mod delivery;
 mod idle;
 mod isolation;
+mod workspace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -72,6 +73,7 @@ struct Case {
     screen: Option<&'static str>,
     confirmed: Vec<String>,
     found: Option<bool>,
+    workspace: Workspace<'static>,
 }
 
 impl Case {
@@ -96,6 +98,7 @@ impl Case {
             screen: Some(CLAUDE_READY),
             confirmed: Vec::new(),
             found: None,
+            workspace: Workspace::Ready,
         }
     }
 
@@ -121,6 +124,7 @@ impl Case {
             screen: self.screen,
             confirmed: &self.confirmed,
             conversation_found: self.found,
+            workspace: self.workspace,
         })
     }
 
@@ -176,6 +180,8 @@ fn ops(plan: &Plan) -> Vec<String> {
                 _ => n.kind.log_event().to_string(),
             },
             Op::ReleaseFinalizer => "release finalizer".into(),
+            Op::PrepareWorkspace => "prepare workspace".into(),
+            Op::RemoveWorkspace => "remove workspace".into(),
         })
         .collect()
 }

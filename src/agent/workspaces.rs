@@ -1,0 +1,110 @@
+//! The workspaces of the agent's sessions, beside the reconcile: each preparation runs as a task of its own (git can
+//! take minutes; the reconcile only looks at it, as it looks at a probe's deadline), so it never holds up a reconcile
+//! of any session. A finished task's result is taken once, by the next reconcile of its session.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use futures::FutureExt;
+use tokio::task::JoinHandle;
+
+use crate::api::WorkSession;
+use crate::config::Config;
+use crate::core::{WORKSPACE_READY, Workspace};
+use crate::workspace::{Git, Locks, Prepared, Removal};
+
+/// A workspace as a reconcile finds it; [`Found::as_input`] is what the core takes.
+#[derive(Debug)]
+pub enum Found {
+    /// Nothing to prepare.
+    Ready,
+    /// Prepared just now.
+    Prepared(Prepared),
+    /// A task runs.
+    Preparing,
+    /// Not prepared, no task.
+    Missing,
+    /// Failed just now, with what git printed.
+    Failed(String),
+}
+
+impl Found {
+    /// The core's view.
+    pub fn as_input(&self) -> Workspace<'_> {
+        match self {
+            Found::Ready => Workspace::Ready,
+            Found::Prepared(p) => Workspace::Prepared { branch: &p.branch, commit: &p.commit, adopted: p.adopted },
+            Found::Preparing => Workspace::Preparing,
+            Found::Missing => Workspace::Missing,
+            Found::Failed(output) => Workspace::Failed(output),
+        }
+    }
+}
+
+/// The preparations running, by session (`namespace/name`).
+#[derive(Default)]
+pub struct Workspaces {
+    tasks: Mutex<HashMap<String, JoinHandle<Result<Prepared, String>>>>,
+    locks: Locks,
+}
+
+impl Workspaces {
+    fn git(&self, config: &Config) -> Git {
+        Git::new(config.workspaces.clone(), config.harness_home.as_deref(), self.locks.clone())
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<String, JoinHandle<Result<Prepared, String>>>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The workspace of `ws` (`key`: its `namespace/name`): a checkout prepared before counts as ready while its
+    /// directory holds a `.git`.
+    pub fn state(&self, key: &str, ws: &WorkSession) -> Found {
+        if ws.spec.workspace.is_none() {
+            return Found::Ready;
+        }
+        let mut tasks = self.tasks();
+        if let Some(task) = tasks.get(key) {
+            if !task.is_finished() {
+                return Found::Preparing;
+            }
+            let task = tasks.remove(key).expect("present");
+            return match task.now_or_never() {
+                Some(Ok(Ok(prepared))) => Found::Prepared(prepared),
+                Some(Ok(Err(output))) => Found::Failed(output),
+                Some(Err(e)) => Found::Failed(format!("the preparation stopped: {e}")),
+                None => Found::Preparing,
+            };
+        }
+        let conditions = ws.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let prepared = conditions.iter().any(|c| c.type_ == WORKSPACE_READY && c.status == "True");
+        if prepared && Path::new(&ws.spec.workdir).join(".git").exists() { Found::Ready } else { Found::Missing }
+    }
+
+    /// Starts preparing the workspace of `ws` (one task per session at a time).
+    pub fn start(&self, key: &str, ws: &WorkSession, config: &Config) {
+        let Some(spec) = ws.spec.workspace.clone() else { return };
+        let mut tasks = self.tasks();
+        if tasks.get(key).is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let git = self.git(config);
+        let (workdir, work_item) = (ws.spec.workdir.clone(), ws.spec.work_item.clone());
+        tasks.insert(
+            key.to_string(),
+            tokio::spawn(async move { git.prepare(&spec, Path::new(&workdir), &work_item).await }),
+        );
+    }
+
+    /// Stops a preparation of `ws` that runs, then removes its worktree unless it holds uncommitted work.
+    pub async fn remove(&self, key: &str, ws: &WorkSession, config: &Config) -> Removal {
+        if let Some(task) = self.tasks().remove(key) {
+            task.abort();
+        }
+        match &ws.spec.workspace {
+            Some(spec) => self.git(config).remove(spec, Path::new(&ws.spec.workdir)).await,
+            None => Removal::Removed,
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The workspace gate, part of decide: a session with `spec.workspace` spawns only once its checkout is prepared.
+//! Preparation runs beside the reconcile (the executor's task; the reconcile looks again, like a probe's wait) so it
+//! never holds up other sessions; meanwhile the session is `Preparing`. A failure says what git printed and backs
+//! off like a failing spawn; a checkout once prepared is never prepared again while its directory is there.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{BACKOFF_BASE, Decision, Notice, NoticeKind, Op, Workspace, backoff, later, until};
+use crate::api::{Phase, WorkspaceSpec};
+
+/// The condition that says whether the workspace is prepared, with the commit.
+pub const WORKSPACE_READY: &str = "WorkspaceReady";
+/// How often a preparation is looked at while it runs.
+pub const PREPARE_RECHECK: Duration = Duration::from_secs(1);
+
+impl Decision<'_, '_> {
+    /// Before a spawn: whether the workspace lets it go ahead (else the plan says what waits).
+    pub(super) fn workspace_ready(&mut self) -> bool {
+        let input = self.input;
+        let Some(spec) = &input.spec.workspace else { return true };
+        match input.workspace {
+            Workspace::Ready => true,
+            Workspace::Prepared { branch, commit, adopted } => {
+                (self.status.failure_count, self.status.next_retry_time) = (0, None);
+                let how = if adopted { "adopted the checkout" } else { "prepared a worktree" };
+                let message = format!("{how} {} on branch {branch} at {commit}", input.spec.workdir);
+                self.condition(WORKSPACE_READY, true, "Prepared", message.clone());
+                self.notice(Notice::new(NoticeKind::WorkspacePrepared, message));
+                true
+            }
+            Workspace::Preparing => {
+                self.preparing(spec);
+                false
+            }
+            Workspace::Missing => {
+                if let Some(retry) = self.status.next_retry_time.as_ref().filter(|t| input.now < t.0) {
+                    let retry = retry.0;
+                    self.status.phase = Some(Phase::BackOff);
+                    self.requeue(until(input.now, retry));
+                    return false;
+                }
+                self.ops.push(Op::PrepareWorkspace);
+                self.preparing(spec);
+                false
+            }
+            Workspace::Failed(output) => {
+                self.status.failure_count += 1;
+                let wait = backoff(self.status.failure_count).max(BACKOFF_BASE);
+                self.status.last_failure_time = Some(Time(input.now));
+                self.status.next_retry_time = Some(Time(later(input.now, wait)));
+                self.status.phase = Some(Phase::BackOff);
+                let message = format!("git could not prepare {} from {}: {output}", input.spec.workdir, spec.url);
+                self.condition(WORKSPACE_READY, false, "PrepareFailed", message.clone());
+                self.ready(false, "WorkspaceNotReady", format!("the workspace is tried again in {}s", wait.as_secs()));
+                self.notice(Notice::new(NoticeKind::WorkspaceFailed, message));
+                self.requeue(wait);
+                false
+            }
+        }
+    }
+
+    fn preparing(&mut self, spec: &WorkspaceSpec) {
+        self.status.phase = Some(Phase::Preparing);
+        let message = format!("preparing {} from {}", self.input.spec.workdir, crate::workspace::redact(&spec.url));
+        self.condition(WORKSPACE_READY, false, "Preparing", message.clone());
+        self.ready(false, "Preparing", message);
+        self.requeue(PREPARE_RECHECK);
+    }
+}

@@ -1,0 +1,299 @@
+//! Workspaces, an edge of the executor like [`crate::tmux`]: real `git` preparing a work item's checkout from
+//! `spec.workspace` (one bare clone per repository per node, reused, and one `git worktree` per work item on its own
+//! branch), and removing it when its WorkSession goes, only when it holds no uncommitted work.
+//!
+//! Every argument is a separate word after `--` where git takes one, so a URL or ref is never a flag (the API also
+//! refuses a leading `-`). Credentials are files: a token reaches git through a credential helper that reads the
+//! file when git asks, an SSH key through `GIT_SSH_COMMAND`'s `-i`; neither is in an argument, the environment, a
+//! URL or the clone's config, and every output kept is stripped of URL user info.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use regex::Regex;
+use tokio::process::Command;
+use tokio::sync::Mutex;
+
+use crate::api::WorkspaceSpec;
+use crate::config::WorkspacesConfig;
+
+/// The branch of a work item's worktree.
+pub fn branch_of(work_item: &str) -> String {
+    format!("worksession/{work_item}")
+}
+
+/// A checkout ready for the harness.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// The branch checked out.
+    pub branch: String,
+    /// The commit checked out.
+    pub commit: String,
+    /// An existing checkout of the repository was taken as it is.
+    pub adopted: bool,
+}
+
+/// What happened to a checkout when its WorkSession went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// The worktree was clean and is gone (its branch stays in the clone, with every commit).
+    Removed,
+    /// Kept, and why (uncommitted changes, or not a worktree this agent made).
+    Kept(String),
+}
+
+/// One lock per clone, shared by every [`Git`] of an agent: two work items of one repository never clone or fetch
+/// it at once.
+pub type Locks = Arc<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>>;
+
+/// Runs git for workspaces.
+pub struct Git {
+    config: WorkspacesConfig,
+    mirrors: PathBuf,
+    locks: Locks,
+}
+
+static USER_INFO: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s]*@").unwrap());
+
+/// `text` without the user info of any URL in it (`https://user:token@host` becomes `https://host`).
+pub fn redact(text: &str) -> String {
+    USER_INFO.replace_all(text, "$1").into_owned()
+}
+
+/// The last lines of git's output, redacted: what status and Events show.
+fn tail(output: &str) -> String {
+    let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    redact(&lines[lines.len().saturating_sub(8)..].join("\n"))
+}
+
+impl Git {
+    /// Git for `config`; clones go under `config.mirrors`, or `<home>/.cache/worksession/repos`.
+    pub fn new(config: WorkspacesConfig, home: Option<&Path>, locks: Locks) -> Self {
+        let home = home.map(Path::to_path_buf).or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+        let mirrors = config
+            .mirrors
+            .clone()
+            .unwrap_or_else(|| home.unwrap_or_else(|| PathBuf::from("/tmp")).join(".cache/worksession/repos"));
+        Self { config, mirrors, locks }
+    }
+
+    /// The clone of `url` on this node: a readable name and a hash of the whole URL.
+    pub fn mirror_of(&self, url: &str) -> PathBuf {
+        use sha2::Digest;
+        let clean = redact(url);
+        let name = clean.trim_end_matches('/').trim_end_matches(".git").rsplit(['/', ':']).next().unwrap_or("repo");
+        let digest = hex::encode(sha2::Sha256::digest(clean.as_bytes()));
+        self.mirrors.join(format!("{}-{}.git", crate::api::slug(name), &digest[..12]))
+    }
+
+    fn git(&self) -> Command {
+        let mut cmd = Command::new("git");
+        cmd.kill_on_drop(true)
+            .stdin(std::process::Stdio::null())
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ASKPASS", "/bin/false")
+            .env_remove("SSH_ASKPASS")
+            // No helper of the machine's: only ours, when a token file is configured.
+            .args(["-c", "credential.helper="]);
+        if let Some(file) = self.config.token_file.as_ref().filter(|f| f.is_file()) {
+            // The helper reads the file when git asks; the token is never an argument or in the environment.
+            let helper = r#"!f() { test "$1" = get && printf 'username=%s\npassword=%s\n' "$WORKSESSION_GIT_USERNAME" "$(cat "$WORKSESSION_GIT_TOKEN_FILE")"; }; f"#;
+            cmd.arg("-c").arg(format!("credential.helper={helper}"));
+            cmd.env("WORKSESSION_GIT_USERNAME", &self.config.username).env("WORKSESSION_GIT_TOKEN_FILE", file);
+        }
+        if let Some(key) = self.config.ssh_key_file.as_ref().filter(|f| f.is_file()) {
+            let mut ssh = format!("ssh -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes", key.display());
+            if let Some(known) = self.config.known_hosts_file.as_ref().filter(|f| f.is_file()) {
+                ssh.push_str(&format!(" -o UserKnownHostsFile='{}' -o StrictHostKeyChecking=yes", known.display()));
+            }
+            cmd.env("GIT_SSH_COMMAND", ssh);
+        }
+        cmd
+    }
+
+    /// Runs git with `args` (in `dir`, if given); its stdout, or its output's last lines as the error.
+    async fn run(&self, dir: Option<&Path>, args: &[&str]) -> Result<String, String> {
+        let mut cmd = self.git();
+        if let Some(dir) = dir {
+            cmd.arg("-C").arg(dir);
+        }
+        cmd.args(args);
+        let output = match tokio::time::timeout(self.config.git_timeout, cmd.output()).await {
+            Err(_) => {
+                return Err(format!("git {} did not finish within {}s", args[0], self.config.git_timeout.as_secs()));
+            }
+            Ok(Err(e)) => return Err(format!("cannot run git: {e}")),
+            Ok(Ok(output)) => output,
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        if output.status.success() {
+            return Ok(stdout);
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        Err(tail(&format!("{stdout}\n{stderr}")))
+    }
+
+    async fn ok(&self, dir: &Path, args: &[&str]) -> Option<String> {
+        self.run(Some(dir), args).await.ok()
+    }
+
+    /// Prepares `workdir` for `work_item` from `spec`: the repository's clone is made (or fetched), then a worktree
+    /// on the work item's branch. An existing checkout of the repository is adopted as it is; anything else in the
+    /// way is left alone and reported.
+    pub async fn prepare(&self, spec: &WorkspaceSpec, workdir: &Path, work_item: &str) -> Result<Prepared, String> {
+        let mirror = self.mirror_of(&spec.url);
+        if let Some(prepared) = self.adopt(spec, &mirror, workdir).await? {
+            return Ok(prepared);
+        }
+        let lock = self.locks.lock().await.entry(mirror.clone()).or_default().clone();
+        let _one_at_a_time = lock.lock().await;
+        self.clone_or_fetch(&spec.url, &mirror).await?;
+        let start = self.start_point(&mirror, spec.r#ref.as_deref()).await?;
+        let branch = branch_of(work_item);
+        // A worktree whose directory was removed by hand still holds its branch: forget it, keep the branch.
+        self.run(Some(&mirror), &["worktree", "prune"]).await?;
+        if let Some(parent) = workdir.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        let target = workdir.to_string_lossy();
+        let exists = self.ok(&mirror, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")]).await;
+        match exists {
+            // The branch outlived an earlier worktree (its commits are the work item's): check it out again.
+            Some(_) => self.run(Some(&mirror), &["worktree", "add", "--", &target, &branch]).await?,
+            None => self.run(Some(&mirror), &["worktree", "add", "-b", &branch, "--", &target, &start]).await?,
+        };
+        let commit = self.run(Some(workdir), &["rev-parse", "HEAD"]).await?;
+        Ok(Prepared { branch, commit, adopted: false })
+    }
+
+    /// An existing `workdir`: a checkout of the repository (a worktree of its clone here, or a clone of its URL) is
+    /// taken as it is; an empty directory is prepared; anything else is refused.
+    async fn adopt(&self, spec: &WorkspaceSpec, mirror: &Path, workdir: &Path) -> Result<Option<Prepared>, String> {
+        let Ok(mut entries) = std::fs::read_dir(workdir) else { return Ok(None) };
+        if entries.next().is_none() {
+            return Ok(None);
+        }
+        let ours = async {
+            let common = self.ok(workdir, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await?;
+            let same = std::fs::canonicalize(common).ok()? == std::fs::canonicalize(mirror).ok()?;
+            let origin = self.ok(workdir, &["config", "--get", "remote.origin.url"]).await;
+            (same || origin.is_some_and(|o| redact(&o) == redact(&spec.url))).then_some(())
+        };
+        let toplevel = self.ok(workdir, &["rev-parse", "--show-toplevel"]).await;
+        let is_root = toplevel.and_then(|t| std::fs::canonicalize(t).ok()) == std::fs::canonicalize(workdir).ok();
+        if !is_root || ours.await.is_none() {
+            return Err(format!(
+                "{} exists and is not a checkout of {}; it is left as it is",
+                workdir.display(),
+                redact(&spec.url)
+            ));
+        }
+        let branch = self.ok(workdir, &["rev-parse", "--abbrev-ref", "HEAD"]).await.unwrap_or_default();
+        let commit = self.run(Some(workdir), &["rev-parse", "HEAD"]).await?;
+        Ok(Some(Prepared { branch, commit, adopted: true }))
+    }
+
+    async fn clone_or_fetch(&self, url: &str, mirror: &Path) -> Result<(), String> {
+        if mirror.join("HEAD").is_file() {
+            return self.run(Some(mirror), &["fetch", "--prune", "--tags", "origin"]).await.map(drop);
+        }
+        std::fs::create_dir_all(&self.mirrors).map_err(|e| format!("cannot create {}: {e}", self.mirrors.display()))?;
+        let partial = mirror.with_extension("partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        let partial_s = partial.to_string_lossy();
+        self.run(None, &["clone", "--bare", "--quiet", "--", url, &partial_s]).await?;
+        // Remote branches as origin/*, so the work items' own branches (refs/heads/worksession/*) are never pruned.
+        for (key, value) in [("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"), ("remote.origin.url", url)]
+        {
+            self.run(Some(&partial), &["config", key, value]).await?;
+        }
+        self.run(Some(&partial), &["fetch", "--quiet", "--prune", "--tags", "origin"]).await?;
+        std::fs::rename(&partial, mirror).map_err(|e| format!("cannot move the clone into place: {e}"))
+    }
+
+    /// The commit a new branch starts from: `reference` as a remote branch, a tag or a commit; default the
+    /// repository's default branch.
+    async fn start_point(&self, mirror: &Path, reference: Option<&str>) -> Result<String, String> {
+        let candidates = match reference {
+            Some(r) => vec![format!("refs/remotes/origin/{r}"), format!("refs/tags/{r}"), r.to_string()],
+            None => {
+                let head = self.ok(mirror, &["symbolic-ref", "--quiet", "HEAD"]).await.unwrap_or_default();
+                let branch = head.strip_prefix("refs/heads/").unwrap_or("main");
+                vec![format!("refs/remotes/origin/{branch}")]
+            }
+        };
+        for candidate in &candidates {
+            if let Some(commit) = self
+                .ok(
+                    mirror,
+                    &["rev-parse", "--verify", "--quiet", "--end-of-options", &format!("{candidate}^{{commit}}")],
+                )
+                .await
+            {
+                return Ok(commit);
+            }
+        }
+        Err(format!("{} names no branch, tag or commit of the repository", reference.unwrap_or("the default branch")))
+    }
+
+    /// Removes `workdir` when it is a clean worktree of the repository's clone here; otherwise keeps it and says why.
+    pub async fn remove(&self, spec: &WorkspaceSpec, workdir: &Path) -> Removal {
+        if !workdir.exists() {
+            return Removal::Removed;
+        }
+        let mirror = self.mirror_of(&spec.url);
+        let common = self.ok(workdir, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await;
+        let ours = common.and_then(|c| std::fs::canonicalize(c).ok()) == std::fs::canonicalize(&mirror).ok();
+        if !ours {
+            return Removal::Kept(format!("{} is not a worktree the agent made; kept", workdir.display()));
+        }
+        match self.ok(workdir, &["status", "--porcelain", "--untracked-files=all"]).await {
+            Some(changes) if changes.is_empty() => {}
+            Some(changes) => {
+                let files: Vec<&str> = changes.lines().take(10).collect();
+                return Removal::Kept(format!(
+                    "{} has uncommitted changes; kept: {}",
+                    workdir.display(),
+                    files.join(", ")
+                ));
+            }
+            None => return Removal::Kept(format!("git status failed in {}; kept", workdir.display())),
+        }
+        let target = workdir.to_string_lossy();
+        match self.run(Some(&mirror), &["worktree", "remove", "--", &target]).await {
+            Ok(_) => Removal::Removed,
+            Err(e) => Removal::Kept(format!("git worktree remove failed; kept {}: {e}", workdir.display())),
+        }
+    }
+}
+
+/// How long one git command may run by default.
+pub const DEFAULT_GIT_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_urls_never_reach_status() {
+        assert_eq!(
+            redact("fatal: unable to access 'https://x:s3cret@example.com/a.git/'"),
+            "fatal: unable to access 'https://example.com/a.git/'"
+        );
+        assert_eq!(redact("ssh://git@host/a.git and HTTPS://tok@h/b"), "ssh://host/a.git and HTTPS://h/b");
+        assert_eq!(redact("no url here"), "no url here");
+    }
+
+    #[test]
+    fn one_clone_per_repository_named_readably() {
+        let git =
+            Git::new(WorkspacesConfig { mirrors: Some("/m".into()), ..Default::default() }, None, Locks::default());
+        let a = git.mirror_of("https://github.com/Octo/API.git");
+        assert!(a.to_string_lossy().starts_with("/m/api-"), "{a:?}");
+        assert_eq!(a, git.mirror_of("https://github.com/Octo/API.git"));
+        assert_ne!(a, git.mirror_of("https://github.com/acme/API.git"));
+        assert_eq!(git.mirror_of("git@github.com:octo/api.git").parent(), Some(Path::new("/m")));
+    }
+}

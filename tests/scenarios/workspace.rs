@@ -1,0 +1,254 @@
+//! Workspace scenarios (issue 17), shared by both modes: real git against repositories made here, a bare origin over
+//! `file://` and one served by `git http-backend` on loopback behind Basic authentication.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use super::{Rig, await_delivered, await_phase, await_value};
+use worksession::tmux::{Liveness, Tmux};
+
+/// Runs git in `dir`, returning its trimmed stdout; panics with its stderr when it fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A bare repository `<root>/<name>.git` with `main` (a README) and `feature` (one more commit); returns its path and
+/// the two commits.
+pub fn origin(root: &Path, name: &str) -> (PathBuf, String, String) {
+    let bare = root.join(format!("{name}.git"));
+    let seed = root.join(format!("{name}-seed"));
+    std::fs::create_dir_all(&seed).unwrap();
+    git(root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    git(&seed, &["init", "-q"]);
+    std::fs::write(seed.join("README.md"), "hello\n").unwrap();
+    git(&seed, &["add", "README.md"]);
+    git(&seed, &["commit", "-q", "-m", "first"]);
+    let main = git(&seed, &["rev-parse", "HEAD"]);
+    git(&seed, &["checkout", "-q", "-b", "feature"]);
+    std::fs::write(seed.join("FEATURE.md"), "more\n").unwrap();
+    git(&seed, &["add", "FEATURE.md"]);
+    git(&seed, &["commit", "-q", "-m", "feature"]);
+    let feature = git(&seed, &["rev-parse", "HEAD"]);
+    git(&seed, &["push", "-q", bare.to_str().unwrap(), "main", "feature"]);
+    (bare, main, feature)
+}
+
+fn condition(status: &Value, type_: &str) -> (String, String, String) {
+    let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
+    let c = c.unwrap_or_default();
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    (s("status"), s("reason"), s("message"))
+}
+
+async fn await_workspace(rig: &impl Rig, name: &str, status: &str, reason: &str) -> Value {
+    let what = format!("{name}: WorkspaceReady {status} {reason}");
+    let wanted = |s: &Value| {
+        let (s_, r, _) = condition(s, "WorkspaceReady");
+        s_ == status && r == reason
+    };
+    await_value(&what, || rig.session_status(name), wanted).await
+}
+
+/// Two work items of one repository get one clone on the node and a worktree each, on their own branches from the
+/// right start; a crash and respawn never resets a worktree; an existing checkout is adopted and anything else in
+/// the way left alone; deleting a session removes its clean worktree and keeps one with uncommitted work.
+pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let (root, work) = (tmux.state().join("origins"), tmux.state().join("checkouts"));
+    std::fs::create_dir_all(&root).unwrap();
+    let (bare, main, feature) = origin(&root, "api");
+    let url = format!("file://{}", bare.display());
+    let workdir = |name: &str| work.join(name);
+    let session = |name: &str, reference: Option<&str>| json!({"workdir": workdir(name), "workspace": {"url": url, "ref": reference}});
+    rig.create_session("wa", session("wa", None)).await;
+    rig.create_session("wb", session("wb", Some("feature"))).await;
+    for (name, commit) in [("wa", &main), ("wb", &feature)] {
+        let st = await_phase(rig, name, "Running").await;
+        let (_, _, message) = condition(&st, "WorkspaceReady");
+        assert!(message.contains(commit.as_str()) && message.contains(&format!("worksession/{name}")), "{message}");
+        assert_eq!(git(&workdir(name), &["rev-parse", "--abbrev-ref", "HEAD"]), format!("worksession/{name}"));
+        assert_eq!(git(&workdir(name), &["rev-parse", "HEAD"]), *commit);
+    }
+    assert!(workdir("wa").join("README.md").exists() && !workdir("wa").join("FEATURE.md").exists());
+    assert!(workdir("wb").join("FEATURE.md").exists(), "wb starts from its ref");
+    let clones = std::fs::read_dir(tmux.state().join("repos")).unwrap().count();
+    assert_eq!(clones, 1, "one clone per repository on the node");
+
+    // Uncommitted work survives a crash and the respawn that delivers the next event.
+    std::fs::write(workdir("wa").join("notes.txt"), "work in progress\n").unwrap();
+    tmux.kill_harness("loop-wa").await;
+    rig.send("wa", "wa-1", "after the crash").await;
+    await_delivered(rig, "wa-1").await;
+    assert_eq!(std::fs::read_to_string(workdir("wa").join("notes.txt")).unwrap(), "work in progress\n");
+    assert_eq!(git(&workdir("wa"), &["rev-parse", "HEAD"]), main, "never reset");
+
+    // A checkout made by hand is adopted as it is; a directory that is no checkout is left alone.
+    git(&work, &["clone", "-q", url.as_str(), workdir("wc").to_str().unwrap()]);
+    std::fs::write(workdir("wc").join("mine.txt"), "by hand\n").unwrap();
+    rig.create_session("wc", session("wc", None)).await;
+    let st = await_workspace(rig, "wc", "True", "Prepared").await;
+    assert!(condition(&st, "WorkspaceReady").2.contains("adopted"), "{st}");
+    assert!(workdir("wc").join("mine.txt").exists());
+    std::fs::create_dir_all(workdir("wd")).unwrap();
+    std::fs::write(workdir("wd").join("precious.txt"), "keep me\n").unwrap();
+    rig.create_session("wd", session("wd", None)).await;
+    let st = await_workspace(rig, "wd", "False", "PrepareFailed").await;
+    assert!(condition(&st, "WorkspaceReady").2.contains("is not a checkout"), "{st}");
+    assert_eq!(std::fs::read_to_string(workdir("wd").join("precious.txt")).unwrap(), "keep me\n");
+
+    // Deleting: a clean worktree goes (its branch stays in the clone); one with uncommitted work stays.
+    rig.delete_session("wb").await;
+    await_value("wb gone", || async { Value::Bool(rig.session_gone("wb").await) }, |g| g == true).await;
+    assert!(!workdir("wb").exists(), "the clean worktree is removed");
+    let clone = std::fs::read_dir(tmux.state().join("repos")).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(git(&clone, &["rev-parse", "worksession/wb"]), feature, "its branch and commits stay");
+    rig.delete_session("wa").await;
+    await_value("wa gone", || async { Value::Bool(rig.session_gone("wa").await) }, |g| g == true).await;
+    assert!(workdir("wa").join("notes.txt").exists(), "a worktree with uncommitted work is kept");
+}
+
+/// A repository that cannot be read: the condition says what git printed, the session backs off, and nothing spawns.
+pub async fn a_workspace_that_cannot_be_prepared_says_what_git_printed(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let url = format!("file://{}/nowhere.git", tmux.state().display());
+    let workdir = tmux.state().join("checkouts/bad");
+    rig.create_session("wbad", json!({"workdir": workdir, "workspace": {"url": url}})).await;
+    let st = await_workspace(rig, "wbad", "False", "PrepareFailed").await;
+    let (_, _, message) = condition(&st, "WorkspaceReady");
+    assert!(message.contains("does not appear to be a git repository") || message.contains("not found"), "{message}");
+    assert_eq!(st["phase"], "BackOff");
+    assert!(st["nextRetryTime"].is_string(), "{st}");
+    let observed = tmux.runner.observe().await.unwrap();
+    assert_eq!(observed.liveness("loop-wbad"), Liveness::Absent, "nothing spawned");
+}
+
+/// A repository served over HTTP behind Basic authentication: the token file the agent is configured with gets it
+/// through; a wrong token fails with git's words and the token appears in no status.
+pub async fn a_workspace_over_http_with_a_token(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let root = tmux.state().join("served");
+    std::fs::create_dir_all(&root).unwrap();
+    let (_, main, _) = origin(&root, "private");
+    let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
+    let addr = serve(root, token.clone()).await;
+    let url = format!("http://{addr}/private.git");
+    let token_file = tmux.state().join("git-token");
+
+    std::fs::write(&token_file, "wrong-token\n").unwrap();
+    let spec = |name: &str| json!({"workdir": tmux.state().join("checkouts").join(name), "workspace": {"url": url}});
+    rig.create_session("wdenied", spec("wdenied")).await;
+    let st = await_workspace(rig, "wdenied", "False", "PrepareFailed").await;
+    assert!(condition(&st, "WorkspaceReady").2.contains("Authentication failed"), "{st}");
+    assert!(!st.to_string().contains("wrong-token"), "the token is in no status: {st}");
+
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    rig.create_session("wprivate", spec("wprivate")).await;
+    let st = await_phase(rig, "wprivate", "Running").await;
+    assert!(condition(&st, "WorkspaceReady").2.contains(main.as_str()), "{st}");
+    assert!(!st.to_string().contains(&token), "the token is in no status");
+    let remote = git(&tmux.state().join("checkouts/wprivate"), &["config", "--get", "remote.origin.url"]);
+    assert!(!remote.contains(&token), "nor in the clone's config: {remote}");
+}
+
+/// Serves the bare repositories under `root` with `git http-backend`, for a client whose Basic password is `token`.
+async fn serve(root: PathBuf, token: String) -> SocketAddr {
+    use axum::body::Body;
+    use axum::http::Request;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let expected = format!("Basic {}", base64(format!("x-access-token:{token}").as_bytes()));
+    let app =
+        axum::Router::new().fallback(move |request: Request<Body>| git_cgi(root.clone(), expected.clone(), request));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// One request to `git http-backend` (CGI), behind Basic authentication.
+async fn git_cgi(
+    root: PathBuf,
+    expected: String,
+    request: axum::http::Request<axum::body::Body>,
+) -> axum::http::Response<axum::body::Body> {
+    use axum::body::{Body, to_bytes};
+    use axum::http::{Response, StatusCode};
+    // Everything read before the first await: a borrowed request would make the future not Send.
+    let (authorization, content_type, encoding, protocol, method, path, query) = {
+        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        (
+            header("authorization"),
+            header("content-type"),
+            header("content-encoding"),
+            header("git-protocol"),
+            request.method().to_string(),
+            request.uri().path().to_string(),
+            request.uri().query().unwrap_or_default().to_string(),
+        )
+    };
+    if authorization.as_deref() != Some(expected.as_str()) {
+        return Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .header("www-authenticate", "Basic realm=\"git\"")
+            .body(Body::empty())
+            .unwrap();
+    }
+    let body = to_bytes(request.into_body(), usize::MAX).await.unwrap();
+    let mut cgi = tokio::process::Command::new("git");
+    cgi.arg("http-backend")
+        .env("GIT_PROJECT_ROOT", &root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("REQUEST_METHOD", method)
+        .env("PATH_INFO", path)
+        .env("QUERY_STRING", query)
+        .env("REMOTE_USER", "x-access-token")
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    for (var, value) in
+        [("CONTENT_TYPE", content_type), ("HTTP_CONTENT_ENCODING", encoding), ("GIT_PROTOCOL", protocol)]
+    {
+        if let Some(value) = value {
+            cgi.env(var, value);
+        }
+    }
+    let mut child = cgi.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, &body).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap().stdout;
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
+    let (end, gap) = split.or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2))).unwrap();
+    let mut response = Response::builder();
+    for line in String::from_utf8_lossy(&out[..end]).lines() {
+        let Some((name, value)) = line.split_once(':') else { continue };
+        if name.eq_ignore_ascii_case("status") {
+            let code: u16 = value.trim()[..3].parse().unwrap();
+            response = response.status(code);
+        } else {
+            response = response.header(name.trim(), value.trim());
+        }
+    }
+    response.body(Body::from(out[end + gap..].to_vec())).unwrap()
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { TABLE[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    out
+}
