@@ -532,3 +532,8 @@ async fn shared_a_workspace_that_cannot_be_prepared_says_what_git_printed() {
 async fn shared_a_workspace_over_http_with_a_token() {
     scenarios::workspace::a_workspace_over_http_with_a_token(&World::new().await).await;
 }
+
+#[tokio::test]
+async fn shared_a_slow_preparation_never_holds_up_other_sessions() {
+    scenarios::workspace::a_slow_preparation_never_holds_up_other_sessions(&World::new().await).await;
+}

@@ -133,6 +133,28 @@ pub async fn a_workspace_that_cannot_be_prepared_says_what_git_printed(rig: &imp
     assert_eq!(observed.liveness("loop-wbad"), Liveness::Absent, "nothing spawned");
 }
 
+/// A preparation that hangs (a server that accepts and never answers) holds up only its own session: it shows
+/// `Preparing` while another session starts and gets its event, and deleting it stops the preparation.
+pub async fn a_slow_preparation_never_holds_up_other_sessions(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // never accepted: git waits for an answer
+    let url = format!("http://{}/slow.git", silent.local_addr().unwrap());
+    let workdir = tmux.state().join("checkouts/slow");
+    rig.create_session("wslow", json!({"workdir": workdir, "workspace": {"url": url}})).await;
+    let st = await_workspace(rig, "wslow", "False", "Preparing").await;
+    assert_eq!(st["phase"], "Preparing");
+
+    rig.create_session("wfast", json!({})).await;
+    await_phase(rig, "wfast", "Running").await;
+    rig.send("wfast", "wfast-1", "not held up").await;
+    await_delivered(rig, "wfast-1").await;
+    assert_eq!(rig.session_status("wslow").await["phase"], "Preparing", "still waiting on its own git");
+
+    rig.delete_session("wslow").await;
+    await_value("wslow gone", || async { Value::Bool(rig.session_gone("wslow").await) }, |g| g == true).await;
+    drop(silent);
+}
+
 /// A repository served over HTTP behind Basic authentication: the token file the agent is configured with gets it
 /// through; a wrong token fails with git's words and the token appears in no status.
 pub async fn a_workspace_over_http_with_a_token(rig: &impl Rig) {
