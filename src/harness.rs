@@ -195,7 +195,7 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
-/// The built-in profiles: `claude` and `cursor`.
+/// The built-in profiles: `claude`, `gemini`, `copilot` and `cursor`.
 pub fn builtin() -> BTreeMap<String, Profile> {
     let claude = Profile {
         binary: "claude".into(),
@@ -215,7 +215,37 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         ready_pattern: None,
         conversation_path: None,
     };
-    BTreeMap::from([("claude".to_string(), claude), ("cursor".to_string(), cursor)])
+    // Gemini CLI (measured with 0.61.0, offline, no account): `--session-id` names a fresh conversation; `-r` of an
+    // unknown id prints "Error resuming session: No previous sessions found for this project." (or "Invalid session
+    // identifier" where other sessions exist) and exits 42. Its store names files by time and a short id, so no
+    // transcript template: the probe and the settle window tell.
+    let gemini = Profile {
+        binary: "gemini".into(),
+        extra_args: Vec::new(),
+        interactive: Some(strings(&["--session-id", SESSION_ID, EXTRA_ARGS, "--prompt-interactive={prompt}"])),
+        resume: Some(strings(&["--resume", SESSION_ID, EXTRA_ARGS, "--prompt-interactive={prompt}"])),
+        resume_failed_pattern: Some(Regex::new("Error resuming session|Invalid session identifier").unwrap()),
+        ready_pattern: None,
+        conversation_path: None,
+    };
+    // GitHub Copilot CLI (measured with 1.0.102, offline, no login): `--session-id=<uuid>` names a fresh session;
+    // `--resume=<unknown id>` prints "Error: No session, task, or name matched '<id>'." and exits 1 (older versions
+    // started an empty session under the id instead).
+    let copilot = Profile {
+        binary: "copilot".into(),
+        extra_args: Vec::new(),
+        interactive: Some(strings(&["--session-id={sessionId}", EXTRA_ARGS, "--interactive={prompt}"])),
+        resume: Some(strings(&["--resume={sessionId}", EXTRA_ARGS, "--interactive={prompt}"])),
+        resume_failed_pattern: Some(Regex::new("No session, task, or name matched").unwrap()),
+        ready_pattern: None,
+        conversation_path: None,
+    };
+    BTreeMap::from([
+        ("claude".to_string(), claude),
+        ("copilot".to_string(), copilot),
+        ("cursor".to_string(), cursor),
+        ("gemini".to_string(), gemini),
+    ])
 }
 
 #[cfg(test)]
@@ -224,6 +254,24 @@ mod tests {
 
     fn claude() -> Profile {
         Profile { extra_args: strings(&["--model", "opus"]), ..builtin().remove("claude").unwrap() }
+    }
+
+    #[test]
+    fn gemini_and_copilot_take_the_prompt_as_one_flag_value() {
+        let profiles = builtin();
+        let gemini = &profiles["gemini"];
+        assert_eq!(
+            gemini.argv("gemini", Mode::Fresh, "id-1", Some("-dash led")).unwrap(),
+            ["--session-id", "id-1", "--prompt-interactive=-dash led"]
+        );
+        assert_eq!(gemini.argv("gemini", Mode::Resume, "id-1", None).unwrap(), ["--resume", "id-1"]);
+        let copilot = &profiles["copilot"];
+        assert_eq!(
+            copilot.argv("copilot", Mode::Resume, "id-1", Some("hi")).unwrap(),
+            ["--resume=id-1", "--interactive=hi"]
+        );
+        assert!(gemini.resume_failed("Error resuming session: No previous sessions found for this project."));
+        assert!(copilot.resume_failed("Error: No session, task, or name matched 'x'."));
     }
 
     #[test]

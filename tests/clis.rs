@@ -1,0 +1,118 @@
+//! The real Gemini and Copilot CLIs as the built-in `gemini` and `copilot` harnesses, offline and without accounts
+//! (issue 14): `scripts/test` installs the pinned packages from npm (`scripts/testenv install-clis`). What can be
+//! checked without a network: the unknown-id failure is what the profile's `resumeFailedPattern` expects, and through
+//! the agent a resume of an unknown conversation falls back to a fresh one whose pane stays alive (the CLI waits at
+//! its folder-trust question, as it would for a person). Codex CLI is not here: it stops at a sign-in screen without
+//! an account (its stand-in profile covers its shapes).
+
+mod scenarios;
+mod standin;
+mod support;
+mod world;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+use worksession::api::Phase;
+use world::{World, condition, recorded_id};
+
+/// The CLI `scripts/testenv install-clis` installed.
+fn cli_bin(name: &str) -> PathBuf {
+    let out = std::process::Command::new(support::repo_root().join("scripts/testenv"))
+        .args(["cli-bin", name])
+        .output()
+        .unwrap();
+    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    assert!(bin.exists(), "{} is missing: run `scripts/testenv install-clis` (scripts/test does)", bin.display());
+    bin
+}
+
+/// The environment each CLI runs offline in: its own `HOME`, a dummy key where it wants one.
+fn env_of(name: &str) -> &'static [(&'static str, &'static str)] {
+    match name {
+        "gemini" => &[("GEMINI_API_KEY", "worksession-offline-test-key")],
+        _ => &[],
+    }
+}
+
+/// Runs `name` with `args` in a fresh `HOME`; its exit code and everything it printed.
+async fn run(name: &str, args: &[&str]) -> (Option<i32>, String) {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(cli_bin(name));
+    cmd.args(args).env("HOME", home.path()).current_dir(home.path()).kill_on_drop(true);
+    for (k, v) in env_of(name) {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("the CLI exits").unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+async fn unknown_id_fails_as_the_profile_expects(name: &str, args: &[&str], code: i32) {
+    let (exit, output) = run(name, args).await;
+    assert_eq!(exit, Some(code), "{name}: {output}");
+    let profiles = worksession::harness::builtin();
+    assert!(profiles[name].resume_failed(&output), "{name}'s resumeFailedPattern does not match: {output}");
+}
+
+#[tokio::test]
+async fn gemini_unknown_id_fails_as_the_profile_expects() {
+    let unknown = uuid::Uuid::new_v4().to_string();
+    unknown_id_fails_as_the_profile_expects("gemini", &["--resume", &unknown], 42).await;
+}
+
+#[tokio::test]
+async fn copilot_unknown_id_fails_as_the_profile_expects() {
+    let unknown = uuid::Uuid::new_v4().to_string();
+    unknown_id_fails_as_the_profile_expects("copilot", &[&format!("--resume={unknown}")], 1).await;
+}
+
+/// A world whose `name` profile is the built-in one with the real CLI behind a wrapper that sets its environment.
+async fn world_with(name: &'static str) -> World {
+    World::with_config_for(move |tmux| {
+        let home = tmux.state();
+        let wrapper = home.join(format!("{name}-offline"));
+        let exports: String = env_of(name).iter().map(|(k, v)| format!(" {k}='{v}'")).collect();
+        let script = format!(
+            "#!/bin/sh\nexport HOME='{home}'{exports}\nexec '{bin}' \"$@\"\n",
+            home = home.display(),
+            bin = cli_bin(name).display()
+        );
+        std::fs::write(&wrapper, script).unwrap();
+        std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
+        format!("  {name}:\n    binary: {}\n", wrapper.display())
+    })
+    .await
+}
+
+async fn an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive(name: &'static str) {
+    let w = world_with(name).await;
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let spec = json!({"harness": name, "harnessSessionId": unknown, "initialPrompt": "hello from the tests"});
+    w.create_session(name, spec).await;
+    // The CLIs take longer than the probe to start (Node.js), so the failure comes late, with the TUI gone: the
+    // settle window catches it.
+    let ws = w
+        .await_session(name, "Resumed=False, then Running", |ws| {
+            condition(ws, "Resumed").is_some_and(|c| c.0 == "False") && world::phase_of(ws) == Some(Phase::Running)
+        })
+        .await;
+    // Its failure comes after the probe: the settle window's row, with the CLI's words, which the profile knows.
+    let (_, reason, message) = condition(&ws, "Resumed").unwrap();
+    assert_eq!(reason, "PaneDiedAfterProbe", "{message}");
+    assert!(worksession::harness::builtin()[name].resume_failed(&message), "{message}");
+    assert_ne!(recorded_id(&ws), unknown, "a fresh conversation under a new id");
+    let observed = worksession::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
+    assert_eq!(observed.liveness(&format!("loop-{name}")), worksession::tmux::Liveness::Alive);
+}
+
+#[tokio::test]
+async fn gemini_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh_one() {
+    an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive("gemini").await;
+}
+
+#[tokio::test]
+async fn copilot_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh_one() {
+    an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive("copilot").await;
+}
