@@ -222,6 +222,16 @@ struct ProfileFile {
     resume_failed_pattern: Option<String>,
     ready_pattern: Option<String>,
     conversation_path: Option<String>,
+    discover: Option<DiscoverFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DiscoverFile {
+    path: Option<String>,
+    #[serde(default)]
+    names_workdir: bool,
+    screen_pattern: Option<String>,
 }
 
 impl Config {
@@ -318,6 +328,14 @@ impl Config {
             )?;
             let ready_pattern =
                 regex(p.ready_pattern, "readyPattern", base.as_ref().and_then(|b| b.ready_pattern.clone()))?;
+            let discover = match p.discover {
+                Some(d) => Some(crate::harness::Discover {
+                    path: d.path,
+                    names_workdir: d.names_workdir,
+                    screen_pattern: regex(d.screen_pattern, "discover.screenPattern", None)?,
+                }),
+                None => base.as_ref().and_then(|b| b.discover.clone()),
+            };
             let profile = Profile {
                 binary,
                 extra_args: p.extra_args.or_else(|| base.as_ref().map(|b| b.extra_args.clone())).unwrap_or_default(),
@@ -330,6 +348,7 @@ impl Config {
                     Some(path) => Some(path).filter(|p| !p.is_empty()),
                     None => base.as_ref().and_then(|b| b.conversation_path.clone()),
                 },
+                discover,
             };
             profile.validate(&name).map_err(|e| invalid(e.key, e.problem))?;
             config.harnesses.insert(name, profile);
@@ -440,7 +459,7 @@ mod tests {
                 idle_suspend_after_seconds: None
             }
         );
-        assert_eq!(c.harnesses.keys().collect::<Vec<_>>(), ["claude", "cursor"]);
+        assert_eq!(c.harnesses.keys().collect::<Vec<_>>(), ["claude", "codex", "copilot", "cursor", "gemini"]);
         assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
         assert_eq!(c.event_retention, Some(Duration::from_secs(3_600)));
         assert_eq!(parse("delivery:\n  retentionSeconds: 0\n").unwrap().event_retention, None);

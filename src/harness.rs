@@ -35,6 +35,29 @@ pub struct Profile {
     /// (see [`crate::transcript`]). A recorded id whose file is missing is not resumed, and a prompt the file
     /// contains is known delivered.
     pub conversation_path: Option<String>,
+    /// How the id of a conversation is found once the harness runs, for a harness that cannot be told one at start
+    /// (its `interactive` argv has no `{sessionId}`).
+    pub discover: Option<Discover>,
+}
+
+/// Where a harness shows the id of the conversation it started.
+#[derive(Clone, Debug)]
+pub struct Discover {
+    /// A file its store creates for the conversation, whose name holds the id: a template of `{home}`, `{cwdSlug}`,
+    /// `*` (any characters within one path segment) and `{sessionId}` (the id, a UUID), for example Codex CLI's
+    /// `{home}/.codex/sessions/*/*/*/rollout-*-{sessionId}.jsonl`. Only a file created after the spawn counts.
+    pub path: Option<String>,
+    /// The file's first line must name the workdir (`"cwd":"<workdir>"`, as Codex CLI's `session_meta` does).
+    pub names_workdir: bool,
+    /// Or: a pattern on its screen whose first group is the id.
+    pub screen_pattern: Option<Regex>,
+}
+
+impl Profile {
+    /// Whether the conversation's id is found after the start instead of given to it.
+    pub fn discovers(&self) -> bool {
+        self.discover.is_some()
+    }
 }
 
 /// The input box of the Claude Code CLI: a line starting with `❯` between two horizontal rules, at the bottom of
@@ -44,6 +67,9 @@ pub const CLAUDE_READY_PATTERN: &str = r"(?m)^─{10,}\s*\n❯.*\n─{10,}";
 
 /// The Claude Code CLI's conversation store.
 pub const CLAUDE_CONVERSATION_PATH: &str = "{home}/.claude/projects/{cwdSlug}/{sessionId}.jsonl";
+
+/// Codex CLI's rollout of a conversation (under `$CODEX_HOME`, by default `~/.codex`).
+pub const CODEX_ROLLOUT_PATH: &str = "{home}/.codex/sessions/*/*/*/rollout-*-{sessionId}.jsonl";
 
 /// Which argv of a profile to build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +133,40 @@ impl Profile {
             if field == "resume" && count(SESSION_ID) == 0 {
                 return Err(err(field, format!("must contain {SESSION_ID}: what else would it resume?")));
             }
+        }
+        let preset = self.interactive.as_ref().is_none_or(|t| t.iter().any(|a| a.contains(SESSION_ID)));
+        match &self.discover {
+            None if !preset && self.resume.is_some() => {
+                return Err(err(
+                    "discover",
+                    format!(
+                        "interactive has no {SESSION_ID}: say where the harness shows its id (discover.path or discover.screenPattern)"
+                    ),
+                ));
+            }
+            Some(d) => {
+                if d.path.is_none() && d.screen_pattern.is_none() {
+                    return Err(err("discover", "needs path or screenPattern".into()));
+                }
+                if let Some(path) = &d.path {
+                    let rest = path
+                        .replace(SESSION_ID, "")
+                        .replace(crate::transcript::HOME, "")
+                        .replace(crate::transcript::CWD_SLUG, "");
+                    if rest.contains('{') || rest.contains('}') || path.matches(SESSION_ID).count() != 1 {
+                        return Err(err(
+                            "discover.path",
+                            format!(
+                                "{path:?} must name {SESSION_ID} once and no placeholder but {{home}} and {{cwdSlug}}"
+                            ),
+                        ));
+                    }
+                }
+                if d.screen_pattern.as_ref().is_some_and(|p| p.captures_len() < 2) {
+                    return Err(err("discover.screenPattern", "needs a group that captures the id".into()));
+                }
+            }
+            None => {}
         }
         if let Some(path) = &self.conversation_path {
             let rest = path
@@ -205,6 +265,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("No conversation found").unwrap()),
         ready_pattern: Some(Regex::new(CLAUDE_READY_PATTERN).unwrap()),
         conversation_path: Some(CLAUDE_CONVERSATION_PATH.into()),
+        discover: None,
     };
     let cursor = Profile {
         binary: "cursor-agent".into(),
@@ -214,6 +275,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: None,
         ready_pattern: None,
         conversation_path: None,
+        discover: None,
     };
     // Gemini CLI (measured with 0.61.0, offline, no account): `--session-id` names a fresh conversation; `-r` of an
     // unknown id prints "Error resuming session: No previous sessions found for this project." (or "Invalid session
@@ -227,6 +289,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("Error resuming session|Invalid session identifier").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        discover: None,
     };
     // GitHub Copilot CLI (measured with 1.0.102, offline, no login): `--session-id=<uuid>` names a fresh session;
     // `--resume=<unknown id>` prints "Error: No session, task, or name matched '<id>'." and exits 1 (older versions
@@ -239,9 +302,24 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("No session, task, or name matched").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        discover: None,
+    };
+    // Codex CLI: no id at start (openai/codex#13242); it writes its rollout, named by the conversation's uuid and
+    // naming the workdir in its first line, once the first turn ran. Without an account it stops at a sign-in
+    // screen (measured with 0.171.0), so only its stand-in is tested.
+    let codex = Profile {
+        binary: "codex".into(),
+        extra_args: Vec::new(),
+        interactive: Some(strings(&[EXTRA_ARGS, "--", PROMPT])),
+        resume: Some(strings(&["resume", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
+        resume_failed_pattern: Some(Regex::new("No saved session found|no rollout found").unwrap()),
+        ready_pattern: None,
+        conversation_path: None,
+        discover: Some(Discover { path: Some(CODEX_ROLLOUT_PATH.into()), names_workdir: true, screen_pattern: None }),
     };
     BTreeMap::from([
         ("claude".to_string(), claude),
+        ("codex".to_string(), codex),
         ("copilot".to_string(), copilot),
         ("cursor".to_string(), cursor),
         ("gemini".to_string(), gemini),

@@ -4,6 +4,7 @@
 //! requeues and the [`poll`]) and [`periodic`] on any store that lists its sessions (local mode).
 
 pub mod controller;
+pub mod discovery;
 pub mod evidence;
 pub mod metrics;
 pub mod periodic;
@@ -53,5 +54,14 @@ async fn reconciler<S: Store>(
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);
     let (config, failpoint) = (options.config, options.failpoint);
     let observer = Observer::new(runner).counting(metrics.tmux_observations.clone());
-    Ok(Reconciler { store, observer, node, config, metrics, failpoint, workspaces: Default::default() })
+    Ok(Reconciler {
+        store,
+        observer,
+        node,
+        config,
+        metrics,
+        failpoint,
+        workspaces: Default::default(),
+        discoveries: Default::default(),
+    })
 }

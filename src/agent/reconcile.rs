@@ -149,6 +149,8 @@ pub struct Reconciler<S, T> {
     pub failpoint: Option<Failpoint>,
     /// The workspaces being prepared.
     pub workspaces: super::workspaces::Workspaces,
+    /// Conversation ids being discovered, and those taken.
+    pub discoveries: super::discovery::Discoveries,
 }
 
 enum ExecError {
@@ -230,6 +232,20 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let mut spawn_failure: Option<String> = None;
         let new_session_id = uuid::Uuid::new_v4().to_string();
         let workspace = self.workspaces.state(&owner_name, &ws);
+        let workdir = ws.spec.workdir.as_str();
+        let discovering_here = self.discoveries.busy_elsewhere(workdir, &owner_name);
+        let discover = config.harnesses.get(&ws.spec.harness).and_then(|p| p.discover.as_ref());
+        let discovered = match discover {
+            Some(d) if liveness == crate::tmux::Liveness::Alive => {
+                let screen = match (&d.screen_pattern, &evidence.screen) {
+                    (Some(_), None) => self.observer.tmux().screen(&session).await.ok(),
+                    _ => evidence.screen.clone(),
+                };
+                let home = config.harness_home.as_deref();
+                self.discoveries.find(d, &recorded, (home, workdir), screen.as_deref(), &owner_name)
+            }
+            _ => None,
+        };
         for attempt in 0.. {
             let input = Input {
                 spec: &ws.spec,
@@ -249,6 +265,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 confirmed: &evidence.confirmed,
                 conversation_found: evidence.conversation_found,
                 workspace: workspace.as_input(),
+                discovered: discovered.as_deref(),
+                discovering_here: discovering_here.as_deref(),
                 spawn_failure: spawn_failure.as_deref(),
                 config: &config,
                 now: Timestamp::now(),
@@ -256,11 +274,19 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             };
             let plan = core::decide(&input);
             if let Some(intent) = &plan.intent {
+                self.discoveries.recorded(workdir, &owner_name, Some(intent), discover.is_some());
                 self.store.write_status(&ws, intent).await.map_err(ReconcileError::WriteIntent)?;
                 self.failpoint(Failpoint::AfterIntent).await;
             }
             match self.execute(&ws, (&owner, &owner_name), &events, &plan, &config).await {
                 Ok(()) => {
+                    let gone = plan.ops.contains(&Op::ReleaseFinalizer);
+                    self.discoveries.recorded(
+                        workdir,
+                        &owner_name,
+                        (!gone).then_some(&plan.status),
+                        discover.is_some(),
+                    );
                     if plan.status != recorded && !plan.ops.contains(&Op::ReleaseFinalizer) {
                         self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
                     }

@@ -23,6 +23,7 @@ use crate::tmux::Liveness;
 
 mod conditions;
 mod deliver;
+pub mod discover;
 mod exits;
 mod idle;
 mod plan;
@@ -33,6 +34,7 @@ mod verify;
 mod workspace;
 pub use conditions::{READY, RESUMED, set_condition};
 pub use deliver::initial_prompt_owed;
+pub use discover::{CONVERSATION_ID, DISCOVERY_RECHECK};
 pub use plan::{EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity, Workspace};
 pub use resume::{Fresh, ResumeReason, try_resume};
 pub use workspace::{PREPARE_RECHECK, WORKSPACE_READY};
@@ -247,6 +249,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         if input.liveness != Liveness::Alive && !self.workspace_ready() {
             return self.plan();
+        }
+        if input.liveness == Liveness::Alive {
+            self.discover();
         }
         match input.liveness {
             Liveness::Alive => self.deliver_to_live_pane(profile, settings),

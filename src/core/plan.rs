@@ -97,6 +97,10 @@ pub struct Input<'a> {
     pub conversation_found: Option<bool>,
     /// The workspace's state.
     pub workspace: Workspace<'a>,
+    /// The id the harness shows for the conversation being discovered, once the executor found it.
+    pub discovered: Option<&'a str>,
+    /// Another session of this workdir whose conversation's id is being discovered (`namespace/name`).
+    pub discovering_here: Option<&'a str>,
     /// The spawn of the plan decided just before failed, with this message.
     pub spawn_failure: Option<&'a str>,
     /// The agent config.

@@ -95,6 +95,9 @@ impl<'a, 'i> Decision<'a, 'i> {
     pub(super) fn spawn(&mut self, profile: &Profile, settings: Settings, request: SpawnRequest<'_>) {
         let input = self.input;
         let now = input.now;
+        if request.mode == Mode::Fresh && self.waits_for_discovery(profile) {
+            return;
+        }
         let SpawnRequest { mode, id, boot, fresh } = request;
         let (fresh_reason, fresh_message) = match fresh {
             Some(f) => (Some(f.reason.to_string()), Some(f.message)),

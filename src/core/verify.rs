@@ -49,7 +49,7 @@ impl Decision<'_, '_> {
                 self.requeue(until(now, v.deadline.0));
                 return;
             }
-            self.survived_probe(v);
+            self.survived_probe(profile, v);
             self.deliver_to_live_pane(profile, settings);
             return;
         }
@@ -74,10 +74,12 @@ impl Decision<'_, '_> {
     }
 
     /// The spawn survived its probe: record it. Its boot prompt stays `Delivering` until known delivered.
-    fn survived_probe(&mut self, v: Verification) {
+    fn survived_probe(&mut self, profile: &Profile, v: Verification) {
         let now = self.input.now;
         self.status.verification = None;
-        let id = v.harness_session_id.clone();
+        // A harness that shows its id after the start: the spawn's placeholder is no conversation's id.
+        let discovers = !v.resume && profile.discovers();
+        let id = if discovers { String::new() } else { v.harness_session_id.clone() };
         let first = self.status.last_respawn.is_none();
         let reason = if v.resume {
             let message = format!("resumed the existing conversation {id}");
@@ -86,13 +88,17 @@ impl Decision<'_, '_> {
         } else {
             let reason = v.fresh_reason.clone().unwrap_or_else(|| ResumeReason::NoRecordedSession.to_string());
             let message = v.fresh_message.clone().unwrap_or_default();
-            self.condition(RESUMED, false, &reason, format!("started a fresh conversation {id}: {message}"));
+            let what = if discovers { "(its id is discovered once the harness shows it)".into() } else { id.clone() };
+            self.condition(RESUMED, false, &reason, format!("started a fresh conversation {what}: {message}"));
             reason
         };
         if self.status.harness_session_id.as_ref() != Some(&id) {
             self.status.unresumable_session_id = None;
         }
         self.status.harness_session_id = Some(id.clone());
+        if discovers {
+            self.start_discovering(profile, v.started.clone());
+        }
         if !first {
             self.status.respawn_count += 1;
         }
@@ -106,7 +112,8 @@ impl Decision<'_, '_> {
         let what = if v.resume { "resumed the existing conversation" } else { "started a fresh conversation" };
         let kind =
             if first { NoticeKind::Started { resumed: v.resume } } else { NoticeKind::Respawned { resumed: v.resume } };
-        self.notice(Notice::new(kind, format!("{what} {id} in {}", self.session)));
+        let shown = if discovers { "(its id is being discovered)".to_string() } else { id };
+        self.notice(Notice::new(kind, format!("{what} {shown} in {}", self.session)));
     }
 
     /// The spawn just planned failed.

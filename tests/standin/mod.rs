@@ -176,6 +176,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         resume_failed_pattern: Some(regex::Regex::new("No conversation found").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        discover: None,
     }
 }
 

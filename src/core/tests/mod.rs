@@ -6,6 +6,7 @@ use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSp
 use crate::tmux::SessionView;
 
 mod delivery;
+mod discover;
 mod idle;
 mod isolation;
 mod workspace;
@@ -74,6 +75,8 @@ struct Case {
     confirmed: Vec<String>,
     found: Option<bool>,
     workspace: Workspace<'static>,
+    discovered: Option<&'static str>,
+    discovering_here: Option<&'static str>,
 }
 
 impl Case {
@@ -99,6 +102,8 @@ impl Case {
             confirmed: Vec::new(),
             found: None,
             workspace: Workspace::Ready,
+            discovered: None,
+            discovering_here: None,
         }
     }
 
@@ -125,6 +130,8 @@ impl Case {
             confirmed: &self.confirmed,
             conversation_found: self.found,
             workspace: self.workspace,
+            discovered: self.discovered,
+            discovering_here: self.discovering_here,
         })
     }
 

@@ -1,0 +1,173 @@
+//! Finding the ids of conversations that harnesses show after their start (beside the reconcile, for the core's
+//! [`crate::core::discover`]): a file of the harness's store created since the spawn, whose name holds the id (and,
+//! where the profile says so, whose first line names the workdir), or a pattern on its screen. An id another session
+//! of this agent runs is never taken, and the workdirs with a discovery in flight are known, so that a second fresh
+//! harness in one of them waits.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::UNIX_EPOCH;
+
+use regex::Regex;
+
+use crate::api::WorkSessionStatus;
+use crate::core::discover::{discovering, discovering_since};
+use crate::harness::{Discover, SESSION_ID};
+use crate::transcript::{CWD_SLUG, HOME, cwd_slug};
+
+/// The discoveries of one agent.
+#[derive(Default)]
+pub struct Discoveries {
+    /// Workdir to the session (`namespace/name`) whose harness there is discovering its id.
+    busy: Mutex<HashMap<String, String>>,
+    /// Conversation id to the session that runs it.
+    claimed: Mutex<HashMap<String, String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Discoveries {
+    /// Another session discovering in `workdir`, if any.
+    pub fn busy_elsewhere(&self, workdir: &str, owner: &str) -> Option<String> {
+        lock(&self.busy).get(workdir).filter(|o| *o != owner).cloned()
+    }
+
+    /// Keeps the registry in step with the status `owner` just recorded (`None`: the session is gone); a fresh
+    /// spawn of a harness that `discovers` its id makes its workdir busy from its intent on.
+    pub fn recorded(&self, workdir: &str, owner: &str, status: Option<&WorkSessionStatus>, discovers: bool) {
+        let verifying_fresh = status.and_then(|s| s.verification.as_ref()).is_some_and(|v| !v.resume);
+        let busy = discovers && status.is_some_and(|s| discovering(s) || verifying_fresh);
+        let mut map = lock(&self.busy);
+        if busy {
+            map.entry(workdir.to_string()).or_insert_with(|| owner.to_string());
+        } else if map.get(workdir).is_some_and(|o| o == owner) {
+            map.remove(workdir);
+        }
+        drop(map);
+        let mut claimed = lock(&self.claimed);
+        claimed.retain(|_, o| o != owner);
+        if let Some(id) = status.and_then(|s| s.harness_session_id.clone()) {
+            claimed.insert(id, owner.to_string());
+        }
+    }
+
+    /// The id `owner`'s harness shows, when its status is discovering one.
+    pub fn find(
+        &self,
+        discover: &Discover,
+        status: &WorkSessionStatus,
+        (home, workdir): (Option<&Path>, &str),
+        screen: Option<&str>,
+        owner: &str,
+    ) -> Option<String> {
+        if !discovering(status) {
+            return None;
+        }
+        let free = |id: &String| lock(&self.claimed).get(id).is_none_or(|o| o == owner);
+        if let (Some(pattern), Some(screen)) = (&discover.screen_pattern, screen)
+            && let Some(id) = pattern.captures(screen).and_then(|c| c.get(1)).map(|m| m.as_str().to_string())
+            && free(&id)
+        {
+            return Some(id);
+        }
+        let (template, home) = (discover.path.as_ref()?, home?);
+        let since = discovering_since(status)?.0.as_second();
+        let expanded = template.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
+        let mut found: Vec<(i64, String)> = matches(&expanded)
+            .into_iter()
+            .filter(|(path, _)| modified(path) >= since)
+            .filter(|(path, _)| !discover.names_workdir || names_workdir(path, workdir))
+            .filter(|(_, id)| free(id))
+            .map(|(path, id)| (modified(&path), id))
+            .collect();
+        found.sort();
+        found.into_iter().next().map(|(_, id)| id)
+    }
+}
+
+/// Seconds since the epoch of `path`'s last change (0 when unknown).
+fn modified(path: &Path) -> i64 {
+    let time = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    time.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Whether the file's first line names `workdir` as its `cwd` (Codex CLI's `session_meta`).
+fn names_workdir(path: &Path, workdir: &str) -> bool {
+    use std::io::{BufRead, Read};
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    let mut first = String::new();
+    if std::io::BufReader::new(file.take(64 * 1024)).read_line(&mut first).is_err() {
+        return false;
+    }
+    let quoted = serde_json::to_string(workdir).unwrap_or_default();
+    first.contains(&format!("\"cwd\":{quoted}"))
+}
+
+/// The files matching `template` (segments with `*` and `{sessionId}`), with the id each names.
+fn matches(template: &str) -> Vec<(PathBuf, String)> {
+    let mut current: Vec<(PathBuf, Option<String>)> = vec![(PathBuf::from("/"), None)];
+    for segment in template.split('/').filter(|s| !s.is_empty()) {
+        let literal = !segment.contains('*') && !segment.contains(SESSION_ID);
+        let pattern = (!literal).then(|| segment_regex(segment));
+        let mut next = Vec::new();
+        for (dir, id) in current {
+            if literal {
+                next.push((dir.join(segment), id));
+                continue;
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(caps) = pattern.as_ref().and_then(|p| p.captures(&name)) else { continue };
+                let id = caps.name("id").map(|m| m.as_str().to_string()).or_else(|| id.clone());
+                next.push((entry.path(), id));
+            }
+        }
+        current = next;
+    }
+    current.into_iter().filter(|(p, _)| p.is_file()).filter_map(|(p, id)| Some((p, id?))).collect()
+}
+
+/// A path segment as a regex: `*` any characters, `{sessionId}` the id (captured), a UUID: beside a `*` any
+/// looser shape would be ambiguous (Codex CLI's `rollout-<time>-<uuid>` has dashes on both sides).
+fn segment_regex(segment: &str) -> Regex {
+    let mut pattern = String::from("^");
+    for (i, part) in segment.split(SESSION_ID).enumerate() {
+        if i > 0 {
+            pattern.push_str("(?P<id>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})");
+        }
+        let parts: Vec<String> = part.split('*').map(regex::escape).collect();
+        pattern.push_str(&parts.join(".*?"));
+    }
+    pattern.push('$');
+    Regex::new(&pattern).expect("an escaped template")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codex_rollouts_are_found_by_their_name_and_workdir() {
+        let home = tempfile::tempdir().unwrap();
+        let day = home.path().join(".codex/sessions/2026/11/30");
+        std::fs::create_dir_all(&day).unwrap();
+        let id = "0199a213-81c0-7800-8aa1-bbab2a035a53";
+        let meta = |cwd: &str| format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"x\",\"cwd\":{cwd:?}}}}}\n");
+        std::fs::write(day.join(format!("rollout-2026-11-30T10-00-00-{id}.jsonl")), meta("/srv/a")).unwrap();
+        let other = "0199a213-81c0-7800-8aa1-000000000001";
+        std::fs::write(day.join(format!("rollout-2026-11-30T10-00-01-{other}.jsonl")), meta("/srv/b")).unwrap();
+        std::fs::write(day.join("notes.txt"), "").unwrap();
+        let template = format!("{}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl", home.path().display());
+        let mut found = matches(&template);
+        found.sort();
+        let mut ids: Vec<&str> = found.iter().map(|(_, id)| id.as_str()).collect();
+        ids.sort();
+        assert_eq!(ids, [other, id]);
+        let path = &found.iter().find(|(_, i)| i == id).unwrap().0;
+        assert!(names_workdir(path, "/srv/a") && !names_workdir(path, "/srv/b"));
+    }
+}
