@@ -337,3 +337,10 @@ async fn shared_a_workspace_over_http_with_a_token() {
 async fn shared_a_slow_preparation_never_holds_up_other_sessions() {
     scenarios::workspace::a_slow_preparation_never_holds_up_other_sessions(&Local::new()).await;
 }
+
+// Issue 14: ids found after the start (tests/scenarios/discover.rs).
+
+#[tokio::test]
+async fn shared_ids_discovered_after_the_start() {
+    scenarios::discover::ids_discovered_after_the_start(&Local::new()).await;
+}

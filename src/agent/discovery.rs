@@ -30,9 +30,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Discoveries {
-    /// Another session discovering in `workdir`, if any.
-    pub fn busy_elsewhere(&self, workdir: &str, owner: &str) -> Option<String> {
-        lock(&self.busy).get(workdir).filter(|o| *o != owner).cloned()
+    /// Another session discovering in `workdir`, if any; else, when `reserve`, `workdir` is `owner`'s until its
+    /// plan is recorded (checked and taken under one lock: two reconciles deciding at once cannot both spawn).
+    pub fn busy_elsewhere(&self, workdir: &str, owner: &str, reserve: bool) -> Option<String> {
+        let mut busy = lock(&self.busy);
+        match busy.get(workdir) {
+            Some(other) if other != owner => Some(other.clone()),
+            _ => {
+                if reserve {
+                    busy.insert(workdir.to_string(), owner.to_string());
+                }
+                None
+            }
+        }
     }
 
     /// Keeps the registry in step with the status `owner` just recorded (`None`: the session is gone); a fresh

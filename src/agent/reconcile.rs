@@ -233,8 +233,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let new_session_id = uuid::Uuid::new_v4().to_string();
         let workspace = self.workspaces.state(&owner_name, &ws);
         let workdir = ws.spec.workdir.as_str();
-        let discovering_here = self.discoveries.busy_elsewhere(workdir, &owner_name);
         let discover = config.harnesses.get(&ws.spec.harness).and_then(|p| p.discover.as_ref());
+        // A harness that may be spawned fresh here reserves its workdir until its plan is recorded.
+        let may_spawn = discover.is_some() && liveness != crate::tmux::Liveness::Alive;
+        let discovering_here = self.discoveries.busy_elsewhere(workdir, &owner_name, may_spawn);
         let discovered = match discover {
             Some(d) if liveness == crate::tmux::Liveness::Alive => {
                 let screen = match (&d.screen_pattern, &evidence.screen) {

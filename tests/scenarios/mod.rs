@@ -2,6 +2,7 @@
 //! scenario, two object stores. A [`Rig`] is one running agent on a real tmux server with the stand-in harness.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod discover;
 pub mod workspace;
 
 use serde_json::Value;

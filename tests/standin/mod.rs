@@ -87,7 +87,9 @@ impl TmuxServer {
     /// - `standin-slow`: blind, its failed resume takes 3 s with its TUI up (pastes meanwhile go nowhere);
     /// - `standin-boot`: with its ready prompt, dropping input for its first 4 s;
     /// - `standin-crash`: blind, crashing after 0.3 s;
-    /// - `standin-chatty`: with its ready prompt and transcript, printing a line every 0.5 s (output flowing).
+    /// - `standin-chatty`: with its ready prompt and transcript, printing a line every 0.5 s (output flowing);
+    /// - `standin-codex`: Codex CLI's shapes (no id at start, `resume <id>`, its rollout found by `discover`), with its
+    ///   ready prompt.
     pub fn agent_config_yaml(&self) -> String {
         let profile = |flags: &str, ready: bool, transcript: bool| {
             let mut sees = String::new();
@@ -103,8 +105,13 @@ impl TmuxServer {
                 state = self.state().display(),
             )
         };
+        let codex = format!(
+            "binary: {bin}\n    extraArgs: [--state, {state}, --codex-store]\n    interactive: ['{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No saved session found\n    readyPattern: 'ready>'\n    discover: {{path: '{{home}}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl', namesWorkdir: true}}",
+            bin = standin_binary().display(),
+            state = self.state().display(),
+        );
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             a = profile("", true, true),
@@ -113,6 +120,7 @@ impl TmuxServer {
             boot = profile(", --boot-delay, '4'", true, false),
             d = profile(", --crash-after, '0.3'", false, false),
             chatty = profile(", --chatter, '0.5'", true, true),
+            codex = codex,
         )
     }
 

@@ -1,0 +1,73 @@
+//! Ids found after the start (issue 14), shared by both modes, with the stand-in in Codex CLI's shapes
+//! (`standin-codex`): no id at start, its rollout written at the first turn and found by the profile's `discover`.
+
+use serde_json::{Value, json};
+
+use super::{Rig, await_delivered, await_value};
+
+fn condition(status: &Value, type_: &str) -> (String, String) {
+    let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
+    let c = c.unwrap_or_default();
+    (c["status"].as_str().unwrap_or_default().to_string(), c["reason"].as_str().unwrap_or_default().to_string())
+}
+
+async fn await_discovered(rig: &impl Rig, name: &str) -> String {
+    let st = await_value(
+        &format!("{name}: ConversationId discovered"),
+        || rig.session_status(name),
+        |s| condition(s, "ConversationId") == ("True".into(), "Discovered".into()) && s["harnessSessionId"].is_string(),
+    )
+    .await;
+    st["harnessSessionId"].as_str().unwrap().to_string()
+}
+
+/// The conversation the stand-in recorded `prompt` in.
+fn conversation_of(rig: &impl Rig, prompt: &str) -> String {
+    let prompts = rig.tmux().prompts();
+    let found = prompts.iter().find(|p| p.prompt == prompt);
+    found.unwrap_or_else(|| panic!("{prompt:?} was not received: {prompts:?}")).conversation.clone()
+}
+
+/// A harness that shows its id only after the start: the session is `Discovering` until its rollout appears, then
+/// records the id; a death then resumes that conversation. Two started at once in one workdir never take each
+/// other's id. A death before the id showed is a fresh start.
+pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
+    let codex = |prompt: &str| json!({"harness": "standin-codex", "initialPrompt": prompt});
+    rig.create_session("cx", codex("first turn of cx")).await;
+    let id = await_discovered(rig, "cx").await;
+    assert_eq!(id, conversation_of(rig, "first turn of cx"), "the id of the conversation it runs");
+
+    rig.tmux().kill_harness("loop-cx").await;
+    rig.send("cx", "cx-1", "after the crash").await;
+    // Its respawn resumes the discovered conversation (the event rides on it, or is pasted once it runs, when the
+    // settle window had already put the boot prompt back and respawned it first).
+    let ev = await_delivered(rig, "cx-1").await;
+    assert!(ev["via"] == "Resumed" || ev["via"] == "Pasted", "{ev}");
+    assert_eq!(conversation_of(rig, "after the crash"), id, "the discovered conversation, resumed");
+    let st = rig.session_status("cx").await;
+    assert_eq!(condition(&st, "Resumed"), ("True".into(), "Resumed".into()), "{st}");
+
+    // Two at once in one workdir: the second waits until the first showed its id; each records its own.
+    rig.create_session("cy", codex("first turn of cy")).await;
+    rig.create_session("cz", codex("first turn of cz")).await;
+    let (y, z) = (await_discovered(rig, "cy").await, await_discovered(rig, "cz").await);
+    assert_eq!(y, conversation_of(rig, "first turn of cy"));
+    assert_eq!(z, conversation_of(rig, "first turn of cz"));
+
+    // No first turn, no rollout: still discovering when it dies, so the next start is fresh.
+    rig.create_session("cw", json!({"harness": "standin-codex", "workdir": rig.tmux().state()})).await;
+    let st = await_value(
+        "cw Discovering",
+        || rig.session_status("cw"),
+        |s| s["phase"] == "Running" && condition(s, "ConversationId") == ("False".into(), "Discovering".into()),
+    )
+    .await;
+    assert!(st["harnessSessionId"].is_null(), "{st}");
+    rig.tmux().kill_harness("loop-cw").await;
+    rig.send("cw", "cw-1", "start again").await;
+    let ev = await_delivered(rig, "cw-1").await;
+    assert_eq!(ev["via"], "Fresh");
+    let st = rig.session_status("cw").await;
+    assert_eq!(condition(&st, "Resumed"), ("False".into(), "NoRecordedSession".into()), "{st}");
+    assert_eq!(await_discovered(rig, "cw").await, conversation_of(rig, "start again"));
+}
