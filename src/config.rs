@@ -232,6 +232,14 @@ struct DiscoverFile {
     #[serde(default)]
     names_workdir: bool,
     screen_pattern: Option<String>,
+    log: Option<LogLineFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LogLineFile {
+    path: String,
+    pattern: String,
 }
 
 impl Config {
@@ -333,6 +341,7 @@ impl Config {
                     path: d.path,
                     names_workdir: d.names_workdir,
                     screen_pattern: regex(d.screen_pattern, "discover.screenPattern", None)?,
+                    log: d.log.map(|l| crate::harness::LogLine { path: l.path, pattern: l.pattern }),
                 }),
                 None => base.as_ref().and_then(|b| b.discover.clone()),
             };
@@ -459,7 +468,10 @@ mod tests {
                 idle_suspend_after_seconds: None
             }
         );
-        assert_eq!(c.harnesses.keys().collect::<Vec<_>>(), ["claude", "codex", "copilot", "cursor", "gemini"]);
+        assert_eq!(
+            c.harnesses.keys().collect::<Vec<_>>(),
+            ["claude", "codex", "copilot", "cursor", "gemini", "opencode"]
+        );
         assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
         assert_eq!(c.event_retention, Some(Duration::from_secs(3_600)));
         assert_eq!(parse("delivery:\n  retentionSeconds: 0\n").unwrap().event_retention, None);

@@ -51,7 +51,23 @@ pub struct Discover {
     pub names_workdir: bool,
     /// Or: a pattern on its screen whose first group is the id.
     pub screen_pattern: Option<Regex>,
+    /// Or: a line of its log that says it created the conversation.
+    pub log: Option<LogLine>,
 }
+
+/// A harness's log line announcing a new conversation (opencode logs
+/// `timestamp=<time> ... message=created id=<id> ... directory=<workdir> ...`).
+#[derive(Clone, Debug)]
+pub struct LogLine {
+    /// The log files: a template of `{home}` and `*`.
+    pub path: String,
+    /// The line: a regular expression with the groups `id` and `time` (RFC 3339), where `{workdir}` stands for the
+    /// session's workdir (matched literally).
+    pub pattern: String,
+}
+
+/// Where a log line's pattern names the workdir.
+pub const WORKDIR: &str = "{workdir}";
 
 impl Profile {
     /// Whether the conversation's id is found after the start instead of given to it.
@@ -70,6 +86,12 @@ pub const CLAUDE_CONVERSATION_PATH: &str = "{home}/.claude/projects/{cwdSlug}/{s
 
 /// Codex CLI's rollout of a conversation (under `$CODEX_HOME`, by default `~/.codex`).
 pub const CODEX_ROLLOUT_PATH: &str = "{home}/.codex/sessions/*/*/*/rollout-*-{sessionId}.jsonl";
+
+/// opencode's log files.
+pub const OPENCODE_LOG_PATH: &str = "{home}/.local/share/opencode/log/*.log";
+/// opencode's log line for a session it created in a directory.
+pub const OPENCODE_CREATED_PATTERN: &str =
+    r"^timestamp=(?P<time>\S+) .*\bmessage=created id=(?P<id>ses_[A-Za-z0-9]+) .*\bdirectory={workdir} ";
 
 /// Which argv of a profile to build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,8 +167,22 @@ impl Profile {
                 ));
             }
             Some(d) => {
-                if d.path.is_none() && d.screen_pattern.is_none() {
-                    return Err(err("discover", "needs path or screenPattern".into()));
+                if d.path.is_none() && d.screen_pattern.is_none() && d.log.is_none() {
+                    return Err(err("discover", "needs path, screenPattern or log".into()));
+                }
+                if let Some(log) = &d.log {
+                    let compiled = Regex::new(&log.pattern.replace(WORKDIR, "/w"));
+                    let groups = compiled.as_ref().map(|r| r.capture_names().flatten().collect::<Vec<_>>());
+                    match groups {
+                        Err(e) => return Err(err("discover.log.pattern", e.to_string())),
+                        Ok(names) if !names.contains(&"id") || !names.contains(&"time") => {
+                            return Err(err(
+                                "discover.log.pattern",
+                                "needs the groups (?P<id>...) and (?P<time>...)".into(),
+                            ));
+                        }
+                        Ok(_) => {}
+                    }
                 }
                 if let Some(path) = &d.path {
                     let rest = path
@@ -315,7 +351,30 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("No saved session found|no rollout found").unwrap()),
         ready_pattern: None,
         conversation_path: None,
-        discover: Some(Discover { path: Some(CODEX_ROLLOUT_PATH.into()), names_workdir: true, screen_pattern: None }),
+        discover: Some(Discover {
+            path: Some(CODEX_ROLLOUT_PATH.into()),
+            names_workdir: true,
+            screen_pattern: None,
+            log: None,
+        }),
+    };
+    // opencode (measured with 1.18.33, offline, no account: its TUI stays up, retrying its API): no id at start;
+    // `--session` of an unknown id prints "Error: Session not found: <id>" and exits 1; its log says
+    // `message=created id=ses_...` with the directory when it creates a session (its store is SQLite).
+    let opencode = Profile {
+        binary: "opencode".into(),
+        extra_args: Vec::new(),
+        interactive: Some(strings(&[EXTRA_ARGS, "--prompt={prompt}"])),
+        resume: Some(strings(&["--session={sessionId}", EXTRA_ARGS, "--prompt={prompt}"])),
+        resume_failed_pattern: Some(Regex::new("Session not found").unwrap()),
+        ready_pattern: None,
+        conversation_path: None,
+        discover: Some(Discover {
+            path: None,
+            names_workdir: false,
+            screen_pattern: None,
+            log: Some(LogLine { path: OPENCODE_LOG_PATH.into(), pattern: OPENCODE_CREATED_PATTERN.into() }),
+        }),
     };
     BTreeMap::from([
         ("claude".to_string(), claude),
@@ -323,6 +382,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         ("copilot".to_string(), copilot),
         ("cursor".to_string(), cursor),
         ("gemini".to_string(), gemini),
+        ("opencode".to_string(), opencode),
     ])
 }
 

@@ -1,8 +1,9 @@
-//! The real Gemini and Copilot CLIs as the built-in `gemini` and `copilot` harnesses, offline and without accounts
-//! (issue 14): `scripts/test` installs the pinned packages from npm (`scripts/testenv install-clis`). What can be
-//! checked without a network: the unknown-id failure is what the profile's `resumeFailedPattern` expects, and through
-//! the agent a resume of an unknown conversation falls back to a fresh one whose pane stays alive (the CLI waits at
-//! its folder-trust question, as it would for a person). Codex CLI is not here: it stops at a sign-in screen without
+//! The real Gemini, Copilot and opencode CLIs as the built-in `gemini`, `copilot` and `opencode` harnesses, offline
+//! and without accounts (issue 14): `scripts/test` installs the pinned packages from npm (`scripts/testenv
+//! install-clis`). What can be checked without a network: the unknown-id failure is what the profile's
+//! `resumeFailedPattern` expects; through the agent a resume of an unknown conversation falls back to a fresh one
+//! whose pane stays alive (Gemini and Copilot wait at their folder-trust question, as they would for a person); and
+//! opencode, which cannot be told an id, has its id discovered from its own log and resumed. Codex CLI is not here: it stops at a sign-in screen without
 //! an account (its stand-in profile covers its shapes).
 
 mod scenarios;
@@ -63,6 +64,11 @@ async fn gemini_unknown_id_fails_as_the_profile_expects() {
 }
 
 #[tokio::test]
+async fn opencode_unknown_id_fails_as_the_profile_expects() {
+    unknown_id_fails_as_the_profile_expects("opencode", &["--session=ses_worksessionUnknown"], 1).await;
+}
+
+#[tokio::test]
 async fn copilot_unknown_id_fails_as_the_profile_expects() {
     let unknown = uuid::Uuid::new_v4().to_string();
     unknown_id_fails_as_the_profile_expects("copilot", &[&format!("--resume={unknown}")], 1).await;
@@ -115,4 +121,30 @@ async fn gemini_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh_
 #[tokio::test]
 async fn copilot_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh_one() {
     an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive("copilot").await;
+}
+
+/// opencode takes no id at start: the agent finds it in opencode's own log (a line saying it created a session in the
+/// workdir), records it, and resumes that conversation after the harness dies.
+#[tokio::test]
+async fn opencode_through_the_agent_its_id_is_discovered_and_resumed() {
+    let w = world_with("opencode").await;
+    w.create_session("opencode", json!({"harness": "opencode", "initialPrompt": "hello from the tests"})).await;
+    let ws = w
+        .await_session("opencode", "its id discovered", |ws| {
+            condition(ws, "ConversationId").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+    let id = recorded_id(&ws);
+    assert!(id.starts_with("ses_"), "an opencode session id: {id}");
+
+    w.tmux.kill_pane("loop-opencode").await;
+    w.send("opencode", "opencode-1", "after the crash").await;
+    let ws = w
+        .await_session("opencode", "resumed and Running", |ws| {
+            world::phase_of(ws) == Some(Phase::Running)
+                && ws.status.as_ref().and_then(|s| s.last_respawn.as_ref()).is_some_and(|r| r.resumed)
+        })
+        .await;
+    assert_eq!(recorded_id(&ws), id, "the discovered conversation");
+    assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("Resumed".into()));
 }

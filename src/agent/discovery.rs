@@ -13,7 +13,7 @@ use regex::Regex;
 
 use crate::api::WorkSessionStatus;
 use crate::core::discover::{discovering, discovering_since};
-use crate::harness::{Discover, SESSION_ID};
+use crate::harness::{Discover, SESSION_ID, WORKDIR};
 use crate::transcript::{CWD_SLUG, HOME, cwd_slug};
 
 /// The discoveries of one agent.
@@ -83,11 +83,25 @@ impl Discoveries {
         {
             return Some(id);
         }
-        let (template, home) = (discover.path.as_ref()?, home?);
-        let since = discovering_since(status)?.0.as_second();
-        let expanded = template.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
-        let mut found: Vec<(i64, String)> = matches(&expanded)
+        let (home, since) = (home?, discovering_since(status)?.0.as_second());
+        let expand = |t: &str| t.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
+        if let Some(log) = &discover.log {
+            let pattern = Regex::new(&log.pattern.replace(WORKDIR, &regex::escape(workdir))).ok()?;
+            let mut found: Vec<(i64, String)> = matches(&expand(&log.path))
+                .into_iter()
+                .filter(|(path, _)| modified(path) >= since)
+                .flat_map(|(path, _)| announced(&path, &pattern, since))
+                .filter(|(_, id)| free(id))
+                .collect();
+            found.sort();
+            if let Some((_, id)) = found.into_iter().next() {
+                return Some(id);
+            }
+        }
+        let template = discover.path.as_ref()?;
+        let mut found: Vec<(i64, String)> = matches(&expand(template))
             .into_iter()
+            .filter_map(|(path, id)| Some((path, id?)))
             .filter(|(path, _)| modified(path) >= since)
             .filter(|(path, _)| !discover.names_workdir || names_workdir(path, workdir))
             .filter(|(_, id)| free(id))
@@ -96,6 +110,26 @@ impl Discoveries {
         found.sort();
         found.into_iter().next().map(|(_, id)| id)
     }
+}
+
+/// The conversations a log announces since `since` (seconds since the epoch), with their time; only its last MiB is
+/// read (a log grows for the life of the harness).
+fn announced(path: &Path, pattern: &Regex, since: i64) -> Vec<(i64, String)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(1 << 20)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .filter_map(|line| {
+            let caps = pattern.captures(line)?;
+            let time: k8s_openapi::jiff::Timestamp = caps.name("time")?.as_str().parse().ok()?;
+            Some((time.as_second(), caps.name("id")?.as_str().to_string()))
+        })
+        .filter(|(time, _)| *time >= since)
+        .collect()
 }
 
 /// Seconds since the epoch of `path`'s last change (0 when unknown).
@@ -116,8 +150,8 @@ fn names_workdir(path: &Path, workdir: &str) -> bool {
     first.contains(&format!("\"cwd\":{quoted}"))
 }
 
-/// The files matching `template` (segments with `*` and `{sessionId}`), with the id each names.
-fn matches(template: &str) -> Vec<(PathBuf, String)> {
+/// The files matching `template` (segments with `*` and `{sessionId}`), with the id each names (if it names one).
+fn matches(template: &str) -> Vec<(PathBuf, Option<String>)> {
     let mut current: Vec<(PathBuf, Option<String>)> = vec![(PathBuf::from("/"), None)];
     for segment in template.split('/').filter(|s| !s.is_empty()) {
         let literal = !segment.contains('*') && !segment.contains(SESSION_ID);
@@ -138,7 +172,7 @@ fn matches(template: &str) -> Vec<(PathBuf, String)> {
         }
         current = next;
     }
-    current.into_iter().filter(|(p, _)| p.is_file()).filter_map(|(p, id)| Some((p, id?))).collect()
+    current.into_iter().filter(|(p, _)| p.is_file()).collect()
 }
 
 /// A path segment as a regex: `*` any characters, `{sessionId}` the id (captured), a UUID: beside a `*` any
@@ -174,10 +208,32 @@ mod tests {
         let template = format!("{}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl", home.path().display());
         let mut found = matches(&template);
         found.sort();
-        let mut ids: Vec<&str> = found.iter().map(|(_, id)| id.as_str()).collect();
+        let mut ids: Vec<&str> = found.iter().filter_map(|(_, id)| id.as_deref()).collect();
         ids.sort();
         assert_eq!(ids, [other, id]);
-        let path = &found.iter().find(|(_, i)| i == id).unwrap().0;
+        let path = &found.iter().find(|(_, i)| i.as_deref() == Some(id)).unwrap().0;
         assert!(names_workdir(path, "/srv/a") && !names_workdir(path, "/srv/b"));
+    }
+
+    #[test]
+    fn opencode_announces_its_sessions_in_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("opencode.log");
+        let line = |time: &str, id: &str, directory: &str| {
+            format!(
+                "timestamp={time} level=INFO run=1 message=created id={id} slug=x version=1.18.33 projectID=global directory={directory} path=x\n"
+            )
+        };
+        let text = [
+            line("2026-11-30T19:00:00.000Z", "ses_old", "/srv/a"),
+            line("2026-11-30T19:49:56.289Z", "ses_other", "/srv/b"),
+            line("2026-11-30T19:49:57.100Z", "ses_mine", "/srv/a"),
+            "timestamp=2026-11-30T19:49:58.000Z level=INFO message=loop session.id=ses_mine step=0\n".to_string(),
+        ];
+        std::fs::write(&log, text.concat()).unwrap();
+        let pattern = crate::harness::OPENCODE_CREATED_PATTERN.replace(WORKDIR, &regex::escape("/srv/a"));
+        let since = "2026-11-30T19:49:50Z".parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_second();
+        let found = announced(&log, &Regex::new(&pattern).unwrap(), since);
+        assert_eq!(found.iter().map(|(_, id)| id.as_str()).collect::<Vec<_>>(), ["ses_mine"]);
     }
 }
