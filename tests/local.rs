@@ -344,3 +344,23 @@ async fn shared_a_slow_preparation_never_holds_up_other_sessions() {
 async fn shared_ids_discovered_after_the_start() {
     scenarios::discover::ids_discovered_after_the_start(&Local::new()).await;
 }
+
+#[tokio::test]
+async fn shared_the_gemini_shape_spawns_resumes_and_falls_back() {
+    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "gemini").await;
+}
+
+#[tokio::test]
+async fn shared_the_copilot_shape_spawns_resumes_and_falls_back() {
+    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "copilot").await;
+}
+
+#[tokio::test]
+async fn shared_the_opencode_shape_spawns_resumes_and_falls_back() {
+    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "opencode").await;
+}
+
+#[tokio::test]
+async fn shared_the_codex_shape_spawns_resumes_and_falls_back() {
+    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "codex").await;
+}

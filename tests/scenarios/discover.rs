@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Rig, await_delivered, await_value};
+use super::{Rig, await_delivered, await_value, conversation_of};
 
 fn condition(status: &Value, type_: &str) -> (String, String) {
     let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
@@ -21,13 +21,6 @@ async fn await_discovered(rig: &impl Rig, name: &str) -> String {
     st["harnessSessionId"].as_str().unwrap().to_string()
 }
 
-/// The conversation the stand-in recorded `prompt` in.
-fn conversation_of(rig: &impl Rig, prompt: &str) -> String {
-    let prompts = rig.tmux().prompts();
-    let found = prompts.iter().find(|p| p.prompt == prompt);
-    found.unwrap_or_else(|| panic!("{prompt:?} was not received: {prompts:?}")).conversation.clone()
-}
-
 /// A harness that shows its id only after the start: the session is `Discovering` until its rollout appears, then
 /// records the id; a death then resumes that conversation. Two started at once in one workdir never take each
 /// other's id. A death before the id showed is a fresh start.
@@ -35,7 +28,7 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     let codex = |prompt: &str| json!({"harness": "standin-codex", "initialPrompt": prompt});
     rig.create_session("cx", codex("first turn of cx")).await;
     let id = await_discovered(rig, "cx").await;
-    assert_eq!(id, conversation_of(rig, "first turn of cx"), "the id of the conversation it runs");
+    assert_eq!(id, conversation_of(rig, "first turn of cx").await, "the id of the conversation it runs");
 
     rig.tmux().kill_harness("loop-cx").await;
     rig.send("cx", "cx-1", "after the crash").await;
@@ -43,7 +36,7 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     // settle window had already put the boot prompt back and respawned it first).
     let ev = await_delivered(rig, "cx-1").await;
     assert!(ev["via"] == "Resumed" || ev["via"] == "Pasted", "{ev}");
-    assert_eq!(conversation_of(rig, "after the crash"), id, "the discovered conversation, resumed");
+    assert_eq!(conversation_of(rig, "after the crash").await, id, "the discovered conversation, resumed");
     let st = rig.session_status("cx").await;
     assert_eq!(condition(&st, "Resumed"), ("True".into(), "Resumed".into()), "{st}");
 
@@ -51,8 +44,8 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     rig.create_session("cy", codex("first turn of cy")).await;
     rig.create_session("cz", codex("first turn of cz")).await;
     let (y, z) = (await_discovered(rig, "cy").await, await_discovered(rig, "cz").await);
-    assert_eq!(y, conversation_of(rig, "first turn of cy"));
-    assert_eq!(z, conversation_of(rig, "first turn of cz"));
+    assert_eq!(y, conversation_of(rig, "first turn of cy").await);
+    assert_eq!(z, conversation_of(rig, "first turn of cz").await);
 
     // No first turn, no rollout: still discovering when it dies, so the next start is fresh.
     rig.create_session("cw", json!({"harness": "standin-codex", "workdir": rig.tmux().state()})).await;
@@ -69,5 +62,5 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     assert_eq!(ev["via"], "Fresh");
     let st = rig.session_status("cw").await;
     assert_eq!(condition(&st, "Resumed"), ("False".into(), "NoRecordedSession".into()), "{st}");
-    assert_eq!(await_discovered(rig, "cw").await, conversation_of(rig, "start again"));
+    assert_eq!(await_discovered(rig, "cw").await, conversation_of(rig, "start again").await);
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod discover;
+pub mod shapes;
 pub mod workspace;
 
 use serde_json::Value;
@@ -60,6 +61,17 @@ async fn await_phase(rig: &impl Rig, name: &str, phase: &str) -> Value {
 
 async fn await_delivered(rig: &impl Rig, event: &str) -> Value {
     await_value(&format!("{event} Delivered"), || rig.event_status(event), |s| s["phase"] == "Delivered").await
+}
+
+/// The conversation the stand-in recorded `prompt` in, once it did (a pane is alive, and Running, before the
+/// harness has read its command line).
+pub async fn conversation_of(rig: &impl Rig, prompt: &str) -> String {
+    let get = || async {
+        let prompts = rig.tmux().prompts();
+        prompts.iter().find(|p| p.prompt == prompt).map_or(Value::Null, |p| Value::String(p.conversation.clone()))
+    };
+    let found = await_value(&format!("{prompt:?} received"), get, |v| v.is_string()).await;
+    found.as_str().unwrap().to_string()
 }
 
 fn ready_message(status: &Value) -> String {

@@ -105,13 +105,43 @@ impl TmuxServer {
                 state = self.state().display(),
             )
         };
+        // The other CLIs' shapes, with the built-in profiles' argv and patterns, no transcript (as the built-ins: a
+        // resume runs, and its failure speaks) and the stand-in's ready prompt.
+        let shape = |shape: &str, interactive: &str, resume: &str, failed: &str, discover: &str| {
+            format!(
+                "binary: {bin}\n    extraArgs: [--state, {state}, --shape, {shape}]\n    interactive: {interactive}\n    resume: {resume}\n    resumeFailedPattern: '{failed}'\n    readyPattern: 'ready>'{discover}",
+                bin = standin_binary().display(),
+                state = self.state().display(),
+            )
+        };
+        let gemini = shape(
+            "gemini",
+            "['--session-id', '{sessionId}', '{extraArgs}', '--prompt-interactive={prompt}']",
+            "['--resume', '{sessionId}', '{extraArgs}', '--prompt-interactive={prompt}']",
+            "Error resuming session|Invalid session identifier",
+            "",
+        );
+        let copilot = shape(
+            "copilot",
+            "['--session-id={sessionId}', '{extraArgs}', '--interactive={prompt}']",
+            "['--resume={sessionId}', '{extraArgs}', '--interactive={prompt}']",
+            "No session, task, or name matched",
+            "",
+        );
+        let opencode = shape(
+            "opencode",
+            "['{extraArgs}', '--prompt={prompt}']",
+            "['--session={sessionId}', '{extraArgs}', '--prompt={prompt}']",
+            "Session not found",
+            "\n    discover:\n      log: {path: '{home}/.local/share/opencode/log/*.log', pattern: '^timestamp=(?P<time>\\S+) .*\\bmessage=created id=(?P<id>ses_[A-Za-z0-9]+) .*\\bdirectory={workdir} '}",
+        );
         let codex = format!(
             "binary: {bin}\n    extraArgs: [--state, {state}, --codex-store]\n    interactive: ['{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No saved session found\n    readyPattern: 'ready>'\n    discover: {{path: '{{home}}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl', namesWorkdir: true}}",
             bin = standin_binary().display(),
             state = self.state().display(),
         );
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             a = profile("", true, true),
@@ -121,6 +151,9 @@ impl TmuxServer {
             d = profile(", --crash-after, '0.3'", false, false),
             chatty = profile(", --chatter, '0.5'", true, true),
             codex = codex,
+            gemini = gemini,
+            copilot = copilot,
+            opencode = opencode,
         )
     }
 

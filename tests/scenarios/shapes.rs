@@ -1,0 +1,66 @@
+//! The built-in profiles' shapes (issue 14), shared by both modes: the stand-in speaking each CLI's flags, failure
+//! text, exit code and store (`--shape`), driven by a profile with the built-in one's argv and patterns.
+
+use serde_json::{Value, json};
+
+use super::{Rig, await_delivered, await_value, conversation_of};
+
+fn condition(status: &Value, type_: &str) -> (String, String) {
+    let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
+    let c = c.unwrap_or_default();
+    (c["status"].as_str().unwrap_or_default().to_string(), c["reason"].as_str().unwrap_or_default().to_string())
+}
+
+async fn await_id(rig: &impl Rig, name: &str) -> Value {
+    await_value(
+        &format!("{name}: Running with its conversation's id"),
+        || rig.session_status(name),
+        |s| s["phase"] == "Running" && s["harnessSessionId"].is_string(),
+    )
+    .await
+}
+
+/// Spawn, resume after a crash, and a fast fallback from an unknown id, for the stand-in `standin-<shape>`.
+pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
+    let harness = format!("standin-{shape}");
+    let (a, b) = (format!("{shape}-a"), format!("{shape}-b"));
+    let first = format!("first for {shape}");
+    rig.create_session(&a, json!({"harness": harness, "initialPrompt": first, "workdir": rig.tmux().state()})).await;
+    let st = await_id(rig, &a).await;
+    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    assert_eq!(id, conversation_of(rig, &first).await, "{shape}: the conversation it runs");
+
+    // Known delivered first (the settle window): a death before that would put the prompt back and respawn at once.
+    await_value(
+        &format!("{a}: initial prompt Delivered"),
+        || rig.session_status(&a),
+        |s| s["initialPrompt"]["phase"] == "Delivered",
+    )
+    .await;
+    rig.tmux().kill_harness(&format!("loop-{a}")).await;
+    let second = format!("second for {shape}");
+    rig.send(&a, &format!("{a}-1"), &second).await;
+    await_delivered(rig, &format!("{a}-1")).await;
+    assert_eq!(conversation_of(rig, &second).await, id, "{shape}: resumed");
+
+    // An id the harness does not know: the resume runs and fails at once with the CLI's own words (which the built-in
+    // profile's resumeFailedPattern knows), and a fresh conversation follows.
+    let unknown =
+        if shape == "opencode" { "ses_unknown0000000000000000".to_string() } else { uuid::Uuid::new_v4().to_string() };
+    let third = format!("third for {shape}");
+    rig.create_session(&b, json!({"harness": harness, "harnessSessionId": unknown, "initialPrompt": third})).await;
+    let st = await_value(
+        &format!("{b}: fell back"),
+        || rig.session_status(&b),
+        |s| s["phase"] == "Running" && condition(s, "Resumed").0 == "False",
+    )
+    .await;
+    assert_eq!(condition(&st, "Resumed"), ("False".into(), "PaneDied".into()), "{shape}: {st}");
+    let message =
+        st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Resumed").unwrap()["message"].clone();
+    let builtin = &worksession::harness::builtin()[shape];
+    assert!(builtin.resume_failed(message.as_str().unwrap()), "{shape}: its words, known to the profile: {message}");
+    let fresh = await_id(rig, &b).await["harnessSessionId"].as_str().unwrap().to_string();
+    assert_ne!(fresh, unknown);
+    assert_eq!(conversation_of(rig, &third).await, fresh, "{shape}: the fresh conversation got the prompt");
+}
