@@ -74,6 +74,13 @@ pub async fn conversation_of(rig: &impl Rig, prompt: &str) -> String {
     found.as_str().unwrap().to_string()
 }
 
+/// A condition's status and reason, empty when it is absent.
+pub fn status_reason(status: &Value, type_: &str) -> (String, String) {
+    let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
+    let c = c.unwrap_or_default();
+    (c["status"].as_str().unwrap_or_default().to_string(), c["reason"].as_str().unwrap_or_default().to_string())
+}
+
 fn ready_message(status: &Value) -> String {
     let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
     let ready = conditions.into_iter().find(|c| c["type"] == "Ready").unwrap_or_default();

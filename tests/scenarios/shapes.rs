@@ -3,13 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Rig, await_delivered, await_value, conversation_of};
-
-fn condition(status: &Value, type_: &str) -> (String, String) {
-    let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
-    let c = c.unwrap_or_default();
-    (c["status"].as_str().unwrap_or_default().to_string(), c["reason"].as_str().unwrap_or_default().to_string())
-}
+use super::{Rig, await_delivered, await_value, conversation_of, status_reason as condition};
 
 async fn await_id(rig: &impl Rig, name: &str) -> Value {
     await_value(
