@@ -1,7 +1,7 @@
 //! Ids found after the start (issue 14), shared by both modes, with the stand-in in Codex CLI's shapes
 //! (`standin-codex`): no id at start, its rollout written at the first turn and found by the profile's `discover`.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Rig, await_delivered, await_value, conversation_of, status_reason as condition};
 
