@@ -222,6 +222,7 @@ struct ProfileFile {
     resume_failed_pattern: Option<String>,
     ready_pattern: Option<String>,
     conversation_path: Option<String>,
+    store_path: Option<String>,
     discover: Option<DiscoverFile>,
 }
 
@@ -357,6 +358,10 @@ impl Config {
                     Some(path) => Some(path).filter(|p| !p.is_empty()),
                     None => base.as_ref().and_then(|b| b.conversation_path.clone()),
                 },
+                store_path: match p.store_path {
+                    Some(path) => Some(path).filter(|p| !p.is_empty()),
+                    None => base.as_ref().and_then(|b| b.store_path.clone()),
+                },
                 discover,
             };
             profile.validate(&name).map_err(|e| invalid(e.key, e.problem))?;
@@ -472,6 +477,7 @@ mod tests {
             c.harnesses.keys().collect::<Vec<_>>(),
             ["claude", "codex", "copilot", "cursor", "gemini", "opencode"]
         );
+        assert_eq!(c.harnesses["copilot"].store_path.as_deref(), Some(crate::harness::COPILOT_STORE_PATH));
         assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
         assert_eq!(c.event_retention, Some(Duration::from_secs(3_600)));
         assert_eq!(parse("delivery:\n  retentionSeconds: 0\n").unwrap().event_retention, None);

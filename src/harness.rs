@@ -35,6 +35,9 @@ pub struct Profile {
     /// (see [`crate::transcript`]). A recorded id whose file is missing is not resumed, and a prompt the file
     /// contains is known delivered.
     pub conversation_path: Option<String>,
+    /// Where the harness keeps a conversation (a file or a directory), only to tell whether it exists before a resume
+    /// (a template like `conversation_path`'s, which it falls back to): for a harness whose store is no transcript.
+    pub store_path: Option<String>,
     /// How the id of a conversation is found once the harness runs, for a harness that cannot be told one at start
     /// (its `interactive` argv has no `{sessionId}`).
     pub discover: Option<Discover>,
@@ -86,6 +89,9 @@ pub const CLAUDE_CONVERSATION_PATH: &str = "{home}/.claude/projects/{cwdSlug}/{s
 
 /// Codex CLI's rollout of a conversation (under `$CODEX_HOME`, by default `~/.codex`).
 pub const CODEX_ROLLOUT_PATH: &str = "{home}/.codex/sessions/*/*/*/rollout-*-{sessionId}.jsonl";
+
+/// Copilot CLI's directory of a session.
+pub const COPILOT_STORE_PATH: &str = "{home}/.copilot/session-state/{sessionId}";
 
 /// opencode's log files.
 pub const OPENCODE_LOG_PATH: &str = "{home}/.local/share/opencode/log/*.log";
@@ -204,17 +210,15 @@ impl Profile {
             }
             None => {}
         }
-        if let Some(path) = &self.conversation_path {
+        for (key, path) in [("conversationPath", &self.conversation_path), ("storePath", &self.store_path)] {
+            let Some(path) = path else { continue };
             let rest = path
                 .replace(SESSION_ID, "")
                 .replace(crate::transcript::HOME, "")
                 .replace(crate::transcript::CWD_SLUG, "");
             if rest.contains('{') || rest.contains('}') || !path.contains(SESSION_ID) {
                 let known = format!("{}, {} and {SESSION_ID}", crate::transcript::HOME, crate::transcript::CWD_SLUG);
-                return Err(err(
-                    "conversationPath",
-                    format!("{path:?} must name {SESSION_ID} and no placeholder but {known}"),
-                ));
+                return Err(err(key, format!("{path:?} must name {SESSION_ID} and no placeholder but {known}")));
             }
         }
         Ok(())
@@ -301,6 +305,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("No conversation found").unwrap()),
         ready_pattern: Some(Regex::new(CLAUDE_READY_PATTERN).unwrap()),
         conversation_path: Some(CLAUDE_CONVERSATION_PATH.into()),
+        store_path: None,
         discover: None,
     };
     let cursor = Profile {
@@ -311,6 +316,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: None,
         ready_pattern: None,
         conversation_path: None,
+        store_path: None,
         discover: None,
     };
     // Gemini CLI (measured with 0.61.0, offline, no account): `--session-id` names a fresh conversation; `-r` of an
@@ -325,11 +331,13 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("Error resuming session|Invalid session identifier").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        store_path: None,
         discover: None,
     };
     // GitHub Copilot CLI (measured with 1.0.102, offline, no login): `--session-id=<uuid>` names a fresh session;
-    // `--resume=<unknown id>` prints "Error: No session, task, or name matched '<id>'." and exits 1 (older versions
-    // started an empty session under the id instead).
+    // `--resume=<unknown id>` prints "Error: No session, task, or name matched '<id>'." and exits 1; older versions
+    // started an empty session under the id instead, so a resume is only trusted with its store: the session's
+    // directory, made as it starts.
     let copilot = Profile {
         binary: "copilot".into(),
         extra_args: Vec::new(),
@@ -338,6 +346,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("No session, task, or name matched").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        store_path: Some(COPILOT_STORE_PATH.into()),
         discover: None,
     };
     // Codex CLI: no id at start (openai/codex#13242); it writes its rollout, named by the conversation's uuid and
@@ -351,6 +360,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("No saved session found|no rollout found").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        store_path: None,
         discover: Some(Discover {
             path: Some(CODEX_ROLLOUT_PATH.into()),
             names_workdir: true,
@@ -369,6 +379,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         resume_failed_pattern: Some(Regex::new("Session not found").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        store_path: None,
         discover: Some(Discover {
             path: None,
             names_workdir: false,

@@ -114,6 +114,15 @@ fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     assert_eq!(config.workspaces.token_file.as_deref(), Some(std::path::Path::new("/etc/worksession-git/token")));
     let daemonset = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
     assert!(daemonset.contains("secretName: git") && daemonset.contains("mountPath: /etc/worksession-git"));
+
+    // Every option on: the agent takes it all (profiles with storePath and discover included).
+    let values = format!("--values={}", support::repo_root().join("tests/chart/all-on.yaml").display());
+    let rendered = template("ws", "worksession", &[values.as_str()]);
+    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).expect("the agent ConfigMap");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+    let yaml = doc["data"]["agent.yaml"].as_str().unwrap();
+    let config = worksession::config::Config::parse(yaml, std::path::Path::new("agent.yaml")).unwrap();
+    assert!(config.harnesses["otherharness"].discover.as_ref().is_some_and(|d| d.names_workdir), "{yaml}");
 }
 
 #[test]

@@ -92,6 +92,7 @@ async fn world_with(name: &'static str) -> World {
     .await
 }
 
+/// Gemini: the resume runs and fails late (the settle window's row, with its words).
 async fn an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive(name: &'static str) {
     let w = world_with(name).await;
     let unknown = uuid::Uuid::new_v4().to_string();
@@ -118,9 +119,26 @@ async fn gemini_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh_
     an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive("gemini").await;
 }
 
+/// Copilot: its store says first that the conversation is not there (no resume runs), and the fresh session it starts
+/// makes its store's directory, which a later resume is checked against.
 #[tokio::test]
 async fn copilot_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh_one() {
-    an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive("copilot").await;
+    let w = world_with("copilot").await;
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let spec = json!({"harness": "copilot", "harnessSessionId": unknown, "initialPrompt": "hello from the tests"});
+    w.create_session("copilot", spec).await;
+    let ws = w.await_phase("copilot", Phase::Running).await;
+    let (status, reason, message) = condition(&ws, "Resumed").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ConversationNotFound"), "{message}");
+    let fresh = recorded_id(&ws);
+    assert_ne!(fresh, unknown);
+    let store = w.tmux.state().join(".copilot/session-state").join(&fresh);
+    support::poll("its store's directory", support::WAIT, || async {
+        if store.is_dir() { Ok(()) } else { Err(format!("{} missing", store.display())) }
+    })
+    .await;
+    let observed = worksession::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
+    assert_eq!(observed.liveness("loop-copilot"), worksession::tmux::Liveness::Alive);
 }
 
 /// opencode takes no id at start: the agent finds it in opencode's own log (a line saying it created a session in the

@@ -72,7 +72,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         if liveness == Liveness::Alive && waiting && profile.ready_pattern.is_some() {
             evidence.screen = tmux.screen(session).await.ok();
         }
-        let (Some(template), Some(home)) = (&profile.conversation_path, &config.harness_home) else { return evidence };
+        let Some(home) = &config.harness_home else { return evidence };
         let workdir = &ws.spec.workdir;
         // The conversation a respawn would resume; while a fresh spawn is verified, the one it made (if it is in the
         // store, the spawn ran, whatever tmux shows: a restarted tmux server has no session of it).
@@ -81,11 +81,13 @@ impl<S, T: Tmux> Reconciler<S, T> {
             Some(_) => None,
             None => status.harness_session_id.as_ref().or(ws.spec.harness_session_id.as_ref()),
         };
+        let store = profile.store_path.as_ref().or(profile.conversation_path.as_ref());
         if liveness != Liveness::Alive
-            && let Some(id) = recorded.filter(|id| crate::api::is_valid_session_id(id))
+            && let (Some(store), Some(id)) = (store, recorded.filter(|id| crate::api::is_valid_session_id(id)))
         {
-            evidence.conversation_found = Some(transcript::locate(template, home, workdir, id).is_file());
+            evidence.conversation_found = Some(transcript::locate(store, home, workdir, id).exists());
         }
+        let Some(template) = &profile.conversation_path else { return evidence };
         let current =
             status.verification.as_ref().map(|v| &v.harness_session_id).or(status.harness_session_id.as_ref());
         let mut sent: Vec<(&str, &str)> = events

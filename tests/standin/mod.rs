@@ -126,7 +126,7 @@ impl TmuxServer {
             "['--session-id={sessionId}', '{extraArgs}', '--interactive={prompt}']",
             "['--resume={sessionId}', '{extraArgs}', '--interactive={prompt}']",
             "No session, task, or name matched",
-            "",
+            "\n    storePath: '{home}/.copilot/session-state/{sessionId}'",
         );
         let opencode = shape(
             "opencode",
@@ -217,6 +217,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         resume_failed_pattern: Some(regex::Regex::new("No conversation found").unwrap()),
         ready_pattern: None,
         conversation_path: None,
+        store_path: None,
         discover: None,
     }
 }
