@@ -17,7 +17,6 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use crate::api::WorkspaceSpec;
-use crate::config::WorkspacesConfig;
 
 /// The branch of a work item's worktree.
 pub fn branch_of(work_item: &str) -> String {
@@ -271,6 +270,38 @@ impl Git {
 
 /// How long one git command may run by default.
 pub const DEFAULT_GIT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How the agent prepares `spec.workspace` checkouts (`workspaces`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkspacesConfig {
+    /// Where the one clone per repository lives (`workspaces.mirrors`; default: `<harnessHome or HOME>/.cache/
+    /// worksession/repos`).
+    pub mirrors: Option<PathBuf>,
+    /// A file holding a token for https remotes (`workspaces.credentials.tokenFile`); used when it exists.
+    pub token_file: Option<PathBuf>,
+    /// The user name sent with the token (`workspaces.credentials.username`, default `x-access-token`).
+    pub username: String,
+    /// An SSH private key for ssh remotes (`workspaces.credentials.sshKeyFile`); used when it exists.
+    pub ssh_key_file: Option<PathBuf>,
+    /// The known hosts the SSH key may talk to (`workspaces.credentials.knownHostsFile`); with it, unknown host
+    /// keys are refused.
+    pub known_hosts_file: Option<PathBuf>,
+    /// How long one git command may run (`workspaces.gitTimeoutSeconds`, default 600).
+    pub git_timeout: Duration,
+}
+
+impl Default for WorkspacesConfig {
+    fn default() -> Self {
+        Self {
+            mirrors: None,
+            token_file: None,
+            username: "x-access-token".into(),
+            ssh_key_file: None,
+            known_hosts_file: None,
+            git_timeout: DEFAULT_GIT_TIMEOUT,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
