@@ -21,7 +21,7 @@ use crate::transcript::{CWD_SLUG, HOME, cwd_slug};
 pub struct Discoveries {
     /// Workdir to the session (`namespace/name`) whose harness there is discovering its id.
     busy: Mutex<HashMap<String, String>>,
-    /// Conversation id to the session that runs it.
+    /// Session to the conversation id it runs.
     claimed: Mutex<HashMap<String, String>>,
 }
 
@@ -58,10 +58,10 @@ impl Discoveries {
         }
         drop(map);
         let mut claimed = lock(&self.claimed);
-        claimed.retain(|_, o| o != owner);
-        if let Some(id) = status.and_then(|s| s.harness_session_id.clone()) {
-            claimed.insert(id, owner.to_string());
-        }
+        match status.and_then(|s| s.harness_session_id.clone()) {
+            Some(id) => claimed.insert(owner.to_string(), id),
+            None => claimed.remove(owner),
+        };
     }
 
     /// The id `owner`'s harness shows, when its status is discovering one.
@@ -76,7 +76,7 @@ impl Discoveries {
         if !discovering(status) {
             return None;
         }
-        let free = |id: &String| lock(&self.claimed).get(id).is_none_or(|o| o == owner);
+        let free = |id: &String| !lock(&self.claimed).iter().any(|(o, taken)| taken == id && o != owner);
         if let (Some(pattern), Some(screen)) = (&discover.screen_pattern, screen)
             && let Some(id) = pattern.captures(screen).and_then(|c| c.get(1)).map(|m| m.as_str().to_string())
             && free(&id)

@@ -1,6 +1,7 @@
 //! What a decision needs to know beyond liveness, read only when it matters: a dead pane's last lines (for a
 //! death not yet explained), a live pane's visible text (while a prompt waits for the profile's `readyPattern`),
-//! and the harness's transcript (whether a conversation to resume exists, and which sent prompts it shows).
+//! the harness's transcript (whether a conversation to resume exists, and which sent prompts it shows), and the id a
+//! harness shows after its start (while it is being discovered).
 
 use std::path::Path;
 
@@ -9,6 +10,7 @@ use kube::ResourceExt;
 use super::Reconciler;
 use crate::api::{EventPhase, Phase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
+use crate::core::discover::discovering;
 use crate::core::{INITIAL_PROMPT, PendingEvent, initial_prompt_owed};
 use crate::harness::clean_prompt;
 use crate::tmux::{Liveness, Tmux};
@@ -29,6 +31,8 @@ pub struct Evidence {
     /// Whether the conversation a respawn would resume (while a fresh spawn is verified: the one it made) is in the
     /// harness's store.
     pub conversation_found: Option<bool>,
+    /// The id a live harness shows for the conversation being discovered, once it shows it.
+    pub discovered: Option<String>,
 }
 
 /// The undelivered WorkEvents as the core takes them, oldest first.
@@ -71,6 +75,16 @@ impl<S, T: Tmux> Reconciler<S, T> {
         let waiting = events.iter().any(|e| e.phase == EventPhase::Pending) || initial == Some(EventPhase::Pending);
         if liveness == Liveness::Alive && waiting && profile.ready_pattern.is_some() {
             evidence.screen = tmux.screen(session).await.ok();
+        }
+        // A harness that shows its id after the start: looked for only while its status waits for it.
+        if let Some(d) = profile.discover.as_ref().filter(|_| liveness == Liveness::Alive && discovering(status)) {
+            let screen = match (&d.screen_pattern, &evidence.screen) {
+                (Some(_), None) => tmux.screen(session).await.ok(),
+                _ => evidence.screen.clone(),
+            };
+            let (_, owner) = super::reconcile::owner_of(ws);
+            let place = (config.harness_home.as_deref(), ws.spec.workdir.as_str());
+            evidence.discovered = self.discoveries.find(d, status, place, screen.as_deref(), &owner);
         }
         let Some(home) = &config.harness_home else { return evidence };
         let workdir = &ws.spec.workdir;

@@ -237,17 +237,6 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         // A harness that may be spawned fresh here reserves its workdir until its plan is recorded.
         let may_spawn = discover.is_some() && liveness != crate::tmux::Liveness::Alive;
         let discovering_here = self.discoveries.busy_elsewhere(workdir, &owner_name, may_spawn);
-        let discovered = match discover {
-            Some(d) if liveness == crate::tmux::Liveness::Alive => {
-                let screen = match (&d.screen_pattern, &evidence.screen) {
-                    (Some(_), None) => self.observer.tmux().screen(&session).await.ok(),
-                    _ => evidence.screen.clone(),
-                };
-                let home = config.harness_home.as_deref();
-                self.discoveries.find(d, &recorded, (home, workdir), screen.as_deref(), &owner_name)
-            }
-            _ => None,
-        };
         for attempt in 0.. {
             let input = Input {
                 spec: &ws.spec,
@@ -267,7 +256,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 confirmed: &evidence.confirmed,
                 conversation_found: evidence.conversation_found,
                 workspace: workspace.as_input(),
-                discovered: discovered.as_deref(),
+                discovered: evidence.discovered.as_deref(),
                 discovering_here: discovering_here.as_deref(),
                 spawn_failure: spawn_failure.as_deref(),
                 config: &config,
@@ -289,7 +278,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         (!gone).then_some(&plan.status),
                         discover.is_some(),
                     );
-                    if plan.status != recorded && !plan.ops.contains(&Op::ReleaseFinalizer) {
+                    if plan.status != recorded && !gone {
                         self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
                     }
                     return Ok(match (plan.requeue_after, next_expiry) {

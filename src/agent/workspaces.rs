@@ -65,11 +65,10 @@ impl Workspaces {
             return Found::Ready;
         }
         let mut tasks = self.tasks();
-        if let Some(task) = tasks.get(key) {
-            if !task.is_finished() {
-                return Found::Preparing;
-            }
-            let task = tasks.remove(key).expect("present");
+        if tasks.get(key).is_some_and(|task| !task.is_finished()) {
+            return Found::Preparing;
+        }
+        if let Some(task) = tasks.remove(key) {
             return match task.now_or_never() {
                 Some(Ok(Ok(prepared))) => Found::Prepared(prepared),
                 Some(Ok(Err(output))) => Found::Failed(output),

@@ -32,7 +32,6 @@ pub fn discovering_since(status: &WorkSessionStatus) -> Option<&Time> {
 impl Decision<'_, '_> {
     /// A fresh conversation of a discovering harness survived its probe (spawned at `spawned`): its id is unknown.
     pub(super) fn start_discovering(&mut self, profile: &Profile, spawned: Time) {
-        self.status.harness_session_id = None;
         let place = match &profile.discover {
             Some(d) => d.path.clone().unwrap_or_else(|| "its screen".into()),
             None => return,

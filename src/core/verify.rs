@@ -80,6 +80,7 @@ impl Decision<'_, '_> {
         // A harness that shows its id after the start: the spawn's placeholder is no conversation's id.
         let discovers = !v.resume && profile.discovers();
         let id = if discovers { String::new() } else { v.harness_session_id.clone() };
+        let shown = if discovers { "(its id is being discovered)".to_string() } else { id.clone() };
         let first = self.status.last_respawn.is_none();
         let reason = if v.resume {
             let message = format!("resumed the existing conversation {id}");
@@ -88,14 +89,13 @@ impl Decision<'_, '_> {
         } else {
             let reason = v.fresh_reason.clone().unwrap_or_else(|| ResumeReason::NoRecordedSession.to_string());
             let message = v.fresh_message.clone().unwrap_or_default();
-            let what = if discovers { "(its id is discovered once the harness shows it)".into() } else { id.clone() };
-            self.condition(RESUMED, false, &reason, format!("started a fresh conversation {what}: {message}"));
+            self.condition(RESUMED, false, &reason, format!("started a fresh conversation {shown}: {message}"));
             reason
         };
         if self.status.harness_session_id.as_ref() != Some(&id) {
             self.status.unresumable_session_id = None;
         }
-        self.status.harness_session_id = Some(id.clone());
+        self.status.harness_session_id = (!discovers).then(|| id.clone());
         if discovers {
             self.start_discovering(profile, v.started.clone());
         }
@@ -112,7 +112,6 @@ impl Decision<'_, '_> {
         let what = if v.resume { "resumed the existing conversation" } else { "started a fresh conversation" };
         let kind =
             if first { NoticeKind::Started { resumed: v.resume } } else { NoticeKind::Respawned { resumed: v.resume } };
-        let shown = if discovers { "(its id is being discovered)".to_string() } else { id };
         self.notice(Notice::new(kind, format!("{what} {shown} in {}", self.session)));
     }
 
