@@ -165,6 +165,7 @@ fn spawn_agent(client: Client, node: &str, config: Arc<Config>) -> tokio::task::
     let options = worksession::agent::Options {
         config: tokio::sync::watch::channel(config).1,
         admin_addr: None,
+        admin_listening: None,
         failpoint: None,
     };
     let store = worksession::store::kube::KubeStore::new(client.clone(), node);

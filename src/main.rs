@@ -143,7 +143,12 @@ async fn main() -> ExitCode {
                 },
                 None => (None, tokio::sync::watch::channel(Arc::new(Config::default())).1),
             };
-            let options = worksession::agent::Options { config, admin_addr: Some(admin_addr), failpoint: None };
+            let options = worksession::agent::Options {
+                config,
+                admin_addr: Some(admin_addr),
+                admin_listening: None,
+                failpoint: None,
+            };
             let result = match local {
                 Some(dir) => match LocalStore::watching(dir) {
                     Ok(store) => worksession::agent::run_periodic(store, options).await,

@@ -207,7 +207,7 @@ async fn a_tampered_recorded_id_is_not_resumed() {
 #[tokio::test]
 async fn reports_events_metrics_and_health() {
     let mut w = World::new().await;
-    let admin = w.restart_agent_with_admin();
+    let admin = w.restart_agent_with_admin().await;
     w.send("omicron", "omicron-1", "hi").await; // waiting before the session exists: the boot prompt
     w.create_session("omicron", json!({"harnessSessionId": "ghost"})).await;
     w.await_event("omicron-1", EventPhase::Delivered).await;
@@ -439,7 +439,7 @@ async fn get_follows_kubectl() {
 #[tokio::test]
 async fn an_agent_watches_only_its_nodes_events_and_hand_made_ones_are_labelled() {
     let mut w = World::new().await;
-    let admin = w.restart_agent_with_admin();
+    let admin = w.restart_agent_with_admin().await;
     let node_of = |ev: &WorkEvent| ev.labels().get(worksession::api::NODE_LABEL).cloned();
 
     // Another node's session (no agent runs for it here) and its hand-made events, labelled for that node first,
@@ -485,7 +485,7 @@ async fn an_agent_watches_only_its_nodes_events_and_hand_made_ones_are_labelled(
 async fn an_idle_fleet_reconciles_nothing_and_polls_tmux_once_for_all_sessions() {
     const SESSIONS: usize = 8;
     let mut w = World::new().await;
-    let admin = w.restart_agent_with_admin();
+    let admin = w.restart_agent_with_admin().await;
     for i in 0..SESSIONS {
         w.create_session(&format!("idle-{i}"), json!({})).await;
     }

@@ -43,6 +43,7 @@ impl Local {
             let options = worksession::agent::Options {
                 config: tokio::sync::watch::channel(config).1,
                 admin_addr: None,
+                admin_listening: None,
                 failpoint,
             };
             worksession::agent::run_periodic(store, options).await.unwrap();

@@ -34,6 +34,8 @@ pub struct Options {
     pub config: watch::Receiver<Arc<Config>>,
     /// Where to serve `/metrics`, `/livez`, `/readyz` (`None`: not served).
     pub admin_addr: Option<SocketAddr>,
+    /// Told the address the admin endpoints listen on once bound (port 0 in `admin_addr` picks a free one).
+    pub admin_listening: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     /// Where a reconcile stops forever, as if the agent were killed there (crash tests only; `None` otherwise).
     pub failpoint: Option<Failpoint>,
 }
@@ -48,7 +50,10 @@ async fn reconciler<S: Store>(
     let mut registry = Registry::with_prefix("worksession_agent");
     let metrics = AgentMetrics::register(&mut registry);
     if let Some(addr) = options.admin_addr {
-        Admin::new(registry, ready).serve(addr).await?;
+        let bound = Admin::new(registry, ready).serve(addr).await?;
+        if let Some(listening) = options.admin_listening {
+            let _ = listening.send(bound);
+        }
     }
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);

@@ -69,40 +69,34 @@ impl World {
     }
 
     pub fn start_agent(&mut self) {
-        self.start_agent_with_admin(None);
+        self.start_agent_full(self.ns.client.clone(), None, None);
     }
 
-    /// Restarts the agent serving its admin endpoints on a free loopback port; returns the address.
-    pub fn restart_agent_with_admin(&mut self) -> std::net::SocketAddr {
+    /// Restarts the agent serving its admin endpoints on a loopback port it picks itself (a port chosen here and
+    /// bound there could be taken meanwhile by a parallel test); returns the address.
+    pub async fn restart_agent_with_admin(&mut self) -> std::net::SocketAddr {
         self.stop_agent();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let admin: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        self.start_agent_with_admin(Some(admin));
-        admin
-    }
-
-    pub fn start_agent_with_admin(&mut self, admin_addr: Option<std::net::SocketAddr>) {
-        self.start_agent_with(self.ns.client.clone(), admin_addr);
+        let (listening, bound) = tokio::sync::oneshot::channel();
+        self.start_agent_full(self.ns.client.clone(), Some(("127.0.0.1:0".parse().unwrap(), listening)), None);
+        bound.await.expect("the agent's admin address")
     }
 
     /// Starts the agent with `client`'s identity (for least-privilege checks).
     pub fn start_agent_as(&mut self, client: kube::Client) {
-        self.start_agent_with(client, None);
-    }
-
-    fn start_agent_with(&mut self, client: kube::Client, admin_addr: Option<std::net::SocketAddr>) {
-        self.start_agent_full(client, admin_addr, None);
+        self.start_agent_full(client, None, None);
     }
 
     fn start_agent_full(
         &mut self,
         client: kube::Client,
-        admin_addr: Option<std::net::SocketAddr>,
+        admin: Option<(std::net::SocketAddr, tokio::sync::oneshot::Sender<std::net::SocketAddr>)>,
         failpoint: Option<worksession::agent::Failpoint>,
     ) {
+        let (admin_addr, admin_listening) = admin.unzip();
         let options = worksession::agent::Options {
             config: tokio::sync::watch::channel(self.config.clone()).1,
             admin_addr,
+            admin_listening,
             failpoint,
         };
         let node = self.node.clone();
