@@ -5,6 +5,7 @@ mod support;
 
 use standin::{TmuxServer, seed_conversation};
 use support::until;
+use worksession::agent::Observer;
 use worksession::harness::Mode;
 use worksession::tmux::{Liveness, Tmux, TmuxRunner};
 
@@ -285,4 +286,20 @@ async fn without_starting_a_server_no_server_is_reported_and_none_is_started() {
     assert!(runner.observe().await.unwrap().server);
     runner.spawn(&tmux.spawn_of("loop-n", Mode::Fresh, "conv-n", None, &[])).await.unwrap();
     tmux.await_output("loop-n", "ready>").await;
+}
+
+#[tokio::test]
+async fn the_observer_counts_the_server_going_and_coming_back_whoever_looks() {
+    let tmux = TmuxServer::new();
+    let observer = Observer::new(TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_start_server(false));
+    let look = || observer.since(std::time::Instant::now());
+    assert!(!look().await.unwrap().server);
+    tmux.runner.spawn(&tmux.spawn_of("loop-up", Mode::Fresh, "conv-up", None, &[])).await.unwrap();
+    assert!(look().await.unwrap().server);
+    assert!(look().await.unwrap().server);
+    assert_eq!(observer.server_changes(), 1, "came back once");
+    let killed = std::process::Command::new("tmux").arg("-S").arg(tmux.socket()).arg("kill-server").status();
+    assert!(killed.unwrap().success());
+    assert!(!look().await.unwrap().server);
+    assert_eq!(observer.server_changes(), 2, "and went once");
 }

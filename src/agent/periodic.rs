@@ -65,7 +65,8 @@ pub async fn run_periodic<S: Changes>(store: S, options: Options) -> std::io::Re
             match ctx.observer.since(woke.into_std()).await {
                 Ok(obs) => {
                     let config = ctx.config.borrow().clone();
-                    wake.extend(wakes.after(&obs, &sessions, &config).into_iter().map(|key| key.name));
+                    let server_changes = ctx.observer.server_changes();
+                    wake.extend(wakes.after(&obs, server_changes, &sessions, &config).into_iter().map(|key| key.name));
                 }
                 Err(e) => tracing::warn!(event = "tmux.observe_failed", error = %e, "cannot observe tmux"),
             }

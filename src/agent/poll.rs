@@ -23,23 +23,25 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub struct Wakes {
     seen: HashMap<ObjectRef<WorkSession>, Liveness>,
-    server_seen: Option<bool>,
+    server_changes_seen: Option<u64>,
 }
 
 impl Wakes {
     /// The sessions `obs` concerns: their liveness changed since the last call (every one at the first call), or
     /// their pane is not alive while status says Running (a respawn and a death can both fall between two polls),
-    /// or the tmux server went away or came back.
+    /// or the tmux server went away or came back since the last call (`server_changes` is
+    /// [`super::Observer::server_changes`], which counts what every observation saw, not only this poll's).
     pub fn after<'a>(
         &mut self,
         obs: &Observation,
+        server_changes: u64,
         sessions: impl IntoIterator<Item = &'a WorkSession>,
         config: &Config,
     ) -> Vec<ObjectRef<WorkSession>> {
         // The server going away (or coming back) changes every session's Ready, whether or not its liveness changed
         // (an absent harness stays absent when the server goes: found on a node, where status kept saying
         // HarnessNotRunning while the tmux container was down).
-        let server_changed = self.server_seen.replace(obs.server).is_some_and(|was| was != obs.server);
+        let server_changed = self.server_changes_seen.replace(server_changes).is_some_and(|was| was != server_changes);
         let mut now_seen = HashMap::with_capacity(self.seen.len());
         let mut wake = Vec::new();
         for ws in sessions {
@@ -81,11 +83,54 @@ pub async fn run<S: Store, T: Tmux>(
         }
         let config = ctx.config.borrow().clone();
         let sessions = sessions();
+        tracing::trace!(event = "tmux.polled", server = obs.server, panes = obs.len(), sessions = sessions.len());
         ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
-        for key in wakes.after(&obs, sessions.iter().map(|ws| &**ws), &config) {
+        let server_changes = ctx.observer.server_changes();
+        for key in wakes.after(&obs, server_changes, sessions.iter().map(|ws| &**ws), &config) {
             if poke.unbounded_send(key).is_err() {
                 return;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{WorkSessionSpec, WorkSessionStatus};
+
+    fn session(phase: Phase) -> WorkSession {
+        let spec = WorkSessionSpec { node_name: "node-a".into(), harness: "claude".into(), ..Default::default() };
+        let mut ws = WorkSession::new("tu", spec);
+        ws.metadata.namespace = Some("team".into());
+        ws.status = Some(WorkSessionStatus { phase: Some(phase), ..Default::default() });
+        ws
+    }
+
+    fn server(up: bool) -> Observation {
+        let mut obs = Observation::parse("");
+        obs.server = up;
+        obs
+    }
+
+    #[test]
+    fn a_server_that_came_back_and_went_again_between_two_polls_wakes_its_sessions() {
+        let (config, ws) = (Config::default(), session(Phase::Pending));
+        let mut wakes = Wakes::default();
+        assert_eq!(wakes.after(&server(false), 1, [&ws], &config).len(), 1, "the first poll wakes every session");
+        assert!(wakes.after(&server(false), 1, [&ws], &config).is_empty(), "nothing changed");
+        // A reconcile saw the server back (and wrote so in status); it went again before this poll: the poll's own
+        // looks both say "no server", the count says twice changed.
+        assert_eq!(wakes.after(&server(false), 3, [&ws], &config).len(), 1);
+        assert!(wakes.after(&server(false), 3, [&ws], &config).is_empty());
+    }
+
+    #[test]
+    fn a_running_session_whose_pane_is_not_alive_is_woken_at_every_poll() {
+        let (config, ws) = (Config::default(), session(Phase::Running));
+        let mut wakes = Wakes::default();
+        for _ in 0..3 {
+            assert_eq!(wakes.after(&server(true), 0, [&ws], &config).len(), 1);
         }
     }
 }

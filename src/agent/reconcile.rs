@@ -2,6 +2,7 @@
 //! the plan. Generic over the [`Store`] and [`Tmux`] edges, so local mode runs the same code.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -98,13 +99,21 @@ impl ReconcileError {
 pub struct Observer<T> {
     tmux: T,
     last: Mutex<Option<(Instant, Arc<Observation>)>>,
+    server_changes: AtomicU64,
     calls: prometheus_client::metrics::counter::Counter,
 }
 
 impl<T: Tmux> Observer<T> {
     /// Observes through `tmux`.
     pub fn new(tmux: T) -> Self {
-        Self { tmux, last: Mutex::new(None), calls: Default::default() }
+        Self { tmux, last: Mutex::new(None), server_changes: AtomicU64::new(0), calls: Default::default() }
+    }
+
+    /// How many times the tmux server went away or came back between two observations, whoever made them. The poll
+    /// compares this, not its own last look: a reconcile can see the server come back and write that in status, and
+    /// the server can go again, all between two polls (a test of a restarted tmux container did it).
+    pub fn server_changes(&self) -> u64 {
+        self.server_changes.load(Ordering::Relaxed)
     }
 
     /// Counts each tmux call in `calls`.
@@ -123,6 +132,9 @@ impl<T: Tmux> Observer<T> {
         let at = Instant::now();
         self.calls.inc();
         let obs = Arc::new(self.tmux.observe().await?);
+        if last.as_ref().is_some_and(|(_, previous)| previous.server != obs.server) {
+            self.server_changes.fetch_add(1, Ordering::Relaxed);
+        }
         *last = Some((at, obs.clone()));
         Ok(obs)
     }
