@@ -105,6 +105,17 @@ async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
         .await
     {
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()), // deleted meanwhile
+        // Changed meanwhile (its status written, or labelled by another labeler): the watch brings the new version,
+        // unless it is labelled and so leaves the selector. Not a failure.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            tracing::debug!(
+                event = "labeler.conflict",
+                namespace,
+                name,
+                "changed meanwhile; waiting for the new version"
+            );
+            return Ok(Action::await_change());
+        }
         result => result?,
     };
     ctx.metrics.labelled.inc();
