@@ -347,18 +347,15 @@ async fn a_killed_tmux_server_is_never_replaced_by_the_agent() {
     let id = recorded_id(&w.await_phase("tu", Phase::Running).await);
     w.tmux.await_output("loop-tu", "ready>").await;
 
-    let kill_server = || {
-        std::process::Command::new("tmux").arg("-S").arg(w.tmux.socket()).arg("kill-server").status().unwrap();
-    };
     let ready_reason =
         |reason: &'static str| move |ws: &WorkSession| condition(ws, "Ready").is_some_and(|c| c.1 == reason);
-    kill_server();
+    w.tmux.kill_server();
     w.await_session("tu", "TmuxUnavailable", ready_reason("TmuxUnavailable")).await;
     // The server comes back empty (a restarted tmux container), then goes again: the harness was absent throughout,
     // and the agent still says the server is what is missing.
     keeper();
     w.await_session("tu", "HarnessNotRunning", ready_reason("HarnessNotRunning")).await;
-    kill_server();
+    w.tmux.kill_server();
     w.await_session("tu", "TmuxUnavailable again", ready_reason("TmuxUnavailable")).await;
     w.send("tu", "tu-1", "are you there?").await;
     assert!(!w.tmux.runner.observe().await.unwrap().server, "the agent started no tmux server");

@@ -298,8 +298,7 @@ async fn the_observer_counts_the_server_going_and_coming_back_whoever_looks() {
     assert!(look().await.unwrap().server);
     assert!(look().await.unwrap().server);
     assert_eq!(observer.server_changes(), 1, "came back once");
-    let killed = std::process::Command::new("tmux").arg("-S").arg(tmux.socket()).arg("kill-server").status();
-    assert!(killed.unwrap().success());
+    assert!(tmux.kill_server());
     assert!(!look().await.unwrap().server);
     assert_eq!(observer.server_changes(), 2, "and went once");
 }

@@ -181,6 +181,12 @@ impl TmuxServer {
         self.await_liveness(session, Liveness::Dead).await;
     }
 
+    /// Kills the tmux server and every harness in it (as a restarted tmux container would); whether tmux said so.
+    pub fn kill_server(&self) -> bool {
+        let out = std::process::Command::new("tmux").arg("-S").arg(self.socket()).arg("kill-server").output();
+        out.is_ok_and(|out| out.status.success())
+    }
+
     /// The prompts the stand-in recorded.
     pub fn prompts(&self) -> Vec<Prompt> {
         read_prompts(&self.state())
@@ -195,7 +201,7 @@ impl TmuxServer {
 
 impl Drop for TmuxServer {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("tmux").arg("-S").arg(self.socket()).arg("kill-server").output();
+        self.kill_server();
     }
 }
 

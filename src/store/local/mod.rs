@@ -335,18 +335,12 @@ mod tests {
         );
         let sessions = store.session_files().unwrap();
         assert_eq!(sessions.iter().map(|(_, ws)| ws.name_any()).collect::<Vec<_>>(), ["good"]);
-        assert_eq!(
-            parse(&dir.path().join("no-item.yaml"), &std::fs::read_to_string(dir.path().join("no-item.yaml")).unwrap())
-                .err()
-                .unwrap(),
-            "spec: missing field `workItem`"
-        );
-        assert!(
-            parse(&dir.path().join("dash.yaml"), &std::fs::read_to_string(dir.path().join("dash.yaml")).unwrap())
-                .err()
-                .unwrap()
-                .contains("spec.workItem")
-        );
+        let refusal = |name: &str| {
+            let path = dir.path().join(name);
+            parse(&path, &std::fs::read_to_string(&path).unwrap()).err().unwrap()
+        };
+        assert_eq!(refusal("no-item.yaml"), "spec: missing field `workItem`");
+        assert!(refusal("dash.yaml").contains("spec.workItem"));
         assert_eq!(Store::events(&store, NAMESPACE, "good").await.unwrap().len(), 1);
         let typo = "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {name: typo}\nspec: {workItem: t, nodeName: local, harness: claude, workdir: /tmp, initalPrompt: hi}\n";
         assert_eq!(parse(&dir.path().join("typo.yaml"), typo).err().unwrap(), "spec.initalPrompt: unknown field");
