@@ -345,9 +345,10 @@ impl Config {
         Self::parse(&yaml, path)
     }
 
-    /// The tmux session name of a work item.
-    pub fn tmux_session(&self, work_item: &str) -> String {
-        format!("{}{work_item}", self.tmux.session_prefix)
+    /// The tmux session of the WorkSession `namespace/name`: `<prefix><namespace>_<name>`. Its namespace is part of
+    /// it, so no two WorkSessions share one, whatever order they reconcile in (`_` is in no namespace or name).
+    pub fn tmux_session(&self, identity: &str) -> String {
+        format!("{}{}", self.tmux.session_prefix, identity.replacen('/', "_", 1))
     }
 }
 
@@ -447,7 +448,7 @@ mod tests {
             ["claude", "codex", "copilot", "cursor", "gemini", "opencode"]
         );
         assert_eq!(c.harnesses["copilot"].store_path.as_deref(), Some(crate::harness::COPILOT_STORE_PATH));
-        assert_eq!(c.tmux_session("repo-12"), "loop-repo-12");
+        assert_eq!(c.tmux_session("agents/repo-12"), "loop-agents_repo-12");
         assert_eq!(c.event_retention, Some(Duration::from_secs(3_600)));
         assert_eq!(parse("delivery:\n  retentionSeconds: 0\n").unwrap().event_retention, None);
     }
@@ -489,7 +490,7 @@ harnessHome: /srv/home
         )
         .unwrap();
         assert_eq!(c.tmux.socket.as_deref(), Some(Path::new("/run/worksession/tmux.sock")));
-        assert_eq!(c.tmux_session("a"), "ws-a");
+        assert_eq!(c.tmux_session("default/a"), "ws-default_a");
         assert!(!c.tmux.start_server);
         assert_eq!(c.event_retention, Some(Duration::from_secs(3600)));
         assert_eq!(

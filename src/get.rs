@@ -248,6 +248,12 @@ pub async fn run(source: &Source, query: &Query, watch: bool) -> Result<(), Stri
         }
     };
     print!("{printed}");
+    if let Source::Local(store) = source {
+        // A misspelt field must not make an object vanish from the listing without a word.
+        for (file, why) in store.refusals().map_err(|e| e.to_string())? {
+            eprintln!("worksession: skipped {}: {why}", file.display());
+        }
+    }
     if !watch {
         return Ok(());
     }

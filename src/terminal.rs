@@ -17,10 +17,12 @@ pub const POD_SOCKET: &str = "/run/worksession/tmux.sock";
 /// The labels of the chart's agent pods.
 pub const AGENT_POD_SELECTOR: &str = "app.kubernetes.io/name=worksession,app.kubernetes.io/component=agent";
 
-/// The tmux session a WorkSession's harness runs in: the recorded one, else `<prefix><workItem>`.
+/// The tmux session a WorkSession's harness runs in: the recorded one, else the configured one
+/// ([`Config::tmux_session`]).
 pub fn session_of(ws: &WorkSession, config: &Config) -> String {
     let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
-    recorded.filter(|s| crate::tmux::is_tag(s)).unwrap_or_else(|| config.tmux_session(&ws.spec.work_item))
+    let identity = format!("{}/{}", ws.namespace().unwrap_or_default(), ws.name_any());
+    recorded.filter(|s| crate::tmux::is_tag(s)).unwrap_or_else(|| config.tmux_session(&identity))
 }
 
 /// The tmux arguments that print the last `lines` lines of `session`'s pane.

@@ -200,9 +200,19 @@ pub struct TmuxRunner {
     start_server: bool,
 }
 
-/// Whether `value` can go into a tmux format or command string as it is: letters, digits, `-`, `/`, `.`, `_`.
+/// Whether `value` can go into a tmux format or command string as it is: letters, digits, `-`, `/`, `.`, `_` (no
+/// space, quote, `;`, `#`, `$`, `~` or brace that tmux's parser would act on).
 pub fn is_tag(value: &str) -> bool {
     value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/' || b == b'.' || b == b'_')
+}
+
+/// Refuses a value that would sit inside a string tmux parses as commands unless it is a [`is_tag`] word: a name or
+/// key never becomes a tmux command (`x ; run-shell ...`), whatever let it through upstream.
+fn parsed_word(command: &'static str, what: &str, value: &str) -> Result<(), TmuxError> {
+    if value.is_empty() || !is_tag(value) || value.starts_with('-') {
+        return Err(TmuxError::Failed { command, stderr: format!("refused: {what} {value:?} is not a plain word") });
+    }
+    Ok(())
 }
 
 /// An exact-match target for a session's active pane.
@@ -350,9 +360,8 @@ impl Tmux for TmuxRunner {
     }
 
     async fn stop(&self, session: &str, owner: &str) -> Result<(), TmuxError> {
-        if !is_tag(owner) {
-            return Err(TmuxError::Failed { command: "kill-session", stderr: format!("owner {owner:?} is not a tag") });
-        }
+        parsed_word("kill-session", "owner", owner)?;
+        parsed_word("kill-session", "session", session)?;
         // Only a session that is ours, or that nobody claims, is killed: decided by the server itself.
         let ours = format!("#{{||:#{{==:#{{{OWNER_TAG}}},}},#{{==:#{{{OWNER_TAG}}},{owner}}}}}");
         let kill = format!("kill-session -t ={session}");
@@ -383,14 +392,16 @@ impl Tmux for TmuxRunner {
     }
 
     async fn paste(&self, session: &str, text: &str, key: &str) -> Result<(), TmuxError> {
+        parsed_word("paste-buffer", "key", key)?;
+        parsed_word("paste-buffer", "session", session)?;
         let buffer = format!("worksession-{}", uuid::Uuid::new_v4().simple());
         let target = pane_target(session);
         // The text goes through stdin (no argv size limit, no parsing); -p brackets it if the harness asked for it.
         // The pane's liveness is checked inside the server, in the same command sequence as the paste: pasting into
         // a pane that died meanwhile crashes tmux 3.3a's server. The strings tmux parses here hold only our own
         // buffer and session names, never the text.
-        // The key (a WorkEvent name, or `initialPrompt`: no spaces, quotes or `;`) is tagged in the same sequence, so an
-        // agent stopped before recording the paste finds it done rather than pasting it again.
+        // The key (a WorkEvent's UID, or `initialPrompt`; checked above to be a plain word) is tagged in the same
+        // sequence, so an agent stopped before recording the paste finds it done rather than pasting it again.
         let paste = format!(
             "paste-buffer -d -p -b {buffer} -t {target} ; send-keys -t {target} Enter ; set-option -t {target} {PASTE_TAG} {key}"
         );

@@ -84,7 +84,7 @@ impl Git {
         let clean = redact(url);
         let name = clean.trim_end_matches('/').trim_end_matches(".git").rsplit(['/', ':']).next().unwrap_or("repo");
         let digest = hex::encode(sha2::Sha256::digest(clean.as_bytes()));
-        self.mirrors.join(format!("{}-{}.git", crate::api::slug(name), &digest[..12]))
+        self.mirrors.join(format!("{}-{}.git", crate::api::dns_label(name), &digest[..12]))
     }
 
     fn git(&self) -> Command {

@@ -137,7 +137,7 @@ async fn another_nodes_session_is_left_alone() {
     let other = w.sessions().get("kappa").await.unwrap();
     assert!(other.status.is_none() && other.finalizers().is_empty());
     assert!(w.events().get("kappa-1").await.unwrap().status.is_none());
-    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-kappa"), Liveness::Absent);
+    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness(&w.tmux_session("kappa")), Liveness::Absent);
 }
 
 #[tokio::test]
@@ -269,8 +269,8 @@ async fn two_worksessions_of_one_work_item_on_one_node_never_cross() {
     let w = World::new().await;
     w.create_session("shared", json!({})).await;
     w.await_phase("shared", Phase::Running).await;
-    w.tmux.await_output("loop-shared", "ready>").await;
-    let pid = w.tmux.pane_pid("loop-shared");
+    w.tmux.await_output(&w.tmux_session("shared"), "ready>").await;
+    let pid = w.tmux.pane_pid(&w.tmux_session("shared"));
 
     // The same work item on the same node, from another namespace.
     let other = support::TestNamespace::new().await;
@@ -304,8 +304,8 @@ async fn two_worksessions_of_one_work_item_on_one_node_never_cross() {
     theirs.delete("shared", &Default::default()).await.unwrap();
     eventually("the second session gone", || async { theirs.get_opt("shared").await.ok()?.is_none().then_some(()) })
         .await;
-    assert_eq!(w.tmux.pane_pid("loop-shared"), pid);
-    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness("loop-shared"), Liveness::Alive);
+    assert_eq!(w.tmux.pane_pid(&w.tmux_session("shared")), pid);
+    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness(&w.tmux_session("shared")), Liveness::Alive);
 }
 
 #[tokio::test]
@@ -313,20 +313,23 @@ async fn a_session_prefix_change_never_orphans_a_harness() {
     let mut w = World::new().await;
     w.create_session("pfx", json!({})).await;
     let id = recorded_id(&w.await_phase("pfx", Phase::Running).await);
-    w.tmux.await_output("loop-pfx", "ready>").await;
-    let pid = w.tmux.pane_pid("loop-pfx");
+    w.tmux.await_output(&w.tmux_session("pfx"), "ready>").await;
+    let pid = w.tmux.pane_pid(&w.tmux_session("pfx"));
     w.restart_agent_with_yaml(|yaml| yaml.replacen("tmux:\n", "tmux:\n  sessionPrefix: ws-\n", 1));
     // The running harness keeps its conversation: the next event is pasted into it, same process.
     w.send("pfx", "pfx-1", "still there?").await;
     assert_eq!(w.await_event("pfx-1", EventPhase::Delivered).await.status.unwrap().via, Some(Via::Pasted));
-    assert_eq!(w.tmux.pane_pid("loop-pfx"), pid);
+    assert_eq!(w.tmux.pane_pid(&w.tmux_session("pfx")), pid);
     // After a crash it resumes the same conversation under the new name, and the old session is gone.
     w.kill_harness("pfx").await;
     w.send("pfx", "pfx-2", "after the crash").await;
     let ev = w.await_event("pfx-2", EventPhase::Delivered).await.status.unwrap();
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     let obs = w.tmux.runner.observe().await.unwrap();
-    assert_eq!((obs.liveness("ws-pfx"), obs.liveness("loop-pfx")), (Liveness::Alive, Liveness::Absent));
+    assert_eq!(
+        (obs.liveness(&format!("ws-{}_pfx", w.ns.name)), obs.liveness(&w.tmux_session("pfx"))),
+        (Liveness::Alive, Liveness::Absent)
+    );
 }
 
 #[tokio::test]
@@ -345,7 +348,7 @@ async fn a_killed_tmux_server_is_never_replaced_by_the_agent() {
     keeper();
     w.create_session("tu", json!({})).await;
     let id = recorded_id(&w.await_phase("tu", Phase::Running).await);
-    w.tmux.await_output("loop-tu", "ready>").await;
+    w.tmux.await_output(&w.tmux_session("tu"), "ready>").await;
 
     let ready_reason =
         |reason: &'static str| move |ws: &WorkSession| condition(ws, "Ready").is_some_and(|c| c.1 == reason);

@@ -111,7 +111,7 @@ async fn an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive(name
     assert!(worksession::harness::builtin()[name].resume_failed(&message), "{message}");
     assert_ne!(recorded_id(&ws), unknown, "a fresh conversation under a new id");
     let observed = worksession::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
-    assert_eq!(observed.liveness(&format!("loop-{name}")), worksession::tmux::Liveness::Alive);
+    assert_eq!(observed.liveness(&w.tmux_session(name)), worksession::tmux::Liveness::Alive);
 }
 
 #[tokio::test]
@@ -138,7 +138,7 @@ async fn copilot_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh
     })
     .await;
     let observed = worksession::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
-    assert_eq!(observed.liveness("loop-copilot"), worksession::tmux::Liveness::Alive);
+    assert_eq!(observed.liveness(&w.tmux_session("copilot")), worksession::tmux::Liveness::Alive);
 }
 
 /// opencode takes no id at start: the agent finds it in opencode's own log (a line saying it created a session in the
@@ -155,7 +155,7 @@ async fn opencode_through_the_agent_its_id_is_discovered_and_resumed() {
     let id = recorded_id(&ws);
     assert!(id.starts_with("ses_"), "an opencode session id: {id}");
 
-    w.tmux.kill_pane("loop-opencode").await;
+    w.tmux.kill_pane(&w.tmux_session("opencode")).await;
     w.send("opencode", "opencode-1", "after the crash").await;
     let ws = w
         .await_session("opencode", "resumed and Running", |ws| {

@@ -93,7 +93,7 @@ async fn delete_stops_the_session_and_bad_files_are_skipped() {
     std::fs::remove_file(l.dir.join("gamma.yaml")).unwrap();
     let status = l.dir.join("gamma.status.yaml");
     until("the status file released", || async { !status.exists() }).await;
-    assert_eq!(l.tmux.runner.observe().await.unwrap().liveness("loop-gamma"), Liveness::Absent);
+    assert_eq!(l.tmux.runner.observe().await.unwrap().liveness("loop-default_gamma"), Liveness::Absent);
 }
 
 #[tokio::test]
@@ -203,6 +203,10 @@ impl scenarios::Rig for Local {
         self.agent = Self::spawn_agent(&self.tmux, &self.dir, failpoint);
     }
 
+    fn namespace(&self) -> String {
+        "default".into()
+    }
+
     fn tmux(&self) -> &TmuxServer {
         &self.tmux
     }
@@ -278,8 +282,8 @@ async fn peek_and_attach_in_local_mode() {
     let l = Local::new();
     l.create_session("pk", serde_json::json!({})).await;
     l.await_status("pk", "Running", |s| phase(s) == "Running").await;
-    l.tmux.await_output("loop-pk", "ready>").await;
-    let pid = l.tmux.pane_pid("loop-pk");
+    l.tmux.await_output("loop-default_pk", "ready>").await;
+    let pid = l.tmux.pane_pid("loop-default_pk");
     let config = l.tmux.dir.path().join("agent.yaml");
     std::fs::write(&config, l.tmux.agent_config_yaml()).unwrap();
     let ws = |verb: &str| {
@@ -314,7 +318,7 @@ async fn peek_and_attach_in_local_mode() {
     tmux(&["send-keys", "-t", "=term:", "C-b", "d"]);
     support::until("the detach", || async { screen().contains("[detached") }).await;
     tmux(&["kill-server"]);
-    assert_eq!(l.tmux.pane_pid("loop-pk"), pid, "the harness keeps running");
+    assert_eq!(l.tmux.pane_pid("loop-default_pk"), pid, "the harness keeps running");
 }
 
 // Issue 17: workspaces (tests/scenarios/workspace.rs), here with the directory store.

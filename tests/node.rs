@@ -79,7 +79,7 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     let id = ws.status.unwrap().harness_session_id.expect("recorded id");
     until("the initial prompt in the harness", || async { r.prompts().len() == 1 }).await;
     // It runs in the tmux container, and its HOME (on the node's workspace) is writable: it wrote its transcript.
-    let pid = r.pane_pid("loop-item").await;
+    let pid = r.pane_pid(&format!("loop-{}_item", r.ns)).await;
     assert!(r.home().join(format!("conversations/{id}.jsonl")).is_file());
     assert_eq!(r.prompts()[0].conversation, id);
 
@@ -89,7 +89,7 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     r.send("item", "item-1", "after the agent restart").await;
     let ev = r.await_delivered("item-1").await;
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())));
-    assert_eq!(r.pane_pid("loop-item").await, pid, "the same harness process");
+    assert_eq!(r.pane_pid(&format!("loop-{}_item", r.ns)).await, pid, "the same harness process");
     let prompts = r.prompts();
     assert_eq!((prompts.len(), prompts[1].pid), (2, prompts[0].pid), "delivered once, to the same process");
     let status = r.sessions().get("item").await.unwrap().status.unwrap();
@@ -117,7 +117,7 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     let r = Release::install("node-upgrade", &[]).await;
     r.create_session("up", "before the upgrade").await;
     r.await_session("up", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
-    let pid = r.pane_pid("loop-up").await;
+    let pid = r.pane_pid(&format!("loop-{}_up", r.ns)).await;
 
     // A changed agent config (a session prefix) rolls no pod: the harness survives and the new config is in effect.
     let pod = r.pod("agent").await.name_any();
@@ -135,7 +135,7 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     })
     .await;
     assert_eq!(r.pod("agent").await.name_any(), pod, "the same agent pod");
-    assert_eq!(r.pane_pid("loop-up").await, pid, "the same harness process");
+    assert_eq!(r.pane_pid(&format!("loop-{}_up", r.ns)).await, pid, "the same harness process");
 
     // A signed GitHub webhook to the bridge pod (its IP on the node's bridge network) reaches a harness once.
     let workdir = r.workdir("octo-org-hello-world");
@@ -206,6 +206,6 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     outer(&["send-keys", "-t", "=term:", "C-b", "d"]);
     until("the detach", || async { screen().contains("[detached") }).await;
     outer(&["kill-server"]);
-    assert_eq!(r.pane_pid("loop-up").await, pid, "the harness keeps running");
+    assert_eq!(r.pane_pid(&format!("loop-{}_up", r.ns)).await, pid, "the harness keeps running");
     r.uninstall().await;
 }

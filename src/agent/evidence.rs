@@ -43,6 +43,7 @@ pub fn pending_events(undelivered: &[WorkEvent]) -> Vec<PendingEvent> {
             let status = e.status.clone().unwrap_or_default();
             let created = e.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default();
             PendingEvent {
+                tag: delivery_tag(e),
                 phase: status.phase.unwrap_or(EventPhase::Pending),
                 sent: status.sent_time.map(|t| t.0),
                 via: status.via,
@@ -50,6 +51,20 @@ pub fn pending_events(undelivered: &[WorkEvent]) -> Vec<PendingEvent> {
             }
         })
         .collect()
+}
+
+/// The tag a WorkEvent's paste gives its tmux session: its UID (local mode makes one from its name and creation),
+/// or, for an object that has none of a plain shape, a hash of its identity; never its bare name.
+fn delivery_tag(ev: &WorkEvent) -> String {
+    match ev.metadata.uid.as_deref().filter(|uid| !uid.is_empty() && crate::tmux::is_tag(uid)) {
+        Some(uid) => uid.to_string(),
+        None => {
+            use sha2::Digest;
+            let created = ev.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+            let identity = format!("{}/{}@{created}", ev.namespace().unwrap_or_default(), ev.name_any());
+            format!("h{}", &hex::encode(sha2::Sha256::digest(identity.as_bytes()))[..32])
+        }
+    }
 }
 
 impl<S, T: Tmux> Reconciler<S, T> {

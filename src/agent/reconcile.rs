@@ -327,8 +327,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             match op {
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(|e| other(ReconcileError::Stop(e)))?,
                 Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
-                Op::Paste { session, key, text } => {
-                    tmux.paste(session, text, key)
+                Op::Paste { session, key, tag, text } => {
+                    tmux.paste(session, text, tag)
                         .await
                         .map_err(|source| other(ReconcileError::Paste { event: key.clone(), source }))?;
                     self.failpoint(Failpoint::AfterPaste).await;
@@ -419,12 +419,16 @@ pub fn owner_of(ws: &WorkSession) -> (String, String) {
 }
 
 /// The tmux session the harness runs in: the recorded one while it still exists and is this object's (a changed
-/// `sessionPrefix` never orphans a running harness), else `<prefix><workItem>`.
+/// `sessionPrefix`, or a release that named sessions `<prefix><workItem>`, never orphans a running harness: it is
+/// adopted until it dies), else the configured one ([`Config::tmux_session`]).
 pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Config, owner: &str) -> String {
-    let configured = config.tmux_session(&ws.spec.work_item);
+    let (_, identity) = owner_of(ws);
+    let configured = config.tmux_session(&identity);
     let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
-    // Only a name of the shape the agent makes is used: it goes to tmux as a target.
-    let valid = |s: &String| s != &configured && s.ends_with(&ws.spec.work_item) && crate::tmux::is_tag(s);
+    // Only a name of a shape the agent makes for this object is used (it goes to tmux as a target): the configured
+    // shape under another prefix, or the older `<prefix><workItem>` (the work item is immutable).
+    let ours = |s: &String| s.ends_with(&identity.replacen('/', "_", 1)) || s.ends_with(&ws.spec.work_item);
+    let valid = |s: &String| s != &configured && ours(s) && crate::tmux::is_tag(s);
     match recorded.filter(valid) {
         Some(old) if observation.session(&old).is_some_and(|v| v.belongs_to(owner)) => old,
         _ => configured,

@@ -20,6 +20,8 @@ pub const DELIVERY_RECHECK: Duration = Duration::from_millis(500);
 pub(super) struct Prompt<'i> {
     /// A WorkEvent's name, or [`INITIAL_PROMPT`].
     pub key: &'i str,
+    /// What its paste tags the tmux session with: a WorkEvent's UID, or [`INITIAL_PROMPT`].
+    pub tag: &'i str,
     pub text: &'i str,
     pub phase: EventPhase,
     pub sent: Option<Timestamp>,
@@ -50,6 +52,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             let recorded = input.status.initial_prompt.as_ref();
             prompts.push(Prompt {
                 key: INITIAL_PROMPT,
+                tag: INITIAL_PROMPT,
                 text,
                 phase,
                 sent: recorded.and_then(|p| p.sent_time.as_ref()).map(|t| t.0),
@@ -59,6 +62,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         prompts.extend(input.events.iter().map(|e| Prompt {
             key: &e.name,
+            tag: &e.tag,
             text: &e.prompt,
             phase: e.phase,
             sent: e.sent,
@@ -106,14 +110,15 @@ impl<'a, 'i> Decision<'a, 'i> {
                     }
                 }
                 _ if blocked => {}
-                _ if input.tmux.is_some_and(|t| t.pasted == prompt.key) => {
+                _ if input.tmux.is_some_and(|t| t.pasted == prompt.tag) => {
                     // Pasted by an agent that stopped before recording it: never pasted twice.
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), false, None);
                     self.requeue(DELIVERY_RECHECK);
                 }
                 _ if ready => {
                     let text = clean_prompt(prompt.text).into_owned();
-                    self.ops.push(Op::Paste { session: self.session.clone(), key: prompt.key.into(), text });
+                    let (session, key, tag) = (self.session.clone(), prompt.key.into(), prompt.tag.into());
+                    self.ops.push(Op::Paste { session, key, tag, text });
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), true, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
                 }

@@ -113,7 +113,7 @@ struct Decision<'a, 'i> {
     input: &'i Input<'a>,
     /// The tmux session the harness runs in now: the recorded one when a prefix change left it running.
     session: String,
-    /// The tmux session a spawn uses: `<prefix><workItem>` under the current config.
+    /// The tmux session a spawn uses: `<prefix><namespace>_<name>` under the current config.
     configured: String,
     status: WorkSessionStatus,
     intent: Option<WorkSessionStatus>,
@@ -125,7 +125,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn new(input: &'i Input<'a>) -> Self {
         let mut status = input.status.clone();
         status.observed_generation = input.generation;
-        let configured = input.config.tmux_session(&input.spec.work_item);
+        let configured = input.config.tmux_session(input.owner_name);
         let session = input.session.map_or_else(|| configured.clone(), str::to_string);
         status.tmux_session = Some(session.clone());
         Self { input, session, configured, status, intent: None, ops: Vec::new(), requeue_after: None }

@@ -10,7 +10,8 @@ use crate::api::{EventPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 use crate::tmux::{Liveness, SessionView, Spawn};
 
-/// The key of `spec.initialPrompt` among the prompts (WorkEvents are keyed by name, which is never camelCase).
+/// The key of `spec.initialPrompt` among the prompts (WorkEvents are keyed by name, which is never camelCase), and
+/// the tag its paste gives the tmux session (a WorkEvent's is its UID).
 pub const INITIAL_PROMPT: &str = "initialPrompt";
 
 /// An event of the session that is not delivered yet, oldest first.
@@ -18,6 +19,9 @@ pub const INITIAL_PROMPT: &str = "initialPrompt";
 pub struct PendingEvent {
     /// The WorkEvent's name.
     pub name: String,
+    /// The tag its paste gives the tmux session: its UID (in local mode, one made from its name and creation), so a
+    /// WorkEvent made again under a used name is a new delivery.
+    pub tag: String,
     /// Its prompt.
     pub prompt: String,
     /// `Pending`, or `Delivering` (sent, not yet known delivered).
@@ -31,9 +35,10 @@ pub struct PendingEvent {
 }
 
 impl PendingEvent {
-    /// A `Pending` event created at `created`.
+    /// A `Pending` event created at `created`, tagged `uid-<name>` (set [`PendingEvent::tag`] to its UID).
     pub fn pending(name: &str, prompt: &str, created: Timestamp) -> Self {
-        Self { name: name.into(), prompt: prompt.into(), phase: EventPhase::Pending, sent: None, via: None, created }
+        let (phase, tag) = (EventPhase::Pending, format!("uid-{name}"));
+        Self { name: name.into(), tag, prompt: prompt.into(), phase, sent: None, via: None, created }
     }
 }
 
@@ -82,7 +87,8 @@ pub struct Input<'a> {
     pub tmux: Option<&'a SessionView>,
     /// Whether a tmux server answered the observation.
     pub tmux_server: bool,
-    /// The tmux session the harness runs in, when not `<prefix><workItem>` (a prefix changed while it ran).
+    /// The tmux session the harness runs in, when not the configured one (a prefix changed while it ran, or a session
+    /// named by an older release).
     pub session: Option<&'a str>,
     /// This object's identity in tmux tags: its UID (or `namespace/name` where objects have no UID).
     pub owner: &'a str,
@@ -140,6 +146,8 @@ pub enum Op {
         session: String,
         /// The prompt's key: a WorkEvent's name, or [`INITIAL_PROMPT`].
         key: String,
+        /// The tag the paste gives the session (see [`PendingEvent::tag`]).
+        tag: String,
         /// The prompt.
         text: String,
     },

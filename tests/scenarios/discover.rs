@@ -24,7 +24,7 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     let id = await_discovered(rig, "cx").await;
     assert_eq!(id, conversation_of(rig, "first turn of cx").await, "the id of the conversation it runs");
 
-    rig.tmux().kill_harness("loop-cx").await;
+    rig.tmux().kill_harness(&rig.tmux_session("cx")).await;
     rig.send("cx", "cx-1", "after the crash").await;
     // Its respawn resumes the discovered conversation (the event rides on it, or is pasted once it runs, when the
     // settle window had already put the boot prompt back and respawned it first).
@@ -50,7 +50,7 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     )
     .await;
     assert!(st["harnessSessionId"].is_null(), "{st}");
-    rig.tmux().kill_harness("loop-cw").await;
+    rig.tmux().kill_harness(&rig.tmux_session("cw")).await;
     rig.send("cw", "cw-1", "start again").await;
     let ev = await_delivered(rig, "cw-1").await;
     assert_eq!(ev["via"], "Fresh");

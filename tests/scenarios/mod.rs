@@ -37,6 +37,12 @@ pub trait Rig {
     }
     /// The tmux server and the stand-in's records.
     fn tmux(&self) -> &TmuxServer;
+    /// The namespace of the rig's objects.
+    fn namespace(&self) -> String;
+    /// The tmux session of the WorkSession `name` (`loop-<namespace>_<name>`).
+    fn tmux_session(&self, name: &str) -> String {
+        format!("loop-{}_{name}", self.namespace())
+    }
 }
 
 /// Awaits `get()` satisfying `pred`, failing the test after [`WAIT`] with the last value seen.
@@ -107,7 +113,7 @@ pub async fn resume_the_same_conversation(rig: &impl Rig) {
     let tmux = rig.tmux();
     assert_eq!(tmux.await_prompts(1).await[0].prompt, "hello");
 
-    tmux.kill_harness("loop-alpha").await;
+    tmux.kill_harness(&rig.tmux_session("alpha")).await;
     await_phase(rig, "alpha", "Pending").await;
     rig.send("alpha", "alpha-1", "the reviewer asked for tests").await;
     let ev = await_delivered(rig, "alpha-1").await;
@@ -121,7 +127,7 @@ pub async fn resume_the_same_conversation(rig: &impl Rig) {
         (id.as_str(), "the reviewer asked for tests")
     );
 
-    tmux.await_output("loop-alpha", "ready>").await;
+    tmux.await_output(&rig.tmux_session("alpha"), "ready>").await;
     rig.send("alpha", "alpha-2", "and a changelog entry").await;
     assert_eq!(await_delivered(rig, "alpha-2").await["via"], "Pasted");
     let prompts = tmux.await_prompts(3).await;
@@ -175,7 +181,7 @@ pub async fn suspend_then_delete(rig: &impl Rig) {
     await_phase(rig, "zeta", "Running").await;
     rig.suspend("zeta", true).await;
     await_phase(rig, "zeta", "Suspended").await;
-    assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness("loop-zeta"), Liveness::Absent);
+    assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness(&rig.tmux_session("zeta")), Liveness::Absent);
     rig.send("zeta", "zeta-1", "wait for it").await;
     // The agent saw the event (its Ready condition counts it) and held it.
     await_value(
@@ -192,7 +198,7 @@ pub async fn suspend_then_delete(rig: &impl Rig) {
     rig.delete_session("zeta").await;
     await_value("zeta released", || async { Value::Bool(rig.session_gone("zeta").await) }, |v| v == &Value::Bool(true))
         .await;
-    assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness("loop-zeta"), Liveness::Absent);
+    assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness(&rig.tmux_session("zeta")), Liveness::Absent);
 }
 
 /// A restarted agent adopts a live session (nothing respawned) and finishes a verification in flight.
@@ -201,20 +207,20 @@ pub async fn restart_adopts_and_finishes_verifications(rig: &mut impl Rig) {
     let id = await_phase(rig, "theta", "Running").await["harnessSessionId"].as_str().unwrap().to_string();
     rig.create_session("iota", serde_json::json!({"resume": {"probeSeconds": 4}})).await;
     await_phase(rig, "iota", "Running").await;
-    let theta_pid = rig.tmux().pane_pid("loop-theta");
+    let theta_pid = rig.tmux().pane_pid(&rig.tmux_session("theta"));
 
-    rig.tmux().kill_harness("loop-iota").await;
+    rig.tmux().kill_harness(&rig.tmux_session("iota")).await;
     rig.send("iota", "iota-1", "during verification").await;
     await_phase(rig, "iota", "Verifying").await;
     rig.restart_agent();
 
     assert_eq!(await_delivered(rig, "iota-1").await["via"], "Resumed");
-    rig.tmux().await_output("loop-theta", "ready>").await;
+    rig.tmux().await_output(&rig.tmux_session("theta"), "ready>").await;
     rig.send("theta", "theta-1", "still you?").await;
     assert_eq!(await_delivered(rig, "theta-1").await["via"], "Pasted", "adopted, not respawned");
     let st = rig.session_status("theta").await;
     assert_eq!((st["harnessSessionId"].as_str(), st["respawnCount"].as_u64()), (Some(id.as_str()), Some(0)));
-    assert_eq!(rig.tmux().pane_pid("loop-theta"), theta_pid);
+    assert_eq!(rig.tmux().pane_pid(&rig.tmux_session("theta")), theta_pid);
     let prompts = rig.tmux().await_prompts(2).await;
     assert_eq!(prompts.iter().filter(|p| p.prompt == "during verification").count(), 1, "one spawn for the event");
 }
@@ -281,8 +287,8 @@ pub async fn late_resume_failure_loses_nothing(rig: &impl Rig) {
 pub async fn input_during_boot_waits_for_the_ready_prompt(rig: &impl Rig) {
     rig.create_session("lam", serde_json::json!({"harness": "standin-boot"})).await;
     await_phase(rig, "lam", "Running").await; // the probe passed; the harness still boots (for 4 s)
-    rig.tmux().await_output("loop-lam", "booting").await;
-    let screen = rig.tmux().runner.screen("loop-lam").await.unwrap();
+    rig.tmux().await_output(&rig.tmux_session("lam"), "booting").await;
+    let screen = rig.tmux().runner.screen(&rig.tmux_session("lam")).await.unwrap();
     assert!(!screen.contains("ready>"), "still booting when the event comes: {screen}");
     rig.send("lam", "lam-1", "are you up?").await;
     let ev = await_delivered(rig, "lam-1").await;
@@ -317,11 +323,15 @@ pub async fn killed_between_intent_and_spawn_runs_the_same_spawn(rig: &mut impl 
     crate::standin::seed_conversation(&rig.tmux().state(), "known-nu");
     rig.create_session("nu", serde_json::json!({"harnessSessionId": "known-nu"})).await;
     await_phase(rig, "nu", "Running").await;
-    rig.tmux().kill_harness("loop-nu").await;
+    rig.tmux().kill_harness(&rig.tmux_session("nu")).await;
     rig.restart_agent_with(Some(Failpoint::AfterIntent));
     rig.send("nu", "nu-1", "after the crash").await;
     await_phase(rig, "nu", "Starting").await; // the intent is written; the agent stops there for good
-    assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness("loop-nu"), Liveness::Dead, "never spawned");
+    assert_eq!(
+        rig.tmux().runner.observe().await.unwrap().liveness(&rig.tmux_session("nu")),
+        Liveness::Dead,
+        "never spawned"
+    );
     rig.restart_agent();
     let ev = await_delivered(rig, "nu-1").await;
     assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some("known-nu")));
@@ -338,7 +348,7 @@ pub async fn killed_between_intent_and_spawn_runs_the_same_spawn(rig: &mut impl 
 pub async fn killed_between_paste_and_status_pastes_once(rig: &mut impl Rig) {
     rig.create_session("xi", serde_json::json!({})).await;
     await_phase(rig, "xi", "Running").await;
-    rig.tmux().await_output("loop-xi", "ready>").await;
+    rig.tmux().await_output(&rig.tmux_session("xi"), "ready>").await;
     rig.restart_agent_with(Some(Failpoint::AfterPaste));
     rig.send("xi", "xi-1", "exactly once").await;
     rig.tmux().await_prompts(1).await; // pasted; the agent stops before recording it
@@ -357,7 +367,7 @@ pub async fn idle_stops_and_an_event_wakes_the_same_conversation(rig: &impl Rig)
     let tmux = rig.tmux();
     rig.create_session("chatty", serde_json::json!({"harness": "standin-chatty", "idle": idle})).await;
     await_phase(rig, "chatty", "Running").await;
-    tmux.await_output("loop-chatty", "working 8").await; // 4 s of output: twice the idle period
+    tmux.await_output(&rig.tmux_session("chatty"), "working 8").await; // 4 s of output: twice the idle period
     assert_eq!(rig.session_status("chatty").await["phase"], "Running", "output keeps it");
 
     // The blind stand-in's initial prompt stays Delivering for its 10 s settle window, while the pane is quiet.
@@ -370,7 +380,7 @@ pub async fn idle_stops_and_an_event_wakes_the_same_conversation(rig: &impl Rig)
     let ready = st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
     assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("Idle")));
     assert_eq!((st["failureCount"].as_u64(), st["respawnCount"].as_u64()), (Some(0), Some(0)), "no failure");
-    assert_eq!(tmux.runner.observe().await.unwrap().liveness("loop-quiet"), Liveness::Absent, "stopped");
+    assert_eq!(tmux.runner.observe().await.unwrap().liveness(&rig.tmux_session("quiet")), Liveness::Absent, "stopped");
     let id = st["harnessSessionId"].as_str().unwrap().to_string();
 
     rig.send("quiet", "quiet-1", "wake up").await;

@@ -31,7 +31,7 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
         |s| s["initialPrompt"]["phase"] == "Delivered",
     )
     .await;
-    rig.tmux().kill_harness(&format!("loop-{a}")).await;
+    rig.tmux().kill_harness(&rig.tmux_session(&a)).await;
     let second = format!("second for {shape}");
     rig.send(&a, &format!("{a}-1"), &second).await;
     await_delivered(rig, &format!("{a}-1")).await;

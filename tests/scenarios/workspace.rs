@@ -87,7 +87,7 @@ pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
 
     // Uncommitted work survives a crash and the respawn that delivers the next event.
     std::fs::write(workdir("wa").join("notes.txt"), "work in progress\n").unwrap();
-    tmux.kill_harness("loop-wa").await;
+    tmux.kill_harness(&rig.tmux_session("wa")).await;
     rig.send("wa", "wa-1", "after the crash").await;
     await_delivered(rig, "wa-1").await;
     assert_eq!(std::fs::read_to_string(workdir("wa").join("notes.txt")).unwrap(), "work in progress\n");
@@ -130,7 +130,7 @@ pub async fn a_workspace_that_cannot_be_prepared_says_what_git_printed(rig: &imp
     assert_eq!(st["phase"], "BackOff");
     assert!(st["nextRetryTime"].is_string(), "{st}");
     let observed = tmux.runner.observe().await.unwrap();
-    assert_eq!(observed.liveness("loop-wbad"), Liveness::Absent, "nothing spawned");
+    assert_eq!(observed.liveness(&rig.tmux_session("wbad")), Liveness::Absent, "nothing spawned");
 }
 
 /// A preparation that hangs (a server that accepts and never answers) holds up only its own session: it shows

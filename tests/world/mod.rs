@@ -166,14 +166,19 @@ impl World {
         .await
     }
 
-    /// The pid of the harness in the pane of `work_item`.
-    pub fn harness_pid(&self, work_item: &str) -> u32 {
-        self.tmux.pane_pid(&format!("loop-{work_item}"))
+    /// The tmux session of the WorkSession `name` (`loop-<namespace>_<name>`).
+    pub fn tmux_session(&self, name: &str) -> String {
+        format!("loop-{}_{name}", self.ns.name)
     }
 
-    /// Kills the harness process of `work_item`: the pane dies, as on a crash.
-    pub async fn kill_harness(&self, work_item: &str) {
-        self.tmux.kill_harness(&format!("loop-{work_item}")).await;
+    /// The pid of the harness in the pane of the WorkSession `name`.
+    pub fn harness_pid(&self, name: &str) -> u32 {
+        self.tmux.pane_pid(&self.tmux_session(name))
+    }
+
+    /// Kills the harness process of the WorkSession `name`: the pane dies, as on a crash.
+    pub async fn kill_harness(&self, name: &str) {
+        self.tmux.kill_harness(&self.tmux_session(name)).await;
     }
 
     pub fn prompts(&self) -> Vec<Prompt> {
@@ -245,5 +250,9 @@ impl crate::scenarios::Rig for World {
 
     fn tmux(&self) -> &TmuxServer {
         &self.tmux
+    }
+
+    fn namespace(&self) -> String {
+        self.ns.name.clone()
     }
 }

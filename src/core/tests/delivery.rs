@@ -21,7 +21,7 @@ fn tracked_until_known_the_initial_prompt_like_any_other() {
     let plan = case.step();
     assert_eq!(
         spawned(&plan),
-        "spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- start here"
+        "spawn loop-ns_repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- start here"
     );
     assert_eq!(initial(&plan), Some(EventPhase::Delivering), "sent: recorded in status");
     case.liveness = Liveness::Alive;
@@ -86,7 +86,7 @@ fn a_late_death_returns_every_unconfirmed_prompt_in_order_and_the_next_spawn_sen
     let plan = case.step();
     assert_eq!(
         spawned(&plan),
-        "spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- start here"
+        "spawn loop-ns_repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- start here"
     );
     case.liveness = Liveness::Alive;
     case.now = t(32);
@@ -94,9 +94,9 @@ fn a_late_death_returns_every_unconfirmed_prompt_in_order_and_the_next_spawn_sen
     assert_eq!(
         ops(&plan)[1..],
         [
-            "paste e1 into loop-repo-12: one",
+            "paste e1 into loop-ns_repo-12: one",
             "event e1 Delivering via Pasted",
-            "paste e2 into loop-repo-12: two",
+            "paste e2 into loop-ns_repo-12: two",
             "event e2 Delivering via Pasted"
         ]
     );
@@ -112,7 +112,7 @@ fn ready_before_paste_with_a_bounded_wait_that_fails_clearly() {
     assert_eq!(ops(&plan), Vec::<String>::new(), "nothing pasted before the input box shows");
     assert_eq!(plan.requeue_after, Some(super::super::deliver::DELIVERY_RECHECK));
     case.screen = Some(CLAUDE_READY);
-    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-repo-12: one", "in order once ready");
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: one", "in order once ready");
     // Never ready: after the bounded wait (120 s from the later of the respawn at t(0) and the event) it fails.
     case.screen = Some("booting...");
     case.now = t(120);
@@ -152,7 +152,7 @@ fn crash_safe_a_spawn_that_never_ran_is_run_again_the_same() {
 fn crash_safe_a_paste_recorded_only_by_tmux_is_not_pasted_again() {
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
-    case.tmux = Some(SessionView { alive: true, pasted: "e1".into(), ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..Default::default() });
     let plan = case.step();
     assert_eq!(ops(&plan), ["event e1 Delivering via Pasted"], "the tag says it was pasted: recorded, not pasted");
 }
@@ -204,5 +204,5 @@ fn crash_safe_a_fresh_spawn_whose_tmux_server_restarted_is_not_run_again() {
     case.confirmed.clear();
     case.events = vec![ev("e1", "please fix the bug")];
     case.now = t(200);
-    assert_eq!(spawned(&case.step()), format!("spawn loop-repo-12 claude --resume {NEW} -- please fix the bug"));
+    assert_eq!(spawned(&case.step()), format!("spawn loop-ns_repo-12 claude --resume {NEW} -- please fix the bug"));
 }

@@ -20,7 +20,7 @@ fn quiet_since(quiet_since: i64) -> Case {
 fn quiet_for_the_period_with_nothing_owed_the_harness_is_stopped_as_idle() {
     let mut case = quiet_since(40); // quiet for 60 s at t(100)
     let plan = case.step();
-    assert_eq!(ops(&plan), ["stop loop-repo-12", "session.idle"]);
+    assert_eq!(ops(&plan), ["stop loop-ns_repo-12", "session.idle"]);
     assert_eq!(plan.status.phase, Some(Phase::Idle));
     assert_eq!(condition(&plan.status, READY), Some(("False", "Idle")));
     assert_eq!(plan.status.idle_since, Some(Time(t(100))));
@@ -45,7 +45,7 @@ fn a_prompt_waiting_or_being_delivered_keeps_it() {
     let mut waiting = quiet_since(0);
     waiting.events = vec![ev("e1", "hello")];
     let plan = waiting.step();
-    assert_eq!(ops(&plan)[0], "paste e1 into loop-repo-12: hello", "delivered, not stopped");
+    assert_eq!(ops(&plan)[0], "paste e1 into loop-ns_repo-12: hello", "delivered, not stopped");
     assert_eq!(plan.status.phase, Some(Phase::Running));
 }
 
@@ -59,7 +59,7 @@ fn unset_or_zero_never_stops_and_the_agent_config_gives_the_default() {
     unset.spec.idle = None;
     assert_eq!(ops(&unset.step()), Vec::<String>::new(), "off unless set");
     unset.config.defaults.idle_suspend_after_seconds = Some(60);
-    assert_eq!(ops(&unset.step()), ["stop loop-repo-12", "session.idle"], "the config's default");
+    assert_eq!(ops(&unset.step()), ["stop loop-ns_repo-12", "session.idle"], "the config's default");
 }
 
 #[test]

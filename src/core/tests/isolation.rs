@@ -32,26 +32,26 @@ fn a_session_tagged_for_another_worksession_is_never_adopted_pasted_into_or_stop
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
     case.tmux = Some(SessionView { alive: true, owner: OWNER.into(), ..Default::default() });
-    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-repo-12: please fix the bug");
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug");
 }
 
 #[test]
 fn a_prefix_change_keeps_a_live_harness_and_respawns_under_the_new_name() {
     let mut case = Case::new(ran_old());
     case.config.tmux.session_prefix = "ws-".into();
-    case.session = Some("loop-repo-12"); // the reconcile found the recorded session still there
+    case.session = Some("loop-ns_repo-12"); // the reconcile found the recorded session still there
     case.liveness = Liveness::Alive;
     let plan = case.decide();
-    assert_eq!(ops(&plan)[0], "paste e1 into loop-repo-12: please fix the bug", "the live harness gets the event");
-    assert_eq!(plan.status.tmux_session.as_deref(), Some("loop-repo-12"));
+    assert_eq!(ops(&plan)[0], "paste e1 into loop-ns_repo-12: please fix the bug", "the live harness gets the event");
+    assert_eq!(plan.status.tmux_session.as_deref(), Some("loop-ns_repo-12"));
     // Once it died: the old session is cleared and the respawn takes the new name, resuming the same conversation.
     case.liveness = Liveness::Dead;
     let plan = case.decide();
     assert_eq!(
         ops(&plan)[..2],
-        ["stop loop-repo-12", "spawn ws-repo-12 claude --resume 0a0b0c0d-old -- please fix the bug"]
+        ["stop loop-ns_repo-12", "spawn ws-ns_repo-12 claude --resume 0a0b0c0d-old -- please fix the bug"]
     );
-    assert_eq!(plan.status.tmux_session.as_deref(), Some("ws-repo-12"));
+    assert_eq!(plan.status.tmux_session.as_deref(), Some("ws-ns_repo-12"));
 }
 
 #[test]

@@ -147,9 +147,9 @@ impl Case {
                 Op::Spawn(s) => {
                     self.tmux = Some(SessionView { alive: true, spawn: s.tag.clone(), ..Default::default() })
                 }
-                Op::Paste { key, .. } => {
+                Op::Paste { tag, .. } => {
                     if let Some(view) = &mut self.tmux {
-                        view.pasted = key.clone();
+                        view.pasted = tag.clone();
                     }
                 }
                 Op::Event(u) => {
@@ -175,7 +175,7 @@ fn ops(plan: &Plan) -> Vec<String> {
         .map(|op| match op {
             Op::Stop { session } => format!("stop {session}"),
             Op::Spawn(s) => format!("spawn {} {} {}", s.session, s.binary, s.argv.join(" ")),
-            Op::Paste { session, key, text } => format!("paste {key} into {session}: {text}"),
+            Op::Paste { session, key, text, .. } => format!("paste {key} into {session}: {text}"),
             Op::Event(u) => {
                 format!("event {} {:?}{}", u.event, u.phase, u.via.map(|v| format!(" via {v:?}")).unwrap_or_default())
             }
@@ -205,9 +205,9 @@ fn condition<'s>(status: &'s WorkSessionStatus, type_: &str) -> Option<(&'s str,
 /// The Claude Code CLI's screen once its input box is up.
 const CLAUDE_READY: &str = "banner\n────────────────────\n❯ \n────────────────────\n  ? for shortcuts\n";
 
-const RESUME_E1: &str = "spawn loop-repo-12 claude --resume 0a0b0c0d-old -- please fix the bug";
+const RESUME_E1: &str = "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old -- please fix the bug";
 const FRESH_E1: &str =
-    "spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- please fix the bug";
+    "spawn loop-ns_repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- please fix the bug";
 
 /// The seed's `_try_resume` rows decided before tmux: (row, setup, spawn, notices).
 #[test]
@@ -317,13 +317,13 @@ fn try_resume_rows_after_tmux() {
 fn step1_deleted_and_suspended() {
     let mut case = Case::new(ran_old());
     case.deleting = true;
-    assert_eq!(ops(&case.decide()), ["stop loop-repo-12", "release finalizer"]);
+    assert_eq!(ops(&case.decide()), ["stop loop-ns_repo-12", "release finalizer"]);
 
     let mut case = Case::new(ran_old());
     case.spec.suspend = true;
     case.liveness = Liveness::Alive;
     let plan = case.decide();
-    assert_eq!((ops(&plan), plan.status.phase), (vec!["stop loop-repo-12".to_string()], Some(Phase::Suspended)));
+    assert_eq!((ops(&plan), plan.status.phase), (vec!["stop loop-ns_repo-12".to_string()], Some(Phase::Suspended)));
     case.liveness = Liveness::Absent;
     assert_eq!(ops(&case.decide()), Vec::<String>::new(), "already stopped; events wait");
 }
@@ -338,9 +338,9 @@ fn step2_live_pane_gets_events_pasted_in_order() {
     assert_eq!(
         ops(&plan),
         [
-            "paste e1 into loop-repo-12: one",
+            "paste e1 into loop-ns_repo-12: one",
             "event e1 Delivering via Pasted",
-            "paste e2 into loop-repo-12: two",
+            "paste e2 into loop-ns_repo-12: two",
             "event e2 Delivering via Pasted",
         ]
     );
@@ -367,7 +367,7 @@ fn step3_when_a_dead_pane_is_respawned() {
                 c.events.clear();
                 c.spec.restart_policy = RestartPolicy::Always
             },
-            Some("spawn loop-repo-12 claude --resume 0a0b0c0d-old"),
+            Some("spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old"),
             Phase::Verifying,
         ),
         ("Never after a run: waits, Failed", |c| c.spec.restart_policy = RestartPolicy::Never, None, Phase::Failed),
@@ -378,7 +378,7 @@ fn step3_when_a_dead_pane_is_respawned() {
                 c.events.clear();
                 c.spec.initial_prompt = Some("hello".into())
             },
-            Some("spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- hello"),
+            Some("spawn loop-ns_repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- hello"),
             Phase::Verifying,
         ),
         (
@@ -388,7 +388,7 @@ fn step3_when_a_dead_pane_is_respawned() {
                 c.events.clear();
                 c.liveness = Liveness::Absent
             },
-            Some("spawn loop-repo-12 claude --session-id 11111111-2222-4333-8444-555555555555"),
+            Some("spawn loop-ns_repo-12 claude --session-id 11111111-2222-4333-8444-555555555555"),
             Phase::Verifying,
         ),
     ];
@@ -552,11 +552,11 @@ fn long_boot_prompts_are_pasted_once_ready() {
     let mut case = Case::new(ran_old());
     case.events = vec![ev("e1", &long)];
     let plan = case.step();
-    assert_eq!(spawned(&plan), "spawn loop-repo-12 claude --resume 0a0b0c0d-old", "no prompt on the command line");
+    assert_eq!(spawned(&plan), "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old", "no prompt on the command line");
     case.liveness = Liveness::Alive;
     case.now = t(102);
     let plan = case.step();
-    assert_eq!(ops(&plan)[1], format!("paste e1 into loop-repo-12: {long}"));
+    assert_eq!(ops(&plan)[1], format!("paste e1 into loop-ns_repo-12: {long}"));
     assert_eq!(ops(&plan)[2], "event e1 Delivering via Pasted");
 }
 
@@ -564,15 +564,18 @@ fn long_boot_prompts_are_pasted_once_ready() {
 fn control_characters_never_reach_the_harness() {
     let mut case = Case::new(ran_old());
     case.events = vec![ev("e1", "stop\u{3}\u{1b}[201~now\u{0}")];
-    assert_eq!(spawned(&case.decide()), "spawn loop-repo-12 claude --resume 0a0b0c0d-old -- stop[201~now");
+    assert_eq!(spawned(&case.decide()), "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old -- stop[201~now");
     case.liveness = Liveness::Alive;
-    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-repo-12: stop[201~now");
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: stop[201~now");
 }
 
 #[test]
 fn status_records_generation_and_tmux_session() {
     let plan = Case::new(ran_old()).decide();
-    assert_eq!((plan.status.observed_generation, plan.status.tmux_session.as_deref()), (Some(3), Some("loop-repo-12")));
+    assert_eq!(
+        (plan.status.observed_generation, plan.status.tmux_session.as_deref()),
+        (Some(3), Some("loop-ns_repo-12"))
+    );
     assert!(plan.status.conditions.iter().all(|c| c.observed_generation == Some(3)));
 }
 

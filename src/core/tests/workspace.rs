@@ -91,5 +91,5 @@ fn a_live_harness_is_never_held_up_by_its_workspace() {
 fn a_deleted_session_removes_its_workspace_before_releasing_the_finalizer() {
     let mut case = with_workspace(Workspace::Ready);
     case.deleting = true;
-    assert_eq!(ops(&case.step()), ["stop loop-repo-12", "remove workspace", "release finalizer"]);
+    assert_eq!(ops(&case.step()), ["stop loop-ns_repo-12", "remove workspace", "release finalizer"]);
 }

@@ -59,8 +59,8 @@ fn stamp(path: &Path) -> Option<Stamp> {
 /// A file as parsed.
 enum Content {
     Manifest(Manifest),
-    /// A manifest that does not parse (reported when read).
-    Invalid,
+    /// A manifest that does not parse or breaks the schema (reported when read), and why.
+    Invalid(String),
     /// A status file: the whole object as the agent wrote it.
     Status(Manifest),
     /// A status file that does not parse.
@@ -75,7 +75,7 @@ impl Content {
             Content::Manifest(Manifest::Event(ev)) | Content::Status(Manifest::Event(ev)) => {
                 Some(ev.spec.session.clone())
             }
-            Content::Invalid | Content::OtherStatus => None,
+            Content::Invalid(_) | Content::OtherStatus => None,
         }
     }
 }
@@ -96,6 +96,9 @@ pub(super) struct Index {
     events: HashMap<String, PathBuf>,
     /// Session name to the manifest paths of the events that name it.
     by_session: HashMap<String, Vec<PathBuf>>,
+    /// Session manifests whose edit the schema refuses (an immutable field changed), and why: the session stays as
+    /// its status file recorded it, as the API server keeps the old object when it refuses an update.
+    refused: BTreeMap<PathBuf, String>,
     /// Whether the three maps above are behind `files`.
     stale: bool,
     /// Files read (and parsed) so far: once per change.
@@ -151,11 +154,21 @@ impl Index {
             return self;
         }
         let (mut sessions, mut events, mut by_session) = (HashMap::new(), HashMap::new(), HashMap::<_, Vec<_>>::new());
-        let mut orphans = Vec::new();
+        let (mut orphans, mut refused) = (Vec::new(), BTreeMap::new());
         for (path, file) in &self.files {
             match &file.content {
                 Content::Manifest(Manifest::Session(ws)) => {
                     sessions.entry(ws.name_any()).or_insert_with(|| path.clone());
+                    let recorded = self.status(path, |m| match m {
+                        Manifest::Session(ws) => Some(ws),
+                        Manifest::Event(_) => None,
+                    });
+                    if let Some(e) = recorded.and_then(|old| api::immutable_change(&old.spec, &ws.spec)) {
+                        if self.refused.get(path) != Some(&e.to_string()) {
+                            tracing::error!(event = "local.invalid_manifest", file = %path.display(), "{e}");
+                        }
+                        refused.insert(path.clone(), e.to_string());
+                    }
                 }
                 Content::Manifest(Manifest::Event(ev)) => {
                     if let std::collections::hash_map::Entry::Vacant(entry) = events.entry(ev.name_any()) {
@@ -178,8 +191,22 @@ impl Index {
             let _ = std::fs::remove_file(&path);
             self.files.remove(&path);
         }
-        (self.sessions, self.events, self.by_session, self.stale) = (sessions, events, by_session, false);
+        (self.sessions, self.events, self.by_session, self.refused) = (sessions, events, by_session, refused);
+        self.stale = false;
         self
+    }
+
+    /// The manifests that are skipped (they do not parse or break the schema) or whose last edit is refused, with
+    /// why, in path order.
+    pub(super) fn refusals(&mut self) -> Vec<(PathBuf, String)> {
+        let refused = self.maps().refused.clone();
+        let invalid = self.files.iter().filter_map(|(path, file)| match &file.content {
+            Content::Invalid(why) if !why.is_empty() => Some((path.clone(), why.clone())),
+            _ => None,
+        });
+        let mut all: Vec<(PathBuf, String)> = invalid.chain(refused).collect();
+        all.sort();
+        all
     }
 
     fn status<K: Clone>(&self, manifest: &Path, pick: impl Fn(&Manifest) -> Option<&K>) -> Option<&K> {
@@ -201,6 +228,9 @@ impl Index {
             Some(Content::Manifest(Manifest::Session(ws))) => {
                 let mut ws = ws.as_ref().clone();
                 if let Some(recorded) = recorded {
+                    if self.refused.contains_key(&path) {
+                        ws.spec = recorded.spec.clone(); // the refused edit is not applied
+                    }
                     ws.status = recorded.status.clone();
                     ws.metadata.finalizers = Some(vec![FINALIZER.into()]);
                 }
@@ -235,11 +265,16 @@ impl Index {
             return None;
         };
         let mut ev = ev.as_ref().clone();
+        // A status recorded for an earlier object of the same name (another UID) is not this one's.
+        let same = |recorded: &WorkEvent| {
+            recorded.metadata.uid.as_ref().is_none_or(|uid| ev.metadata.uid.as_ref() == Some(uid))
+        };
         ev.status = self
             .status(path, |m| match m {
                 Manifest::Event(ev) => Some(ev),
                 Manifest::Session(_) => None,
             })
+            .filter(|recorded| same(recorded))
             .and_then(|recorded| recorded.status.clone());
         Some(ev)
     }
@@ -270,13 +305,13 @@ fn read(path: &Path, text: &str) -> Content {
         };
     }
     if text.trim().is_empty() {
-        return Content::Invalid; // being written (`>` truncates first): its next change says more
+        return Content::Invalid(String::new()); // being written (`>` truncates first): its next change says more
     }
     match parse(path, text) {
         Ok(manifest) => Content::Manifest(manifest),
         Err(problem) => {
             tracing::error!(event = "local.invalid_manifest", file = %path.display(), "{problem}; skipped");
-            Content::Invalid
+            Content::Invalid(problem)
         }
     }
 }
@@ -304,18 +339,18 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
             None => Ok(typed),
         }
     }
-    let mut manifest = match kind {
+    let (kind, mut manifest) = match kind {
         "WorkSession" => {
             let ws: WorkSession = typed(value)?;
             api::validate_spec(&ws.spec).map_err(|e| e.to_string())?;
-            Manifest::Session(Box::new(ws))
+            (api::Kind::WorkSession, Manifest::Session(Box::new(ws)))
         }
         "WorkEvent" => {
             let ev: WorkEvent = typed(value)?;
             if ev.spec.session.is_empty() || ev.spec.prompt.is_empty() {
                 return Err("spec.session and spec.prompt are required".into());
             }
-            Manifest::Event(Box::new(ev))
+            (api::Kind::WorkEvent, Manifest::Event(Box::new(ev)))
         }
         other => return Err(format!("kind: {other:?} is neither WorkSession nor WorkEvent")),
     };
@@ -323,15 +358,27 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         Manifest::Session(ws) => &mut ws.metadata,
         Manifest::Event(ev) => &mut ev.metadata,
     };
-    if meta.name.as_deref().is_none_or(str::is_empty) {
+    let Some(name) = meta.name.clone().filter(|n| !n.is_empty()) else {
         return Err("metadata.name is required".into());
-    }
+    };
+    // The API server's checks of names, which local mode would otherwise skip: a name reaches tmux tags, file names
+    // and labels.
+    api::validate_name(kind, &name, meta.namespace.as_deref())?;
     meta.namespace.get_or_insert_with(|| NAMESPACE.to_string());
-    let created = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    // When the file was made (its birth time where the file system keeps one): a file made again is a new object.
+    let created = std::fs::metadata(path).and_then(|m| m.created().or_else(|_| m.modified())).ok();
     if meta.creation_timestamp.is_none() {
         let since = created.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
         let ts = k8s_openapi::jiff::Timestamp::from_nanosecond(since.as_nanos() as i128).unwrap_or_default();
         meta.creation_timestamp = Some(Time(ts));
+    }
+    if meta.uid.is_none() {
+        // The API server gives each object a UID; here one is made from the name and the creation, so a WorkEvent
+        // made again under a used name is a new delivery (its paste tag and status are its own).
+        use sha2::Digest;
+        let created = meta.creation_timestamp.as_ref().map(|t| t.0.as_nanosecond()).unwrap_or_default();
+        let digest = sha2::Sha256::digest(format!("{name}\0{created}").as_bytes());
+        meta.uid = Some(format!("local-{}", &hex::encode(digest)[..32]));
     }
     meta.generation.get_or_insert(1);
     Ok(manifest)

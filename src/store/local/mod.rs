@@ -152,6 +152,12 @@ impl LocalStore {
         Ok(self.index()?.events(None))
     }
 
+    /// The manifests skipped (they do not parse, or break the schema) or whose last edit is refused (an immutable
+    /// field changed), with why: what `worksession get --local` reports on stderr.
+    pub fn refusals(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
+        Ok(self.index()?.refusals())
+    }
+
     fn event_path(&self, name: &str) -> Result<Option<PathBuf>, StoreError> {
         Ok(self.index()?.event_path(name))
     }

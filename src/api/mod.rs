@@ -1,15 +1,16 @@
 //! The API: `WorkSession` and `WorkEvent` (`worksession.dev/v1alpha1`), the source of the generated CRDs.
 //!
-//! Everything the CRD schema can express is expressed here (required fields, enums, the session id shape, ranges);
-//! the agent re-checks what reaches a command line (see [`is_valid_session_id`]).
+//! Everything the CRD schema can express is expressed here (required fields, enums, the session id shape, ranges,
+//! immutable fields); [`shapes`] holds the same rules as code, for local mode and for what reaches a command line
+//! (see [`is_valid_session_id`]).
 
-use std::sync::LazyLock;
+mod shapes;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
-use regex::Regex;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+pub use shapes::*;
 
 /// The API group.
 pub const GROUP: &str = "worksession.dev";
@@ -17,105 +18,6 @@ pub const GROUP: &str = "worksession.dev";
 pub const SESSION_LABEL: &str = "worksession.dev/session";
 /// Label on a WorkEvent naming the node of its WorkSession.
 pub const NODE_LABEL: &str = "worksession.dev/node";
-
-/// The value of [`NODE_LABEL`] for `node`: its [`slug`] (a node name may be longer than a label value). Two nodes
-/// whose names differ only in punctuation share a value; each agent still reconciles only its own node's sessions.
-pub fn node_label_value(node: &str) -> String {
-    slug(node)
-}
-
-/// `raw` as a DNS label: lowercase letters, digits and `-`. A slug over 63 characters keeps its first 54 and a
-/// hash of the whole, so two long names that share a beginning never become one session.
-pub fn slug(raw: &str) -> String {
-    let s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-    let s = s.trim_matches('-');
-    if s.len() <= 63 {
-        return s.to_string();
-    }
-    use sha2::Digest;
-    let digest = hex::encode(sha2::Sha256::digest(raw.as_bytes()));
-    format!("{}-{}", s[..54].trim_end_matches('-'), &digest[..8])
-}
-
-/// The shape of a harness session id: a leading alphanumeric, so an id can never be taken as a flag.
-pub const SESSION_ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$";
-/// The shape of a work item: a DNS label.
-pub const WORK_ITEM_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-
-static SESSION_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(SESSION_ID_PATTERN).unwrap());
-
-/// Whether `id` has the shape of a harness session id (the seed's check, applied before an id becomes argv).
-pub fn is_valid_session_id(id: &str) -> bool {
-    SESSION_ID.is_match(id)
-}
-
-static WORK_ITEM: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
-static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
-
-/// The shape of `spec.workspace.url` and `ref`: no leading `-` (never taken as a flag by git), no whitespace or
-/// control characters.
-pub const GIT_WORD_PATTERN: &str = r"^[^-\s][^\s]*$";
-static GIT_WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(GIT_WORD_PATTERN).unwrap());
-static PASSWORD_IN_URL: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@").unwrap());
-
-/// The shape of a harness profile name.
-pub const HARNESS_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]*$";
-
-/// A spec field that breaks what the CRD schema says (for objects that did not pass a schema: local mode).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("spec.{field}: {problem}")]
-pub struct SpecError {
-    /// The field, for example `workItem`.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-/// Checks a WorkSession spec the way its CRD schema does, except `harnessSessionId`: a malformed id is not an
-/// invalid session but a row of the resume decision table (a fresh conversation, reported as `InvalidSessionId`).
-pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
-    let err = |field, problem: String| Err(SpecError { field, problem });
-    if spec.work_item.len() > 63 || !WORK_ITEM.is_match(&spec.work_item) {
-        return err(
-            "workItem",
-            format!("{:?} must be a DNS label (lowercase letters, digits, '-'; at most 63)", spec.work_item),
-        );
-    }
-    if spec.node_name.is_empty() || spec.node_name.len() > 253 {
-        return err("nodeName", "must be 1 to 253 characters".into());
-    }
-    if spec.harness.len() > 63 || !HARNESS_NAME.is_match(&spec.harness) {
-        return err("harness", format!("{:?} must match {HARNESS_PATTERN} (at most 63)", spec.harness));
-    }
-    if !spec.workdir.starts_with('/') || spec.workdir.len() > 4096 || spec.workdir.contains('\0') {
-        return err("workdir", format!("{:?} must be an absolute path", spec.workdir));
-    }
-    if spec.workdir.contains('#') {
-        // tmux expands formats, `#(command)` included, in a new session's start directory.
-        return err("workdir", format!("{:?} must not contain '#' (tmux would expand it)", spec.workdir));
-    }
-    if let Some(w) = &spec.workspace {
-        if w.url.len() > 2048 || !GIT_WORD.is_match(&w.url) {
-            return err("workspace.url", "must not start with '-' or contain whitespace (at most 2048)".into());
-        }
-        if PASSWORD_IN_URL.is_match(&w.url) {
-            return err("workspace.url", "must not carry a password: the agent reads credentials from files".into());
-        }
-        if w.r#ref.as_ref().is_some_and(|r| r.len() > 255 || !GIT_WORD.is_match(r)) {
-            return err("workspace.ref", "must not start with '-' or contain whitespace (at most 255)".into());
-        }
-    }
-    if let Some(r) = &spec.resume {
-        if r.probe_seconds.is_some_and(|s| s > 300) {
-            return err("resume.probeSeconds", "must be between 0 and 300".into());
-        }
-        if r.settle_seconds.is_some_and(|s| s > 3600) {
-            return err("resume.settleSeconds", "must be between 0 and 3600".into());
-        }
-    }
-    Ok(())
-}
 
 /// Desired state of one long-lived harness conversation about one work item.
 #[allow(clippy::duplicated_attributes)] // printcolumn(...) repeats `type_ = "string"` by design
@@ -138,8 +40,10 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct WorkSessionSpec {
-    /// The work item's slug (a DNS label); the tmux session is `<prefix><workItem>`.
+    /// The work item's slug (a DNS label): its git branch is `worksession/<workItem>`. Immutable (a changed work item
+    /// would leave its harness running while another resumes the same conversation).
     #[schemars(regex(pattern = WORK_ITEM_PATTERN), length(min = 1, max = 63))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "workItem is immutable"}]))]
     pub work_item: String,
     /// The node whose agent owns this session; immutable (moving a session would leave its harness running on the
     /// old node while the new one resumes the same conversation).
@@ -184,8 +88,9 @@ pub struct WorkSessionSpec {
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceSpec {
     /// The repository (`https://`, `ssh://`, `git@host:path` or `file://`); credentials come from the agent's
-    /// mounted files, never from the URL.
+    /// mounted files, never from the URL: no user info but an `ssh://` user name.
     #[schemars(regex(pattern = GIT_WORD_PATTERN), length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": URL_USER_INFO_RULE, "message": "url must not carry user info (a token or password): the agent reads credentials from files"}]))]
     pub url: String,
     /// The branch, tag or commit the work item's branch starts from; default: the repository's default branch.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
@@ -530,10 +435,14 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
             _ => {}
         }
     }
-    [WorkSession::crd(), WorkEvent::crd()]
+    let mut session = serde_json::to_value(WorkSession::crd()).expect("a CRD serializes");
+    // The API server checks a custom resource's name as a DNS subdomain; a WorkSession's must be a label.
+    session["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = serde_json::json!([
+        {"rule": WORK_SESSION_NAME_RULE, "message": "metadata.name must be a DNS label (at most 63 characters)"}
+    ]);
+    [session, serde_json::to_value(WorkEvent::crd()).expect("a CRD serializes")]
         .into_iter()
-        .map(|crd| {
-            let mut value = serde_json::to_value(crd).expect("a CRD serializes");
+        .map(|mut value| {
             drop_unknown_formats(&mut value);
             serde_json::from_value(value).expect("a CRD without some formats is still a CRD")
         })
@@ -548,30 +457,6 @@ pub fn crds_yaml() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn session_id_shape_is_the_seeds() {
-        for ok in ["a", "0b3c", "550e8400-e29b-41d4-a716-446655440000", "A.b_c-d", &"x".repeat(128)] {
-            assert!(is_valid_session_id(ok), "{ok}");
-        }
-        for bad in ["", "-x", "--dangerously-skip-permissions", ".x", "_x", "a b", "a;b", "a\n", &"x".repeat(129)] {
-            assert!(!is_valid_session_id(bad), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn a_workdir_holding_a_tmux_format_is_refused() {
-        let spec = |workdir: &str| WorkSessionSpec {
-            work_item: "w".into(),
-            node_name: "n".into(),
-            harness: "claude".into(),
-            workdir: workdir.into(),
-            ..Default::default()
-        };
-        let e = validate_spec(&spec("/tmp/x/#(touch /tmp/pwned)")).unwrap_err();
-        assert_eq!(e.field, "workdir");
-        assert!(validate_spec(&spec("/srv/work/repo-1.x")).is_ok());
-    }
 
     #[test]
     fn crds_carry_only_formats_the_api_server_knows() {

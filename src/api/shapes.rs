@@ -1,0 +1,317 @@
+//! The shapes of what users write, below the API types: names, work items, ids, URLs. Each rule is the one the CRD
+//! schema (or the API server itself) applies, so local mode, which has no API server, refuses the same objects
+//! with the same words; and the slugs that turn outside text (repository names, delivery ids) into names.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use sha2::Digest;
+
+use super::WorkSessionSpec;
+
+/// The value of [`super::NODE_LABEL`] for `node`: its [`dns_label`] (a node name may be longer than a label value).
+/// Two nodes whose names differ only in punctuation share a value; each agent still reconciles only its own node's
+/// sessions (its field selector names the node exactly).
+pub fn node_label_value(node: &str) -> String {
+    dns_label(node)
+}
+
+/// `raw` folded into a DNS label: lowercase letters, digits and `-`, at most 63 characters (a longer one keeps its
+/// first 54 and a hash of the whole). It loses information (`a.b` and `a-b` fold to one label): use it only where
+/// two values sharing a label is harmless, as in a label value that only narrows a watch. Names that must stay
+/// distinct are [`slug`]s.
+pub fn dns_label(raw: &str) -> String {
+    let folded = fold(raw);
+    if folded.len() <= 63 {
+        return folded;
+    }
+    format!("{}-{}", folded[..54].trim_end_matches('-'), short_hash(raw))
+}
+
+/// `raw` as a DNS label that no other `raw` shares: `raw` itself when it is one already, else its folding (see
+/// [`dns_label`]) followed by `-` and the first 8 hex digits of the SHA-256 of `raw`'s UTF-8 bytes. So
+/// `octo/my.repo#1`, `octo/my-repo#1` and `octo-my/repo#1`, which fold alike, are three work items. Stable across
+/// releases: a work item's slug names its WorkSession, so changing this rule would start new conversations.
+pub fn slug(raw: &str) -> String {
+    let folded = fold(raw);
+    if folded == raw && is_dns_label(raw) {
+        return folded;
+    }
+    let head = &folded[..folded.len().min(54)];
+    match head.trim_end_matches('-') {
+        "" => format!("h{}", short_hash(raw)),
+        head => format!("{head}-{}", short_hash(raw)),
+    }
+}
+
+fn fold(raw: &str) -> String {
+    let s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    s.trim_matches('-').to_string()
+}
+
+fn short_hash(raw: &str) -> String {
+    hex::encode(sha2::Sha256::digest(raw.as_bytes()))[..8].to_string()
+}
+
+/// The shape of a harness session id: a leading alphanumeric, so an id can never be taken as a flag.
+pub const SESSION_ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$";
+/// The shape of a work item: a DNS label.
+pub const WORK_ITEM_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// The shape of a DNS-1123 subdomain (the names of most Kubernetes objects, WorkEvents among them): dot-separated
+/// labels, at most 253 characters.
+pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+static SESSION_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(SESSION_ID_PATTERN).unwrap());
+static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
+static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).unwrap());
+static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
+
+/// Whether `id` has the shape of a harness session id (the seed's check, applied before an id becomes argv).
+pub fn is_valid_session_id(id: &str) -> bool {
+    SESSION_ID.is_match(id)
+}
+
+/// Whether `s` is a DNS-1123 label (at most 63 characters).
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && DNS_LABEL.is_match(s)
+}
+
+/// Whether `s` is a DNS-1123 subdomain (at most 253 characters).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && DNS_SUBDOMAIN.is_match(s)
+}
+
+/// The kind of object a name is checked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A WorkSession: its name is a DNS label (it is the value of [`super::SESSION_LABEL`] on its events, and part
+    /// of its tmux session's name).
+    WorkSession,
+    /// A WorkEvent: a DNS subdomain, as the API server requires of custom resources.
+    WorkEvent,
+}
+
+/// The root-level CEL rule of the WorkSession CRD that keeps its names DNS labels (the API server checks only that a
+/// custom resource's name is a DNS subdomain).
+pub const WORK_SESSION_NAME_RULE: &str =
+    "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')";
+
+/// Checks `metadata.name` (and a namespace, where given) of an object of `kind` as the API server does, with the
+/// API server's words; for local mode, where no API server checks them.
+pub fn validate_name(kind: Kind, name: &str, namespace: Option<&str>) -> Result<(), String> {
+    if let Some(ns) = namespace.filter(|ns| !is_dns_label(ns)) {
+        return Err(format!(
+            "metadata.namespace: {ns:?} must be a DNS label (lowercase letters, digits, '-'; at most 63)"
+        ));
+    }
+    match kind {
+        Kind::WorkSession if !is_dns_label(name) => {
+            Err(format!("metadata.name: {name:?} must be a DNS label (lowercase letters, digits, '-'; at most 63)"))
+        }
+        Kind::WorkEvent if !is_dns_subdomain(name) => Err(format!(
+            "metadata.name: {name:?} must be a DNS subdomain (lowercase letters, digits, '-' and '.'; at most 253)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The shape of `spec.workspace.url` and `ref`: no leading `-` (never taken as a flag by git), no whitespace or
+/// control characters.
+pub const GIT_WORD_PATTERN: &str = r"^[^-\s][^\s]*$";
+static GIT_WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(GIT_WORD_PATTERN).unwrap());
+
+/// The CEL rule of `spec.workspace.url`: no user info in a URL (`https://<token>@host/...` would put a credential in
+/// the spec, status, argv and the clone's config), except a user name without a password in an `ssh://` URL.
+/// `git@host:path` (scp-like, no scheme) names a user only.
+pub const URL_USER_INFO_RULE: &str =
+    "!self.matches('^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*@') || self.matches('^ssh://[A-Za-z0-9._-]+@[^/@]*(/.*)?$')";
+static USER_INFO: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*@").unwrap());
+static SSH_USER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^ssh://[A-Za-z0-9._-]+@[^/@]*(/.*)?$").unwrap());
+
+/// Whether a workspace URL carries user info the CRD refuses (see [`URL_USER_INFO_RULE`]).
+pub fn url_has_user_info(url: &str) -> bool {
+    USER_INFO.is_match(url) && !SSH_USER.is_match(url)
+}
+
+/// The shape of a harness profile name.
+pub const HARNESS_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]*$";
+
+/// A spec field that breaks what the CRD schema says (for objects that did not pass a schema: local mode).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("spec.{field}: {problem}")]
+pub struct SpecError {
+    /// The field, for example `workItem`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Checks a WorkSession spec the way its CRD schema does, except `harnessSessionId`: a malformed id is not an
+/// invalid session but a row of the resume decision table (a fresh conversation, reported as `InvalidSessionId`).
+pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
+    let err = |field, problem: String| Err(SpecError { field, problem });
+    if !is_dns_label(&spec.work_item) {
+        return err(
+            "workItem",
+            format!("{:?} must be a DNS label (lowercase letters, digits, '-'; at most 63)", spec.work_item),
+        );
+    }
+    if spec.node_name.is_empty() || spec.node_name.len() > 253 {
+        return err("nodeName", "must be 1 to 253 characters".into());
+    }
+    if spec.harness.len() > 63 || !HARNESS_NAME.is_match(&spec.harness) {
+        return err("harness", format!("{:?} must match {HARNESS_PATTERN} (at most 63)", spec.harness));
+    }
+    if !spec.workdir.starts_with('/') || spec.workdir.len() > 4096 || spec.workdir.contains('\0') {
+        return err("workdir", format!("{:?} must be an absolute path", spec.workdir));
+    }
+    if spec.workdir.contains('#') {
+        // tmux expands formats, `#(command)` included, in a new session's start directory.
+        return err("workdir", format!("{:?} must not contain '#' (tmux would expand it)", spec.workdir));
+    }
+    if let Some(w) = &spec.workspace {
+        if w.url.len() > 2048 || !GIT_WORD.is_match(&w.url) {
+            return err("workspace.url", "must not start with '-' or contain whitespace (at most 2048)".into());
+        }
+        if url_has_user_info(&w.url) {
+            return err(
+                "workspace.url",
+                "must not carry user info (a token or password): the agent reads credentials from files".into(),
+            );
+        }
+        if w.r#ref.as_ref().is_some_and(|r| r.len() > 255 || !GIT_WORD.is_match(r)) {
+            return err("workspace.ref", "must not start with '-' or contain whitespace (at most 255)".into());
+        }
+    }
+    if let Some(r) = &spec.resume {
+        if r.probe_seconds.is_some_and(|s| s > 300) {
+            return err("resume.probeSeconds", "must be between 0 and 300".into());
+        }
+        if r.settle_seconds.is_some_and(|s| s > 3600) {
+            return err("resume.settleSeconds", "must be between 0 and 3600".into());
+        }
+    }
+    Ok(())
+}
+
+/// The check the CRD makes of an update (`x-kubernetes-validations` with `oldSelf`), for local mode: a field that
+/// may not change, changed. `None`: the update is allowed.
+pub fn immutable_change(old: &WorkSessionSpec, new: &WorkSessionSpec) -> Option<SpecError> {
+    let changed = |field: &'static str, was: &str, now: &str| SpecError {
+        field,
+        problem: format!("is immutable: was {was:?}, now {now:?}; the change is ignored"),
+    };
+    if old.work_item != new.work_item {
+        return Some(changed("workItem", &old.work_item, &new.work_item));
+    }
+    if old.node_name != new.node_name {
+        return Some(changed("nodeName", &old.node_name, &new.node_name));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_id_shape_is_the_seeds() {
+        for ok in ["a", "0b3c", "550e8400-e29b-41d4-a716-446655440000", "A.b_c-d", &"x".repeat(128)] {
+            assert!(is_valid_session_id(ok), "{ok}");
+        }
+        for bad in ["", "-x", "--dangerously-skip-permissions", ".x", "_x", "a b", "a;b", "a\n", &"x".repeat(129)] {
+            assert!(!is_valid_session_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_workdir_holding_a_tmux_format_is_refused() {
+        let spec = |workdir: &str| WorkSessionSpec {
+            work_item: "w".into(),
+            node_name: "n".into(),
+            harness: "claude".into(),
+            workdir: workdir.into(),
+            ..Default::default()
+        };
+        let e = validate_spec(&spec("/tmp/x/#(touch /tmp/pwned)")).unwrap_err();
+        assert_eq!(e.field, "workdir");
+        assert!(validate_spec(&spec("/srv/work/repo-1.x")).is_ok());
+    }
+
+    /// Issue 23: slugs that lost information carry a hash of the original; those that lost nothing are the
+    /// original; both are DNS labels.
+    #[test]
+    fn slugs_that_lost_information_carry_a_hash() {
+        let items = ["octo/my.repo#1", "octo/my-repo#1", "octo-my/repo#1", "Octo/My-Repo#1"];
+        let slugs: Vec<String> = items.iter().map(|raw| slug(raw)).collect();
+        for (i, a) in slugs.iter().enumerate() {
+            assert!(is_dns_label(a), "{a}");
+            assert!(a.starts_with("octo-my-repo-1-"), "{a}: readable");
+            for b in &slugs[i + 1..] {
+                assert_ne!(a, b, "two work items, two sessions");
+            }
+        }
+        // Stable across releases: the first 8 hex digits of SHA-256 of the original.
+        assert_eq!(slug("octo/my.repo#1"), format!("octo-my-repo-1-{}", &short_hash("octo/my.repo#1")));
+        assert_eq!(short_hash("octo/my.repo#1").len(), 8);
+        assert_eq!(slug("repo-12"), "repo-12", "a DNS label is its own slug");
+        assert_ne!(slug("--x--"), "x");
+        assert!(slug("###").starts_with('h') && is_dns_label(&slug("###")));
+        let long = |tail: &str| slug(&format!("{}-{tail}", "a-very-long-organisation-name/".repeat(3)));
+        let (one, two) = (long("repo-1"), long("repo-2"));
+        assert!(is_dns_label(&one) && is_dns_label(&two), "{one} {two}");
+        assert_ne!(one, two);
+        assert_eq!(slug(&"a".repeat(80)).len(), 63);
+        assert_eq!(dns_label("Node-A.example.com"), "node-a-example-com", "labels of node names stay as before");
+    }
+
+    #[test]
+    fn names_are_checked_as_the_api_server_does() {
+        assert!(validate_name(Kind::WorkEvent, "gh-72d3162e.x", None).is_ok());
+        assert!(validate_name(Kind::WorkSession, "repo-12", Some("agents")).is_ok());
+        for bad in ["x ; run-shell 'touch /tmp/p'", "initialPrompt", "a b", "-a", "a.", "", &"a".repeat(254)] {
+            let e = validate_name(Kind::WorkEvent, bad, None).unwrap_err();
+            assert!(e.starts_with("metadata.name:"), "{e}");
+        }
+        assert!(validate_name(Kind::WorkSession, "a.b", None).is_err(), "a session's name is a label");
+        assert!(validate_name(Kind::WorkSession, &"a".repeat(64), None).is_err());
+        assert!(validate_name(Kind::WorkEvent, "e", Some("Team A")).unwrap_err().starts_with("metadata.namespace"));
+    }
+
+    #[test]
+    fn workspace_urls_carry_no_user_info_but_an_ssh_user() {
+        for bad in [
+            "https://ghp_token@github.com/o/r.git",
+            "https://user:pass@github.com/o/r.git",
+            "http://x@h/r",
+            "ssh://git:secret@h/r",
+            "file://me@localhost/srv/r",
+        ] {
+            assert!(url_has_user_info(bad), "{bad}");
+        }
+        for ok in
+            ["https://github.com/o/r.git", "ssh://git@github.com/o/r.git", "git@github.com:o/r.git", "file:///srv/r"]
+        {
+            assert!(!url_has_user_info(ok), "{ok}");
+        }
+        let spec = WorkSessionSpec {
+            work_item: "w".into(),
+            node_name: "n".into(),
+            harness: "claude".into(),
+            workdir: "/w".into(),
+            workspace: Some(crate::api::WorkspaceSpec { url: "https://tok@github.com/o/r".into(), r#ref: None }),
+            ..Default::default()
+        };
+        assert_eq!(validate_spec(&spec).unwrap_err().field, "workspace.url");
+    }
+
+    #[test]
+    fn work_item_and_node_are_immutable() {
+        let old = WorkSessionSpec { work_item: "a".into(), node_name: "n".into(), ..Default::default() };
+        assert_eq!(immutable_change(&old, &old.clone()), None);
+        let moved = WorkSessionSpec { work_item: "b".into(), ..old.clone() };
+        let e = immutable_change(&old, &moved).unwrap();
+        assert_eq!(e.field, "workItem");
+        assert!(e.to_string().contains("immutable"), "{e}");
+    }
+}
