@@ -193,6 +193,7 @@ struct ProfileFile {
     conversation_path: Option<String>,
     store_path: Option<String>,
     discover: Option<DiscoverFile>,
+    command_prefixes: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -332,6 +333,10 @@ impl Config {
                     None => base.as_ref().and_then(|b| b.store_path.clone()),
                 },
                 discover,
+                command_prefixes: p
+                    .command_prefixes
+                    .or_else(|| base.as_ref().map(|b| b.command_prefixes.clone()))
+                    .unwrap_or_else(|| crate::harness::COMMAND_PREFIXES.iter().map(|p| p.to_string()).collect()),
             };
             profile.validate(&name).map_err(|e| invalid(e.key, e.problem))?;
             config.harnesses.insert(name, profile);

@@ -407,8 +407,10 @@ mod tests {
             render_sessions(std::slice::from_ref(&ws), &query(Scope::All, &["repo-12"], Some(Output::Yaml)), now);
         assert!(single.contains("kind: WorkSession") && !single.contains("kind: List"), "{single}");
 
-        let mut ev =
-            WorkEvent::new("ev-1", WorkEventSpec { session: "repo-12".into(), prompt: "p".into(), source: None });
+        let mut ev = WorkEvent::new(
+            "ev-1",
+            WorkEventSpec { session: "repo-12".into(), prompt: "p".into(), source: None, ..Default::default() },
+        );
         ev.metadata.creation_timestamp = Some(Time("2026-11-30T00:09:00Z".parse().unwrap()));
         ev.status = Some(WorkEventStatus {
             phase: Some(EventPhase::Delivered),

@@ -41,6 +41,10 @@ pub struct Profile {
     /// How the id of a conversation is found once the harness runs, for a harness that cannot be told one at start
     /// (its `interactive` argv has no `{sessionId}`).
     pub discover: Option<Discover>,
+    /// What, leading a prompt (after any whitespace), makes the harness take a command-line prompt as one of its
+    /// own commands (Claude Code runs an argv `/clear`, which switches to a new conversation): such a prompt never
+    /// rides on the command line; it is pasted once the harness is ready, and a bracketed paste is text.
+    pub command_prefixes: Vec<String>,
 }
 
 /// Where a harness shows the id of the conversation it started.
@@ -77,7 +81,20 @@ impl Profile {
     pub fn discovers(&self) -> bool {
         self.discover.is_some()
     }
+
+    /// Whether the harness takes `prompt` as text on its command line (it does not start with one of its
+    /// [`Profile::command_prefixes`]).
+    pub fn literal_on_argv(&self, prompt: &str) -> bool {
+        let head = prompt.trim_start();
+        !self.command_prefixes.iter().any(|p| !p.is_empty() && head.starts_with(p.as_str()))
+    }
 }
+
+/// The command prefixes of the built-in profiles: `/` (slash commands) and `!` (shell mode). Measured with Claude
+/// Code 2.1.332 offline: an argv `/clear` (fresh and resumed) switched to a new conversation, while `!touch`, `#`
+/// and `@file` on argv were taken as text (`@file` attaches the file); every one of them pasted was text. The other
+/// CLIs have slash commands and a `!` shell mode of their own, so they get the same prefixes.
+pub const COMMAND_PREFIXES: &[&str] = &["/", "!"];
 
 /// The input box of the Claude Code CLI: a line starting with `❯` between two horizontal rules, at the bottom of
 /// its screen (measured with 2.1.x, offline and online). The banner's echo of an argv prompt starts with `❯` too, but
@@ -307,6 +324,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         conversation_path: Some(CLAUDE_CONVERSATION_PATH.into()),
         store_path: None,
         discover: None,
+        command_prefixes: strings(COMMAND_PREFIXES),
     };
     let cursor = Profile {
         binary: "cursor-agent".into(),
@@ -318,6 +336,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         conversation_path: None,
         store_path: None,
         discover: None,
+        command_prefixes: strings(COMMAND_PREFIXES),
     };
     // Gemini CLI (measured with 0.61.0, offline, no account): `--session-id` names a fresh conversation; `-r` of an
     // unknown id prints "Error resuming session: No previous sessions found for this project." (or "Invalid session
@@ -333,6 +352,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         conversation_path: None,
         store_path: None,
         discover: None,
+        command_prefixes: strings(COMMAND_PREFIXES),
     };
     // GitHub Copilot CLI (measured with 1.0.102, offline, no login): `--session-id=<uuid>` names a fresh session;
     // `--resume=<unknown id>` prints "Error: No session, task, or name matched '<id>'." and exits 1; older versions
@@ -348,6 +368,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
         conversation_path: None,
         store_path: Some(COPILOT_STORE_PATH.into()),
         discover: None,
+        command_prefixes: strings(COMMAND_PREFIXES),
     };
     // Codex CLI: no id at start (openai/codex#13242); it writes its rollout, named by the conversation's uuid and
     // naming the workdir in its first line, once the first turn ran. Without an account it stops at a sign-in
@@ -367,6 +388,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
             screen_pattern: None,
             log: None,
         }),
+        command_prefixes: strings(COMMAND_PREFIXES),
     };
     // opencode (measured with 1.18.33, offline, no account: its TUI stays up, retrying its API): no id at start;
     // `--session` of an unknown id prints "Error: Session not found: <id>" and exits 1; its log says
@@ -386,6 +408,7 @@ pub fn builtin() -> BTreeMap<String, Profile> {
             screen_pattern: None,
             log: Some(LogLine { path: OPENCODE_LOG_PATH.into(), pattern: OPENCODE_CREATED_PATTERN.into() }),
         }),
+        command_prefixes: strings(COMMAND_PREFIXES),
     };
     BTreeMap::from([
         ("claude".to_string(), claude),

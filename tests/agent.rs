@@ -265,47 +265,53 @@ async fn delivered_events_are_deleted_after_the_retention() {
 // Isolation (issue 12).
 
 #[tokio::test]
-async fn two_worksessions_of_one_work_item_on_one_node_never_cross() {
+async fn two_worksessions_of_one_name_in_two_namespaces_never_cross() {
     let w = World::new().await;
     w.create_session("shared", json!({})).await;
-    w.await_phase("shared", Phase::Running).await;
+    let mine = recorded_id(&w.await_phase("shared", Phase::Running).await);
     w.tmux.await_output(&w.tmux_session("shared"), "ready>").await;
     let pid = w.tmux.pane_pid(&w.tmux_session("shared"));
 
-    // The same work item on the same node, from another namespace.
+    // The same name and work item on the same node, from another namespace: a tmux session of its own (issue 23).
     let other = support::TestNamespace::new().await;
     let theirs: Api<WorkSession> = other.api();
     let spec = json!({"workItem": "shared", "nodeName": w.node, "harness": "standin", "workdir": w.tmux.workdir()});
     let ws: WorkSession = serde_json::from_value(json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "metadata": {"name": "shared"}, "spec": spec})).unwrap();
     theirs.create(&Default::default(), &ws).await.unwrap();
-    let conflicted = eventually("the second session in conflict", || async {
+    let their_id = eventually("the second session running", || async {
         let ws = theirs.get("shared").await.ok()?;
-        condition(&ws, "Ready").filter(|c| c.1 == "WorkItemConflict").map(|c| c.2)
+        (world::phase_of(&ws) == Some(Phase::Running)).then(|| recorded_id(&ws))
     })
     .await;
-    assert!(conflicted.contains(&format!("{}/shared", w.ns.name)), "names the other: {conflicted}");
+    assert_ne!(their_id, mine, "a conversation of its own");
+    let their_tmux = format!("loop-{}_shared", other.name);
+    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness(&their_tmux), Liveness::Alive);
 
-    // Its event never reaches the first session's conversation; the first one's own event does.
+    // Each event reaches its own session's conversation only.
     let events: Api<WorkEvent> = other.api();
     let ev: WorkEvent = serde_json::from_value(json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": "theirs-1"}, "spec": {"session": "shared", "prompt": "not for you"}})).unwrap();
     events.create(&Default::default(), &ev).await.unwrap();
     w.send("shared", "mine-1", "for you").await;
     w.await_event("mine-1", EventPhase::Delivered).await;
-    eventually("the second session to see its event and hold it", || async {
-        let ws = theirs.get("shared").await.ok()?;
-        let reconciled_after = ws.status?.conditions.iter().any(|c| c.reason == "WorkItemConflict");
-        reconciled_after.then_some(())
+    eventually("their event delivered", || async {
+        let phase = events.get("theirs-1").await.ok()?.status?.phase;
+        (phase == Some(EventPhase::Delivered)).then_some(())
     })
     .await;
-    assert!(w.prompts().iter().all(|p| p.prompt != "not for you"), "{:?}", w.prompts());
-    assert_eq!(events.get("theirs-1").await.unwrap().status.and_then(|s| s.phase), None, "held, not delivered");
+    let prompts = w.prompts();
+    let to = |text: &str| prompts.iter().find(|p| p.prompt == text).map(|p| p.conversation.clone());
+    assert_eq!((to("for you"), to("not for you")), (Some(mine), Some(their_id)));
 
     // Deleting the second one leaves the first one's harness running.
     theirs.delete("shared", &Default::default()).await.unwrap();
     eventually("the second session gone", || async { theirs.get_opt("shared").await.ok()?.is_none().then_some(()) })
         .await;
     assert_eq!(w.tmux.pane_pid(&w.tmux_session("shared")), pid);
-    assert_eq!(w.tmux.runner.observe().await.unwrap().liveness(&w.tmux_session("shared")), Liveness::Alive);
+    let observed = w.tmux.runner.observe().await.unwrap();
+    assert_eq!(
+        (observed.liveness(&w.tmux_session("shared")), observed.liveness(&their_tmux)),
+        (Liveness::Alive, Liveness::Absent)
+    );
 }
 
 #[tokio::test]
@@ -563,4 +569,14 @@ async fn shared_the_opencode_shape_spawns_resumes_and_falls_back() {
 #[tokio::test]
 async fn shared_the_codex_shape_spawns_resumes_and_falls_back() {
     scenarios::shapes::spawn_resume_and_fall_back(&World::new().await, "codex").await;
+}
+
+#[tokio::test]
+async fn shared_prompts_are_text_never_harness_commands() {
+    scenarios::front_door::prompts_are_text_never_harness_commands(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn shared_two_sessions_of_one_work_item_never_contend() {
+    scenarios::front_door::two_sessions_of_one_work_item_never_contend(&World::new().await).await;
 }

@@ -82,7 +82,7 @@ async fn unknown_adopted_id_starts_fresh_then_a_crash_resumes_the_same_conversat
     assert!(transcript(&w.tmux.state(), &w.tmux.workdir(), &id).contains("first prompt"));
 
     // A crash, then an event: the same conversation is resumed and its transcript gains the event.
-    w.tmux.kill_pane("loop-cc").await;
+    w.tmux.kill_pane(&w.tmux_session("cc")).await;
     w.send("cc", "cc-1", "after the crash").await;
     let ev = w.await_event("cc-1", EventPhase::Delivered).await;
     let st = ev.status.unwrap();

@@ -175,6 +175,11 @@ impl scenarios::Rig for Local {
         self.event(session, name, prompt);
     }
 
+    async fn send_command(&self, session: &str, name: &str, prompt: &str) {
+        let manifest = serde_json::json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": name}, "spec": {"session": session, "prompt": prompt, "command": true}});
+        worksession::store::local::write_atomic(&self.dir.join(format!("{name}.yaml")), &manifest).unwrap();
+    }
+
     async fn session_status(&self, name: &str) -> Value {
         self.status(name)
     }
@@ -368,4 +373,70 @@ async fn shared_the_opencode_shape_spawns_resumes_and_falls_back() {
 #[tokio::test]
 async fn shared_the_codex_shape_spawns_resumes_and_falls_back() {
     scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "codex").await;
+}
+
+#[tokio::test]
+async fn shared_prompts_are_text_never_harness_commands() {
+    scenarios::front_door::prompts_are_text_never_harness_commands(&Local::new()).await;
+}
+
+#[tokio::test]
+async fn shared_two_sessions_of_one_work_item_never_contend() {
+    scenarios::front_door::two_sessions_of_one_work_item_never_contend(&Local::new()).await;
+}
+
+/// Issue 23, point 3, end to end in local mode: names are checked as the API server checks them. A WorkEvent whose
+/// name would have been a tmux command, one named `initialPrompt`, and a session whose spec misspells a field are
+/// skipped with a reason (and `get --local` says which files and why on stderr); nothing runs, and a good event is
+/// delivered beside them. An edit of `workItem` is refused and the session keeps running as it was.
+#[tokio::test]
+async fn hostile_names_are_refused_and_get_says_what_it_skipped() {
+    let l = Local::new();
+    l.create_session("door", serde_json::json!({})).await;
+    let running = l.await_status("door", "Running", |s| phase(s) == "Running").await;
+    let marker = l.tmux.state().join("pwned");
+    let hostile = format!("x ; run-shell 'touch {}'", marker.display());
+    let manifest = |name: &str| {
+        format!(
+            "apiVersion: worksession.dev/v1alpha1\nkind: WorkEvent\nmetadata: {{name: {name:?}}}\nspec: {{session: door, prompt: hostile}}\n"
+        )
+    };
+    std::fs::write(l.dir.join("hostile.yaml"), manifest(&hostile)).unwrap();
+    std::fs::write(l.dir.join("initial.yaml"), manifest("initialPrompt")).unwrap();
+    std::fs::write(
+        l.dir.join("typo.yaml"),
+        "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {name: typo}\nspec: {workItem: t, nodeName: local, harness: standin, workdir: /tmp, initalPrompt: hi}\n",
+    )
+    .unwrap();
+    l.event("door", "good-1", "a good one");
+    let delivered = l.await_status("good-1", "Delivered", |s| phase(s) == "Delivered").await;
+    assert_eq!(delivered["via"], "Pasted");
+
+    // workItem is immutable: the edit is refused and the session runs on as recorded.
+    let edited = std::fs::read_to_string(l.dir.join("door.yaml")).unwrap().replace("workItem: door", "workItem: moved");
+    assert!(edited.contains("workItem: moved"), "{edited}");
+    std::fs::write(l.dir.join("door.yaml"), edited).unwrap();
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_worksession"))
+        .args(["get", "--local"])
+        .arg(&l.dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    for (file, why) in [
+        ("hostile.yaml", "metadata.name"),
+        ("initial.yaml", "must be a DNS subdomain"),
+        ("typo.yaml", "spec.initalPrompt: unknown field"),
+        ("door.yaml", "spec.workItem: is immutable"),
+    ] {
+        assert!(stderr.lines().any(|line| line.contains(file) && line.contains(why)), "{file}: {why} in:\n{stderr}");
+    }
+    l.event("door", "good-2", "after the refused edit");
+    l.await_status("good-2", "Delivered", |s| phase(s) == "Delivered").await;
+    let status = l.status("door");
+    assert_eq!(status["harnessSessionId"], running["harnessSessionId"], "the same conversation, untouched");
+    let prompts: Vec<String> = l.tmux.prompts().into_iter().map(|p| p.prompt).collect();
+    assert_eq!(prompts, ["a good one", "after the refused edit"], "nothing from the refused files");
+    assert!(!marker.exists(), "no shell command ran");
+    assert_eq!(l.status("typo"), Value::Null);
 }

@@ -42,6 +42,9 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
         tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkSessions yet ({}); retrying", waiting_for(&e));
         tokio::time::sleep(ERROR_REQUEUE).await;
     }
+    if let Err(e) = ctx.seed_claims().await {
+        tracing::warn!(event = "agent.seed_failed", error = %e, "cannot list the sessions' conversations yet");
+    }
     // Only this node's WorkSessions, and only the WorkEvents labelled for this node: with N nodes an event (and its
     // prompt) is sent to one agent, not N. The bridge labels what it creates; `worksession labeler` labels events
     // made by hand.

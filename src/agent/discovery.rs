@@ -64,6 +64,23 @@ impl Discoveries {
         };
     }
 
+    /// The session (`namespace/name`) other than `owner` whose recorded conversation is `id`, if any.
+    pub fn claimed_by(&self, id: &str, owner: &str) -> Option<String> {
+        lock(&self.claimed)
+            .iter()
+            .find(|(o, taken)| taken.as_str() == id && o.as_str() != owner)
+            .map(|(o, _)| o.clone())
+    }
+
+    /// Records the conversation each of `sessions` runs, as their statuses say (the agent's start, before any of them
+    /// reconciled: a session adopting `spec.harnessSessionId` then sees every other's).
+    pub fn seed<'s>(&self, sessions: impl IntoIterator<Item = (String, &'s str)>) {
+        let mut claimed = lock(&self.claimed);
+        for (owner, id) in sessions {
+            claimed.entry(owner).or_insert_with(|| id.to_string());
+        }
+    }
+
     /// The id `owner`'s harness shows, when its status is discovering one.
     pub fn find(
         &self,

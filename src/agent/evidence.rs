@@ -44,6 +44,7 @@ pub fn pending_events(undelivered: &[WorkEvent]) -> Vec<PendingEvent> {
             let created = e.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default();
             PendingEvent {
                 tag: delivery_tag(e),
+                command: e.spec.command,
                 phase: status.phase.unwrap_or(EventPhase::Pending),
                 sent: status.sent_time.map(|t| t.0),
                 via: status.via,

@@ -22,6 +22,9 @@ use crate::store::local::NAMESPACE;
 pub async fn run_periodic<S: Changes>(store: S, options: Options) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(true));
     let ctx = super::reconciler(store, None, options, ready).await?;
+    if let Err(e) = ctx.seed_claims().await {
+        tracing::warn!(event = "agent.seed_failed", error = %e, "cannot list the sessions' conversations");
+    }
     tracing::info!(event = "agent.started", "reconciling every WorkSession of the store");
     let mut due: HashMap<String, Instant> = HashMap::new();
     let mut wakes = Wakes::default();

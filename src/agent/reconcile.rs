@@ -171,6 +171,16 @@ enum ExecError {
 }
 
 impl<S: Store, T: Tmux> Reconciler<S, T> {
+    /// Learns which conversation every session of this agent records, before the first reconcile, so that a session
+    /// adopting `spec.harnessSessionId` never takes another's; the reconciles keep it current from then on.
+    pub async fn seed_claims(&self) -> Result<(), StoreError> {
+        let sessions = self.store.sessions().await?;
+        let mine = sessions.iter().filter(|ws| self.node.as_ref().is_none_or(|node| &ws.spec.node_name == node));
+        let recorded = mine.filter_map(|ws| Some((owner_of(ws).1, ws.status.as_ref()?.harness_session_id.as_deref()?)));
+        self.discoveries.seed(recorded);
+        Ok(())
+    }
+
     /// Reconciles the WorkSession `namespace/name`; returns when to look again (`None`: on the next change).
     pub async fn reconcile(&self, namespace: &str, name: &str) -> Result<Option<Duration>, ReconcileError> {
         self.reconcile_observed_after(namespace, name, Instant::now()).await
@@ -249,6 +259,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         // A harness that may be spawned fresh here reserves its workdir until its plan is recorded.
         let may_spawn = discover.is_some() && liveness != crate::tmux::Liveness::Alive;
         let discovering_here = self.discoveries.busy_elsewhere(workdir, &owner_name, may_spawn);
+        // A conversation to adopt that another session of this node records is never taken over.
+        let adopting = ws.spec.harness_session_id.as_deref().filter(|_| recorded.harness_session_id.is_none());
+        let id_taken_by = adopting.and_then(|id| self.discoveries.claimed_by(id, &owner_name));
         for attempt in 0.. {
             let input = Input {
                 spec: &ws.spec,
@@ -270,6 +283,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 workspace: workspace.as_input(),
                 discovered: evidence.discovered.as_deref(),
                 discovering_here: discovering_here.as_deref(),
+                id_taken_by: id_taken_by.as_deref(),
                 spawn_failure: spawn_failure.as_deref(),
                 config: &config,
                 now: Timestamp::now(),
@@ -327,8 +341,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             match op {
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(|e| other(ReconcileError::Stop(e)))?,
                 Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
-                Op::Paste { session, key, tag, text } => {
-                    tmux.paste(session, text, tag)
+                Op::Paste { session, key, tag, text, typed } => {
+                    tmux.paste(session, text, tag, *typed)
                         .await
                         .map_err(|source| other(ReconcileError::Paste { event: key.clone(), source }))?;
                     self.failpoint(Failpoint::AfterPaste).await;

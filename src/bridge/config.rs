@@ -41,13 +41,24 @@ pub struct GithubConfig {
     pub ignore_senders: Vec<String>,
     /// Event type to accepted actions.
     pub events: BTreeMap<String, Vec<String>>,
+    /// The roles (`author_association`) whose comments, issues and reviews may prompt an agent; a route may say
+    /// otherwise ([`Route::allowed_author_associations`]).
+    pub allowed_author_associations: Vec<String>,
 }
+
+/// Every `author_association` GitHub sends.
+pub const AUTHOR_ASSOCIATIONS: &[&str] =
+    &["OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "MANNEQUIN", "NONE"];
+
+/// Who may prompt an agent unless the config says otherwise: people with a role in the repository.
+pub const DEFAULT_AUTHOR_ASSOCIATIONS: &[&str] = &["OWNER", "MEMBER", "COLLABORATOR"];
 
 impl std::fmt::Debug for GithubConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GithubConfig")
             .field("secret", &"<redacted>")
             .field("ignore_senders", &self.ignore_senders)
+            .field("allowed_author_associations", &self.allowed_author_associations)
             .finish()
     }
 }
@@ -99,7 +110,17 @@ pub struct Route {
     pub work_item: String,
     /// The `spec.workspace` of the sessions it creates, as templates (`url`, `ref`), if any.
     pub workspace: Option<crate::api::WorkspaceSpec>,
+    /// Who may prompt through this route, instead of `github.allowedAuthorAssociations`.
+    pub allowed_author_associations: Option<Vec<String>>,
+    /// The most WorkSessions this route keeps (counted on the store by the [`ROUTE_LABEL`] it puts on them); past it
+    /// an event that would create one is ignored.
+    pub max_sessions: Option<usize>,
+    /// The value of [`ROUTE_LABEL`] on the sessions it creates: the [`slug`] of its pattern.
+    pub id: String,
 }
+
+/// The label on a WorkSession the bridge created, naming the route that created it (see [`Route::id`]).
+pub const ROUTE_LABEL: &str = "worksession.dev/route";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -120,6 +141,7 @@ struct GithubFile {
     #[serde(default)]
     ignore_senders: Vec<String>,
     events: Option<BTreeMap<String, Vec<String>>>,
+    allowed_author_associations: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +164,20 @@ struct RouteFile {
     workdir: String,
     work_item: Option<String>,
     workspace: Option<crate::api::WorkspaceSpec>,
+    allowed_author_associations: Option<Vec<String>>,
+    max_sessions: Option<usize>,
+}
+
+/// `list` when every value is an `author_association` GitHub sends.
+fn associations(list: Vec<String>, key: String, path: &Path) -> Result<Vec<String>, ConfigError> {
+    match list.iter().find(|a| !AUTHOR_ASSOCIATIONS.contains(&a.as_str())) {
+        Some(bad) => Err(ConfigError::Invalid {
+            path: path.into(),
+            key,
+            problem: format!("{bad:?} is not an author_association (known: {})", AUTHOR_ASSOCIATIONS.join(", ")),
+        }),
+        None => Ok(list),
+    }
 }
 
 /// The default accepted GitHub events and actions.
@@ -198,6 +234,12 @@ impl BridgeConfig {
                 secret: secret(path, "github.secretFile", g.secret_file.as_ref(), g.secret_env.as_ref())?,
                 ignore_senders: g.ignore_senders,
                 events: g.events.unwrap_or_else(default_github_events),
+                allowed_author_associations: associations(
+                    g.allowed_author_associations
+                        .unwrap_or_else(|| DEFAULT_AUTHOR_ASSOCIATIONS.iter().map(|a| a.to_string()).collect()),
+                    "github.allowedAuthorAssociations".into(),
+                    path,
+                )?,
             }),
             None => None,
         };
@@ -216,8 +258,14 @@ impl BridgeConfig {
             if !r.workdir.starts_with('/') {
                 return Err(invalid(format!("routes[{i}].workdir"), "must be an absolute path template".into()));
             }
+            let allowed = r
+                .allowed_author_associations
+                .map(|list| associations(list, format!("routes[{i}].allowedAuthorAssociations"), path));
             routes.push(Route {
                 repository: glob(&r.repository),
+                id: slug(&r.repository),
+                allowed_author_associations: allowed.transpose()?,
+                max_sessions: r.max_sessions,
                 pattern: r.repository,
                 namespace: r.namespace,
                 node_name: r.node_name,

@@ -50,6 +50,9 @@ pub struct Subject {
     pub body: String,
     /// A link to it.
     pub url: String,
+    /// The role of its author in the repository (`author_association` of the comment, the review, or the issue or
+    /// pull request itself, whichever the event is about); `None` when the payload has none.
+    pub association: Option<String>,
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -74,6 +77,7 @@ pub fn subject(payload: &Value) -> Result<Subject, &'static str> {
         title: str_at(item, &["title"]).unwrap_or_default().to_string(),
         body: str_at(detail, &["body"]).unwrap_or_default().to_string(),
         url: str_at(detail, &["html_url"]).or_else(|| str_at(item, &["html_url"])).unwrap_or_default().to_string(),
+        association: str_at(detail, &["author_association"]).map(str::to_string),
     })
 }
 
@@ -108,18 +112,23 @@ mod tests {
         };
         let comment = subject(&with(serde_json::json!({
             "issue": {"number": 7, "title": "Bug", "html_url": "https://x/7"},
-            "comment": {"body": "please look", "html_url": "https://x/7#c1"}
+            "comment": {"body": "please look", "html_url": "https://x/7#c1", "author_association": "MEMBER"}
         })))
         .unwrap();
+        assert_eq!(comment.association.as_deref(), Some("MEMBER"), "the comment's author, not the issue's");
         assert_eq!(
             (comment.number, comment.body.as_str(), comment.url.as_str(), comment.repo.as_str()),
             (7, "please look", "https://x/7#c1", "hello")
         );
-        let review = subject(&with(
-            serde_json::json!({"pull_request": {"number": 9, "title": "PR"}, "review": {"body": "lgtm"}}),
-        ))
+        let review = subject(&with(serde_json::json!({
+            "pull_request": {"number": 9, "title": "PR", "author_association": "OWNER"},
+            "review": {"body": "lgtm", "author_association": "NONE"}
+        })))
         .unwrap();
         assert_eq!((review.number, review.body.as_str()), (9, "lgtm"));
+        assert_eq!(review.association.as_deref(), Some("NONE"), "the reviewer's role");
+        let opened = subject(&with(serde_json::json!({"issue": {"number": 3, "author_association": "CONTRIBUTOR"}})));
+        assert_eq!(opened.unwrap().association.as_deref(), Some("CONTRIBUTOR"), "an issue's own author");
         assert_eq!(
             subject(&with(serde_json::json!({"issue": {"number": -1}}))),
             Err("no issue or pull request number")

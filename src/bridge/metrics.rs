@@ -1,11 +1,20 @@
 //! The bridge's Prometheus metrics (prefix `worksession_bridge`): requests by endpoint and status, events created,
-//! duplicates, signature failures, and the time spent writing to the store.
+//! duplicates, signature failures, deliveries ignored by reason, and the time spent writing to the store.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct IgnoredLabels {
+    pub(crate) reason: &'static str,
+}
+
+/// Why a delivery is answered 202 `ignored`: the `reason` label of `worksession_bridge_ignored_total`.
+pub const IGNORED_REASONS: &[&str] =
+    &["event", "subject", "sender", "unrouted", "author_association", "max_sessions", "empty_work_item"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
@@ -21,6 +30,7 @@ pub struct BridgeMetrics {
     pub(crate) duplicates: Counter,
     pub(crate) signature_failures: Counter,
     pub(crate) api_latency: Histogram,
+    pub(crate) ignored: Family<IgnoredLabels, Counter>,
 }
 
 impl BridgeMetrics {
@@ -32,7 +42,12 @@ impl BridgeMetrics {
             duplicates: Counter::default(),
             signature_failures: Counter::default(),
             api_latency: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            ignored: Family::default(),
         };
+        registry.register("ignored", "Deliveries answered 202 ignored, by reason", m.ignored.clone());
+        for reason in IGNORED_REASONS {
+            let _ = m.ignored.get_or_create(&IgnoredLabels { reason });
+        }
         registry.register("requests", "Webhook requests, by endpoint and status", m.requests.clone());
         registry.register("events_created", "WorkEvents created", m.events_created.clone());
         registry.register("duplicates", "Redeliveries answered as duplicates", m.duplicates.clone());

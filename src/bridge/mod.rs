@@ -30,9 +30,9 @@ use crate::api::{
 use crate::store::{Sink, SinkError};
 use crate::telemetry::Admin;
 pub use config::BridgeConfig;
-use config::{render, slug};
+use config::{ROUTE_LABEL, render, slug};
 pub use metrics::BridgeMetrics;
-use metrics::RequestLabels;
+use metrics::{IgnoredLabels, RequestLabels};
 
 /// Seconds a sender is asked to wait before retrying after a 503.
 pub const RETRY_AFTER_SECONDS: u64 = 5;
@@ -106,8 +106,13 @@ fn answer(status: StatusCode, outcome: &str, detail: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-fn ignored(reason: String) -> Response {
-    answer(StatusCode::ACCEPTED, "ignored", json!({"reason": reason}))
+/// The cap of a route on the WorkSessions it creates.
+#[derive(Clone, Copy)]
+struct Cap<'r> {
+    /// The route's id, the value of [`ROUTE_LABEL`] on its sessions.
+    route: &'r str,
+    /// The most sessions it keeps.
+    max: usize,
 }
 
 /// How long a delivery may wait on the API server before it is answered 503 (GitHub gives up after 10 s).
@@ -118,12 +123,14 @@ pub struct Bridge<S> {
     config: watch::Receiver<Arc<BridgeConfig>>,
     sink: S,
     metrics: BridgeMetrics,
+    /// Held while a capped route counts its sessions and creates one, so this bridge never goes past a cap.
+    creating: tokio::sync::Mutex<()>,
 }
 
 impl<S: Sink> Bridge<S> {
     /// A bridge writing to `sink`.
     pub fn new(config: watch::Receiver<Arc<BridgeConfig>>, sink: S, metrics: BridgeMetrics) -> Arc<Self> {
-        Arc::new(Self { config, sink, metrics })
+        Arc::new(Self { config, sink, metrics, creating: tokio::sync::Mutex::new(()) })
     }
 
     /// The webhook routes.
@@ -140,12 +147,21 @@ impl<S: Sink> Bridge<S> {
         self.metrics.requests.get_or_create(&RequestLabels { endpoint, status }).inc();
     }
 
-    /// Writes the delivery: the session (created from `create` when missing), then the event.
+    /// A 202 `ignored` answer saying why, counted under `reason` (one of [`metrics::IGNORED_REASONS`]).
+    fn ignored(&self, reason: &'static str, why: String) -> Response {
+        debug_assert!(metrics::IGNORED_REASONS.contains(&reason), "{reason} is listed");
+        self.metrics.ignored.get_or_create(&IgnoredLabels { reason }).inc();
+        tracing::info!(event = "bridge.ignored", reason, "{why}");
+        answer(StatusCode::ACCEPTED, "ignored", json!({"reason": why}))
+    }
+
+    /// Writes the delivery: the session (created from `create` when missing, within the route's `cap`), then the
+    /// event.
     async fn deliver(
         &self,
         namespace: &str,
         session: &str,
-        create: Option<WorkSession>,
+        create: Option<(WorkSession, Option<Cap<'_>>)>,
         event: WorkEvent,
     ) -> Result<Response, ApiError> {
         let started = Instant::now();
@@ -162,10 +178,16 @@ impl<S: Sink> Bridge<S> {
         &self,
         namespace: &str,
         session: &str,
-        create: Option<WorkSession>,
+        create: Option<(WorkSession, Option<Cap<'_>>)>,
         mut event: WorkEvent,
     ) -> Result<Response, ApiError> {
-        let ws = self.session(namespace, session, create).await?;
+        let ws = match create {
+            Some((create, Some(cap))) => match self.session_within(namespace, session, create, cap).await? {
+                Ok(ws) => ws,
+                Err(why) => return Ok(self.ignored("max_sessions", why)),
+            },
+            create => self.session(namespace, session, create.map(|(ws, _)| ws)).await?,
+        };
         let labels = event.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SESSION_LABEL.into(), session.into());
         labels.insert(NODE_LABEL.into(), node_label_value(&ws.spec.node_name));
@@ -184,6 +206,30 @@ impl<S: Sink> Bridge<S> {
 }
 
 impl<S: Sink> Bridge<S> {
+    /// The WorkSession, created from `create` only while the route keeps fewer than `cap.max` sessions (counted on the
+    /// store, not from memory); `Ok(Err(why))` when it is missing and the cap is reached: events to existing sessions
+    /// still flow.
+    async fn session_within(
+        &self,
+        namespace: &str,
+        name: &str,
+        create: WorkSession,
+        cap: Cap<'_>,
+    ) -> Result<Result<WorkSession, String>, ApiError> {
+        if let Some(ws) = self.sink.session(namespace, name, None).await? {
+            return Ok(Ok(ws));
+        }
+        let _creating = self.creating.lock().await;
+        let held = self.sink.count_sessions(namespace, (ROUTE_LABEL, cap.route)).await?;
+        if held >= cap.max {
+            return Ok(Err(format!(
+                "route {} keeps {held} WorkSessions in {namespace}, its maxSessions is {}: no new session for {name}",
+                cap.route, cap.max
+            )));
+        }
+        self.session(namespace, name, Some(create)).await.map(Ok)
+    }
+
     /// The WorkSession, read fresh (creating it from `create` when missing): the event's owner reference must name
     /// the session that lives now, or garbage collection would delete the event after it was acknowledged.
     async fn session(&self, namespace: &str, name: &str, create: Option<WorkSession>) -> Result<WorkSession, ApiError> {
@@ -248,18 +294,30 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
     }
     let action = payload.get("action").and_then(Value::as_str).unwrap_or_default().to_string();
     if !gh.events.get(&kind).is_some_and(|actions| actions.iter().any(|a| a == &action)) {
-        return Ok(ignored(format!("event {kind:?} with action {action:?} is not accepted")));
+        return Ok(bridge.ignored("event", format!("event {kind:?} with action {action:?} is not accepted")));
     }
     let subject = match github::subject(&payload) {
         Ok(s) => s,
-        Err(why) => return Ok(ignored(why.into())),
+        Err(why) => return Ok(bridge.ignored("subject", why.into())),
     };
     if gh.ignore_senders.iter().any(|s| s == &subject.sender) {
-        return Ok(ignored(format!("sender {} is on the ignore list", subject.sender)));
+        return Ok(bridge.ignored("sender", format!("sender {} is on the ignore list", subject.sender)));
     }
     let Some(route) = config.route(&subject.repository) else {
-        return Ok(ignored(format!("no rule routes {}", subject.repository)));
+        return Ok(bridge.ignored("unrouted", format!("no rule routes {}", subject.repository)));
     };
+    // Who may prompt: the role of the person behind the comment, review or issue (see the README's table of checks).
+    let allowed = route.allowed_author_associations.as_ref().unwrap_or(&gh.allowed_author_associations);
+    let association = subject.association.as_deref().unwrap_or("NONE");
+    if !allowed.iter().any(|a| a == association) {
+        let why = format!(
+            "{} is {association} of {}; only {} may prompt an agent",
+            subject.sender,
+            subject.repository,
+            allowed.join(", ")
+        );
+        return Ok(bridge.ignored("author_association", why));
+    }
     let number = subject.number.to_string();
     let vars = [
         ("owner", subject.owner.as_str()),
@@ -275,9 +333,9 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
     ];
     let work_item = slug(&render(&route.work_item, &vars));
     if work_item.is_empty() {
-        return Ok(ignored(format!("rule {} renders an empty work item", route.pattern)));
+        return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
     }
-    let create = WorkSession::new(
+    let mut create = WorkSession::new(
         &work_item,
         WorkSessionSpec {
             work_item: work_item.clone(),
@@ -291,6 +349,8 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             ..Default::default()
         },
     );
+    create.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.id.clone())].into());
+    let cap = route.max_sessions.map(|max| Cap { route: &route.id, max });
     let event = work_event(
         event_name("gh", &delivery),
         &work_item,
@@ -303,7 +363,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             url: (!subject.url.is_empty()).then_some(subject.url.clone()),
         },
     );
-    bridge.deliver(&route.namespace, &work_item, Some(create), event).await
+    bridge.deliver(&route.namespace, &work_item, Some((create, cap)), event).await
 }
 
 /// The owner reference that ties a WorkEvent to its WorkSession.
@@ -316,7 +376,8 @@ fn owner_of(ws: &WorkSession) -> Option<k8s_openapi::apimachinery::pkg::apis::me
 }
 
 fn work_event(name: String, session: &str, prompt: String, source: EventSource) -> WorkEvent {
-    WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source) })
+    // Never a harness command: what a webhook says is text (`command` stays false).
+    WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source), command: false })
 }
 
 async fn generic_handler<S: Sink>(State(bridge): State<Arc<Bridge<S>>>, request: Request) -> Response {

@@ -42,6 +42,18 @@ impl Sink for Arc<Recorder> {
         }))
     }
 
+    async fn count_sessions(&self, namespace: &str, (key, value): (&str, &str)) -> Result<usize, SinkError> {
+        let sessions = self.sessions.lock().unwrap();
+        let labelled =
+            |ws: &&WorkSession| ws.metadata.labels.as_ref().is_some_and(|l| l.get(key).is_some_and(|v| v == value));
+        Ok(sessions
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{namespace}/")))
+            .map(|(_, ws)| ws)
+            .filter(labelled)
+            .count())
+    }
+
     async fn create_event(&self, _namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
         if self.down.load(Ordering::Relaxed) {
             return Err(SinkError::Unavailable("connection refused".into()));
@@ -69,6 +81,7 @@ fn config() -> BridgeConfig {
             secret: SECRET.to_vec(),
             ignore_senders: vec!["agents-bot".into()],
             events: config::default_github_events(),
+            allowed_author_associations: config::DEFAULT_AUTHOR_ASSOCIATIONS.iter().map(|a| a.to_string()).collect(),
         }),
         generic: Some(config::GenericConfig {
             token: TOKEN.into(),
@@ -87,17 +100,30 @@ fn config() -> BridgeConfig {
                 url: "https://github.com/{owner}/{repo}.git".into(),
                 r#ref: None,
             }),
+            allowed_author_associations: None,
+            max_sessions: None,
+            id: config::slug("octo-org/*"),
         }],
         prompt_template: config::DEFAULT_PROMPT_TEMPLATE.into(),
     }
 }
 
 fn app() -> (Router, Arc<Recorder>) {
+    let (app, recorder, _) = app_with(config());
+    (app, recorder)
+}
+
+/// The router over `config`, its sink, and its metrics.
+fn app_with(config: BridgeConfig) -> (Router, Arc<Recorder>, BridgeMetrics) {
     let recorder = Arc::new(Recorder::default());
     let mut registry = Registry::default();
-    let bridge =
-        Bridge::new(watch::channel(Arc::new(config())).1, recorder.clone(), BridgeMetrics::register(&mut registry));
-    (bridge.router(), recorder)
+    let metrics = BridgeMetrics::register(&mut registry);
+    let bridge = Bridge::new(watch::channel(Arc::new(config)).1, recorder.clone(), metrics.clone());
+    (bridge.router(), recorder, metrics)
+}
+
+fn ignored_count(metrics: &BridgeMetrics, reason: &'static str) -> u64 {
+    metrics.ignored.get_or_create(&IgnoredLabels { reason }).get()
 }
 
 /// The suite's GitHub fixture, on issue 1347, saying "Me too".
@@ -345,4 +371,103 @@ async fn fuzz_github_handler() {
         written_ok += usize::from(status == StatusCode::CREATED);
     }
     assert!(written_ok > 0, "the fuzz also reached the success path");
+}
+
+/// Issue 23, point 1: only people with a role in the repository prompt an agent. The role is the one of the person
+/// behind what the event is about: the comment's author (not the issue's), the review's, the opened issue's.
+#[tokio::test]
+async fn github_accepts_only_the_roles_allowed_to_prompt() {
+    let (app, rec, metrics) = app_with(config());
+    let as_role = |role: &str, delivery: &str| {
+        let mut payload = issue_comment("octo-org/hello", "stranger");
+        payload["comment"]["author_association"] = role.into();
+        signed("issue_comment", delivery, &payload)
+    };
+    for (i, role) in ["NONE", "FIRST_TIMER", "FIRST_TIME_CONTRIBUTOR", "CONTRIBUTOR", "MANNEQUIN"].iter().enumerate() {
+        let (status, body, _) = send(&app, as_role(role, &format!("r{i}"))).await;
+        assert_eq!((status, body["status"].as_str()), (StatusCode::ACCEPTED, Some("ignored")), "{role}");
+        let reason = body["reason"].as_str().unwrap();
+        assert!(reason.contains(role) && reason.contains("OWNER, MEMBER, COLLABORATOR"), "{role}: {reason}");
+    }
+    // The issue's author is its OWNER in the fixture: a stranger's comment on it is still a stranger's.
+    let mut payload = issue_comment("octo-org/hello", "stranger");
+    payload["comment"].as_object_mut().unwrap().remove("author_association");
+    let (status, body, _) = send(&app, signed("issue_comment", "r-missing", &payload)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "no role said is no role: {body}");
+    let opened = json!({
+        "action": "opened",
+        "issue": {"number": 9, "title": "run this", "body": "please", "author_association": "NONE"},
+        "repository": {"full_name": "octo-org/hello"},
+        "sender": {"login": "stranger"}
+    });
+    let (status, body, _) = send(&app, signed("issues", "r-opened", &opened)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "a stranger's new issue starts no agent: {body}");
+    assert!(rec.events.lock().unwrap().is_empty() && rec.sessions.lock().unwrap().is_empty(), "nothing written");
+    assert_eq!(ignored_count(&metrics, "author_association"), 7);
+
+    for (i, role) in ["OWNER", "MEMBER", "COLLABORATOR"].iter().enumerate() {
+        let (status, body, _) = send(&app, as_role(role, &format!("ok{i}"))).await;
+        assert_eq!(status, StatusCode::CREATED, "{role}: {body}");
+    }
+    let mut opened = opened;
+    opened["issue"]["author_association"] = "MEMBER".into();
+    assert_eq!(send(&app, signed("issues", "ok-opened", &opened)).await.0, StatusCode::CREATED);
+
+    // A route may widen the list (a project that takes prompts from contributors) or narrow it.
+    let mut widened = config();
+    widened.routes[0].allowed_author_associations = Some(vec!["CONTRIBUTOR".into(), "OWNER".into()]);
+    let (app, rec, _) = app_with(widened);
+    assert_eq!(send(&app, as_role("CONTRIBUTOR", "w1")).await.0, StatusCode::CREATED);
+    assert_eq!(send(&app, as_role("MEMBER", "w2")).await.0, StatusCode::ACCEPTED, "not in the route's list");
+    assert_eq!(rec.events.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn an_unknown_author_association_refuses_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s"), "x").unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {}\n  allowedAuthorAssociations: [OWNER, member]\n",
+        dir.path().join("s").display()
+    );
+    let e = BridgeConfig::parse(&yaml, std::path::Path::new("b.yaml")).unwrap_err().to_string();
+    assert!(e.contains("github.allowedAuthorAssociations") && e.contains("\"member\""), "{e}");
+    let route = format!(
+        "github:\n  secretFile: {}\nroutes:\n  - {{repository: 'a/*', namespace: n, nodeName: x, harness: claude, workdir: /w, allowedAuthorAssociations: [EVERYONE]}}\n",
+        dir.path().join("s").display()
+    );
+    let e = BridgeConfig::parse(&route, std::path::Path::new("b.yaml")).unwrap_err().to_string();
+    assert!(e.contains("routes[0].allowedAuthorAssociations"), "{e}");
+}
+
+/// Issue 23, point 2: a route caps the WorkSessions it creates, counted from what the store holds; past it an event
+/// that would create one is ignored, and events to existing sessions still flow.
+#[tokio::test]
+async fn a_route_caps_the_sessions_it_creates_and_existing_ones_still_get_events() {
+    let mut capped = config();
+    capped.routes[0].max_sessions = Some(2);
+    let (app, rec, metrics) = app_with(capped);
+    let comment = |number: u64, delivery: &str| {
+        signed("issue_comment", delivery, &fixture::issue_comment("octo-org/hello", number, "mona", "hi"))
+    };
+    assert_eq!(send(&app, comment(1, "c1")).await.0, StatusCode::CREATED);
+    assert_eq!(send(&app, comment(2, "c2")).await.0, StatusCode::CREATED);
+    let (status, body, _) = send(&app, comment(3, "c3")).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::ACCEPTED, Some("ignored")), "{body}");
+    assert!(body["reason"].as_str().unwrap().contains("maxSessions is 2"), "{body}");
+    assert_eq!(ignored_count(&metrics, "max_sessions"), 1);
+    assert_eq!(send(&app, comment(1, "c4")).await.0, StatusCode::CREATED, "an existing session still gets events");
+    {
+        let sessions = rec.sessions.lock().unwrap();
+        assert_eq!(sessions.len(), 2);
+        assert!(
+            sessions
+                .values()
+                .all(|ws| kube::ResourceExt::labels(ws)[config::ROUTE_LABEL] == config::slug("octo-org/*"))
+        );
+    }
+    // Counted from the store: a session deleted there makes room.
+    rec.sessions.lock().unwrap().remove("agents/hello-2");
+    assert_eq!(send(&app, comment(3, "c5")).await.0, StatusCode::CREATED);
+    assert_eq!(rec.events.lock().unwrap().len(), 4);
 }

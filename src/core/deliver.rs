@@ -27,6 +27,8 @@ pub(super) struct Prompt<'i> {
     pub sent: Option<Timestamp>,
     pub via: Option<Via>,
     pub created: Timestamp,
+    /// Typed as keys, for the harness to take as a command.
+    pub command: bool,
 }
 
 /// The phase of `spec.initialPrompt` while it is owed (from the first start on, until delivered or failed), or
@@ -58,6 +60,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 sent: recorded.and_then(|p| p.sent_time.as_ref()).map(|t| t.0),
                 via: recorded.and_then(|p| p.via),
                 created: input.created,
+                command: false,
             });
         }
         prompts.extend(input.events.iter().map(|e| Prompt {
@@ -68,6 +71,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             sent: e.sent,
             via: e.via,
             created: e.created,
+            command: e.command,
         }));
         prompts
     }
@@ -118,7 +122,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 _ if ready => {
                     let text = clean_prompt(prompt.text).into_owned();
                     let (session, key, tag) = (self.session.clone(), prompt.key.into(), prompt.tag.into());
-                    self.ops.push(Op::Paste { session, key, tag, text });
+                    self.ops.push(Op::Paste { session, key, tag, text, typed: prompt.command });
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), true, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
                 }

@@ -276,6 +276,13 @@ impl<'a, 'i> Decision<'a, 'i> {
         if profile.interactive.is_none() {
             return Err(("HarnessCannotBeHosted", ArgvError::NotHostable(spec.harness.clone()).to_string()));
         }
+        if let (Some(other), Some(id)) = (self.input.id_taken_by, &spec.harness_session_id) {
+            // Two processes on one conversation write one transcript; and a tenant must not adopt another's.
+            return Err((
+                "SessionIdTaken",
+                format!("spec.harnessSessionId {id} is the conversation of WorkSession {other} on this node"),
+            ));
+        }
         Ok(profile)
     }
 }

@@ -32,13 +32,15 @@ pub struct PendingEvent {
     pub via: Option<Via>,
     /// When it was created.
     pub created: Timestamp,
+    /// Typed as keys, for the harness to take as a command (`spec.command`); never on a command line.
+    pub command: bool,
 }
 
 impl PendingEvent {
     /// A `Pending` event created at `created`, tagged `uid-<name>` (set [`PendingEvent::tag`] to its UID).
     pub fn pending(name: &str, prompt: &str, created: Timestamp) -> Self {
         let (phase, tag) = (EventPhase::Pending, format!("uid-{name}"));
-        Self { name: name.into(), tag, prompt: prompt.into(), phase, sent: None, via: None, created }
+        Self { name: name.into(), tag, prompt: prompt.into(), phase, sent: None, via: None, created, command: false }
     }
 }
 
@@ -107,6 +109,9 @@ pub struct Input<'a> {
     pub discovered: Option<&'a str>,
     /// Another session of this workdir whose conversation's id is being discovered (`namespace/name`).
     pub discovering_here: Option<&'a str>,
+    /// Another WorkSession of this node (`namespace/name`) whose recorded conversation is the `spec.harnessSessionId`
+    /// this one would adopt.
+    pub id_taken_by: Option<&'a str>,
     /// The spawn of the plan decided just before failed, with this message.
     pub spawn_failure: Option<&'a str>,
     /// The agent config.
@@ -140,7 +145,8 @@ pub enum Op {
     },
     /// Clear a stale session and spawn the harness.
     Spawn(Spawn),
-    /// Paste a prompt into the live pane (bracketed paste, then Enter), tagging the session with its key.
+    /// Paste a prompt into the live pane (bracketed paste, or typed keys, then Enter), tagging the session with its
+    /// tag.
     Paste {
         /// The tmux session.
         session: String,
@@ -148,6 +154,8 @@ pub enum Op {
         key: String,
         /// The tag the paste gives the session (see [`PendingEvent::tag`]).
         tag: String,
+        /// Sent as typed keys instead of a bracketed paste (see [`PendingEvent::command`]).
+        typed: bool,
         /// The prompt.
         text: String,
     },

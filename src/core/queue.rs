@@ -66,7 +66,10 @@ mod tests {
     use crate::api::WorkEventSpec;
 
     fn event(name: &str, created: i64, rv: &str, phase: Option<EventPhase>) -> WorkEvent {
-        let mut e = WorkEvent::new(name, WorkEventSpec { session: "s".into(), prompt: "p".into(), source: None });
+        let mut e = WorkEvent::new(
+            name,
+            WorkEventSpec { session: "s".into(), prompt: "p".into(), source: None, ..Default::default() },
+        );
         e.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(created).unwrap()));
         e.metadata.resource_version = Some(rv.into());
         e.status = phase.map(|phase| WorkEventStatus { phase: Some(phase), ..Default::default() });

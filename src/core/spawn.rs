@@ -68,8 +68,12 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.requeue(until(now, retry.0));
             return;
         }
-        // A prompt too long for a command line is pasted once the harness is ready, like any live paste.
-        let boot = waiting.first().filter(|p| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT).map(|p| (p.key, p.text));
+        // A prompt too long for a command line, or one the harness would take as a command there (a webhook's `/clear`
+        // would switch conversations), is pasted once the harness is ready, like any live paste: a paste is text.
+        let on_argv = |p: &&super::deliver::Prompt<'_>| {
+            clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command && profile.literal_on_argv(p.text)
+        };
+        let boot = waiting.first().filter(on_argv).map(|p| (p.key, p.text));
         let found = input.conversation_found;
         match try_resume(input.spec, &self.status, profile, settings.enabled, found) {
             Ok(id) => self.spawn(profile, settings, SpawnRequest { mode: Mode::Resume, id, boot, fresh: None }),

@@ -148,6 +148,12 @@ impl Sink for KubeSink {
         }
     }
 
+    async fn count_sessions(&self, namespace: &str, (key, value): (&str, &str)) -> Result<usize, SinkError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        let list = api.list_metadata(&ListParams::default().labels(&format!("{key}={value}"))).await?;
+        Ok(list.items.len())
+    }
+
     async fn create_event(&self, namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), namespace);
         match api.create(&post(), event).await {

@@ -111,6 +111,12 @@ pub trait Sink: Send + Sync + 'static {
         name: &str,
         create: Option<WorkSession>,
     ) -> impl Future<Output = Result<Option<WorkSession>, SinkError>> + Send;
+    /// How many WorkSessions of `namespace` carry the label `key=value`, as the store holds them now.
+    fn count_sessions(
+        &self,
+        namespace: &str,
+        label: (&str, &str),
+    ) -> impl Future<Output = Result<usize, SinkError>> + Send;
     /// Creates `event`; `Ok(false)` when it already exists (a redelivery).
     fn create_event(&self, namespace: &str, event: &WorkEvent) -> impl Future<Output = Result<bool, SinkError>> + Send;
     /// Whether the API server answers (for `/readyz`).

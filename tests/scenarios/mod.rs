@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod discover;
+pub mod front_door;
 pub mod shapes;
 pub mod workspace;
 
@@ -19,6 +20,8 @@ pub trait Rig {
     fn create_session(&self, name: &str, spec: Value) -> impl Future<Output = ()>;
     /// Sends a WorkEvent `name` to `session`.
     fn send(&self, session: &str, name: &str, prompt: &str) -> impl Future<Output = ()>;
+    /// Sends a WorkEvent `name` to `session` that opts in to being a harness command (`spec.command`).
+    fn send_command(&self, session: &str, name: &str, prompt: &str) -> impl Future<Output = ()>;
     /// A WorkSession's status as JSON (`Null` when it has none or is gone).
     fn session_status(&self, name: &str) -> impl Future<Output = Value>;
     /// A WorkEvent's status as JSON (`Null` when it has none).

@@ -225,6 +225,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         conversation_path: None,
         store_path: None,
         discover: None,
+        command_prefixes: strings(worksession::harness::COMMAND_PREFIXES),
     }
 }
 

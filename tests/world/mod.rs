@@ -217,6 +217,15 @@ impl crate::scenarios::Rig for World {
         World::send(self, session, name, prompt).await;
     }
 
+    async fn send_command(&self, session: &str, name: &str, prompt: &str) {
+        let ev: WorkEvent = serde_json::from_value(json!({
+            "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": name},
+            "spec": {"session": session, "prompt": prompt, "command": true},
+        }))
+        .unwrap();
+        self.events().create(&PostParams::default(), &ev).await.unwrap();
+    }
+
     async fn session_status(&self, name: &str) -> serde_json::Value {
         let ws = self.sessions().get_opt(name).await.unwrap();
         serde_json::to_value(ws.and_then(|ws| ws.status)).unwrap()

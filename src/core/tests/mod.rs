@@ -7,6 +7,7 @@ use crate::tmux::SessionView;
 
 mod delivery;
 mod discover;
+mod front_door;
 mod idle;
 mod isolation;
 mod workspace;
@@ -77,6 +78,7 @@ struct Case {
     workspace: Workspace<'static>,
     discovered: Option<&'static str>,
     discovering_here: Option<&'static str>,
+    id_taken_by: Option<&'static str>,
 }
 
 impl Case {
@@ -104,6 +106,7 @@ impl Case {
             workspace: Workspace::Ready,
             discovered: None,
             discovering_here: None,
+            id_taken_by: None,
         }
     }
 
@@ -132,6 +135,7 @@ impl Case {
             workspace: self.workspace,
             discovered: self.discovered,
             discovering_here: self.discovering_here,
+            id_taken_by: self.id_taken_by,
         })
     }
 

@@ -372,9 +372,10 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         let ts = k8s_openapi::jiff::Timestamp::from_nanosecond(since.as_nanos() as i128).unwrap_or_default();
         meta.creation_timestamp = Some(Time(ts));
     }
-    if meta.uid.is_none() {
-        // The API server gives each object a UID; here one is made from the name and the creation, so a WorkEvent
-        // made again under a used name is a new delivery (its paste tag and status are its own).
+    if kind == api::Kind::WorkEvent && meta.uid.is_none() {
+        // The API server gives each object a UID; here a WorkEvent gets one made from its name and creation, so one
+        // made again under a used name is a new delivery (its paste tag and status are its own). A WorkSession keeps
+        // none: its file is rewritten by every edit, and its identity in tmux is its `namespace/name`.
         use sha2::Digest;
         let created = meta.creation_timestamp.as_ref().map(|t| t.0.as_nanosecond()).unwrap_or_default();
         let digest = sha2::Sha256::digest(format!("{name}\0{created}").as_bytes());

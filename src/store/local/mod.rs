@@ -264,6 +264,11 @@ impl Sink for std::sync::Arc<LocalStore> {
         Ok(Some(ws))
     }
 
+    async fn count_sessions(&self, _namespace: &str, (key, value): (&str, &str)) -> Result<usize, SinkError> {
+        let sessions = self.session_files().map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        Ok(sessions.iter().filter(|(_, ws)| ws.labels().get(key).is_some_and(|v| v == value)).count())
+    }
+
     async fn create_event(&self, _namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
         let value = manifest("WorkEvent", &event.metadata, &event.spec);
         let path = self.dir.join(format!("{}.yaml", event.name_any()));

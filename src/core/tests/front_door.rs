@@ -1,0 +1,102 @@
+//! The front door (issue 23), as the core decides it: a prompt the harness would take as one of its commands never
+//! rides on its command line (it is pasted, and a paste is text); only a hand-made event that opts in is typed; a
+//! paste is recognised by the event's UID, not its name; a conversation another session records is not adopted; a
+//! session under an older release's name is adopted until it dies.
+
+use super::*;
+
+#[test]
+fn a_prompt_the_harness_would_take_as_a_command_is_pasted_not_put_on_its_command_line() {
+    for prompt in ["/clear", "  /clear", "!touch /tmp/p", "\n/compact"] {
+        let mut case = Case::new(ran_old());
+        case.events = vec![ev("e1", prompt)];
+        let plan = case.step();
+        assert_eq!(spawned(&plan), "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old", "{prompt:?}: no argv prompt");
+        // Once the resumed harness is up and ready, the prompt is pasted (bracketed: text).
+        case.liveness = Liveness::Alive;
+        case.now = t(103);
+        let mut plan = case.step(); // the probe passed
+        if !plan.ops.iter().any(|op| matches!(op, Op::Paste { .. })) {
+            case.now = t(104);
+            plan = case.step();
+        }
+        let paste = plan.ops.iter().find_map(|op| match op {
+            Op::Paste { key, text, typed, .. } => Some((key.clone(), text.clone(), *typed)),
+            _ => None,
+        });
+        assert_eq!(paste, Some(("e1".to_string(), prompt.to_string(), false)), "{prompt:?}: pasted as text");
+    }
+    // What the harness reads as text still rides on the command line, as the seed does.
+    for prompt in ["fix /tmp/x", "# a heading", "@notes.txt please", "please fix the bug"] {
+        let mut case = Case::new(ran_old());
+        case.events = vec![ev("e1", prompt)];
+        assert!(spawned(&case.decide()).ends_with(&format!("-- {prompt}")), "{prompt:?} on the command line");
+    }
+    // A profile may say its harness has no such commands.
+    let mut case = Case::new(ran_old());
+    case.config.harnesses.get_mut("claude").unwrap().command_prefixes.clear();
+    case.events = vec![ev("e1", "/literal")];
+    assert!(spawned(&case.decide()).ends_with("-- /literal"));
+}
+
+#[test]
+fn a_hand_made_command_is_typed_and_never_rides_on_the_command_line() {
+    let mut case = Case::new(ran_old());
+    case.events = vec![PendingEvent { command: true, ..ev("e1", "please fix the bug") }];
+    assert_eq!(spawned(&case.step()), "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old");
+    case.liveness = Liveness::Alive;
+    case.now = t(103);
+    let first = case.step();
+    case.now = t(104);
+    let typed = [first, case.step()].iter().flat_map(|p| &p.ops).any(|op| matches!(op, Op::Paste { typed: true, .. }));
+    assert!(typed, "sent as keys the harness may run");
+}
+
+#[test]
+fn a_paste_is_recognised_by_the_events_uid_not_its_name() {
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    // An earlier event of the same name was pasted (its tag is its own UID): this one is a new delivery.
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-of-an-earlier-e1".into(), ..Default::default() });
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug");
+    let tagged = case.decide().ops.iter().find_map(|op| match op {
+        Op::Paste { tag, .. } => Some(tag.clone()),
+        _ => None,
+    });
+    assert_eq!(tagged.as_deref(), Some("uid-e1"), "the paste tags the session with the event's UID");
+    // Its own UID on the session: pasted before the agent stopped, so recorded, not pasted again.
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..Default::default() });
+    assert_eq!(ops(&case.decide()), ["event e1 Delivering via Pasted"]);
+}
+
+#[test]
+fn a_conversation_another_session_records_is_not_adopted() {
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.spec.harness_session_id = Some("their-conversation".into());
+    case.id_taken_by = Some("team-b/theirs");
+    let plan = case.decide();
+    assert_eq!(spawned(&plan), "", "no spawn");
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    assert_eq!(condition(&plan.status, READY), Some(("False", "SessionIdTaken")));
+    let ready = plan.status.conditions.iter().find(|c| c.type_ == READY).unwrap();
+    assert!(
+        ready.message.contains("team-b/theirs") && ready.message.contains("their-conversation"),
+        "{}",
+        ready.message
+    );
+    case.id_taken_by = None;
+    assert!(spawned(&case.decide()).contains("--resume their-conversation"), "free again: adopted");
+}
+
+#[test]
+fn a_session_under_an_older_releases_name_is_adopted_until_it_dies() {
+    let mut case = Case::new(ran_old());
+    case.session = Some("loop-repo-12"); // `<prefix><workItem>`, as releases before issue 23 named it
+    case.liveness = Liveness::Alive;
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[0], "paste e1 into loop-repo-12: please fix the bug");
+    case.liveness = Liveness::Dead;
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[..2], ["stop loop-repo-12", RESUME_E1]);
+    assert_eq!(plan.status.tmux_session.as_deref(), Some("loop-ns_repo-12"));
+}

@@ -1,0 +1,63 @@
+//! Issue 23, the front door, in both modes: a prompt is text (never a harness command unless a hand-made event opts
+//! in), and two WorkSessions of one work item never contend for a tmux session, whatever order they reconcile in
+//! after the tmux server restarts.
+
+use serde_json::{Value, json};
+
+use super::{Rig, await_delivered, await_phase, await_value, conversation_of};
+
+fn recorded(status: &Value) -> String {
+    status["harnessSessionId"].as_str().expect("a recorded id").to_string()
+}
+
+/// Events saying `/clear` and `!touch <marker>`, sent while the harness is dead (the first rides on the respawn, where
+/// the real CLI runs an argv `/clear`) and while it lives (pasted), reach the recorded conversation as text: no new
+/// conversation, no shell command. A hand-made event that opts in (`spec.command`) is typed, and runs.
+pub async fn prompts_are_text_never_harness_commands(rig: &impl Rig) {
+    let marker = rig.tmux().state().join("pwned-by-a-prompt");
+    rig.create_session("lit", json!({})).await;
+    let id = recorded(&await_phase(rig, "lit", "Running").await);
+    rig.tmux().await_output(&rig.tmux_session("lit"), "ready>").await;
+
+    rig.tmux().kill_harness(&rig.tmux_session("lit")).await;
+    rig.send("lit", "lit-1", "/clear").await;
+    await_delivered(rig, "lit-1").await;
+    rig.send("lit", "lit-2", &format!("!touch {}", marker.display())).await;
+    rig.send("lit", "lit-3", "  /clear").await;
+    await_delivered(rig, "lit-3").await;
+    rig.send("lit", "lit-4", "the next prompt").await;
+    let status = await_delivered(rig, "lit-4").await;
+    for prompt in ["/clear", &format!("!touch {}", marker.display()), "  /clear", "the next prompt"] {
+        assert_eq!(conversation_of(rig, prompt).await, id, "{prompt:?} is text in the recorded conversation");
+    }
+    assert_eq!(status["harnessSessionId"], id.as_str(), "delivered to the recorded conversation");
+    let via: Vec<String> =
+        rig.tmux().prompts().iter().filter(|p| p.conversation == id).map(|p| p.via.clone()).collect();
+    assert_eq!(via, ["paste"; 4], "none rode on the respawn's command line");
+    assert!(!marker.exists(), "no shell command ran");
+    assert_eq!(recorded(&rig.session_status("lit").await), id, "the conversation never switched");
+
+    // Opting in, by hand: the prompt is typed and the harness takes it as its command.
+    let opted = rig.tmux().state().join("ran-by-choice");
+    rig.send_command("lit", "lit-5", &format!("!touch {}", opted.display())).await;
+    await_value("the opted-in command to run", || async { Value::Bool(opted.exists()) }, |v| v == &Value::Bool(true))
+        .await;
+}
+
+/// Two WorkSessions of one work item on one node each run in a tmux session of their own: after the tmux server
+/// restarts, each resumes its own conversation and gets its own event, whichever reconciles first.
+pub async fn two_sessions_of_one_work_item_never_contend(rig: &impl Rig) {
+    rig.create_session("twin-a", json!({"workItem": "twin"})).await;
+    rig.create_session("twin-b", json!({"workItem": "twin"})).await;
+    let a = recorded(&await_phase(rig, "twin-a", "Running").await);
+    let b = recorded(&await_phase(rig, "twin-b", "Running").await);
+    assert_ne!(a, b);
+    assert_ne!(rig.tmux_session("twin-a"), rig.tmux_session("twin-b"));
+    assert!(rig.tmux().kill_server(), "the tmux server was running");
+    rig.send("twin-b", "twin-b-1", "for b").await;
+    rig.send("twin-a", "twin-a-1", "for a").await;
+    assert_eq!(await_delivered(rig, "twin-a-1").await["harnessSessionId"], a.as_str());
+    assert_eq!(await_delivered(rig, "twin-b-1").await["harnessSessionId"], b.as_str());
+    assert_eq!(conversation_of(rig, "for a").await, a, "each resumed its own conversation");
+    assert_eq!(conversation_of(rig, "for b").await, b);
+}
