@@ -41,9 +41,9 @@ pub struct Profile {
     /// How the id of a conversation is found once the harness runs, for a harness that cannot be told one at start
     /// (its `interactive` argv has no `{sessionId}`).
     pub discover: Option<Discover>,
-    /// What, leading a prompt (after any whitespace), makes the harness take a command-line prompt as one of its
-    /// own commands (Claude Code runs an argv `/clear`, which switches to a new conversation): such a prompt never
-    /// rides on the command line; it is pasted once the harness is ready, and a bracketed paste is text.
+    /// What, leading a prompt (after any whitespace), makes the harness run it as one of its own commands (Claude
+    /// Code runs a `/clear` given on its command line or pasted, and a pasted `!touch x` in its shell mode): such a
+    /// prompt is sent with [`LITERAL_PREFIX`] in front (see [`Profile::literal`]).
     pub command_prefixes: Vec<String>,
 }
 
@@ -82,18 +82,30 @@ impl Profile {
         self.discover.is_some()
     }
 
-    /// Whether the harness takes `prompt` as text on its command line (it does not start with one of its
-    /// [`Profile::command_prefixes`]).
-    pub fn literal_on_argv(&self, prompt: &str) -> bool {
+    /// `prompt` as the harness reads it as text: with [`LITERAL_PREFIX`] in front when it starts (after any whitespace)
+    /// with one of its [`Profile::command_prefixes`], on a command line and pasted alike.
+    pub fn literal<'p>(&self, prompt: &'p str) -> std::borrow::Cow<'p, str> {
         let head = prompt.trim_start();
-        !self.command_prefixes.iter().any(|p| !p.is_empty() && head.starts_with(p.as_str()))
+        if self.command_prefixes.iter().any(|p| !p.is_empty() && head.starts_with(p.as_str())) {
+            format!("{LITERAL_PREFIX}{prompt}").into()
+        } else {
+            prompt.into()
+        }
     }
 }
 
+/// Put before a prompt that would otherwise start with a command prefix: harnesses tell a command by the first
+/// characters of the input (Claude Code after trimming whitespace for `/`, the very first for `!`), and a word is
+/// none. Measured with Claude Code 2.1.332 offline: a leading space keeps `!` a prompt but not `/clear`; a leading
+/// zero-width space (U+200B) left the text unsent in the input box with the slash-command menu open, where the next
+/// Enter would choose `/clear`. Visible, so the model and a person read what was sent.
+pub const LITERAL_PREFIX: &str = "Prompt: ";
+
 /// The command prefixes of the built-in profiles: `/` (slash commands) and `!` (shell mode). Measured with Claude
-/// Code 2.1.332 offline: an argv `/clear` (fresh and resumed) switched to a new conversation, while `!touch`, `#`
-/// and `@file` on argv were taken as text (`@file` attaches the file); every one of them pasted was text. The other
-/// CLIs have slash commands and a `!` shell mode of their own, so they get the same prefixes.
+/// Code 2.1.332 offline: an argv `/clear` (fresh and resumed) switched to a new conversation, and a bracketed paste
+/// of `!touch <file>` into its idle input box ran it in its shell mode; `#` and `@file` were prompts (`@file`
+/// attaches the file, as a person's mention would). The other CLIs have slash commands and a `!` shell mode of their
+/// own, so they get the same prefixes.
 pub const COMMAND_PREFIXES: &[&str] = &["/", "!"];
 
 /// The input box of the Claude Code CLI: a line starting with `❯` between two horizontal rules, at the bottom of

@@ -185,15 +185,9 @@ pub trait Tmux: Send + Sync {
     fn stop(&self, session: &str, owner: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
     /// The last `lines` non-empty lines the session's pane printed (dead or alive).
     fn last_lines(&self, session: &str, lines: usize) -> impl Future<Output = Result<String, TmuxError>> + Send;
-    /// Pastes `text` into the session's pane as one bracketed paste (with `typed`, as plain keys, for the harness to
-    /// take as a command), then presses Enter; tags the session with `key` in the same call.
-    fn paste(
-        &self,
-        session: &str,
-        text: &str,
-        key: &str,
-        typed: bool,
-    ) -> impl Future<Output = Result<(), TmuxError>> + Send;
+    /// Pastes `text` into the session's pane as one bracketed paste, then presses Enter; tags the session with `key`
+    /// in the same call.
+    fn paste(&self, session: &str, text: &str, key: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
 
     /// The visible text of the session's active pane (what a person attached would see).
     fn screen(&self, session: &str) -> impl Future<Output = Result<String, TmuxError>> + Send;
@@ -398,7 +392,7 @@ impl Tmux for TmuxRunner {
             .map_err(|stderr| TmuxError::Failed { command: "capture-pane", stderr })
     }
 
-    async fn paste(&self, session: &str, text: &str, key: &str, typed: bool) -> Result<(), TmuxError> {
+    async fn paste(&self, session: &str, text: &str, key: &str) -> Result<(), TmuxError> {
         parsed_word("paste-buffer", "key", key)?;
         parsed_word("paste-buffer", "session", session)?;
         let buffer = format!("worksession-{}", uuid::Uuid::new_v4().simple());
@@ -409,10 +403,8 @@ impl Tmux for TmuxRunner {
         // buffer and session names, never the text.
         // The key (a WorkEvent's UID, or `initialPrompt`; checked above to be a plain word) is tagged in the same
         // sequence, so an agent stopped before recording the paste finds it done rather than pasting it again.
-        // -p brackets the paste when the harness asked for bracketed paste (every TUI does): it reads it as text.
-        let bracket = if typed { "" } else { "-p " };
         let paste = format!(
-            "paste-buffer -d {bracket}-b {buffer} -t {target} ; send-keys -t {target} Enter ; set-option -t {target} {PASTE_TAG} {key}"
+            "paste-buffer -d -p -b {buffer} -t {target} ; send-keys -t {target} Enter ; set-option -t {target} {PASTE_TAG} {key}"
         );
         let dead = format!("delete-buffer -b {buffer} ; display-message -p {PANE_DEAD}");
         let args =

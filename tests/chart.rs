@@ -269,7 +269,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("s"), secret).unwrap();
     let yaml = format!(
-        "github:\n  secretFile: {}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {}\n    nodeName: {}\n    harness: standin\n    workdir: {}\n",
+        "github:\n  secretFile: {}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {}\n    nodeName: {}\n    harness: standin\n    workdir: {}\n    maxSessions: 1\n",
         dir.path().join("s").display(),
         w.ns.name,
         w.node,
@@ -283,10 +283,19 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         .header("x-hub-signature-256", worksession::bridge::github::sign(secret, &payload))
         .body(Body::from(payload))
         .unwrap();
-    let response = app.oneshot(request).await.unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), 201);
     let ev = w.await_event("gh-chart-1", EventPhase::Delivered).await;
     assert_eq!(ev.spec.session, "octo-org-sigma-5");
+    // The route keeps one session: a second work item is ignored, counted with the bridge's own RBAC (list).
+    let payload = serde_json::to_vec(&fixtures::issue_comment("octo-org/sigma", 6, "mona", "one too many")).unwrap();
+    let request = axum::http::Request::post("/webhooks/github")
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "chart-2")
+        .header("x-hub-signature-256", worksession::bridge::github::sign(secret, &payload))
+        .body(Body::from(payload))
+        .unwrap();
+    assert_eq!(app.oneshot(request).await.unwrap().status(), 202, "past maxSessions: ignored, not 503");
 
     // Labeler as its ServiceAccount: a hand-made event for a running session is labelled, wakes the agent's
     // label-selected watch and is delivered.
@@ -301,7 +310,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         bridge_sessions.patch_status("rho", &PatchParams::default(), &Patch::Merge(&status)).await,
         "bridge patches status",
     );
-    forbidden(bridge_sessions.list(&ListParams::default()).await, "bridge lists sessions");
+    forbidden(bridge_sessions.delete("rho", &Default::default()).await.map(|_| ()), "bridge deletes sessions");
     forbidden(
         Api::<WorkEvent>::namespaced(bridge_client.clone(), &w.ns.name).delete("rho-1", &Default::default()).await,
         "bridge deletes events",

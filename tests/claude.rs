@@ -109,3 +109,66 @@ async fn an_event_arriving_during_the_boot_reaches_the_transcript() {
     let id = st.harness_session_id.unwrap();
     assert!(transcript(&w.tmux.state(), &w.tmux.workdir(), &id).contains("typed while you were booting"));
 }
+
+/// Issue 23, point 6, with the real CLI: Claude Code runs `/clear` (a new conversation under a new id) and `!...` (its
+/// shell mode) whether it gets them on its command line or pasted into its input box (measured with 2.1.332). From a
+/// WorkEvent they are prompts: pasted into the live harness, and riding on the resume's command line after a crash,
+/// they reach the recorded conversation with `Prompt: ` in front, no shell command runs, no conversation is started,
+/// and the next event lands in the recorded conversation.
+#[tokio::test]
+async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
+    let w = world().await;
+    w.create_session("lit", json!({"harness": "claude", "initialPrompt": "first prompt"})).await;
+    let ws = w
+        .await_session("lit", "the initial prompt known delivered", |ws| {
+            ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
+                == Some(EventPhase::Delivered)
+        })
+        .await;
+    let id = recorded_id(&ws);
+    let marker = w.tmux.state().join("pwned-by-a-prompt");
+    let touch = format!("!touch {}", marker.display());
+    w.send("lit", "lit-1", &touch).await;
+    w.send("lit", "lit-2", "/clear").await;
+    for name in ["lit-1", "lit-2"] {
+        let st = w.await_event(name, EventPhase::Delivered).await.status.unwrap();
+        assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())), "{name}");
+    }
+
+    // A crash: the next event rides on the resume's command line.
+    w.tmux.kill_pane(&w.tmux_session("lit")).await;
+    w.send("lit", "lit-3", "/clear").await;
+    let st = w.await_event("lit-3", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    w.send("lit", "lit-4", "the next prompt").await;
+    let st = w.await_event("lit-4", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
+
+    let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
+    for prompt in [format!("Prompt: {touch}"), "Prompt: /clear".into(), "the next prompt".into()] {
+        assert!(worksession::transcript::contains(&text, &prompt), "{prompt:?} in the recorded conversation");
+    }
+    assert!(!marker.exists(), "no shell command ran");
+    // The CLI's own word: one conversation in this workdir, and its live process runs the recorded one.
+    let project = worksession::transcript::locate(
+        worksession::harness::CLAUDE_CONVERSATION_PATH,
+        &w.tmux.state(),
+        &w.tmux.workdir().display().to_string(),
+        &id,
+    );
+    let conversations: Vec<String> = std::fs::read_dir(project.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".jsonl"))
+        .collect();
+    assert_eq!(conversations, [format!("{id}.jsonl")], "no conversation was started by a prompt");
+    let sessions = w.tmux.state().join(".claude/sessions");
+    let live: Vec<String> = std::fs::read_dir(&sessions)
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|json| {
+            serde_json::from_str::<serde_json::Value>(&json).ok()?["sessionId"].as_str().map(String::from)
+        })
+        .collect();
+    assert!(live.contains(&id) && live.iter().all(|s| s == &id), "the CLI runs the recorded conversation: {live:?}");
+}

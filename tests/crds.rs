@@ -92,6 +92,9 @@ async fn schema_rejects_what_it_forbids() {
         ("relative workdir", with("workdir", json!("srv/work")), "workdir"),
         ("a tmux format in the workdir", with("workdir", json!("/tmp/x/#(touch /tmp/pwned)")), "workdir"),
         ("unknown restartPolicy", with("restartPolicy", json!("Sometimes")), "restartPolicy"),
+        // Issue 23: a credential never rides in a workspace URL.
+        ("a token in the URL", with("workspace", json!({"url": "https://ghp_x@github.com/o/r.git"})), "user info"),
+        ("a password in an ssh URL", with("workspace", json!({"url": "ssh://git:pw@host/r.git"})), "user info"),
     ];
     for (i, (what, spec, field)) in cases.into_iter().enumerate() {
         match sessions.create(&PostParams::default(), &session(&format!("bad-{i}"), spec)).await {
@@ -117,6 +120,20 @@ async fn schema_rejects_what_it_forbids() {
         }
         other => panic!("moving a session: expected 422, got {other:?}"),
     }
+    // Issue 23: nor to another work item (its harness would run on while another resumed the conversation).
+    let renamed = json!({"spec": {"workItem": "other-item"}});
+    match sessions.patch("limits", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&renamed)).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("workItem is immutable"), "{}", e.message);
+        }
+        other => panic!("changing the work item: expected 422, got {other:?}"),
+    }
+    // A WorkSession's name is a DNS label (the API server alone allows a subdomain); an ssh user name is no secret.
+    let dotted = sessions.create(&PostParams::default(), &session("a.b", valid_spec())).await.unwrap_err();
+    assert!(matches!(&dotted, kube::Error::Api(e) if e.code == 422 && e.message.contains("DNS label")), "{dotted:?}");
+    let ssh = with("workspace", json!({"url": "ssh://git@github.com/o/r.git"}));
+    sessions.create(&PostParams::default(), &session("ssh-user", ssh)).await.unwrap();
 
     let events = dynamic::<WorkEvent>(&ns);
     let event = |spec: serde_json::Value| -> DynamicObject {

@@ -117,7 +117,7 @@ async fn paste_reaches_a_live_pane_verbatim() {
         &"long ".repeat(40_000), // 200 KB
     ];
     for text in texts {
-        tmux.runner.paste("loop-p", text, "p", false).await.unwrap();
+        tmux.runner.paste("loop-p", text, "p").await.unwrap();
     }
     let prompts = tmux.await_prompts(texts.len()).await;
     let got: Vec<&str> = prompts.iter().map(|p| p.prompt.as_str()).collect();
@@ -178,7 +178,7 @@ async fn paste_into_a_dead_pane_fails_and_the_server_survives() {
     tmux.runner.spawn(&tmux.spawn_of("loop-live", Mode::Fresh, "live", None, &[])).await.unwrap();
     tmux.runner.spawn(&tmux.spawn_of("loop-gone", Mode::Resume, "gone", None, &[])).await.unwrap();
     tmux.await_liveness("loop-gone", Liveness::Dead).await;
-    let err = tmux.runner.paste("loop-gone", "hello", "g", false).await.unwrap_err();
+    let err = tmux.runner.paste("loop-gone", "hello", "g").await.unwrap_err();
     assert!(err.to_string().contains("dead"), "{err}");
     let obs = tmux.runner.observe().await.unwrap();
     assert_eq!((obs.liveness("loop-live"), obs.liveness("loop-gone")), (Liveness::Alive, Liveness::Dead));
@@ -193,7 +193,7 @@ async fn spawn_and_paste_tags_are_in_the_one_observation() {
     let view = obs.session("loop-tag").expect("observed");
     assert_eq!((view.spawn.as_str(), view.pasted.as_str()), ("spawn-conv-tag", ""), "tagged by the spawn's own call");
     tmux.await_output("loop-tag", "ready>").await;
-    tmux.runner.paste("loop-tag", "hello", "ev-1", false).await.unwrap();
+    tmux.runner.paste("loop-tag", "hello", "ev-1").await.unwrap();
     let obs = tmux.runner.observe().await.unwrap();
     assert_eq!(obs.session("loop-tag").map(|v| v.pasted.as_str()), Some("ev-1"), "tagged by the paste's own call");
     assert_eq!(tmux.await_prompts(1).await[0].prompt, "hello");
@@ -231,9 +231,9 @@ async fn the_standin_drops_early_input_and_fails_late_with_its_tui_up() {
         .await
         .unwrap();
     tmux.await_output("loop-boot", "booting").await;
-    tmux.runner.paste("loop-boot", "too early", "e0", false).await.unwrap();
+    tmux.runner.paste("loop-boot", "too early", "e0").await.unwrap();
     tmux.await_output("loop-boot", "ready>").await;
-    tmux.runner.paste("loop-boot", "in time", "e1", false).await.unwrap();
+    tmux.runner.paste("loop-boot", "in time", "e1").await.unwrap();
     let got: Vec<String> = tmux.await_prompts(1).await.into_iter().map(|p| p.prompt).collect();
     assert_eq!(got, ["in time"]);
     // The transcript holds it the way Claude Code writes a prompt.
@@ -244,7 +244,7 @@ async fn the_standin_drops_early_input_and_fails_late_with_its_tui_up() {
     let slow = tmux.spawn_of("loop-late", Mode::Resume, "ghost", None, &["--resume-fail-delay", "1"]);
     tmux.runner.spawn(&slow).await.unwrap();
     tmux.await_output("loop-late", "ready>").await;
-    tmux.runner.paste("loop-late", "lost", "e2", false).await.unwrap();
+    tmux.runner.paste("loop-late", "lost", "e2").await.unwrap();
     tmux.await_liveness("loop-late", Liveness::Dead).await;
     tmux.await_output("loop-late", "No conversation found with session ID: ghost").await;
     assert!(tmux.prompts().iter().all(|p| p.prompt != "lost"), "nothing reached a conversation");
@@ -322,7 +322,7 @@ async fn a_hostile_key_or_session_name_never_becomes_a_tmux_command() {
         "-t".to_string(),
     ];
     for key in &hostile {
-        let e = tmux.runner.paste("loop-h", "hello", key, false).await.unwrap_err();
+        let e = tmux.runner.paste("loop-h", "hello", key).await.unwrap_err();
         assert!(e.to_string().contains("is not a plain word"), "{key:?}: {e}");
         let e = tmux.runner.stop(&format!("loop-h ; run-shell 'touch {}'", marker.display()), "owner").await;
         assert!(e.is_err(), "a session name that is not a word is refused");
@@ -330,7 +330,7 @@ async fn a_hostile_key_or_session_name_never_becomes_a_tmux_command() {
         assert!(e.to_string().contains("not a plain word"), "{key:?}: {e}");
     }
     // A plain key works, and proves the paths above were live.
-    tmux.runner.paste("loop-h", "hello", "9f1c2d3e-uid", false).await.unwrap();
+    tmux.runner.paste("loop-h", "hello", "9f1c2d3e-uid").await.unwrap();
     let prompts = tmux.await_prompts(1).await;
     assert_eq!(prompts.iter().map(|p| p.prompt.as_str()).collect::<Vec<_>>(), ["hello"], "only the plain paste");
     let observed = tmux.runner.observe().await.unwrap();

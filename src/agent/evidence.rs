@@ -130,11 +130,13 @@ impl<S, T: Tmux> Reconciler<S, T> {
         }
         if let (Some(id), false) = (current, sent.is_empty()) {
             let text = read(&transcript::locate(template, home, workdir, id)).await;
-            evidence.confirmed = sent
-                .iter()
-                .filter(|(_, prompt)| transcript::contains(&text, &clean_prompt(prompt)))
-                .map(|(key, _)| key.to_string())
-                .collect();
+            // As sent: a prompt that starts with a command prefix went with the literal mark in front.
+            let shows = |prompt: &str| {
+                let clean = clean_prompt(prompt);
+                transcript::contains(&text, &clean) || transcript::contains(&text, &profile.literal(&clean))
+            };
+            evidence.confirmed =
+                sent.iter().filter(|(_, prompt)| shows(prompt)).map(|(key, _)| key.to_string()).collect();
         }
         evidence
     }

@@ -341,8 +341,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             match op {
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(|e| other(ReconcileError::Stop(e)))?,
                 Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
-                Op::Paste { session, key, tag, text, typed } => {
-                    tmux.paste(session, text, tag, *typed)
+                Op::Paste { session, key, tag, text } => {
+                    tmux.paste(session, text, tag)
                         .await
                         .map_err(|source| other(ReconcileError::Paste { event: key.clone(), source }))?;
                     self.failpoint(Failpoint::AfterPaste).await;

@@ -308,9 +308,10 @@ pub struct WorkEventSpec {
     /// Where the event came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<EventSource>,
-    /// Send the prompt as keys typed into the harness, so that it may take it as one of its own commands (`/compact`,
-    /// `!make test`). Only for WorkEvents made by hand: the bridge never sets it, and without it a prompt is always
-    /// text (pasted, or on the command line only where the harness reads it as text).
+    /// Send the prompt as it is, so that the harness may take it as one of its own commands (`/compact`, `!make
+    /// test`): pasted into its input box once it is ready, never on its command line. Only for WorkEvents made by
+    /// hand: the bridge never sets it, and without it a prompt that starts with a command prefix of its harness gets
+    /// `Prompt: ` in front, which the harness reads as text.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub command: bool,
 }

@@ -27,7 +27,7 @@ pub(super) struct Prompt<'i> {
     pub sent: Option<Timestamp>,
     pub via: Option<Via>,
     pub created: Timestamp,
-    /// Typed as keys, for the harness to take as a command.
+    /// Sent as it is, for the harness to take as its command (`spec.command`).
     pub command: bool,
 }
 
@@ -120,9 +120,12 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.requeue(DELIVERY_RECHECK);
                 }
                 _ if ready => {
-                    let text = clean_prompt(prompt.text).into_owned();
+                    // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude Code's
+                    // shell mode.
+                    let text = clean_prompt(prompt.text);
+                    let text = if prompt.command { text.into_owned() } else { profile.literal(&text).into_owned() };
                     let (session, key, tag) = (self.session.clone(), prompt.key.into(), prompt.tag.into());
-                    self.ops.push(Op::Paste { session, key, tag, text, typed: prompt.command });
+                    self.ops.push(Op::Paste { session, key, tag, text });
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), true, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
                 }

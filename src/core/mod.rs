@@ -193,10 +193,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.status.phase = Some(Phase::Pending);
             self.status.verification = None;
             let message = format!(
-                "tmux session {} belongs to WorkSession {}; work items must be unique on a node",
+                "tmux session {} belongs to WorkSession {}; it is never adopted, pasted into or stopped by this one",
                 self.session, other.owner_name
             );
-            self.ready(false, "WorkItemConflict", message);
+            self.ready(false, "TmuxSessionConflict", message);
             self.requeue(CONFLICT_RECHECK);
             return self.plan();
         }

@@ -32,7 +32,8 @@ pub struct PendingEvent {
     pub via: Option<Via>,
     /// When it was created.
     pub created: Timestamp,
-    /// Typed as keys, for the harness to take as a command (`spec.command`); never on a command line.
+    /// Sent as it is, for the harness to take as its command if it is one (`spec.command`): without the literal mark,
+    /// and never on a command line.
     pub command: bool,
 }
 
@@ -145,8 +146,7 @@ pub enum Op {
     },
     /// Clear a stale session and spawn the harness.
     Spawn(Spawn),
-    /// Paste a prompt into the live pane (bracketed paste, or typed keys, then Enter), tagging the session with its
-    /// tag.
+    /// Paste a prompt into the live pane (bracketed paste, then Enter), tagging the session with its tag.
     Paste {
         /// The tmux session.
         session: String,
@@ -154,8 +154,6 @@ pub enum Op {
         key: String,
         /// The tag the paste gives the session (see [`PendingEvent::tag`]).
         tag: String,
-        /// Sent as typed keys instead of a bracketed paste (see [`PendingEvent::command`]).
-        typed: bool,
         /// The prompt.
         text: String,
     },

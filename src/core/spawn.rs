@@ -68,11 +68,9 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.requeue(until(now, retry.0));
             return;
         }
-        // A prompt too long for a command line, or one the harness would take as a command there (a webhook's `/clear`
-        // would switch conversations), is pasted once the harness is ready, like any live paste: a paste is text.
-        let on_argv = |p: &&super::deliver::Prompt<'_>| {
-            clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command && profile.literal_on_argv(p.text)
-        };
+        // A prompt too long for a command line is pasted once the harness is ready, like any live paste; so is one a
+        // person made a harness command (given as a person gives it, into the input box).
+        let on_argv = |p: &&super::deliver::Prompt<'_>| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command;
         let boot = waiting.first().filter(on_argv).map(|p| (p.key, p.text));
         let found = input.conversation_found;
         match try_resume(input.spec, &self.status, profile, settings.enabled, found) {
@@ -156,7 +154,8 @@ impl<'a, 'i> Decision<'a, 'i> {
     pub(super) fn spawn_op(&self, profile: &Profile, v: &Verification, boot: Option<&str>) -> Result<Op, ArgvError> {
         let input = self.input;
         let mode = if v.resume { Mode::Resume } else { Mode::Fresh };
-        let prompt = boot.map(clean_prompt);
+        // Text, whatever it starts with: a webhook's `/clear` on the command line would switch conversations.
+        let prompt = boot.map(|text| profile.literal(&clean_prompt(text)).into_owned());
         let argv = profile.argv(&input.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),

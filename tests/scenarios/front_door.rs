@@ -10,9 +10,10 @@ fn recorded(status: &Value) -> String {
     status["harnessSessionId"].as_str().expect("a recorded id").to_string()
 }
 
-/// Events saying `/clear` and `!touch <marker>`, sent while the harness is dead (the first rides on the respawn, where
-/// the real CLI runs an argv `/clear`) and while it lives (pasted), reach the recorded conversation as text: no new
-/// conversation, no shell command. A hand-made event that opts in (`spec.command`) is typed, and runs.
+/// Events saying `/clear` and `!touch <marker>` (Claude Code runs both, on its command line and pasted alike, as the
+/// stand-in does), sent while the harness is dead (the first rides on the respawn's command line) and while it lives
+/// (pasted), reach the recorded conversation as prompts, marked: no new conversation, no shell command. A hand-made
+/// event that opts in (`spec.command`) goes as it is, and runs.
 pub async fn prompts_are_text_never_harness_commands(rig: &impl Rig) {
     let marker = rig.tmux().state().join("pwned-by-a-prompt");
     rig.create_session("lit", json!({})).await;
@@ -22,22 +23,24 @@ pub async fn prompts_are_text_never_harness_commands(rig: &impl Rig) {
     rig.tmux().kill_harness(&rig.tmux_session("lit")).await;
     rig.send("lit", "lit-1", "/clear").await;
     await_delivered(rig, "lit-1").await;
-    rig.send("lit", "lit-2", &format!("!touch {}", marker.display())).await;
+    let touch = format!("!touch {}", marker.display());
+    rig.send("lit", "lit-2", &touch).await;
     rig.send("lit", "lit-3", "  /clear").await;
-    await_delivered(rig, "lit-3").await;
     rig.send("lit", "lit-4", "the next prompt").await;
     let status = await_delivered(rig, "lit-4").await;
-    for prompt in ["/clear", &format!("!touch {}", marker.display()), "  /clear", "the next prompt"] {
-        assert_eq!(conversation_of(rig, prompt).await, id, "{prompt:?} is text in the recorded conversation");
-    }
     assert_eq!(status["harnessSessionId"], id.as_str(), "delivered to the recorded conversation");
-    let via: Vec<String> =
-        rig.tmux().prompts().iter().filter(|p| p.conversation == id).map(|p| p.via.clone()).collect();
-    assert_eq!(via, ["paste"; 4], "none rode on the respawn's command line");
+    let mark = worksession::harness::LITERAL_PREFIX;
+    let sent = [("/clear", "argv"), (touch.as_str(), "paste"), ("  /clear", "paste"), ("the next prompt", "paste")];
+    for (prompt, via) in sent {
+        let as_sent = if prompt == "the next prompt" { prompt.to_string() } else { format!("{mark}{prompt}") };
+        assert_eq!(conversation_of(rig, &as_sent).await, id, "{prompt:?}: a prompt of the recorded conversation");
+        let got = rig.tmux().prompts().into_iter().find(|p| p.prompt == as_sent).unwrap();
+        assert_eq!(got.via, via, "{prompt:?}");
+    }
     assert!(!marker.exists(), "no shell command ran");
     assert_eq!(recorded(&rig.session_status("lit").await), id, "the conversation never switched");
 
-    // Opting in, by hand: the prompt is typed and the harness takes it as its command.
+    // Opting in, by hand: the prompt goes as it is and the harness runs it.
     let opted = rig.tmux().state().join("ran-by-choice");
     rig.send_command("lit", "lit-5", &format!("!touch {}", opted.display())).await;
     await_value("the opted-in command to run", || async { Value::Bool(opted.exists()) }, |v| v == &Value::Bool(true))

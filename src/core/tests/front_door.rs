@@ -1,32 +1,31 @@
-//! The front door (issue 23), as the core decides it: a prompt the harness would take as one of its commands never
-//! rides on its command line (it is pasted, and a paste is text); only a hand-made event that opts in is typed; a
+//! The front door (issue 23), as the core decides it: a prompt the harness would take as one of its commands goes
+//! with the literal mark in front, on its command line and pasted; only a hand-made event that opts in goes as it is; a
 //! paste is recognised by the event's UID, not its name; a conversation another session records is not adopted; a
 //! session under an older release's name is adopted until it dies.
 
 use super::*;
 
 #[test]
-fn a_prompt_the_harness_would_take_as_a_command_is_pasted_not_put_on_its_command_line() {
+fn a_prompt_the_harness_would_take_as_a_command_goes_as_text_on_its_command_line_and_pasted() {
+    use crate::harness::LITERAL_PREFIX;
     for prompt in ["/clear", "  /clear", "!touch /tmp/p", "\n/compact"] {
+        let marked = format!("{LITERAL_PREFIX}{prompt}");
         let mut case = Case::new(ran_old());
         case.events = vec![ev("e1", prompt)];
-        let plan = case.step();
-        assert_eq!(spawned(&plan), "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old", "{prompt:?}: no argv prompt");
-        // Once the resumed harness is up and ready, the prompt is pasted (bracketed: text).
+        assert_eq!(
+            spawned(&case.decide()),
+            format!("spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old -- {marked}"),
+            "{prompt:?}: marked on the command line"
+        );
+        // Pasted into a live harness: marked too.
         case.liveness = Liveness::Alive;
-        case.now = t(103);
-        let mut plan = case.step(); // the probe passed
-        if !plan.ops.iter().any(|op| matches!(op, Op::Paste { .. })) {
-            case.now = t(104);
-            plan = case.step();
-        }
-        let paste = plan.ops.iter().find_map(|op| match op {
-            Op::Paste { key, text, typed, .. } => Some((key.clone(), text.clone(), *typed)),
+        let paste = case.decide().ops.into_iter().find_map(|op| match op {
+            Op::Paste { text, .. } => Some(text),
             _ => None,
         });
-        assert_eq!(paste, Some(("e1".to_string(), prompt.to_string(), false)), "{prompt:?}: pasted as text");
+        assert_eq!(paste, Some(marked), "{prompt:?}: pasted as text");
     }
-    // What the harness reads as text still rides on the command line, as the seed does.
+    // What the harness reads as text goes as it is.
     for prompt in ["fix /tmp/x", "# a heading", "@notes.txt please", "please fix the bug"] {
         let mut case = Case::new(ran_old());
         case.events = vec![ev("e1", prompt)];
@@ -40,16 +39,23 @@ fn a_prompt_the_harness_would_take_as_a_command_is_pasted_not_put_on_its_command
 }
 
 #[test]
-fn a_hand_made_command_is_typed_and_never_rides_on_the_command_line() {
+fn a_hand_made_command_goes_as_it_is_and_never_rides_on_the_command_line() {
     let mut case = Case::new(ran_old());
-    case.events = vec![PendingEvent { command: true, ..ev("e1", "please fix the bug") }];
+    case.events = vec![PendingEvent { command: true, ..ev("e1", "/compact") }];
     assert_eq!(spawned(&case.step()), "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old");
     case.liveness = Liveness::Alive;
     case.now = t(103);
     let first = case.step();
     case.now = t(104);
-    let typed = [first, case.step()].iter().flat_map(|p| &p.ops).any(|op| matches!(op, Op::Paste { typed: true, .. }));
-    assert!(typed, "sent as keys the harness may run");
+    let pasted: Vec<String> = [first, case.step()]
+        .iter()
+        .flat_map(|p| &p.ops)
+        .filter_map(|op| match op {
+            Op::Paste { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pasted, ["/compact"], "as it is, for the harness to run");
 }
 
 #[test]

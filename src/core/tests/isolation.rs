@@ -21,7 +21,7 @@ fn a_session_tagged_for_another_worksession_is_never_adopted_pasted_into_or_stop
         case.tmux = Some(SessionView { alive: liveness == Liveness::Alive, ..others() });
         let plan = case.decide();
         assert_eq!(ops(&plan), Vec::<String>::new(), "{liveness:?}: no paste, no stop, no spawn");
-        assert_eq!(condition(&plan.status, READY), Some(("False", "WorkItemConflict")));
+        assert_eq!(condition(&plan.status, READY), Some(("False", "TmuxSessionConflict")));
         let ready = plan.status.conditions.iter().find(|c| c.type_ == READY).unwrap();
         assert!(ready.message.contains("team-b/repo-12"), "names the other: {}", ready.message);
         // Deleting this one releases it and leaves the other's harness alone.
