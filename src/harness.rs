@@ -82,16 +82,26 @@ impl Profile {
         self.discover.is_some()
     }
 
-    /// `prompt` as the harness reads it as text: with [`LITERAL_PREFIX`] in front when it starts (after any whitespace)
-    /// with one of its [`Profile::command_prefixes`], on a command line and pasted alike.
+    /// `prompt` as the harness reads it as text: with [`LITERAL_PREFIX`] in front when its first visible character
+    /// (after whitespace and invisible characters such as U+200B or U+FEFF, which a harness may trim or ignore) starts
+    /// one of its [`Profile::command_prefixes`], on a command line and pasted alike.
     pub fn literal<'p>(&self, prompt: &'p str) -> std::borrow::Cow<'p, str> {
-        let head = prompt.trim_start();
+        let head = prompt.trim_start_matches(|c: char| c.is_whitespace() || invisible(c));
         if self.command_prefixes.iter().any(|p| !p.is_empty() && head.starts_with(p.as_str())) {
             format!("{LITERAL_PREFIX}{prompt}").into()
         } else {
             prompt.into()
         }
     }
+}
+
+/// Characters that show nothing: format characters (zero-width spaces and joiners, the byte-order mark, the soft
+/// hyphen, bidirectional marks), variation selectors and tags. A harness may drop them before it looks for a command.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{180B}'..='\u{180F}'
+        | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}'
+        | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF0}'..='\u{FFF8}' | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
 }
 
 /// Put before a prompt that would otherwise start with a command prefix: harnesses tell a command by the first
@@ -538,6 +548,26 @@ mod tests {
         assert!(claude.ready(Some(&up)));
         assert!(!claude.ready(None), "no screen read: not known ready");
         assert!(builtin()["cursor"].ready(None), "without a pattern the probe is the only wait");
+    }
+
+    /// Issue 23: a command prefix is found behind whitespace and invisible characters, which a harness may trim.
+    #[test]
+    fn literal_prompts_see_through_invisible_characters() {
+        let claude = builtin().remove("claude").unwrap();
+        for sneaky in [
+            "/clear",
+            "  /clear",
+            "\u{FEFF}/clear",
+            "\u{200B}/clear",
+            "\u{2060}!rm -rf x",
+            "\u{00AD}\t!id",
+            "\n/compact",
+        ] {
+            assert_eq!(claude.literal(sneaky), format!("{LITERAL_PREFIX}{sneaky}"), "{sneaky:?}");
+        }
+        for plain in ["fix /tmp/x", "# heading", "@notes.txt", "\u{200B}hello", "mona commented: /clear"] {
+            assert_eq!(claude.literal(plain), plain, "{plain:?}");
+        }
     }
 
     #[test]

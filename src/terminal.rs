@@ -21,8 +21,7 @@ pub const AGENT_POD_SELECTOR: &str = "app.kubernetes.io/name=worksession,app.kub
 /// ([`Config::tmux_session`]).
 pub fn session_of(ws: &WorkSession, config: &Config) -> String {
     let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
-    let identity = format!("{}/{}", ws.namespace().unwrap_or_default(), ws.name_any());
-    recorded.filter(|s| crate::tmux::is_tag(s)).unwrap_or_else(|| config.tmux_session(&identity))
+    recorded.filter(|s| crate::tmux::is_tag(s)).unwrap_or_else(|| config.tmux_session(&crate::api::identity(ws)))
 }
 
 /// The tmux arguments that print the last `lines` lines of `session`'s pane.

@@ -580,3 +580,8 @@ async fn shared_prompts_are_text_never_harness_commands() {
 async fn shared_two_sessions_of_one_work_item_never_contend() {
     scenarios::front_door::two_sessions_of_one_work_item_never_contend(&World::new().await).await;
 }
+
+#[tokio::test]
+async fn shared_a_conversation_another_session_records_is_not_adopted() {
+    scenarios::front_door::a_conversation_another_session_records_is_not_adopted(&World::new().await).await;
+}

@@ -408,6 +408,9 @@ async fn hostile_names_are_refused_and_get_says_what_it_skipped() {
         "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {name: typo}\nspec: {workItem: t, nodeName: local, harness: standin, workdir: /tmp, initalPrompt: hi}\n",
     )
     .unwrap();
+    // A second manifest of a name is skipped, and said so (the first in path order keeps it).
+    let door = std::fs::read_to_string(l.dir.join("door.yaml")).unwrap();
+    std::fs::write(l.dir.join("zz-again.yaml"), door.replace("harness: standin", "harness: claude")).unwrap();
     l.event("door", "good-1", "a good one");
     let delivered = l.await_status("good-1", "Delivered", |s| phase(s) == "Delivered").await;
     assert_eq!(delivered["via"], "Pasted");
@@ -428,6 +431,7 @@ async fn hostile_names_are_refused_and_get_says_what_it_skipped() {
         ("initial.yaml", "must be a DNS subdomain"),
         ("typo.yaml", "spec.initalPrompt: unknown field"),
         ("door.yaml", "spec.workItem: is immutable"),
+        ("zz-again.yaml", "metadata.name \"door\" is taken by"),
     ] {
         assert!(stderr.lines().any(|line| line.contains(file) && line.contains(why)), "{file}: {why} in:\n{stderr}");
     }
@@ -439,4 +443,9 @@ async fn hostile_names_are_refused_and_get_says_what_it_skipped() {
     assert_eq!(prompts, ["a good one", "after the refused edit"], "nothing from the refused files");
     assert!(!marker.exists(), "no shell command ran");
     assert_eq!(l.status("typo"), Value::Null);
+}
+
+#[tokio::test]
+async fn shared_a_conversation_another_session_records_is_not_adopted() {
+    scenarios::front_door::a_conversation_another_session_records_is_not_adopted(&Local::new()).await;
 }

@@ -57,19 +57,27 @@ impl Discoveries {
             map.remove(workdir);
         }
         drop(map);
+        // A spawn in flight claims the conversation it runs, before its status records it.
+        let runs = status
+            .and_then(|s| s.verification.as_ref().map(|v| &v.harness_session_id).or(s.harness_session_id.as_ref()));
         let mut claimed = lock(&self.claimed);
-        match status.and_then(|s| s.harness_session_id.clone()) {
-            Some(id) => claimed.insert(owner.to_string(), id),
+        match runs {
+            Some(id) => claimed.insert(owner.to_string(), id.clone()),
             None => claimed.remove(owner),
         };
     }
 
-    /// The session (`namespace/name`) other than `owner` whose recorded conversation is `id`, if any.
-    pub fn claimed_by(&self, id: &str, owner: &str) -> Option<String> {
-        lock(&self.claimed)
-            .iter()
-            .find(|(o, taken)| taken.as_str() == id && o.as_str() != owner)
-            .map(|(o, _)| o.clone())
+    /// The session (`namespace/name`) other than `owner` that runs or records the conversation `id`, if any; else
+    /// `id` is `owner`'s until its plan is recorded (checked and taken under one lock, so two sessions adopting one
+    /// conversation at once cannot both spawn it).
+    pub fn claim(&self, id: &str, owner: &str) -> Option<String> {
+        let mut claimed = lock(&self.claimed);
+        let other =
+            claimed.iter().find(|(o, taken)| taken.as_str() == id && o.as_str() != owner).map(|(o, _)| o.clone());
+        if other.is_none() {
+            claimed.insert(owner.to_string(), id.to_string());
+        }
+        other
     }
 
     /// Records the conversation each of `sessions` runs, as their statuses say (the agent's start, before any of them
@@ -210,6 +218,37 @@ fn segment_regex(segment: &str) -> Regex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 23: a conversation is claimed by one session: checked and taken at once, kept while its spawn is in flight
+    /// and while its status records it, released when neither does.
+    #[test]
+    fn a_conversation_is_claimed_by_one_session_at_a_time() {
+        let d = Discoveries::default();
+        assert_eq!(d.claim("conv-x", "a/one"), None, "free: taken");
+        assert_eq!(d.claim("conv-x", "b/two").as_deref(), Some("a/one"), "taken by the first");
+        let verifying = WorkSessionStatus {
+            verification: Some(crate::api::Verification {
+                started: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                deadline: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                resume: true,
+                harness_session_id: "conv-x".into(),
+                event: None,
+                fresh_reason: None,
+                fresh_message: None,
+                initial_prompt: false,
+                spawn: "s".into(),
+            }),
+            ..Default::default()
+        };
+        d.recorded("/w", "a/one", Some(&verifying), false);
+        assert_eq!(d.claim("conv-x", "b/two").as_deref(), Some("a/one"), "its spawn in flight keeps it");
+        d.recorded("/w", "a/one", Some(&WorkSessionStatus::default()), false);
+        assert_eq!(d.claim("conv-x", "b/two"), None, "released: the second may take it");
+        d.seed([("c/three".to_string(), "conv-y")]);
+        assert_eq!(d.claim("conv-y", "b/two").as_deref(), Some("c/three"), "seeded at the agent's start");
+    }
 
     #[test]
     fn codex_rollouts_are_found_by_their_name_and_workdir() {

@@ -54,16 +54,15 @@ pub fn pending_events(undelivered: &[WorkEvent]) -> Vec<PendingEvent> {
         .collect()
 }
 
-/// The tag a WorkEvent's paste gives its tmux session: its UID (local mode makes one from its name and creation),
-/// or, for an object that has none of a plain shape, a hash of its identity; never its bare name.
+/// The tag a WorkEvent's paste gives its tmux session: its UID (local mode makes one from its name and creation), or
+/// for an object without one of a plain shape, one made the same way; never its bare name.
 fn delivery_tag(ev: &WorkEvent) -> String {
-    match ev.metadata.uid.as_deref().filter(|uid| !uid.is_empty() && crate::tmux::is_tag(uid)) {
+    let plain = |uid: &&str| crate::api::is_dns_label(uid) || uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    match ev.metadata.uid.as_deref().filter(|uid| !uid.is_empty() && plain(uid)) {
         Some(uid) => uid.to_string(),
         None => {
-            use sha2::Digest;
-            let created = ev.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
-            let identity = format!("{}/{}@{created}", ev.namespace().unwrap_or_default(), ev.name_any());
-            format!("h{}", &hex::encode(sha2::Sha256::digest(identity.as_bytes()))[..32])
+            let created = ev.metadata.creation_timestamp.as_ref().map(|t| t.0.as_nanosecond()).unwrap_or_default();
+            crate::api::made_uid(&ev.namespace().unwrap_or_default(), &ev.name_any(), created)
         }
     }
 }

@@ -261,7 +261,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let discovering_here = self.discoveries.busy_elsewhere(workdir, &owner_name, may_spawn);
         // A conversation to adopt that another session of this node records is never taken over.
         let adopting = ws.spec.harness_session_id.as_deref().filter(|_| recorded.harness_session_id.is_none());
-        let id_taken_by = adopting.and_then(|id| self.discoveries.claimed_by(id, &owner_name));
+        let id_taken_by = adopting.and_then(|id| self.discoveries.claim(id, &owner_name));
         for attempt in 0.. {
             let input = Input {
                 spec: &ws.spec,
@@ -427,7 +427,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
 /// The object's identity in tmux tags: its UID, or `namespace/name` where objects have none (local mode); and its
 /// `namespace/name` for people.
 pub fn owner_of(ws: &WorkSession) -> (String, String) {
-    let name = format!("{}/{}", ws.namespace().unwrap_or_default(), ws.name_any());
+    let name = crate::api::identity(ws);
     let uid = ws.metadata.uid.clone().filter(|u| crate::tmux::is_tag(u) && !u.is_empty());
     (uid.unwrap_or_else(|| name.clone()), name)
 }
@@ -441,7 +441,8 @@ pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Con
     let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
     // Only a name of a shape the agent makes for this object is used (it goes to tmux as a target): the configured
     // shape under another prefix, or the older `<prefix><workItem>` (the work item is immutable).
-    let ours = |s: &String| s.ends_with(&identity.replacen('/', "_", 1)) || s.ends_with(&ws.spec.work_item);
+    let suffix = configured.strip_prefix(config.tmux.session_prefix.as_str()).unwrap_or(&configured);
+    let ours = |s: &String| s.ends_with(suffix) || s.ends_with(&ws.spec.work_item);
     let valid = |s: &String| s != &configured && ours(s) && crate::tmux::is_tag(s);
     match recorded.filter(valid) {
         Some(old) if observation.session(&old).is_some_and(|v| v.belongs_to(owner)) => old,
@@ -454,6 +455,36 @@ mod tests {
     use std::error::Error;
 
     use super::*;
+
+    /// Issue 23: a WorkSession's tmux session is `<prefix><namespace>_<name>`; one recorded under the older
+    /// `<prefix><workItem>` is used while it lives and is this object's, never a session of another shape or owner.
+    #[test]
+    fn the_tmux_session_is_the_recorded_one_while_it_is_ours_else_the_configured_one() {
+        let config = Config::default();
+        let mut ws = WorkSession::new(
+            "repo-12",
+            crate::api::WorkSessionSpec { work_item: "item-12".into(), ..Default::default() },
+        );
+        ws.metadata.namespace = Some("agents".into());
+        ws.metadata.uid = Some("uid-1".into());
+        let observed = |line: &str| Observation::parse(line);
+        let with_recorded = |name: &str| {
+            let mut ws = ws.clone();
+            ws.status = Some(crate::api::WorkSessionStatus { tmux_session: Some(name.into()), ..Default::default() });
+            ws
+        };
+        let none = observed("");
+        assert_eq!(current_session(&ws, &none, &config, "uid-1"), "loop-agents_repo-12");
+        let old = with_recorded("loop-item-12");
+        let alive = observed("loop-item-12\t0\t1\t\t\tuid-1\tagents/repo-12\n");
+        assert_eq!(current_session(&old, &alive, &config, "uid-1"), "loop-item-12", "adopted while it lives");
+        assert_eq!(current_session(&old, &none, &config, "uid-1"), "loop-agents_repo-12", "gone: the new name");
+        let theirs = observed("loop-item-12\t0\t1\t\t\tuid-2\tother/x\n");
+        assert_eq!(current_session(&old, &theirs, &config, "uid-1"), "loop-agents_repo-12", "another's: never");
+        let elsewhere = with_recorded("loop-other-item");
+        let alive = observed("loop-other-item\t0\t1\t\t\tuid-1\tagents/repo-12\n");
+        assert_eq!(current_session(&elsewhere, &alive, &config, "uid-1"), "loop-agents_repo-12", "not our shape");
+    }
 
     #[test]
     fn errors_name_their_step_and_keep_their_source() {

@@ -19,6 +19,11 @@ pub const SESSION_LABEL: &str = "worksession.dev/session";
 /// Label on a WorkEvent naming the node of its WorkSession.
 pub const NODE_LABEL: &str = "worksession.dev/node";
 
+/// `namespace/name`: an object as people name it, in tmux tags, and (for a WorkSession) in its tmux session's name.
+pub fn identity(obj: &impl kube::ResourceExt) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
 /// Desired state of one long-lived harness conversation about one work item.
 #[allow(clippy::duplicated_attributes)] // printcolumn(...) repeats `type_ = "string"` by design
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]

@@ -44,6 +44,13 @@ pub fn slug(raw: &str) -> String {
     }
 }
 
+/// A UID for an object that the API server did not make (local mode): from its identity and its creation, so an object
+/// made again under a used name is another object. Letters, digits and `-` only.
+pub fn made_uid(namespace: &str, name: &str, created: i128) -> String {
+    let digest = sha2::Sha256::digest(format!("{namespace}/{name}@{created}").as_bytes());
+    format!("local-{}", &hex::encode(digest)[..32])
+}
+
 fn fold(raw: &str) -> String {
     let s: String = raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     s.trim_matches('-').to_string()
@@ -125,8 +132,12 @@ static GIT_WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(GIT_WORD_PATTERN)
 /// `git@host:path` (scp-like, no scheme) names a user only.
 pub const URL_USER_INFO_RULE: &str =
     "!self.matches('^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*@') || self.matches('^ssh://[A-Za-z0-9._-]+@[^/@]*(/.*)?$')";
-static USER_INFO: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*@").unwrap());
-static SSH_USER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^ssh://[A-Za-z0-9._-]+@[^/@]*(/.*)?$").unwrap());
+/// A URL with user info (what [`URL_USER_INFO_RULE`] refuses)...
+const USER_INFO_PATTERN: &str = "^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*@";
+/// ...unless it is an `ssh://` URL naming only a user.
+const SSH_USER_PATTERN: &str = "^ssh://[A-Za-z0-9._-]+@[^/@]*(/.*)?$";
+static USER_INFO: LazyLock<Regex> = LazyLock::new(|| Regex::new(USER_INFO_PATTERN).unwrap());
+static SSH_USER: LazyLock<Regex> = LazyLock::new(|| Regex::new(SSH_USER_PATTERN).unwrap());
 
 /// Whether a workspace URL carries user info the CRD refuses (see [`URL_USER_INFO_RULE`]).
 pub fn url_has_user_info(url: &str) -> bool {
@@ -303,6 +314,14 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(validate_spec(&spec).unwrap_err().field, "workspace.url");
+    }
+
+    /// The CEL rules the CRD carries are the checks local mode makes, pattern for pattern.
+    #[test]
+    fn the_cel_rules_say_what_the_code_checks() {
+        assert!(WORK_SESSION_NAME_RULE.contains(&format!("'{WORK_ITEM_PATTERN}'")), "{WORK_SESSION_NAME_RULE}");
+        assert!(URL_USER_INFO_RULE.contains(&format!("'{USER_INFO_PATTERN}'")), "{URL_USER_INFO_RULE}");
+        assert!(URL_USER_INFO_RULE.contains(&format!("'{SSH_USER_PATTERN}'")), "{URL_USER_INFO_RULE}");
     }
 
     #[test]

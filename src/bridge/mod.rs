@@ -220,6 +220,11 @@ impl<S: Sink> Bridge<S> {
             return Ok(Ok(ws));
         }
         let _creating = self.creating.lock().await;
+        // Made meanwhile by a delivery that held the lock (an issue's `opened` and its first comment): it exists now,
+        // and its events flow.
+        if let Some(ws) = self.sink.session(namespace, name, None).await? {
+            return Ok(Ok(ws));
+        }
         let held = self.sink.count_sessions(namespace, (ROUTE_LABEL, cap.route)).await?;
         if held >= cap.max {
             return Ok(Err(format!(
@@ -331,10 +336,13 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         ("url", subject.url.as_str()),
         ("body", subject.body.as_str()),
     ];
-    let work_item = slug(&render(&route.work_item, &vars));
-    if work_item.is_empty() {
+    let rendered = render(&route.work_item, &vars);
+    if crate::api::dns_label(&rendered).is_empty() {
+        // Nothing of it is left in a name (a slug would make one from the hash of nothing: every such event in one
+        // session).
         return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
     }
+    let work_item = slug(&rendered);
     let mut create = WorkSession::new(
         &work_item,
         WorkSessionSpec {

@@ -471,3 +471,21 @@ async fn a_route_caps_the_sessions_it_creates_and_existing_ones_still_get_events
     assert_eq!(send(&app, comment(3, "c5")).await.0, StatusCode::CREATED);
     assert_eq!(rec.events.lock().unwrap().len(), 4);
 }
+
+/// A rule whose work item renders to nothing a name can keep is ignored: a slug of nothing would put every such event
+/// into one session.
+#[tokio::test]
+async fn a_work_item_that_renders_to_nothing_is_ignored() {
+    let mut titled = config();
+    titled.routes[0].work_item = "{title}".into();
+    let (app, rec, metrics) = app_with(titled);
+    let mut payload = issue_comment("octo-org/hello", "mona");
+    payload["issue"]["title"] = "!!! ???".into();
+    let (status, body, _) = send(&app, signed("issue_comment", "t1", &payload)).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::ACCEPTED, Some("ignored")), "{body}");
+    assert_eq!(ignored_count(&metrics, "empty_work_item"), 1);
+    payload["issue"]["title"] = "Crash on start".into();
+    assert_eq!(send(&app, signed("issue_comment", "t2", &payload)).await.0, StatusCode::CREATED);
+    let sessions: Vec<String> = rec.sessions.lock().unwrap().keys().cloned().collect();
+    assert_eq!(sessions, [format!("agents/{}", config::slug("Crash on start"))]);
+}

@@ -69,7 +69,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             return;
         }
         // A prompt too long for a command line is pasted once the harness is ready, like any live paste; so is one a
-        // person made a harness command (given as a person gives it, into the input box).
+        // person made a harness command (`spec.command`: it goes as it is, into the input box).
         let on_argv = |p: &&super::deliver::Prompt<'_>| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command;
         let boot = waiting.first().filter(on_argv).map(|p| (p.key, p.text));
         let found = input.conversation_found;

@@ -151,7 +151,8 @@ impl Sink for KubeSink {
     async fn count_sessions(&self, namespace: &str, (key, value): (&str, &str)) -> Result<usize, SinkError> {
         let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
         let list = api.list_metadata(&ListParams::default().labels(&format!("{key}={value}"))).await?;
-        Ok(list.items.len())
+        // One being deleted is going: it makes room.
+        Ok(list.items.iter().filter(|ws| ws.metadata.deletion_timestamp.is_none()).count())
     }
 
     async fn create_event(&self, namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {

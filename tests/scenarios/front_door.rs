@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::{Rig, await_delivered, await_phase, await_value, conversation_of};
+use worksession::tmux::{Liveness, Tmux};
 
 fn recorded(status: &Value) -> String {
     status["harnessSessionId"].as_str().expect("a recorded id").to_string()
@@ -63,4 +64,30 @@ pub async fn two_sessions_of_one_work_item_never_contend(rig: &impl Rig) {
     assert_eq!(await_delivered(rig, "twin-b-1").await["harnessSessionId"], b.as_str());
     assert_eq!(conversation_of(rig, "for a").await, a, "each resumed its own conversation");
     assert_eq!(conversation_of(rig, "for b").await, b);
+}
+
+/// A WorkSession whose `spec.harnessSessionId` names the conversation another WorkSession of the node records is
+/// refused, naming it, and never spawned: two processes on one conversation would write one transcript, and a tenant
+/// must not adopt another's conversation. The owner's harness and conversation go on untouched.
+pub async fn a_conversation_another_session_records_is_not_adopted(rig: &impl Rig) {
+    rig.create_session("owner", json!({})).await;
+    let theirs = recorded(&await_phase(rig, "owner", "Running").await);
+    rig.tmux().await_output(&rig.tmux_session("owner"), "ready>").await;
+    let pid = rig.tmux().pane_pid(&rig.tmux_session("owner"));
+    rig.create_session("thief", json!({"harnessSessionId": theirs})).await;
+    let status = await_value(
+        "the second session refused",
+        || rig.session_status("thief"),
+        |s| super::status_reason(s, "Ready").1 == "SessionIdTaken",
+    )
+    .await;
+    assert!(super::ready_message(&status).contains(&format!("{}/owner", rig.namespace())), "{status}");
+    assert_eq!(status["phase"], "Failed");
+    rig.send("thief", "thief-1", "whose conversation is this?").await;
+    rig.send("owner", "owner-1", "still mine").await;
+    assert_eq!(await_delivered(rig, "owner-1").await["harnessSessionId"], theirs.as_str());
+    let observed = rig.tmux().runner.observe().await.unwrap();
+    assert_eq!(observed.liveness(&rig.tmux_session("thief")), Liveness::Absent, "never spawned");
+    assert_eq!(rig.tmux().pane_pid(&rig.tmux_session("owner")), pid, "the owner's harness is untouched");
+    assert!(rig.tmux().prompts().iter().all(|p| p.prompt != "whose conversation is this?"), "held, not delivered");
 }

@@ -90,7 +90,7 @@ pub fn status_reason(status: &Value, type_: &str) -> (String, String) {
     (c["status"].as_str().unwrap_or_default().to_string(), c["reason"].as_str().unwrap_or_default().to_string())
 }
 
-fn ready_message(status: &Value) -> String {
+pub fn ready_message(status: &Value) -> String {
     let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
     let ready = conditions.into_iter().find(|c| c["type"] == "Ready").unwrap_or_default();
     ready["message"].as_str().unwrap_or_default().to_string()

@@ -4,6 +4,7 @@
 //! size, modification time or inode changed; each change names the sessions it touches, which the agent's local
 //! driver reconciles.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -96,8 +97,9 @@ pub(super) struct Index {
     events: HashMap<String, PathBuf>,
     /// Session name to the manifest paths of the events that name it.
     by_session: HashMap<String, Vec<PathBuf>>,
-    /// Session manifests whose edit the schema refuses (an immutable field changed), and why: the session stays as
-    /// its status file recorded it, as the API server keeps the old object when it refuses an update.
+    /// Manifests the API server would refuse though they parse, and why: a session's edit of an immutable field (the
+    /// session stays as its status file recorded it, as the API server keeps the old object when it refuses an
+    /// update), and a name another manifest took first (in path order).
     refused: BTreeMap<PathBuf, String>,
     /// Whether the three maps above are behind `files`.
     stale: bool,
@@ -153,37 +155,50 @@ impl Index {
         if !self.stale {
             return self;
         }
-        let (mut sessions, mut events, mut by_session) = (HashMap::new(), HashMap::new(), HashMap::<_, Vec<_>>::new());
+        let (mut sessions, mut events): (HashMap<String, PathBuf>, HashMap<String, PathBuf>) = Default::default();
+        let mut by_session = HashMap::<_, Vec<_>>::new();
         let (mut orphans, mut refused) = (Vec::new(), BTreeMap::new());
+        let taken = |first: &PathBuf, name: String| format!("metadata.name {name:?} is taken by {}", first.display());
         for (path, file) in &self.files {
-            match &file.content {
-                Content::Manifest(Manifest::Session(ws)) => {
-                    sessions.entry(ws.name_any()).or_insert_with(|| path.clone());
-                    let recorded = self.status(path, |m| match m {
-                        Manifest::Session(ws) => Some(ws),
-                        Manifest::Event(_) => None,
-                    });
-                    if let Some(e) = recorded.and_then(|old| api::immutable_change(&old.spec, &ws.spec)) {
-                        if self.refused.get(path) != Some(&e.to_string()) {
-                            tracing::error!(event = "local.invalid_manifest", file = %path.display(), "{e}");
-                        }
-                        refused.insert(path.clone(), e.to_string());
+            let problem = match &file.content {
+                Content::Manifest(Manifest::Session(ws)) => match sessions.entry(ws.name_any()) {
+                    Entry::Occupied(first) => Some(taken(first.get(), ws.name_any())),
+                    Entry::Vacant(entry) => {
+                        entry.insert(path.clone());
+                        let recorded = self.status(path, |m| match m {
+                            Manifest::Session(ws) => Some(ws),
+                            Manifest::Event(_) => None,
+                        });
+                        recorded.and_then(|old| api::immutable_change(&old.spec, &ws.spec)).map(|e| e.to_string())
                     }
-                }
-                Content::Manifest(Manifest::Event(ev)) => {
-                    if let std::collections::hash_map::Entry::Vacant(entry) = events.entry(ev.name_any()) {
+                },
+                Content::Manifest(Manifest::Event(ev)) => match events.entry(ev.name_any()) {
+                    Entry::Occupied(first) => Some(taken(first.get(), ev.name_any())),
+                    Entry::Vacant(entry) => {
                         entry.insert(path.clone());
                         by_session.entry(ev.spec.session.clone()).or_default().push(path.clone());
+                        None
                     }
-                }
+                },
                 // A status without its manifest: a session being deleted, or an event removed by hand.
                 Content::Status(m) if !self.files.contains_key(&manifest_of(path)) => match m {
                     Manifest::Session(ws) => {
                         sessions.entry(ws.name_any()).or_insert_with(|| manifest_of(path));
+                        None
                     }
-                    Manifest::Event(_) => orphans.push(path.clone()),
+                    Manifest::Event(_) => {
+                        orphans.push(path.clone());
+                        None
+                    }
                 },
-                _ => {}
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                // Reported once per change, as an invalid manifest is.
+                if self.refused.get(path) != Some(&problem) {
+                    tracing::error!(event = "local.invalid_manifest", file = %path.display(), "{problem}");
+                }
+                refused.insert(path.clone(), problem);
             }
         }
         // An event's manifest was removed by hand: its status goes with it.
@@ -372,14 +387,13 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         let ts = k8s_openapi::jiff::Timestamp::from_nanosecond(since.as_nanos() as i128).unwrap_or_default();
         meta.creation_timestamp = Some(Time(ts));
     }
-    if kind == api::Kind::WorkEvent && meta.uid.is_none() {
-        // The API server gives each object a UID; here a WorkEvent gets one made from its name and creation, so one
-        // made again under a used name is a new delivery (its paste tag and status are its own). A WorkSession keeps
-        // none: its file is rewritten by every edit, and its identity in tmux is its `namespace/name`.
-        use sha2::Digest;
+    if kind == api::Kind::WorkEvent {
+        // The API server gives each object a UID (whatever the manifest says); here a WorkEvent gets one made from its
+        // name and creation, so one made again under a used name is a new delivery (its paste tag and status are its
+        // own). A WorkSession keeps none: its file is rewritten by every edit, and its identity in tmux is its
+        // `namespace/name`.
         let created = meta.creation_timestamp.as_ref().map(|t| t.0.as_nanosecond()).unwrap_or_default();
-        let digest = sha2::Sha256::digest(format!("{name}\0{created}").as_bytes());
-        meta.uid = Some(format!("local-{}", &hex::encode(digest)[..32]));
+        meta.uid = Some(api::made_uid(meta.namespace.as_deref().unwrap_or(NAMESPACE), &name, created));
     }
     meta.generation.get_or_insert(1);
     Ok(manifest)

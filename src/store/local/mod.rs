@@ -266,7 +266,8 @@ impl Sink for std::sync::Arc<LocalStore> {
 
     async fn count_sessions(&self, _namespace: &str, (key, value): (&str, &str)) -> Result<usize, SinkError> {
         let sessions = self.session_files().map_err(|e| SinkError::Unavailable(e.to_string()))?;
-        Ok(sessions.iter().filter(|(_, ws)| ws.labels().get(key).is_some_and(|v| v == value)).count())
+        let going = |ws: &WorkSession| ws.metadata.deletion_timestamp.is_some();
+        Ok(sessions.iter().filter(|(_, ws)| !going(ws) && ws.labels().get(key).is_some_and(|v| v == value)).count())
     }
 
     async fn create_event(&self, _namespace: &str, event: &WorkEvent) -> Result<bool, SinkError> {
@@ -455,6 +456,36 @@ mod tests {
         assert_eq!(sessions.iter().map(|ws| ws.spec.harness.as_str()).collect::<Vec<_>>(), ["codex"]);
         assert_eq!(lock(&store.index).reads, 3);
         assert_eq!(touched(&store), ["a", "b"]);
+    }
+
+    /// Issue 23: a route's cap counts the sessions the store holds with its label, as the bridge created them.
+    #[tokio::test]
+    async fn sessions_are_counted_by_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(LocalStore::new(dir.path()).unwrap());
+        let labelled = |name: &str, route: &str| {
+            let mut ws = WorkSession::new(
+                name,
+                crate::api::WorkSessionSpec {
+                    work_item: name.into(),
+                    node_name: "local".into(),
+                    harness: "claude".into(),
+                    workdir: "/tmp".into(),
+                    ..Default::default()
+                },
+            );
+            ws.metadata.labels = Some([("worksession.dev/route".to_string(), route.to_string())].into());
+            ws
+        };
+        for (name, route) in [("a", "r1"), ("b", "r1"), ("c", "r2")] {
+            Sink::session(&store, NAMESPACE, name, Some(labelled(name, route))).await.unwrap();
+        }
+        write(dir.path(), "hand.yaml", &session("hand"));
+        let count = |route: &'static str| {
+            let store = store.clone();
+            async move { Sink::count_sessions(&store, NAMESPACE, ("worksession.dev/route", route)).await.unwrap() }
+        };
+        assert_eq!((count("r1").await, count("r2").await, count("r3").await), (2, 1, 0));
     }
 
     #[test]
