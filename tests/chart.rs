@@ -276,26 +276,22 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         w.tmux.workdir().display()
     );
     let app = support::bridge_router(&yaml, worksession::store::kube::KubeSink::new(bridge_client.clone()));
-    let payload = serde_json::to_vec(&fixtures::issue_comment("octo-org/sigma", 5, "mona", "from the bridge")).unwrap();
-    let request = axum::http::Request::post("/webhooks/github")
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", "chart-1")
-        .header("x-hub-signature-256", worksession::bridge::github::sign(secret, &payload))
-        .body(Body::from(payload))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), 201);
+    let comment = |delivery: &str, number: u64, text: &str| {
+        let payload = serde_json::to_vec(&fixtures::issue_comment("octo-org/sigma", number, "mona", text)).unwrap();
+        let request = axum::http::Request::post("/webhooks/github")
+            .header("x-github-event", "issue_comment")
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", worksession::bridge::github::sign(secret, &payload))
+            .body(Body::from(payload))
+            .unwrap();
+        app.clone().oneshot(request)
+    };
+    assert_eq!(comment("chart-1", 5, "from the bridge").await.unwrap().status(), 201);
     let ev = w.await_event("gh-chart-1", EventPhase::Delivered).await;
     assert_eq!(ev.spec.session, "octo-org-sigma-5");
     // The route keeps one session: a second work item is ignored, counted with the bridge's own RBAC (list).
-    let payload = serde_json::to_vec(&fixtures::issue_comment("octo-org/sigma", 6, "mona", "one too many")).unwrap();
-    let request = axum::http::Request::post("/webhooks/github")
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", "chart-2")
-        .header("x-hub-signature-256", worksession::bridge::github::sign(secret, &payload))
-        .body(Body::from(payload))
-        .unwrap();
-    assert_eq!(app.oneshot(request).await.unwrap().status(), 202, "past maxSessions: ignored, not 503");
+    let status = comment("chart-2", 6, "one too many").await.unwrap().status();
+    assert_eq!(status, 202, "past maxSessions: ignored, not 503");
 
     // Labeler as its ServiceAccount: a hand-made event for a running session is labelled, wakes the agent's
     // label-selected watch and is delivered.

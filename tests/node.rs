@@ -129,9 +129,10 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     })
     .await;
     r.create_session("after", "after the upgrade").await;
-    r.await_session("after", "Running in ws-after", |ws| {
+    let renamed = format!("ws-{}_after", r.ns);
+    r.await_session("after", "Running in ws-<namespace>_after", |ws| {
         phase(ws) == Some(Phase::Running)
-            && ws.status.as_ref().and_then(|s| s.tmux_session.as_deref()) == Some("ws-after")
+            && ws.status.as_ref().and_then(|s| s.tmux_session.as_deref()) == Some(renamed.as_str())
     })
     .await;
     assert_eq!(r.pod("agent").await.name_any(), pod, "the same agent pod");
