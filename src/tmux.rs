@@ -38,8 +38,23 @@ pub const PASTE_TAG: &str = "@worksession-pasted";
 pub const OWNER_TAG: &str = "@worksession-owner";
 /// The session option naming that object for people (`namespace/name`).
 pub const OWNER_NAME_TAG: &str = "@worksession-owner-name";
-/// The `list-panes` format of an observation: one line per pane.
-const OBSERVE_FORMAT: &str = "#{session_name}\t#{pane_dead}\t#{window_activity}\t#{@worksession-spawn}\t#{@worksession-pasted}\t#{@worksession-owner}\t#{@worksession-owner-name}";
+/// The fields of an observation, one record per pane.
+const OBSERVED: [&str; 7] = [
+    "#{session_name}",
+    "#{pane_dead}",
+    "#{window_activity}",
+    "#{@worksession-spawn}",
+    "#{@worksession-pasted}",
+    "#{@worksession-owner}",
+    "#{@worksession-owner-name}",
+];
+
+/// The `list-panes` format of an observation whose records and fields are marked by `nonce` (a fresh random word
+/// per call): whoever can set a session's name or options (a harness on the same tmux server) cannot forge a
+/// record for another session with a tab or a newline, since they cannot know the marks.
+fn observe_format(nonce: &str) -> String {
+    format!("{nonce}R{}{nonce}E", OBSERVED.join(&format!("{nonce}F")))
+}
 
 /// What one observation saw of one tmux session.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,9 +74,10 @@ pub struct SessionView {
 }
 
 impl SessionView {
-    /// Whether the session may be adopted, pasted into or stopped by the object with UID `owner`.
+    /// Whether the session may be adopted, pasted into or stopped by the object with UID `owner`: only one its own
+    /// spawn tagged (a session nobody tagged may be anyone's, a harness's own included).
     pub fn belongs_to(&self, owner: &str) -> bool {
-        self.owner.is_empty() || self.owner == owner
+        !owner.is_empty() && self.owner == owner
     }
 }
 
@@ -74,11 +90,18 @@ pub struct Observation {
 }
 
 impl Observation {
-    /// Parses `list-panes -a -F` output in the observation's format.
-    pub fn parse(output: &str) -> Self {
+    /// Parses `list-panes -a -F` output in the observation's format marked by `nonce`; a record that is not whole
+    /// (seven fields between its marks) is dropped.
+    pub fn parse(output: &str, nonce: &str) -> Self {
         let mut sessions: HashMap<String, SessionView> = HashMap::new();
-        for line in output.lines() {
-            let mut fields = line.split('\t');
+        let (record, field, end) = (format!("{nonce}R"), format!("{nonce}F"), format!("{nonce}E"));
+        for line in output.split(record.as_str()).skip(1) {
+            // What follows the end mark is tmux's newline: no value can hold the marks.
+            let Some((line, _)) = line.split_once(end.as_str()) else { continue };
+            if line.matches(field.as_str()).count() != OBSERVED.len() - 1 {
+                continue;
+            }
+            let mut fields = line.split(field.as_str());
             let session = fields.next().unwrap_or_default();
             if session.is_empty() {
                 continue;
@@ -314,9 +337,10 @@ impl TmuxRunner {
 
 impl Tmux for TmuxRunner {
     async fn observe(&self) -> Result<Observation, TmuxError> {
-        let cmd = self.command(["list-panes", "-a", "-F", OBSERVE_FORMAT]);
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let cmd = self.command(["list-panes".to_string(), "-a".into(), "-F".into(), observe_format(&nonce)]);
         match self.run("list-panes", cmd, None).await? {
-            Ok(out) => Ok(Observation::parse(&out)),
+            Ok(out) => Ok(Observation::parse(&out, &nonce)),
             Err(stderr) if no_server(&stderr) => Ok(Observation::default()),
             Err(stderr) if no_session(&stderr) => Ok(Observation { server: true, ..Default::default() }),
             Err(stderr) => Err(TmuxError::Failed { command: "list-panes", stderr }),
@@ -363,8 +387,8 @@ impl Tmux for TmuxRunner {
     async fn stop(&self, session: &str, owner: &str) -> Result<(), TmuxError> {
         parsed_word("kill-session", "owner", owner)?;
         parsed_word("kill-session", "session", session)?;
-        // Only a session that is ours, or that nobody claims, is killed: decided by the server itself.
-        let ours = format!("#{{||:#{{==:#{{{OWNER_TAG}}},}},#{{==:#{{{OWNER_TAG}}},{owner}}}}}");
+        // Only a session that is ours is killed: decided by the server itself.
+        let ours = format!("#{{==:#{{{OWNER_TAG}}},{owner}}}");
         let kill = format!("kill-session -t ={session}");
         // A pane target: tmux 3.3a expands `-t =name` (a session target) here without the session's options.
         let cmd = self.command(["if-shell", "-F", "-t", &pane_target(session), &ours, &kill]);
@@ -424,9 +448,44 @@ impl Tmux for TmuxRunner {
 mod tests {
     use super::*;
 
+    impl Observation {
+        /// An observation from tab-separated lines, marked as [`TmuxRunner::observe`] marks them.
+        pub(crate) fn from_lines(lines: &str) -> Self {
+            let marked: String = lines
+                .lines()
+                .map(|line| {
+                    let mut fields: Vec<&str> = line.split('\t').collect();
+                    fields.resize(OBSERVED.len(), "");
+                    format!("nR{}nE\n", fields.join("nF"))
+                })
+                .collect();
+            Self::parse(&marked, "n")
+        }
+    }
+
+    /// Issue 24: a tag value (which a harness on the same server can set) holding tabs, newlines or a record of its
+    /// own cannot forge another session's record, nor its own owner.
+    #[test]
+    fn a_tag_value_cannot_forge_an_observation() {
+        let nonce = "0f1e2d3c";
+        let forged = "x\nloop-victim\t0\t1\t\t\tvictim-uid\tns/victim";
+        let output = format!(
+            "{nonce}Rloop-attacker{nonce}F0{nonce}F5{nonce}F{nonce}F{nonce}F{forged}{nonce}F{nonce}E\nnRloop-victim2nF0nF1nFnFnFvictim-uidnFns/vnFnE\n"
+        );
+        let obs = Observation::parse(&output, nonce);
+        assert_eq!(obs.len(), 1, "only the attacker's own record");
+        assert_eq!(obs.session("loop-attacker").map(|v| v.owner.as_str()), Some(forged));
+        assert_eq!(obs.liveness("loop-victim"), Liveness::Absent);
+        assert_eq!(obs.liveness("loop-victim2"), Liveness::Absent, "marks of another nonce are text");
+        let cut = format!("{nonce}Rloop-cut{nonce}F0{nonce}E\n");
+        assert!(Observation::parse(&cut, nonce).is_empty(), "a record without its seven fields is dropped");
+        assert!(!SessionView::default().belongs_to(""), "an untagged session is nobody's");
+        assert!(!SessionView::default().belongs_to("uid-1"), "and never adopted");
+    }
+
     #[test]
     fn observation_aggregates_panes_per_session() {
-        let obs = Observation::parse(
+        let obs = Observation::from_lines(
             "loop-a\t0\t1700000000\tspawn-1\te1\nloop-b\t1\t\t\t\nloop-c\t1\t5\t\t\nloop-c\t0\t7\t\t\nloop-d\t\t\t\t\nloop-e\t0\n",
         );
         assert_eq!(obs.liveness("loop-a"), Liveness::Alive);

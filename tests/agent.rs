@@ -585,3 +585,8 @@ async fn shared_two_sessions_of_one_work_item_never_contend() {
 async fn shared_a_conversation_another_session_records_is_not_adopted() {
     scenarios::front_door::a_conversation_another_session_records_is_not_adopted(&World::new().await).await;
 }
+
+#[tokio::test]
+async fn shared_an_untagged_session_under_a_victims_name_gets_nothing() {
+    scenarios::front_door::an_untagged_session_under_a_victims_name_gets_nothing(&World::new().await).await;
+}

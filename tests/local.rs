@@ -449,3 +449,8 @@ async fn hostile_names_are_refused_and_get_says_what_it_skipped() {
 async fn shared_a_conversation_another_session_records_is_not_adopted() {
     scenarios::front_door::a_conversation_another_session_records_is_not_adopted(&Local::new()).await;
 }
+
+#[tokio::test]
+async fn shared_an_untagged_session_under_a_victims_name_gets_nothing() {
+    scenarios::front_door::an_untagged_session_under_a_victims_name_gets_nothing(&Local::new()).await;
+}

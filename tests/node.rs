@@ -35,6 +35,22 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
         assert!(sources.iter().any(|s| s.service_account_token.is_some()), "{component}: a projected token");
         assert_eq!(spec.service_account_name.as_deref(), Some(&*format!("w-worksession-{component}")));
     }
+    // Issue 24, point 1: no cluster credential where the harnesses run. The pod mounts no token; the agent's container
+    // alone has one (projected); from the tmux container the API server refuses what the agent's token may do.
+    let spec = r.pod("agent").await.spec.unwrap();
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    let mounts = |name: &str| {
+        let container = spec.containers.iter().find(|c| c.name == name).unwrap();
+        container.volume_mounts.clone().unwrap_or_default().into_iter().map(|m| m.mount_path).collect::<Vec<_>>()
+    };
+    let token_dir = "/var/run/secrets/kubernetes.io/serviceaccount".to_string();
+    assert!(mounts("agent").contains(&token_dir) && !mounts("tmux").contains(&token_dir), "{:?}", mounts("tmux"));
+    let (found, out) = r.exec("tmux", &["test", "-e", &format!("{token_dir}/token")]).await;
+    assert!(!found, "a token in the tmux container: {out}");
+    let probe = "import os,ssl,urllib.request,urllib.error\nh,p=os.environ['KUBERNETES_SERVICE_HOST'],os.environ['KUBERNETES_SERVICE_PORT']\nreq=urllib.request.Request(f'https://{h}:{p}/apis/worksession.dev/v1alpha1/workevents')\ntry: print(urllib.request.urlopen(req,context=ssl._create_unverified_context(),timeout=10).status)\nexcept urllib.error.HTTPError as e: print(e.code)\n";
+    let (ok, answer) = r.exec("tmux", &["python3", "-c", probe]).await;
+    assert!(ok && matches!(answer.trim(), "401" | "403"), "listing WorkEvents from the tmux container: {answer}");
+
     // The kubelet made the workspace (owned by root) and the init container handed it to the harnesses' user.
     let owner = |p: &Path| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
     assert_eq!((owner(&r.hostpath), owner(&r.home())), (1000, 1000));

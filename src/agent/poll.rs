@@ -108,7 +108,7 @@ mod tests {
     }
 
     fn server(up: bool) -> Observation {
-        let mut obs = Observation::parse("");
+        let mut obs = Observation::default();
         obs.server = up;
         obs
     }

@@ -467,7 +467,7 @@ mod tests {
         );
         ws.metadata.namespace = Some("agents".into());
         ws.metadata.uid = Some("uid-1".into());
-        let observed = |line: &str| Observation::parse(line);
+        let observed = |line: &str| Observation::from_lines(line);
         let with_recorded = |name: &str| {
             let mut ws = ws.clone();
             ws.status = Some(crate::api::WorkSessionStatus { tmux_session: Some(name.into()), ..Default::default() });

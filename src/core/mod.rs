@@ -192,11 +192,16 @@ impl<'a, 'i> Decision<'a, 'i> {
         if let Some(other) = conflict {
             self.status.phase = Some(Phase::Pending);
             self.status.verification = None;
+            let (reason, whose) = match other.owner.as_str() {
+                // Not made by a spawn of this agent (a harness can make sessions on its server): anyone's.
+                "" => ("TmuxSessionUntagged", "carries no owner tag".to_string()),
+                _ => ("TmuxSessionConflict", format!("belongs to WorkSession {}", other.owner_name)),
+            };
             let message = format!(
-                "tmux session {} belongs to WorkSession {}; it is never adopted, pasted into or stopped by this one",
-                self.session, other.owner_name
+                "tmux session {} {whose}; it is never adopted, pasted into or stopped by this one",
+                self.session
             );
-            self.ready(false, "TmuxSessionConflict", message);
+            self.ready(false, reason, message);
             self.requeue(CONFLICT_RECHECK);
             return self.plan();
         }

@@ -259,6 +259,14 @@ agent:
         panic!("{session}: the agent never reported TmuxUnavailable in three tmux restarts");
     }
 
+    /// `args` run in `container` of the agent pod (through `kubectl exec`): whether it exited 0, and its output.
+    pub async fn exec(&self, container: &str, args: &[&str]) -> (bool, String) {
+        let pod = self.pod("agent").await.name_any();
+        let (ok, out, err) =
+            run(node().tool("kubectl").args(["exec", "-n", &self.ns, &pod, "-c", container, "--"]).args(args));
+        (ok, format!("{out}{err}"))
+    }
+
     /// tmux in the agent pod's tmux container (through `kubectl exec`, the API server to the kubelet).
     pub async fn tmux(&self, args: &[&str]) -> (bool, String) {
         let pod = self.pod("agent").await.name_any();

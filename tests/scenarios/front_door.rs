@@ -91,3 +91,33 @@ pub async fn a_conversation_another_session_records_is_not_adopted(rig: &impl Ri
     assert_eq!(rig.tmux().pane_pid(&rig.tmux_session("owner")), pid, "the owner's harness is untouched");
     assert!(rig.tmux().prompts().iter().all(|p| p.prompt != "whose conversation is this?"), "held, not delivered");
 }
+
+/// Issue 24, point 3: a harness on the same tmux server replaces another session's tmux session with one of its own
+/// (untagged) while that session's harness waits. The agent never adopts it: the next event is not pasted into the
+/// attacker's program, the session is reported naming it, and the attacker's session is left alone (it is nobody's).
+pub async fn an_untagged_session_under_a_victims_name_gets_nothing(rig: &impl Rig) {
+    rig.create_session("vic", json!({})).await;
+    await_phase(rig, "vic", "Running").await;
+    let name = rig.tmux_session("vic");
+    rig.tmux().await_output(&name, "ready>").await;
+    let tmux = |args: &[&str]| {
+        let mut cmd = std::process::Command::new("tmux");
+        cmd.arg("-S").arg(rig.tmux().socket()).args(args).status().unwrap().success()
+    };
+    let stolen = rig.tmux().state().join("stolen-prompts");
+    assert!(tmux(&["kill-session", "-t", &format!("={name}")]));
+    assert!(tmux(&["new-session", "-d", "-s", &name, "sh", "-c", &format!("cat > '{}'", stolen.display())]));
+    rig.send("vic", "vic-1", "for the victim only").await;
+    let status = await_value(
+        "the untagged session reported",
+        || rig.session_status("vic"),
+        |s| super::status_reason(s, "Ready").1 == "TmuxSessionUntagged",
+    )
+    .await;
+    assert!(super::ready_message(&status).contains(&name), "names it: {status}");
+    let event = rig.event_status("vic-1").await;
+    assert!(event.is_null() || event["phase"] == "Pending", "held, never sent: {event}");
+    assert!(!std::fs::read_to_string(&stolen).unwrap_or_default().contains("victim"), "nothing pasted into it");
+    let observed = rig.tmux().runner.observe().await.unwrap();
+    assert_eq!(observed.liveness(&name), Liveness::Alive, "left alone: not the agent's to stop");
+}

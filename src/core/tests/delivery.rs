@@ -50,7 +50,7 @@ fn with_transcript(mut case: Case) -> Case {
 fn the_transcript_confirms_at_once_and_only_it() {
     let mut case = with_transcript(Case::new(ran_old()));
     case.liveness = Liveness::Alive;
-    case.tmux = Some(SessionView { alive: true, ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, ..ours() });
     case.step();
     case.now = t(1000);
     let plan = case.step();
@@ -137,7 +137,7 @@ fn crash_safe_a_spawn_that_never_ran_is_run_again_the_same() {
     let mut case = Case::new(ran_old());
     let intent = case.decide().intent.unwrap(); // the agent stopped after writing this, before spawning
     case.status = intent;
-    case.tmux = Some(SessionView { alive: false, spawn: "an-older-spawn".into(), ..Default::default() });
+    case.tmux = Some(SessionView { alive: false, spawn: "an-older-spawn".into(), ..ours() });
     case.now = t(105);
     let plan = case.step();
     assert_eq!(ops(&plan), [RESUME_E1, "event e1 Delivering via Resumed"], "the same resume, not a failure");
@@ -152,7 +152,7 @@ fn crash_safe_a_spawn_that_never_ran_is_run_again_the_same() {
 fn crash_safe_a_paste_recorded_only_by_tmux_is_not_pasted_again() {
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
-    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..ours() });
     let plan = case.step();
     assert_eq!(ops(&plan), ["event e1 Delivering via Pasted"], "the tag says it was pasted: recorded, not pasted");
 }

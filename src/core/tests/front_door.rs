@@ -63,7 +63,7 @@ fn a_paste_is_recognised_by_the_events_uid_not_its_name() {
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
     // An earlier event of the same name was pasted (its tag is its own UID): this one is a new delivery.
-    case.tmux = Some(SessionView { alive: true, pasted: "uid-of-an-earlier-e1".into(), ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-of-an-earlier-e1".into(), ..ours() });
     assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug");
     let tagged = case.decide().ops.iter().find_map(|op| match op {
         Op::Paste { tag, .. } => Some(tag.clone()),
@@ -71,7 +71,7 @@ fn a_paste_is_recognised_by_the_events_uid_not_its_name() {
     });
     assert_eq!(tagged.as_deref(), Some("uid-e1"), "the paste tags the session with the event's UID");
     // Its own UID on the session: pasted before the agent stopped, so recorded, not pasted again.
-    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..ours() });
     assert_eq!(ops(&case.decide()), ["event e1 Delivering via Pasted"]);
 }
 

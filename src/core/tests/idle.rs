@@ -12,7 +12,7 @@ fn quiet_since(quiet_since: i64) -> Case {
     case.liveness = Liveness::Alive;
     case.events = Vec::new();
     let activity = t(quiet_since).as_second();
-    case.tmux = Some(SessionView { alive: true, activity, ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, activity, ..ours() });
     case
 }
 

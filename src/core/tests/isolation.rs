@@ -28,11 +28,29 @@ fn a_session_tagged_for_another_worksession_is_never_adopted_pasted_into_or_stop
         case.deleting = true;
         assert_eq!(ops(&case.decide()), ["release finalizer"]);
     }
-    // Its own tag, or none (spawned before tags), is adopted as before.
+    // Its own tag is adopted.
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
     case.tmux = Some(SessionView { alive: true, owner: OWNER.into(), ..Default::default() });
     assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug");
+}
+
+/// Issue 24, point 3: a session without the owner tag (a harness can make one under a victim's name while the victim
+/// is idle) is never adopted, pasted into, stopped or replaced; it is reported, naming it.
+#[test]
+fn an_untagged_session_is_nobodys() {
+    for liveness in [Liveness::Alive, Liveness::Dead] {
+        let mut case = Case::new(ran_old());
+        case.liveness = liveness;
+        case.tmux = Some(SessionView { alive: liveness == Liveness::Alive, ..Default::default() });
+        let plan = case.decide();
+        assert_eq!(ops(&plan), Vec::<String>::new(), "{liveness:?}: no paste, no stop, no spawn");
+        assert_eq!(condition(&plan.status, READY), Some(("False", "TmuxSessionUntagged")));
+        let ready = plan.status.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert!(ready.message.contains("loop-ns_repo-12"), "names it: {}", ready.message);
+        case.deleting = true;
+        assert_eq!(ops(&case.decide()), ["release finalizer"], "deleting leaves it alone");
+    }
 }
 
 #[test]

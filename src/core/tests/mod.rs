@@ -19,6 +19,11 @@ const NEW: &str = "11111111-2222-4333-8444-555555555555";
 const OWNER: &str = "uid-of-this-session";
 const OLD: &str = "0a0b0c0d-old";
 
+/// What tmux shows of a session this WorkSession's spawn tagged.
+fn ours() -> SessionView {
+    SessionView { owner: OWNER.into(), ..Default::default() }
+}
+
 fn t(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).unwrap()
 }
@@ -149,7 +154,12 @@ impl Case {
         for op in &plan.ops {
             match op {
                 Op::Spawn(s) => {
-                    self.tmux = Some(SessionView { alive: true, spawn: s.tag.clone(), ..Default::default() })
+                    self.tmux = Some(SessionView {
+                        alive: true,
+                        spawn: s.tag.clone(),
+                        owner: s.owner.clone(),
+                        ..Default::default()
+                    })
                 }
                 Op::Paste { tag, .. } => {
                     if let Some(view) = &mut self.tmux {
@@ -337,7 +347,7 @@ fn step2_live_pane_gets_events_pasted_in_order() {
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
     case.events = vec![ev("e1", "one"), ev("e2", "two")];
-    case.tmux = Some(SessionView { alive: true, ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, ..ours() });
     let plan = case.step();
     assert_eq!(
         ops(&plan),

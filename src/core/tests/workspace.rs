@@ -82,7 +82,7 @@ fn a_live_harness_is_never_held_up_by_its_workspace() {
     let mut case = with_workspace(Workspace::Missing);
     case.status = WorkSessionStatus { phase: Some(Phase::Running), ..ran_old() };
     case.liveness = Liveness::Alive;
-    case.tmux = Some(SessionView { alive: true, ..Default::default() });
+    case.tmux = Some(SessionView { alive: true, ..ours() });
     let plan = case.step();
     assert!(!ops(&plan).contains(&"prepare workspace".to_string()), "{:?}", ops(&plan));
 }
