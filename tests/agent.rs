@@ -504,10 +504,20 @@ async fn an_idle_fleet_reconciles_nothing_and_polls_tmux_once_for_all_sessions()
         eventually(&format!("{n} more tmux polls"), || async { (observations().await >= from + n).then_some(()) })
             .await;
     };
-    // Two polls for the reconciles the Running status writes woke (a watch notice each) to finish.
-    polls(2.0).await;
-    let (reconciles, observed) =
-        (support::metric(admin, "worksession_agent_reconciles_total").await, observations().await);
+    // The reconciles the Running status writes woke (a watch notice each) finish: a poll goes by without one. Under
+    // load a notice can come seconds late (a full run once counted 6 after two polls); a session that kept
+    // reconciling never settles, and the assertion below fails.
+    let reconciles = || support::metric(admin, "worksession_agent_reconciles_total");
+    let mut last = reconciles().await;
+    for _ in 0..30 {
+        polls(1.0).await;
+        let now = reconciles().await;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let (reconciles, observed) = (reconciles().await, observations().await);
     polls(3.0).await;
     assert_eq!(support::metric(admin, "worksession_agent_reconciles_total").await, reconciles, "a reconcile at rest");
     let calls = observations().await - observed;
