@@ -135,25 +135,7 @@ struct File {
     delivery: DeliveryFile,
     harness_home: Option<PathBuf>,
     #[serde(default)]
-    workspaces: WorkspacesFile,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct WorkspacesFile {
-    mirrors: Option<PathBuf>,
-    #[serde(default)]
-    credentials: CredentialsFile,
-    git_timeout_seconds: Option<u64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CredentialsFile {
-    token_file: Option<PathBuf>,
-    username: Option<String>,
-    ssh_key_file: Option<PathBuf>,
-    known_hosts_file: Option<PathBuf>,
+    workspaces: crate::workspace::WorkspacesFile,
 }
 
 #[derive(Deserialize, Default)]
@@ -262,30 +244,7 @@ impl Config {
             }
             config.harness_home = Some(home);
         }
-        let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds } = file.workspaces;
-        for (key, path) in [
-            ("workspaces.mirrors", &mirrors),
-            ("workspaces.credentials.tokenFile", &c.token_file),
-            ("workspaces.credentials.sshKeyFile", &c.ssh_key_file),
-            ("workspaces.credentials.knownHostsFile", &c.known_hosts_file),
-        ] {
-            if path.as_ref().is_some_and(|p| !p.is_absolute()) {
-                return Err(invalid(key.into(), "must be an absolute path".into()));
-            }
-        }
-        if let Some(secs) = git_timeout_seconds {
-            if !(1..=86_400).contains(&secs) {
-                return Err(invalid("workspaces.gitTimeoutSeconds".into(), "must be between 1 and 86400".into()));
-            }
-            config.workspaces.git_timeout = Duration::from_secs(secs);
-        }
-        config.workspaces.mirrors = mirrors;
-        config.workspaces.token_file = c.token_file;
-        config.workspaces.ssh_key_file = c.ssh_key_file;
-        config.workspaces.known_hosts_file = c.known_hosts_file;
-        if let Some(user) = c.username {
-            config.workspaces.username = user;
-        }
+        config.workspaces = file.workspaces.into_config(&invalid)?;
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);
             let binary = p.binary.or_else(|| base.as_ref().map(|b| b.binary.clone()));
@@ -551,6 +510,18 @@ harnessHome: /srv/home
         );
         assert!(refused("delivery:\n  readyTimeoutSeconds: 0\n").contains("delivery.readyTimeoutSeconds"));
         assert!(refused("harnessHome: relative/home\n").contains("harnessHome"));
+        assert!(refused("workspaces:\n  protocols: [https, ftp]\n").contains("workspaces.protocols"));
+        assert!(refused("workspaces:\n  credentials: {hosts: ['*']}\n").contains("workspaces.credentials.hosts"));
+        let c = parse("workspaces:\n  protocols: [file]\n  credentials: {hosts: ['git.example.com:8443']}\n").unwrap();
+        assert_eq!(
+            (c.workspaces.protocols, c.workspaces.hosts),
+            (vec!["file".into()], vec!["git.example.com:8443".into()])
+        );
+        let defaults = parse("").unwrap().workspaces;
+        assert_eq!(
+            (defaults.protocols, defaults.hosts),
+            (vec!["https".into(), "ssh".into()], vec!["github.com".into()])
+        );
     }
 
     #[test]

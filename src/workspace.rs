@@ -4,8 +4,11 @@
 //!
 //! Every argument is a separate word after `--` where git takes one, so a URL or ref is never a flag (the API also
 //! refuses a leading `-`). Credentials are files: a token reaches git through a credential helper that reads the
-//! file when git asks, an SSH key through `GIT_SSH_COMMAND`'s `-i`; neither is in an argument, the environment, a
-//! URL or the clone's config, and every output kept is stripped of URL user info.
+//! file when git asks, and only for the configured hosts over an allowed protocol; an SSH key through
+//! `GIT_SSH_COMMAND`'s `-i`; neither is in an argument, the environment, a URL or the clone's config, and every output
+//! kept is stripped of URL user info. git runs on the agent's terms, whatever a repository's config says: no hooks,
+//! no fsmonitor, no ssh command of its own, no system or global config, only the allowed protocols, and fetches from
+//! the URL in the spec.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -94,13 +97,30 @@ impl Git {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_ASKPASS", "/bin/false")
             .env_remove("SSH_ASKPASS")
+            // The machine's and the user's config are not the agent's; a repository's is overridden below.
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            // What a repository's config (which a harness may have written) could make git run: no hooks, no
+            // fsmonitor, no ssh command of its own.
+            .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.sshCommand=ssh"])
+            // Only the allowed transports (`file://` reads any repository on the node).
+            .args(["-c", "protocol.allow=never"])
             // No helper of the machine's: only ours, when a token file is configured.
             .args(["-c", "credential.helper="]);
+        for protocol in &self.config.protocols {
+            cmd.arg("-c").arg(format!("protocol.{protocol}.allow=always"));
+        }
         if let Some(file) = self.config.token_file.as_ref().filter(|f| f.is_file()) {
-            // The helper reads the file when git asks; the token is never an argument or in the environment.
-            let helper = r#"!f() { test "$1" = get && printf 'username=%s\npassword=%s\n' "$WORKSESSION_GIT_USERNAME" "$(cat "$WORKSESSION_GIT_TOKEN_FILE")"; }; f"#;
+            // The helper reads the file when git asks, and answers only for the credential's hosts over https (http
+            // only where the config allows it): a server elsewhere that answers 401 gets nothing. The token is never an
+            // argument or in the environment.
+            let helper = r#"!f() { test "$1" = get || return 0; while IFS='=' read -r k v; do case "$k" in protocol) p=$v;; host) h=$v;; esac; done; case " $WORKSESSION_GIT_SCHEMES " in *" $p "*) ;; *) return 0;; esac; case " $WORKSESSION_GIT_HOSTS " in *" $h "*|*" ${h%:*} "*) ;; *) return 0;; esac; printf 'username=%s\npassword=%s\n' "$WORKSESSION_GIT_USERNAME" "$(cat "$WORKSESSION_GIT_TOKEN_FILE")"; }; f"#;
+            let schemes = if self.config.protocols.iter().any(|p| p == "http") { "https http" } else { "https" };
             cmd.arg("-c").arg(format!("credential.helper={helper}"));
-            cmd.env("WORKSESSION_GIT_USERNAME", &self.config.username).env("WORKSESSION_GIT_TOKEN_FILE", file);
+            cmd.env("WORKSESSION_GIT_USERNAME", &self.config.username)
+                .env("WORKSESSION_GIT_TOKEN_FILE", file)
+                .env("WORKSESSION_GIT_HOSTS", self.config.hosts.join(" "))
+                .env("WORKSESSION_GIT_SCHEMES", schemes);
         }
         if let Some(key) = self.config.ssh_key_file.as_ref().filter(|f| f.is_file()) {
             let mut ssh = format!("ssh -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes", key.display());
@@ -196,7 +216,9 @@ impl Git {
 
     async fn clone_or_fetch(&self, url: &str, mirror: &Path) -> Result<(), String> {
         if mirror.join("HEAD").is_file() {
-            return self.run(Some(mirror), &["fetch", "--prune", "--tags", "origin"]).await.map(drop);
+            // From the spec's URL, not whatever `remote.origin.url` says now.
+            let args = ["fetch", "--prune", "--tags", "--", url, ORIGIN_REFSPEC];
+            return self.run(Some(mirror), &args).await.map(drop);
         }
         std::fs::create_dir_all(&self.mirrors).map_err(|e| format!("cannot create {}: {e}", self.mirrors.display()))?;
         let partial = mirror.with_extension("partial");
@@ -204,11 +226,10 @@ impl Git {
         let partial_s = partial.to_string_lossy();
         self.run(None, &["clone", "--bare", "--quiet", "--", url, &partial_s]).await?;
         // Remote branches as origin/*, so the work items' own branches (refs/heads/worksession/*) are never pruned.
-        for (key, value) in [("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"), ("remote.origin.url", url)]
-        {
+        for (key, value) in [("remote.origin.fetch", ORIGIN_REFSPEC), ("remote.origin.url", url)] {
             self.run(Some(&partial), &["config", key, value]).await?;
         }
-        self.run(Some(&partial), &["fetch", "--quiet", "--prune", "--tags", "origin"]).await?;
+        self.run(Some(&partial), &["fetch", "--quiet", "--prune", "--tags", "--", url, ORIGIN_REFSPEC]).await?;
         std::fs::rename(&partial, mirror).map_err(|e| format!("cannot move the clone into place: {e}"))
     }
 
@@ -268,6 +289,14 @@ impl Git {
     }
 }
 
+/// Remote branches land as `origin/*`, so the work items' own branches (`refs/heads/worksession/*`) are never pruned.
+const ORIGIN_REFSPEC: &str = "+refs/heads/*:refs/remotes/origin/*";
+
+/// The transports git may use by default: `file://` (any repository on the node) and plain `http` are refused.
+pub const DEFAULT_PROTOCOLS: &[&str] = &["https", "ssh"];
+/// Where the token goes by default.
+pub const DEFAULT_TOKEN_HOSTS: &[&str] = &["github.com"];
+
 /// How long one git command may run by default.
 pub const DEFAULT_GIT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -288,6 +317,12 @@ pub struct WorkspacesConfig {
     pub known_hosts_file: Option<PathBuf>,
     /// How long one git command may run (`workspaces.gitTimeoutSeconds`, default 600).
     pub git_timeout: Duration,
+    /// The hosts (`host` or `host:port`) the token is sent to (`workspaces.credentials.hosts`, default `github.com`),
+    /// over https (and http where `protocols` allows it).
+    pub hosts: Vec<String>,
+    /// The transports git may use (`workspaces.protocols`, default `https` and `ssh`; `http`, `file` and `git` only
+    /// where the config allows them).
+    pub protocols: Vec<String>,
 }
 
 impl Default for WorkspacesConfig {
@@ -299,7 +334,85 @@ impl Default for WorkspacesConfig {
             ssh_key_file: None,
             known_hosts_file: None,
             git_timeout: DEFAULT_GIT_TIMEOUT,
+            hosts: DEFAULT_TOKEN_HOSTS.iter().map(|h| h.to_string()).collect(),
+            protocols: DEFAULT_PROTOCOLS.iter().map(|p| p.to_string()).collect(),
         }
+    }
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// `workspaces` of the agent config file, as written.
+pub(crate) struct WorkspacesFile {
+    mirrors: Option<PathBuf>,
+    #[serde(default)]
+    credentials: CredentialsFile,
+    git_timeout_seconds: Option<u64>,
+    protocols: Option<Vec<String>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CredentialsFile {
+    token_file: Option<PathBuf>,
+    username: Option<String>,
+    ssh_key_file: Option<PathBuf>,
+    known_hosts_file: Option<PathBuf>,
+    hosts: Option<Vec<String>>,
+}
+
+impl WorkspacesFile {
+    /// The validated config; `invalid(key, problem)` makes the error naming the key.
+    pub(crate) fn into_config(
+        self,
+        invalid: &dyn Fn(String, String) -> crate::config::ConfigError,
+    ) -> Result<WorkspacesConfig, crate::config::ConfigError> {
+        let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds, protocols } = self;
+        let mut workspaces = WorkspacesConfig::default();
+        if let Some(protocols) = protocols {
+            if let Some(bad) = protocols.iter().find(|p| !["https", "ssh", "http", "file", "git"].contains(&p.as_str()))
+            {
+                return Err(invalid(
+                    "workspaces.protocols".into(),
+                    format!("{bad:?} is not https, ssh, http, file or git"),
+                ));
+            }
+            workspaces.protocols = protocols;
+        }
+        if let Some(hosts) = c.hosts {
+            let host = regex::Regex::new(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$").unwrap();
+            if let Some(bad) = hosts.iter().find(|h| !host.is_match(h)) {
+                return Err(invalid(
+                    "workspaces.credentials.hosts".into(),
+                    format!("{bad:?} is not a host or host:port"),
+                ));
+            }
+            workspaces.hosts = hosts;
+        }
+        for (key, path) in [
+            ("workspaces.mirrors", &mirrors),
+            ("workspaces.credentials.tokenFile", &c.token_file),
+            ("workspaces.credentials.sshKeyFile", &c.ssh_key_file),
+            ("workspaces.credentials.knownHostsFile", &c.known_hosts_file),
+        ] {
+            if path.as_ref().is_some_and(|p| !p.is_absolute()) {
+                return Err(invalid(key.into(), "must be an absolute path".into()));
+            }
+        }
+        if let Some(secs) = git_timeout_seconds {
+            if !(1..=86_400).contains(&secs) {
+                return Err(invalid("workspaces.gitTimeoutSeconds".into(), "must be between 1 and 86400".into()));
+            }
+            workspaces.git_timeout = Duration::from_secs(secs);
+        }
+        workspaces.mirrors = mirrors;
+        workspaces.token_file = c.token_file;
+        workspaces.ssh_key_file = c.ssh_key_file;
+        workspaces.known_hosts_file = c.known_hosts_file;
+        if let Some(user) = c.username {
+            workspaces.username = user;
+        }
+        Ok(workspaces)
     }
 }
 

@@ -600,3 +600,13 @@ async fn shared_a_conversation_another_session_records_is_not_adopted() {
 async fn shared_an_untagged_session_under_a_victims_name_gets_nothing() {
     scenarios::front_door::an_untagged_session_under_a_victims_name_gets_nothing(&World::new().await).await;
 }
+
+#[tokio::test]
+async fn shared_the_git_token_goes_only_to_its_hosts() {
+    scenarios::workspace::the_git_token_goes_only_to_its_hosts(&World::new().await).await;
+}
+
+#[tokio::test]
+async fn shared_a_repository_never_makes_the_agent_run_its_code() {
+    scenarios::workspace::a_repository_never_makes_the_agent_run_its_code(&World::new().await).await;
+}

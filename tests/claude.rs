@@ -135,17 +135,25 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
         assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())), "{name}");
     }
 
-    // A crash: the next event rides on the resume's command line.
+    // A crash: the next event rides on the resume's command line (its own words: a delivery is confirmed by its text
+    // in the transcript, and the pasted `/clear` is there already).
     w.tmux.kill_pane(&w.tmux_session("lit")).await;
-    w.send("lit", "lit-3", "/clear").await;
+    w.send("lit", "lit-3", "/clear everything").await;
     let st = w.await_event("lit-3", EventPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     w.send("lit", "lit-4", "the next prompt").await;
-    let st = w.await_event("lit-4", EventPhase::Delivered).await.status.unwrap();
+    // The resumed CLI retries the unreachable API with its command-line prompt first, so the paste can wait its turn
+    // longer than the usual wait.
+    let events = w.events();
+    let st = support::eventually_within("lit-4 Delivered", std::time::Duration::from_secs(150), || async {
+        events.get("lit-4").await.ok()?.status.filter(|s| s.phase == Some(EventPhase::Delivered))
+    })
+    .await;
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
 
     let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
-    for prompt in [format!("Prompt: {touch}"), "Prompt: /clear".into(), "the next prompt".into()] {
+    let prompts = [format!("Prompt: {touch}"), "Prompt: /clear".into(), "Prompt: /clear everything".into()];
+    for prompt in prompts.into_iter().chain(["the next prompt".to_string()]) {
         assert!(worksession::transcript::contains(&text, &prompt), "{prompt:?} in the recorded conversation");
     }
     assert!(!marker.exists(), "no shell command ran");

@@ -274,3 +274,98 @@ fn base64(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// Issue 24, point 5: the git token goes only to the hosts it is for. A server on loopback under another host name
+/// (`localhost`, while the test config's token is for `127.0.0.1`) answers 401 to everything and records what it is
+/// sent: git asks, and never gets the token.
+pub async fn the_git_token_goes_only_to_its_hosts(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(tmux.state().join("git-token"), format!("{token}\n")).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let record = seen.clone();
+    let app = axum::Router::new().fallback(move |request: axum::http::Request<axum::body::Body>| {
+        let authorization = request.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("none");
+        record.lock().unwrap().push(authorization.to_string());
+        async {
+            axum::http::Response::builder()
+                .status(401)
+                .header("www-authenticate", "Basic realm=\"phish\"")
+                .body(axum::body::Body::empty())
+                .unwrap()
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://localhost:{port}/victim.git");
+    let workdir = tmux.state().join("checkouts/phished");
+    rig.create_session("wphish", json!({"workdir": workdir, "workspace": {"url": url}})).await;
+    let st = await_workspace(rig, "wphish", "False", "PrepareFailed").await;
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "git asked the server: {st}");
+    assert!(seen.iter().all(|a| a == "none"), "no credential was sent: {seen:?}");
+}
+
+/// Issue 24, point 4: what a repository's config says (which a harness that writes the clone could set) never runs
+/// in the agent: hooks (its own hooks directory and `core.hooksPath`), `core.fsmonitor`, `core.sshCommand`, and a
+/// rewritten `remote.origin.url` never changes what is fetched. The next work item's preparation and a worktree's
+/// removal run none of it (marker files).
+pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let (root, work) = (tmux.state().join("origins"), tmux.state().join("checkouts"));
+    std::fs::create_dir_all(&root).unwrap();
+    let (bare, main, _) = origin(&root, "lib");
+    // Another repository, whose main differs (the same content at the same second would be the same commit).
+    let (elsewhere, _, _) = origin(&root, "evil");
+    let seed = root.join("evil-seed");
+    std::fs::write(seed.join("EVIL.md"), "not the spec's\n").unwrap();
+    git(&seed, &["checkout", "-q", "main"]);
+    git(&seed, &["add", "EVIL.md"]);
+    git(&seed, &["commit", "-q", "-m", "evil"]);
+    git(&seed, &["push", "-q", elsewhere.to_str().unwrap(), "main"]);
+    assert_ne!(main, git(&seed, &["rev-parse", "HEAD"]));
+    let url = format!("file://{}", bare.display());
+    let session = |name: &str| json!({"workdir": work.join(name), "workspace": {"url": url}});
+    rig.create_session("hx", session("hx")).await;
+    await_phase(rig, "hx", "Running").await;
+
+    // The attack, written where a harness can write: the clone's config and hooks.
+    let clone = std::fs::read_dir(tmux.state().join("repos")).unwrap().next().unwrap().unwrap().path();
+    let markers = tmux.state().join("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    let hook = |dir: &Path, whose: &str, name: &str| {
+        std::fs::create_dir_all(dir).unwrap();
+        let script = dir.join(name);
+        std::fs::write(&script, format!("#!/bin/sh\ntouch '{}/{whose}-{name}'\n", markers.display())).unwrap();
+        Command::new("chmod").arg("+x").arg(&script).status().unwrap();
+    };
+    let evil_hooks = tmux.state().join("evil-hooks");
+    for name in ["post-checkout", "reference-transaction", "pre-auto-gc", "post-index-change"] {
+        hook(&clone.join("hooks"), "clone", name);
+        hook(&evil_hooks, "hooks-path", name);
+    }
+    let fsmonitor = format!("touch '{}/fsmonitor'; false", markers.display());
+    let ssh = format!("touch '{}/ssh'; false", markers.display());
+    for (key, value) in [
+        ("core.hooksPath", evil_hooks.to_str().unwrap()),
+        ("core.fsmonitor", fsmonitor.as_str()),
+        ("core.sshCommand", ssh.as_str()),
+        ("remote.origin.url", &format!("file://{}", elsewhere.display())),
+    ] {
+        git(&clone, &["config", key, value]);
+    }
+
+    // The next work item of the repository: a fetch and a worktree from the spec's URL, with no code of the clone's.
+    rig.create_session("hy", session("hy")).await;
+    let st = await_phase(rig, "hy", "Running").await;
+    // Removing a clean worktree (git status, then worktree remove) runs none of it either.
+    rig.delete_session("hx").await;
+    await_value("hx gone", || async { Value::Bool(rig.session_gone("hx").await) }, |g| g == true).await;
+    assert!(!work.join("hx").exists(), "removed");
+    let ran: Vec<String> =
+        std::fs::read_dir(&markers).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(ran.is_empty(), "the repository's code ran in the agent: {ran:?}");
+    // Checked last: this test's own git reads the planted config too.
+    assert!(condition(&st, "WorkspaceReady").2.contains(main.as_str()), "fetched from the spec's URL: {st}");
+}

@@ -1,0 +1,48 @@
+//! The agent's git against real git, without an agent: what its configuration refuses (issue 24, point 5).
+
+use std::process::Command;
+
+use worksession::api::WorkspaceSpec;
+use worksession::workspace::{Git, Locks, WorkspacesConfig};
+
+/// A bare repository with one commit, in `root`.
+fn origin(root: &std::path::Path) -> std::path::PathBuf {
+    let (bare, seed) = (root.join("origin.git"), root.join("seed"));
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    std::fs::create_dir_all(&seed).unwrap();
+    git(root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    git(&seed, &["init", "-q"]);
+    std::fs::write(seed.join("README.md"), "hello\n").unwrap();
+    git(&seed, &["add", "README.md"]);
+    git(&seed, &["commit", "-q", "-m", "first"]);
+    git(&seed, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    bare
+}
+
+/// `file://` reads any repository on the node (another work item's unpushed branches in its clone included): refused
+/// unless the config lists the transport, as the tests' own configs do.
+#[tokio::test]
+async fn file_urls_are_refused_unless_the_config_allows_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let bare = origin(dir.path());
+    let spec = WorkspaceSpec { url: format!("file://{}", bare.display()), r#ref: None };
+    let config = WorkspacesConfig { mirrors: Some(dir.path().join("repos")), ..Default::default() };
+    let refused = Git::new(config.clone(), None, Locks::default()).prepare(&spec, &dir.path().join("w1"), "w1").await;
+    let e = refused.unwrap_err();
+    assert!(e.contains("transport 'file' not allowed"), "{e}");
+    assert!(!dir.path().join("w1").join("README.md").exists());
+
+    let allowing = WorkspacesConfig { protocols: vec!["file".into()], ..config };
+    let prepared = Git::new(allowing, None, Locks::default()).prepare(&spec, &dir.path().join("w2"), "w2").await;
+    assert_eq!(prepared.unwrap().branch, "worksession/w2");
+    assert!(dir.path().join("w2").join("README.md").exists());
+}
