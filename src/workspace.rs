@@ -323,6 +323,37 @@ pub struct WorkspacesConfig {
     /// The transports git may use (`workspaces.protocols`, default `https` and `ssh`; `http`, `file` and `git` only
     /// where the config allows them).
     pub protocols: Vec<String>,
+    /// Which repositories each namespace may check out (`workspaces.repositories`): namespace to URL globs (`*`
+    /// matches any characters, `?` one), the key `*` for namespaces not listed; `None`: any repository anywhere.
+    pub repositories: Option<std::collections::BTreeMap<String, Vec<String>>>,
+}
+
+impl WorkspacesConfig {
+    /// Whether a WorkSession of `namespace` may check out `url`.
+    pub fn allows(&self, namespace: &str, url: &str) -> bool {
+        let Some(repositories) = &self.repositories else { return true };
+        let globs = repositories.get(namespace).or_else(|| repositories.get("*"));
+        globs.is_some_and(|globs| globs.iter().any(|g| glob_match(g, url)))
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any characters and `?` for one.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            (pi, ti) = (pi + 1, ti + 1);
+        } else if pi < p.len() && p[pi] == '*' {
+            (star, mark, pi) = (Some(pi), ti, pi + 1);
+        } else if let Some(s) = star {
+            (pi, mark) = (s + 1, mark + 1);
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
 }
 
 impl Default for WorkspacesConfig {
@@ -336,6 +367,7 @@ impl Default for WorkspacesConfig {
             git_timeout: DEFAULT_GIT_TIMEOUT,
             hosts: DEFAULT_TOKEN_HOSTS.iter().map(|h| h.to_string()).collect(),
             protocols: DEFAULT_PROTOCOLS.iter().map(|p| p.to_string()).collect(),
+            repositories: None,
         }
     }
 }
@@ -349,6 +381,7 @@ pub(crate) struct WorkspacesFile {
     credentials: CredentialsFile,
     git_timeout_seconds: Option<u64>,
     protocols: Option<Vec<String>>,
+    repositories: Option<std::collections::BTreeMap<String, Vec<String>>>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -367,8 +400,8 @@ impl WorkspacesFile {
         self,
         invalid: &dyn Fn(String, String) -> crate::config::ConfigError,
     ) -> Result<WorkspacesConfig, crate::config::ConfigError> {
-        let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds, protocols } = self;
-        let mut workspaces = WorkspacesConfig::default();
+        let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds, protocols, repositories } = self;
+        let mut workspaces = WorkspacesConfig { repositories, ..Default::default() };
         if let Some(protocols) = protocols {
             if let Some(bad) = protocols.iter().find(|p| !["https", "ssh", "http", "file", "git"].contains(&p.as_str()))
             {
@@ -428,6 +461,25 @@ mod tests {
         );
         assert_eq!(redact("ssh://git@host/a.git and HTTPS://tok@h/b"), "ssh://host/a.git and HTTPS://h/b");
         assert_eq!(redact("no url here"), "no url here");
+    }
+
+    #[test]
+    fn a_namespace_checks_out_only_what_its_globs_allow() {
+        assert!(glob_match("https://github.com/octo/*", "https://github.com/octo/api.git"));
+        assert!(!glob_match("https://github.com/octo/*", "https://github.com/octopus/api.git"));
+        assert!(glob_match("*", "") && glob_match("a?c", "abc") && !glob_match("a?c", "ac"));
+        assert!(glob_match("*.git", "x.y.git") && !glob_match("*.git", "x.git/"));
+        let open = WorkspacesConfig::default();
+        assert!(open.allows("team-a", "file:///anything"), "no list: any repository");
+        let repositories = [
+            ("team-a".to_string(), vec!["https://github.com/octo/*".to_string()]),
+            ("*".to_string(), vec!["https://github.com/public/*".to_string()]),
+        ];
+        let listed = WorkspacesConfig { repositories: Some(repositories.into()), ..Default::default() };
+        assert!(listed.allows("team-a", "https://github.com/octo/api.git"));
+        assert!(!listed.allows("team-a", "https://github.com/public/x.git"), "its own list only");
+        assert!(listed.allows("team-b", "https://github.com/public/x.git"), "the others': *");
+        assert!(!listed.allows("team-b", "https://github.com/octo/api.git"));
     }
 
     #[test]

@@ -464,3 +464,8 @@ async fn shared_the_git_token_goes_only_to_its_hosts() {
 async fn shared_a_repository_never_makes_the_agent_run_its_code() {
     scenarios::workspace::a_repository_never_makes_the_agent_run_its_code(&Local::new()).await;
 }
+
+#[tokio::test]
+async fn shared_a_namespace_checks_out_only_its_repositories() {
+    scenarios::workspace::a_namespace_checks_out_only_its_repositories(&Local::new()).await;
+}

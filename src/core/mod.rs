@@ -281,6 +281,14 @@ impl<'a, 'i> Decision<'a, 'i> {
         if profile.interactive.is_none() {
             return Err(("HarnessCannotBeHosted", ArgvError::NotHostable(spec.harness.clone()).to_string()));
         }
+        let namespace = self.input.owner_name.split_once('/').map_or("", |(ns, _)| ns);
+        if let Some(w) = spec.workspace.as_ref().filter(|w| !self.input.config.workspaces.allows(namespace, &w.url)) {
+            // A tenant boundary: which repositories a namespace may have the agent clone (with the node's token).
+            return Err((
+                "WorkspaceNotAllowed",
+                format!("namespace {namespace} may not check out {} (workspaces.repositories)", w.url),
+            ));
+        }
         if let (Some(other), Some(id)) = (self.input.id_taken_by, &spec.harness_session_id) {
             // Two processes on one conversation write one transcript; and a tenant must not adopt another's.
             return Err((

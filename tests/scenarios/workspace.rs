@@ -369,3 +369,23 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
     // Checked last: this test's own git reads the planted config too.
     assert!(condition(&st, "WorkspaceReady").2.contains(main.as_str()), "fetched from the spec's URL: {st}");
 }
+
+/// Issue 24, point 5: a namespace checks out only the repositories the agent config lists for it (the tests' config
+/// lists `file://*` and `http://*` for every namespace): another is refused before any git runs, naming it.
+pub async fn a_namespace_checks_out_only_its_repositories(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let workdir = tmux.state().join("checkouts/elsewhere");
+    let url = "https://git.example.com/another-team/secret.git";
+    rig.create_session("wnot", json!({"workdir": workdir, "workspace": {"url": url}})).await;
+    let st = await_value(
+        "wnot refused",
+        || rig.session_status("wnot"),
+        |s| super::status_reason(s, "Ready").1 == "WorkspaceNotAllowed",
+    )
+    .await;
+    assert!(super::ready_message(&st).contains(url), "{st}");
+    assert_eq!(st["phase"], "Failed");
+    assert!(!workdir.exists(), "nothing prepared");
+    let observed = tmux.runner.observe().await.unwrap();
+    assert_eq!(observed.liveness(&rig.tmux_session("wnot")), Liveness::Absent, "nothing spawned");
+}

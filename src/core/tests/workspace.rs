@@ -93,3 +93,20 @@ fn a_deleted_session_removes_its_workspace_before_releasing_the_finalizer() {
     case.deleting = true;
     assert_eq!(ops(&case.step()), ["stop loop-ns_repo-12", "remove workspace", "release finalizer"]);
 }
+
+/// Issue 24, point 5: a namespace checks out only the repositories its list allows; the rest is refused, waiting for a
+/// change, with nothing prepared or spawned.
+#[test]
+fn a_repository_outside_the_namespaces_list_is_refused() {
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.spec.workspace = Some(crate::api::WorkspaceSpec { url: "https://github.com/other/x.git".into(), r#ref: None });
+    case.workspace = Workspace::Missing;
+    case.config.workspaces.repositories =
+        Some([("ns".to_string(), vec!["https://github.com/octo/*".to_string()])].into());
+    let plan = case.decide();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "nothing prepared, nothing spawned");
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    assert_eq!(condition(&plan.status, READY), Some(("False", "WorkspaceNotAllowed")));
+    case.spec.workspace.as_mut().unwrap().url = "https://github.com/octo/api.git".into();
+    assert_eq!(ops(&case.decide()), ["prepare workspace"], "allowed: prepared");
+}
