@@ -86,6 +86,36 @@ fn a_config_change_does_not_roll_the_agent_pods() {
 
 /// The agent config the chart renders is one the agent accepts: tmux on the shared socket, never started by the agent
 /// (tmux has its own container), and the harnesses' home the agent reads transcripts from.
+/// Issue 24, points 1 and 6: the harnesses' own credentials (a Secret named in the values) reach the `tmux`
+/// container's environment and never the agent's; the cluster credential reaches the agent's container only.
+#[test]
+fn the_harnesses_credentials_reach_the_tmux_container_only() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let rendered = template(
+        "ws",
+        "worksession",
+        &["--set", "bridge.enabled=false", "--set", "agent.tmux.credentialsSecret=claude-api-key"],
+    );
+    let doc = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).expect("the agent DaemonSet");
+    let daemonset: DaemonSet = serde_yaml_ng::from_str(doc).unwrap();
+    let pod = daemonset.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.automount_service_account_token, Some(false), "no token by default");
+    let container = |name: &str| pod.containers.iter().find(|c| c.name == name).cloned().unwrap();
+    let secrets = |name: &str| -> Vec<String> {
+        let from = container(name).env_from.unwrap_or_default();
+        from.into_iter().filter_map(|f| f.secret_ref.map(|r| r.name)).collect()
+    };
+    assert_eq!(secrets("tmux"), ["claude-api-key"], "the harnesses' environment");
+    assert!(secrets("agent").is_empty(), "never the agent's");
+    let token = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let mounts = |name: &str| -> Vec<String> {
+        container(name).volume_mounts.unwrap_or_default().into_iter().map(|m| m.mount_path).collect()
+    };
+    assert!(mounts("agent").iter().any(|m| m == token) && !mounts("tmux").iter().any(|m| m == token));
+    let without = template("ws", "worksession", &["--set", "bridge.enabled=false"]);
+    assert!(!without.contains("envFrom"), "no Secret named: none mounted");
+}
+
 #[test]
 fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     let rendered = template("ws", "worksession", &["--set", "bridge.enabled=false"]);
