@@ -110,11 +110,14 @@ impl Git {
         for protocol in &self.config.protocols {
             cmd.arg("-c").arg(format!("protocol.{protocol}.allow=always"));
         }
+        // A repository's own `protocol.<name>.allow` would win over `protocol.allow` (an `ext::` URL runs a command);
+        // this variable overrides every protocol setting.
+        cmd.env("GIT_ALLOW_PROTOCOL", self.config.protocols.join(":"));
         if let Some(file) = self.config.token_file.as_ref().filter(|f| f.is_file()) {
             // The helper reads the file when git asks, and answers only for the credential's hosts over https (http
             // only where the config allows it): a server elsewhere that answers 401 gets nothing. The token is never an
             // argument or in the environment.
-            let helper = r#"!f() { test "$1" = get || return 0; while IFS='=' read -r k v; do case "$k" in protocol) p=$v;; host) h=$v;; esac; done; case " $WORKSESSION_GIT_SCHEMES " in *" $p "*) ;; *) return 0;; esac; case " $WORKSESSION_GIT_HOSTS " in *" $h "*|*" ${h%:*} "*) ;; *) return 0;; esac; printf 'username=%s\npassword=%s\n' "$WORKSESSION_GIT_USERNAME" "$(cat "$WORKSESSION_GIT_TOKEN_FILE")"; }; f"#;
+            let helper = r#"!f() { test "$1" = get || return 0; p=; h=; while IFS='=' read -r k v; do case "$k" in protocol) p=$v;; host) h=$v;; esac; done; [ -n "$h" ] || return 0; case " $WORKSESSION_GIT_SCHEMES " in *" $p "*) ;; *) return 0;; esac; case " $WORKSESSION_GIT_HOSTS " in *" $h "*|*" ${h%:*} "*) ;; *) return 0;; esac; printf 'username=%s\npassword=%s\n' "$WORKSESSION_GIT_USERNAME" "$(cat "$WORKSESSION_GIT_TOKEN_FILE")"; }; f"#;
             let schemes = if self.config.protocols.iter().any(|p| p == "http") { "https http" } else { "https" };
             cmd.arg("-c").arg(format!("credential.helper={helper}"));
             cmd.env("WORKSESSION_GIT_USERNAME", &self.config.username)

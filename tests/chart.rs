@@ -84,8 +84,6 @@ fn a_config_change_does_not_roll_the_agent_pods() {
     assert!(config.contains("resumeProbeSeconds: 7"), "the ConfigMap carries the change");
 }
 
-/// The agent config the chart renders is one the agent accepts: tmux on the shared socket, never started by the agent
-/// (tmux has its own container), and the harnesses' home the agent reads transcripts from.
 /// Issue 24, points 1 and 6: the harnesses' own credentials (a Secret named in the values) reach the `tmux`
 /// container's environment and never the agent's; the cluster credential reaches the agent's container only.
 #[test]
@@ -116,6 +114,8 @@ fn the_harnesses_credentials_reach_the_tmux_container_only() {
     assert!(!without.contains("envFrom"), "no Secret named: none mounted");
 }
 
+/// The agent config the chart renders is one the agent accepts: tmux on the shared socket, never started by the agent
+/// (tmux has its own container), and the harnesses' home the agent reads transcripts from.
 #[test]
 fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     let rendered = template("ws", "worksession", &["--set", "bridge.enabled=false"]);

@@ -46,3 +46,30 @@ async fn file_urls_are_refused_unless_the_config_allows_them() {
     assert_eq!(prepared.unwrap().branch, "worksession/w2");
     assert!(dir.path().join("w2").join("README.md").exists());
 }
+
+/// Issue 24, point 4: a clone's own `protocol.ext.allow` (which a harness that writes the clone could set) would win
+/// over `protocol.allow=never`, and an `ext::` URL runs a command: with `GIT_ALLOW_PROTOCOL` nothing runs, and the
+/// preparation says why.
+#[tokio::test]
+async fn a_clone_cannot_turn_on_a_protocol_that_runs_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let bare = origin(dir.path());
+    let spec = WorkspaceSpec { url: format!("file://{}", bare.display()), r#ref: None };
+    let config = WorkspacesConfig {
+        mirrors: Some(dir.path().join("repos")),
+        protocols: vec!["file".into()],
+        ..Default::default()
+    };
+    let git = Git::new(config, None, Locks::default());
+    git.prepare(&spec, &dir.path().join("w1"), "w1").await.unwrap();
+    let clone = std::fs::read_dir(dir.path().join("repos")).unwrap().next().unwrap().unwrap().path();
+    let marker = dir.path().join("ran");
+    let set = |key: &str, value: &str| {
+        assert!(Command::new("git").arg("-C").arg(&clone).args(["config", key, value]).status().unwrap().success());
+    };
+    set("protocol.ext.allow", "always");
+    set(&format!("url.ext::sh -c touch% {}% .insteadOf", marker.display()), "file://");
+    let e = git.prepare(&spec, &dir.path().join("w2"), "w2").await.unwrap_err();
+    assert!(e.contains("transport 'ext' not allowed"), "{e}");
+    assert!(!marker.exists(), "the clone's command ran in the agent");
+}

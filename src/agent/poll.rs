@@ -46,8 +46,7 @@ impl Wakes {
         let mut wake = Vec::new();
         for ws in sessions {
             let key = ObjectRef::from_obj(ws);
-            let (owner, _) = super::reconcile::owner_of(ws);
-            let liveness = obs.liveness(&super::reconcile::current_session(ws, obs, config, &owner));
+            let liveness = obs.liveness(&super::reconcile::current_session(ws, obs, config));
             let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
             if server_changed || self.seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
                 tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");

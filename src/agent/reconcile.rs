@@ -247,7 +247,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let observation = observation.map_err(ReconcileError::Observe)?;
         let recorded = ws.status.clone().unwrap_or_default();
         let (owner, owner_name) = owner_of(&ws);
-        let session = current_session(&ws, &observation, &config, &owner);
+        let session = current_session(&ws, &observation, &config);
         let liveness = observation.liveness(&session);
         let evidence = self.gather(&ws, &recorded, &pending, (&session, liveness), &config).await;
         let mut status = recorded.clone();
@@ -435,7 +435,7 @@ pub fn owner_of(ws: &WorkSession) -> (String, String) {
 /// The tmux session the harness runs in: the recorded one while it still exists and is this object's (a changed
 /// `sessionPrefix`, or a release that named sessions `<prefix><workItem>`, never orphans a running harness: it is
 /// adopted until it dies), else the configured one ([`Config::tmux_session`]).
-pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Config, owner: &str) -> String {
+pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Config) -> String {
     let (_, identity) = owner_of(ws);
     let configured = config.tmux_session(&identity);
     let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
@@ -445,7 +445,9 @@ pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Con
     let ours = |s: &String| s.ends_with(suffix) || s.ends_with(&ws.spec.work_item);
     let valid = |s: &String| s != &configured && ours(s) && crate::tmux::is_tag(s);
     match recorded.filter(valid) {
-        Some(old) if observation.session(&old).is_some_and(|v| v.belongs_to(owner)) => old,
+        // Still there: ours, it is adopted; another's or untagged (an older build's), the core reports it rather
+        // than start a second harness of the conversation under the new name.
+        Some(old) if observation.session(&old).is_some() => old,
         _ => configured,
     }
 }
@@ -474,16 +476,16 @@ mod tests {
             ws
         };
         let none = observed("");
-        assert_eq!(current_session(&ws, &none, &config, "uid-1"), "loop-agents_repo-12");
+        assert_eq!(current_session(&ws, &none, &config), "loop-agents_repo-12");
         let old = with_recorded("loop-item-12");
         let alive = observed("loop-item-12\t0\t1\t\t\tuid-1\tagents/repo-12\n");
-        assert_eq!(current_session(&old, &alive, &config, "uid-1"), "loop-item-12", "adopted while it lives");
-        assert_eq!(current_session(&old, &none, &config, "uid-1"), "loop-agents_repo-12", "gone: the new name");
+        assert_eq!(current_session(&old, &alive, &config), "loop-item-12", "adopted while it lives");
+        assert_eq!(current_session(&old, &none, &config), "loop-agents_repo-12", "gone: the new name");
         let theirs = observed("loop-item-12\t0\t1\t\t\tuid-2\tother/x\n");
-        assert_eq!(current_session(&old, &theirs, &config, "uid-1"), "loop-agents_repo-12", "another's: never");
+        assert_eq!(current_session(&old, &theirs, &config), "loop-item-12", "another's: the core reports it");
         let elsewhere = with_recorded("loop-other-item");
         let alive = observed("loop-other-item\t0\t1\t\t\tuid-1\tagents/repo-12\n");
-        assert_eq!(current_session(&elsewhere, &alive, &config, "uid-1"), "loop-agents_repo-12", "not our shape");
+        assert_eq!(current_session(&elsewhere, &alive, &config), "loop-agents_repo-12", "not our shape");
     }
 
     #[test]

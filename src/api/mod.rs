@@ -95,7 +95,10 @@ pub struct WorkspaceSpec {
     /// The repository (`https://`, `ssh://`, `git@host:path` or `file://`); credentials come from the agent's
     /// mounted files, never from the URL: no user info but an `ssh://` user name.
     #[schemars(regex(pattern = GIT_WORD_PATTERN), length(min = 1, max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": URL_USER_INFO_RULE, "message": "url must not carry user info (a token or password): the agent reads credentials from files"}]))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": URL_USER_INFO_RULE, "message": "url must not carry user info (a token or password): the agent reads credentials from files"},
+        {"rule": URL_DOT_SEGMENT_RULE, "message": "url must not hold a '.' or '..' path segment"}
+    ]))]
     pub url: String,
     /// The branch, tag or commit the work item's branch starts from; default: the repository's default branch.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]

@@ -144,6 +144,18 @@ pub fn url_has_user_info(url: &str) -> bool {
     USER_INFO.is_match(url) && !SSH_USER.is_match(url)
 }
 
+/// A URL path segment `.` or `..` (also percent-encoded): `https://host/octo/../other/x.git` would match a namespace's
+/// glob `https://host/octo/*` and fetch another repository once the client resolves it.
+const DOT_SEGMENT_PATTERN: &str = "(^|[/:])([.]|%2[eE])([.]|%2[eE])?([/?#]|$)";
+/// The CEL rule of `spec.workspace.url` refusing dot segments (see [`DOT_SEGMENT_PATTERN`]).
+pub const URL_DOT_SEGMENT_RULE: &str = "!self.matches('(^|[/:])([.]|%2[eE])([.]|%2[eE])?([/?#]|$)')";
+static DOT_SEGMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(DOT_SEGMENT_PATTERN).unwrap());
+
+/// Whether a workspace URL holds a `.` or `..` path segment the CRD refuses.
+pub fn url_has_dot_segment(url: &str) -> bool {
+    DOT_SEGMENT.is_match(url)
+}
+
 /// The shape of a harness profile name.
 pub const HARNESS_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]*$";
 
@@ -183,6 +195,9 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
     if let Some(w) = &spec.workspace {
         if w.url.len() > 2048 || !GIT_WORD.is_match(&w.url) {
             return err("workspace.url", "must not start with '-' or contain whitespace (at most 2048)".into());
+        }
+        if url_has_dot_segment(&w.url) {
+            return err("workspace.url", "must not hold a '.' or '..' path segment".into());
         }
         if url_has_user_info(&w.url) {
             return err(
@@ -304,7 +319,18 @@ mod tests {
             ["https://github.com/o/r.git", "ssh://git@github.com/o/r.git", "git@github.com:o/r.git", "file:///srv/r"]
         {
             assert!(!url_has_user_info(ok), "{ok}");
+            assert!(!url_has_dot_segment(ok), "{ok}");
         }
+        for bad in [
+            "https://github.com/octo/../other/secret.git",
+            "https://github.com/octo/%2e%2E/other/x",
+            "https://github.com/octo/./x",
+            "git@github.com:../other/x.git",
+            "https://github.com/octo/..",
+        ] {
+            assert!(url_has_dot_segment(bad), "{bad}");
+        }
+        assert!(!url_has_dot_segment("https://github.com/octo/.github.git"), "a name starting with a dot is fine");
         let spec = WorkSessionSpec {
             work_item: "w".into(),
             node_name: "n".into(),
@@ -322,6 +348,7 @@ mod tests {
         assert!(WORK_SESSION_NAME_RULE.contains(&format!("'{WORK_ITEM_PATTERN}'")), "{WORK_SESSION_NAME_RULE}");
         assert!(URL_USER_INFO_RULE.contains(&format!("'{USER_INFO_PATTERN}'")), "{URL_USER_INFO_RULE}");
         assert!(URL_USER_INFO_RULE.contains(&format!("'{SSH_USER_PATTERN}'")), "{URL_USER_INFO_RULE}");
+        assert!(URL_DOT_SEGMENT_RULE.contains(&format!("'{DOT_SEGMENT_PATTERN}'")), "{URL_DOT_SEGMENT_RULE}");
     }
 
     #[test]
