@@ -504,18 +504,19 @@ async fn an_idle_fleet_reconciles_nothing_and_polls_tmux_once_for_all_sessions()
         eventually(&format!("{n} more tmux polls"), || async { (observations().await >= from + n).then_some(()) })
             .await;
     };
-    // The reconciles the Running status writes woke (a watch notice each) finish: a poll goes by without one. Under
-    // load a notice can come seconds late (a full run once counted 6 after two polls); a session that kept
-    // reconciling never settles, and the assertion below fails.
+    // The reconciles the Running status writes woke (a watch notice each, one per session) finish: three polls go by
+    // without one. Under load a notice can come seconds late (full runs counted 6 and 8 late ones after one quiet
+    // poll); a session that kept reconciling never settles, and the assertion below fails.
     let reconciles = || support::metric(admin, "worksession_agent_reconciles_total");
-    let mut last = reconciles().await;
-    for _ in 0..30 {
+    let (mut last, mut quiet) = (reconciles().await, 0);
+    for _ in 0..40 {
         polls(1.0).await;
         let now = reconciles().await;
-        if now == last {
+        quiet = if now == last { quiet + 1 } else { 0 };
+        last = now;
+        if quiet == 3 {
             break;
         }
-        last = now;
     }
     let (reconciles, observed) = (reconciles().await, observations().await);
     polls(3.0).await;

@@ -2,38 +2,19 @@
 
 use std::process::Command;
 
+#[path = "fixtures/repos.rs"]
+mod repos;
+
+use repos::origin;
 use worksession::api::WorkspaceSpec;
 use worksession::workspace::{Git, Locks, WorkspacesConfig};
-
-/// A bare repository with one commit, in `root`.
-fn origin(root: &std::path::Path) -> std::path::PathBuf {
-    let (bare, seed) = (root.join("origin.git"), root.join("seed"));
-    let git = |dir: &std::path::Path, args: &[&str]| {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    std::fs::create_dir_all(&seed).unwrap();
-    git(root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
-    git(&seed, &["init", "-q"]);
-    std::fs::write(seed.join("README.md"), "hello\n").unwrap();
-    git(&seed, &["add", "README.md"]);
-    git(&seed, &["commit", "-q", "-m", "first"]);
-    git(&seed, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    bare
-}
 
 /// `file://` reads any repository on the node (another work item's unpushed branches in its clone included): refused
 /// unless the config lists the transport, as the tests' own configs do.
 #[tokio::test]
 async fn file_urls_are_refused_unless_the_config_allows_them() {
     let dir = tempfile::tempdir().unwrap();
-    let bare = origin(dir.path());
+    let (bare, _, _) = origin(dir.path(), "origin");
     let spec = WorkspaceSpec { url: format!("file://{}", bare.display()), r#ref: None };
     let config = WorkspacesConfig { mirrors: Some(dir.path().join("repos")), ..Default::default() };
     let refused = Git::new(config.clone(), None, Locks::default()).prepare(&spec, &dir.path().join("w1"), "w1").await;
@@ -53,7 +34,7 @@ async fn file_urls_are_refused_unless_the_config_allows_them() {
 #[tokio::test]
 async fn a_clone_cannot_turn_on_a_protocol_that_runs_commands() {
     let dir = tempfile::tempdir().unwrap();
-    let bare = origin(dir.path());
+    let (bare, _, _) = origin(dir.path(), "origin");
     let spec = WorkspaceSpec { url: format!("file://{}", bare.display()), r#ref: None };
     let config = WorkspacesConfig {
         mirrors: Some(dir.path().join("repos")),

@@ -10,39 +10,9 @@ use serde_json::{Value, json};
 use super::{Rig, await_delivered, await_phase, await_value};
 use worksession::tmux::{Liveness, Tmux};
 
-/// Runs git in `dir`, returning its trimmed stdout; panics with its stderr when it fails.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .output()
-        .expect("run git");
-    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// A bare repository `<root>/<name>.git` with `main` (a README) and `feature` (one more commit); returns its path and
-/// the two commits.
-pub fn origin(root: &Path, name: &str) -> (PathBuf, String, String) {
-    let bare = root.join(format!("{name}.git"));
-    let seed = root.join(format!("{name}-seed"));
-    std::fs::create_dir_all(&seed).unwrap();
-    git(root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
-    git(&seed, &["init", "-q"]);
-    std::fs::write(seed.join("README.md"), "hello\n").unwrap();
-    git(&seed, &["add", "README.md"]);
-    git(&seed, &["commit", "-q", "-m", "first"]);
-    let main = git(&seed, &["rev-parse", "HEAD"]);
-    git(&seed, &["checkout", "-q", "-b", "feature"]);
-    std::fs::write(seed.join("FEATURE.md"), "more\n").unwrap();
-    git(&seed, &["add", "FEATURE.md"]);
-    git(&seed, &["commit", "-q", "-m", "feature"]);
-    let feature = git(&seed, &["rev-parse", "HEAD"]);
-    git(&seed, &["push", "-q", bare.to_str().unwrap(), "main", "feature"]);
-    (bare, main, feature)
-}
+#[path = "../fixtures/repos.rs"]
+mod repos;
+pub use repos::{git, origin};
 
 fn condition(status: &Value, type_: &str) -> (String, String, String) {
     let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
