@@ -1,6 +1,8 @@
 //! Local mode end to end: the agent on a directory of manifests, real tmux, the harness stand-in; the local
 //! bridge writing events as files; `worksession get --local`.
 
+#[path = "fixtures/github.rs"]
+mod fixtures;
 mod scenarios;
 mod standin;
 mod support;
@@ -120,6 +122,34 @@ async fn local_bridge_writes_events_once_and_get_lists_sessions() {
     assert_eq!(ev["via"].as_str(), Some("Pasted"));
     let prompts = l.tmux.await_prompts(1).await;
     assert_eq!(prompts.iter().filter(|p| p.prompt == "from the bridge").count(), 1);
+
+    // Issue 23 in local mode: GitHub deliveries from strangers write nothing; a route's cap counts the directory.
+    let secret = l.tmux.dir.path().join("github-secret");
+    std::fs::write(&secret, "s3cret").unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {}\nroutes:\n  - {{repository: 'octo-org/*', namespace: default, nodeName: local, harness: standin, workdir: {}, maxSessions: 1}}\n",
+        secret.display(),
+        l.tmux.workdir().display()
+    );
+    let app = support::bridge_router(&yaml, Arc::new(worksession::store::local::LocalStore::new(&l.dir).unwrap()));
+    let comment = |delivery: &str, number: u64, role: &str| {
+        let mut payload = fixtures::issue_comment("octo-org/hello", number, "someone", "hi");
+        payload["comment"]["author_association"] = role.into();
+        let body = serde_json::to_vec(&payload).unwrap();
+        axum::http::Request::post("/webhooks/github")
+            .header("x-github-event", "issue_comment")
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", worksession::bridge::github::sign(b"s3cret", &body))
+            .body(axum::body::Body::from(body))
+            .unwrap()
+    };
+    let files = || std::fs::read_dir(&l.dir).unwrap().count();
+    let before = files();
+    assert_eq!(app.clone().oneshot(comment("s-1", 1, "NONE")).await.unwrap().status(), 202);
+    assert_eq!(files(), before, "a stranger writes no file");
+    assert_eq!(app.clone().oneshot(comment("m-1", 1, "MEMBER")).await.unwrap().status(), 201);
+    assert_eq!(app.clone().oneshot(comment("m-2", 2, "MEMBER")).await.unwrap().status(), 202, "past maxSessions");
+    assert_eq!(app.oneshot(comment("m-3", 1, "MEMBER")).await.unwrap().status(), 201, "the existing session");
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_worksession"))
         .args(["get", "--local"])
