@@ -95,6 +95,15 @@ impl Profile {
     }
 }
 
+impl Profile {
+    /// `prompt` as it goes to the harness: without control characters ([`clean_prompt`]) and, unless a person made it
+    /// a `command`, [`Profile::literal`]; on a command line and pasted alike.
+    pub fn as_sent(&self, prompt: &str, command: bool) -> String {
+        let clean = clean_prompt(prompt);
+        if command { clean.into_owned() } else { self.literal(&clean).into_owned() }
+    }
+}
+
 /// Characters that show nothing: format characters (zero-width spaces and joiners, the byte-order mark, the soft
 /// hyphen, bidirectional marks), variation selectors and tags. A harness may drop them before it looks for a command.
 fn invisible(c: char) -> bool {

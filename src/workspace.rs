@@ -103,16 +103,12 @@ impl Git {
             // What a repository's config (which a harness may have written) could make git run: no hooks, no
             // fsmonitor, no ssh command of its own.
             .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.sshCommand=ssh"])
-            // Only the allowed transports (`file://` reads any repository on the node).
-            .args(["-c", "protocol.allow=never"])
+            // Only the allowed transports (`file://` reads any repository on the node, `ext::` runs a command): the
+            // variable overrides every `protocol.*` setting, a repository's own `protocol.<name>.allow` included
+            // (which would win over a `-c protocol.allow=never`).
+            .env("GIT_ALLOW_PROTOCOL", self.config.protocols.join(":"))
             // No helper of the machine's: only ours, when a token file is configured.
             .args(["-c", "credential.helper="]);
-        for protocol in &self.config.protocols {
-            cmd.arg("-c").arg(format!("protocol.{protocol}.allow=always"));
-        }
-        // A repository's own `protocol.<name>.allow` would win over `protocol.allow` (an `ext::` URL runs a command);
-        // this variable overrides every protocol setting.
-        cmd.env("GIT_ALLOW_PROTOCOL", self.config.protocols.join(":"));
         if let Some(file) = self.config.token_file.as_ref().filter(|f| f.is_file()) {
             // The helper reads the file when git asks, and answers only for the credential's hosts over https (http
             // only where the config allows it): a server elsewhere that answers 401 gets nothing. The token is never an

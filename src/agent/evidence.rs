@@ -131,8 +131,8 @@ impl<S, T: Tmux> Reconciler<S, T> {
             let text = read(&transcript::locate(template, home, workdir, id)).await;
             // As sent: a prompt that starts with a command prefix went with the literal mark in front.
             let shows = |prompt: &str| {
-                let clean = clean_prompt(prompt);
-                transcript::contains(&text, &clean) || transcript::contains(&text, &profile.literal(&clean))
+                transcript::contains(&text, &clean_prompt(prompt))
+                    || transcript::contains(&text, &profile.as_sent(prompt, false))
             };
             evidence.confirmed =
                 sent.iter().filter(|(_, prompt)| shows(prompt)).map(|(key, _)| key.to_string()).collect();

@@ -436,8 +436,7 @@ pub fn owner_of(ws: &WorkSession) -> (String, String) {
 /// `sessionPrefix`, or a release that named sessions `<prefix><workItem>`, never orphans a running harness: it is
 /// adopted until it dies), else the configured one ([`Config::tmux_session`]).
 pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Config) -> String {
-    let (_, identity) = owner_of(ws);
-    let configured = config.tmux_session(&identity);
+    let configured = config.tmux_session(&crate::api::identity(ws));
     let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
     // Only a name of a shape the agent makes for this object is used (it goes to tmux as a target): the configured
     // shape under another prefix, or the older `<prefix><workItem>` (the work item is immutable).

@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::{Decision, HEALTHY_AFTER, INITIAL_PROMPT, Notice, NoticeKind, Op, Settings, later, until};
 use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
-use crate::harness::{Profile, clean_prompt};
+use crate::harness::Profile;
 
 /// How often a prompt waiting for the ready pattern, or for its transcript, is looked at again.
 pub const DELIVERY_RECHECK: Duration = Duration::from_millis(500);
@@ -122,8 +122,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 _ if ready => {
                     // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude Code's
                     // shell mode.
-                    let text = clean_prompt(prompt.text);
-                    let text = if prompt.command { text.into_owned() } else { profile.literal(&text).into_owned() };
+                    let text = profile.as_sent(prompt.text, prompt.command);
                     let (session, key, tag) = (self.session.clone(), prompt.key.into(), prompt.tag.into());
                     self.ops.push(Op::Paste { session, key, tag, text });
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), true, None);

@@ -155,7 +155,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let input = self.input;
         let mode = if v.resume { Mode::Resume } else { Mode::Fresh };
         // Text, whatever it starts with: a webhook's `/clear` on the command line would switch conversations.
-        let prompt = boot.map(|text| profile.literal(&clean_prompt(text)).into_owned());
+        let prompt = boot.map(|text| profile.as_sent(text, false));
         let argv = profile.argv(&input.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),
