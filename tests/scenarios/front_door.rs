@@ -105,8 +105,10 @@ pub async fn an_untagged_session_under_a_victims_name_gets_nothing(rig: &impl Ri
         cmd.arg("-S").arg(rig.tmux().socket()).args(args).status().unwrap().success()
     };
     let stolen = rig.tmux().state().join("stolen-prompts");
-    assert!(tmux(&["kill-session", "-t", &format!("={name}")]));
-    assert!(tmux(&["new-session", "-d", "-s", &name, "sh", "-c", &format!("cat > '{}'", stolen.display())]));
+    // Swapped in one tmux command: the agent never observes the name free (it would respawn into it), and the
+    // server never runs out of sessions (it would exit).
+    assert!(tmux(&["new-session", "-d", "-s", "impostor", "sh", "-c", &format!("cat > '{}'", stolen.display())]));
+    assert!(tmux(&["kill-session", "-t", &format!("={name}"), ";", "rename-session", "-t", "=impostor", &name]));
     rig.send("vic", "vic-1", "for the victim only").await;
     let status = await_value(
         "the untagged session reported",
