@@ -258,6 +258,7 @@ async fn bench_respawn() {
             tag: format!("bench-{i}"),
             owner: "bench".into(),
             owner_name: "bench/raw".into(),
+            confine: None,
         };
         let t = Instant::now();
         runner.spawn(&spawn).await.unwrap();

@@ -37,6 +37,8 @@ pub struct Config {
     pub harness_home: Option<PathBuf>,
     /// Where work items' checkouts come from (`workspaces`).
     pub workspaces: WorkspacesConfig,
+    /// A Unix user of its own for each session's harness (`rooms`); `None`: all share the tmux server's.
+    pub rooms: Option<crate::room::RoomsConfig>,
 }
 
 /// The default `delivery.readyTimeoutSeconds`.
@@ -87,6 +89,7 @@ impl Default for Config {
             ready_timeout: Duration::from_secs(DEFAULT_READY_TIMEOUT_SECONDS),
             harness_home: std::env::var_os("HOME").map(PathBuf::from),
             workspaces: WorkspacesConfig::default(),
+            rooms: None,
         }
     }
 }
@@ -136,6 +139,7 @@ struct File {
     harness_home: Option<PathBuf>,
     #[serde(default)]
     workspaces: crate::workspace::WorkspacesFile,
+    rooms: Option<crate::room::RoomsFile>,
 }
 
 #[derive(Deserialize, Default)]
@@ -245,6 +249,7 @@ impl Config {
             config.harness_home = Some(home);
         }
         config.workspaces = file.workspaces.into_config(&invalid)?;
+        config.rooms = file.rooms.map(|r| r.into_config(&invalid)).transpose()?;
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);
             let binary = p.binary.or_else(|| base.as_ref().map(|b| b.binary.clone()));

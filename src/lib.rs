@@ -13,6 +13,7 @@ pub mod core;
 pub mod get;
 pub mod harness;
 pub mod labeler;
+pub mod room;
 pub mod signal;
 pub mod store;
 pub mod telemetry;

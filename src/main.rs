@@ -101,6 +101,20 @@ enum Command {
         #[command(flatten)]
         at: Where,
     },
+    /// Run a harness in its room (the tmux server runs this, as root holding SETUID and SETGID): become the room's
+    /// uid and gid with no other group and no capability, HOME and TMPDIR in the room, then exec the command.
+    #[command(hide = true)]
+    Room {
+        /// The room's uid (and gid).
+        #[arg(long)]
+        uid: u32,
+        /// The room's HOME.
+        #[arg(long)]
+        home: PathBuf,
+        /// The harness and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Where a session is, for `peek` and `attach`.
@@ -117,10 +131,21 @@ struct Where {
     config: Option<PathBuf>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Room { uid, home, command } = &cli.command {
+        // Before any thread exists: the process becomes the room's user and execs, or says why it could not.
+        let e = worksession::room::enter(*uid, home, command);
+        eprintln!("worksession room: {e}");
+        return ExitCode::from(126);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    runtime.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::Room { .. } => unreachable!("handled before the runtime"),
         Command::Get { args, namespace, all_namespaces, output, watch, local } => {
             get(args, namespace, all_namespaces, output, watch, local).await
         }

@@ -160,6 +160,19 @@ pub struct Spawn {
     pub owner: String,
     /// The owner's `namespace/name`, tagged as [`OWNER_NAME_TAG`].
     pub owner_name: String,
+    /// The room the harness runs in (`worksession room`), if rooms are on.
+    pub confine: Option<Confine>,
+}
+
+/// How a spawn enters its room: the tmux server runs `<helper> room --uid <uid> --home <home> -- <binary> <argv>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confine {
+    /// The `worksession` binary where the tmux server runs.
+    pub helper: PathBuf,
+    /// The room's uid.
+    pub uid: u32,
+    /// The room's `HOME`.
+    pub home: PathBuf,
 }
 
 /// A tmux call that failed.
@@ -356,8 +369,14 @@ impl Tmux for TmuxRunner {
             ["new-session", "-d", "-s", &spawn.session, "-c"].map(Into::into).to_vec();
         args.push(spawn.workdir.clone().into_os_string());
         args.push("--".into());
+        if let Some(room) = &spawn.confine {
+            let (helper, home) = (literal(&room.helper.to_string_lossy()), literal(&room.home.to_string_lossy()));
+            let words =
+                [helper, "room".into(), "--uid".into(), room.uid.to_string(), "--home".into(), home, "--".into()];
+            args.extend(words.map(Into::into));
+        }
         // tmux runs a single-word command through `sh -c`: give it two words so it execs without a shell.
-        if spawn.argv.is_empty() {
+        if spawn.argv.is_empty() && spawn.confine.is_none() {
             args.extend(["env".into(), "--".into()]);
         }
         args.push(literal(&spawn.binary).into());

@@ -1,6 +1,7 @@
 //! Workspaces, an edge of the executor like [`crate::tmux`]: real `git` preparing a work item's checkout from
-//! `spec.workspace` (one bare clone per repository per node, reused, and one `git worktree` per work item on its own
-//! branch), and removing it when its WorkSession goes, only when it holds no uncommitted work.
+//! `spec.workspace` (one bare clone per repository per node, the agent's alone, fetched into and reused; and a
+//! repository of its own per work item, on its own branch, which its harness writes), and removing it when its
+//! WorkSession goes, only when it holds nothing a removal would lose.
 //!
 //! Every argument is a separate word after `--` where git takes one, so a URL or ref is never a flag (the API also
 //! refuses a leading `-`). Credentials are files: a token reaches git through a credential helper that reads the
@@ -21,7 +22,7 @@ use tokio::sync::Mutex;
 
 use crate::api::WorkspaceSpec;
 
-/// The branch of a work item's worktree.
+/// The branch of a work item's checkout.
 pub fn branch_of(work_item: &str) -> String {
     format!("worksession/{work_item}")
 }
@@ -40,9 +41,10 @@ pub struct Prepared {
 /// What happened to a checkout when its WorkSession went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Removal {
-    /// The worktree was clean and is gone (its branch stays in the clone, with every commit).
+    /// The checkout held nothing a removal would lose, and is gone.
     Removed,
-    /// Kept, and why (uncommitted changes, or not a worktree this agent made).
+    /// Kept, and why (uncommitted changes, commits on no remote branch, a harness's, or not a checkout the agent
+    /// made).
     Kept(String),
 }
 
@@ -138,9 +140,14 @@ impl Git {
             cmd.arg("-C").arg(dir);
         }
         cmd.args(args);
+        self.output(cmd, args[0]).await
+    }
+
+    /// Runs `cmd` (git `what`) within the timeout: its stdout, or its output's last lines as the error.
+    async fn output(&self, mut cmd: Command, what: &str) -> Result<String, String> {
         let output = match tokio::time::timeout(self.config.git_timeout, cmd.output()).await {
             Err(_) => {
-                return Err(format!("git {} did not finish within {}s", args[0], self.config.git_timeout.as_secs()));
+                return Err(format!("git {what} did not finish within {}s", self.config.git_timeout.as_secs()));
             }
             Ok(Err(e)) => return Err(format!("cannot run git: {e}")),
             Ok(Ok(output)) => output,
@@ -157,9 +164,12 @@ impl Git {
         self.run(Some(dir), args).await.ok()
     }
 
-    /// Prepares `workdir` for `work_item` from `spec`: the repository's clone is made (or fetched), then a worktree
-    /// on the work item's branch. An existing checkout of the repository is adopted as it is; anything else in the
-    /// way is left alone and reported.
+    /// Prepares `workdir` for `work_item` from `spec`: the repository's clone on the node is made (or fetched), then
+    /// a checkout of its own in `workdir` on the work item's branch. An existing checkout of the repository is
+    /// adopted as it is; anything else in the way is left alone and reported.
+    ///
+    /// The checkout is a repository of its own, not a worktree of the node's clone: its harness writes it (objects,
+    /// refs, config), and nothing it writes there reaches the clone the agent fetches into, or another work item.
     pub async fn prepare(&self, spec: &WorkspaceSpec, workdir: &Path, work_item: &str) -> Result<Prepared, String> {
         let mirror = self.mirror_of(&spec.url);
         if let Some(prepared) = self.adopt(spec, &mirror, workdir).await? {
@@ -170,20 +180,34 @@ impl Git {
         self.clone_or_fetch(&spec.url, &mirror).await?;
         let start = self.start_point(&mirror, spec.r#ref.as_deref()).await?;
         let branch = branch_of(work_item);
-        // A worktree whose directory was removed by hand still holds its branch: forget it, keep the branch.
-        self.run(Some(&mirror), &["worktree", "prune"]).await?;
-        if let Some(parent) = workdir.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-        }
-        let target = workdir.to_string_lossy();
-        let exists = self.ok(&mirror, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")]).await;
-        match exists {
-            // The branch outlived an earlier worktree (its commits are the work item's): check it out again.
-            Some(_) => self.run(Some(&mirror), &["worktree", "add", "--", &target, &branch]).await?,
-            None => self.run(Some(&mirror), &["worktree", "add", "-b", &branch, "--", &target, &start]).await?,
+        let (parent, name) = match (workdir.parent(), workdir.file_name()) {
+            (Some(parent), Some(name)) => (parent, name.to_string_lossy()),
+            _ => return Err(format!("{} cannot hold a checkout", workdir.display())),
         };
-        let commit = self.run(Some(workdir), &["rev-parse", "HEAD"]).await?;
-        Ok(Prepared { branch, commit, adopted: false })
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        // Made beside it and moved into place: a checkout is whole, or not there.
+        let partial = parent.join(format!(".{name}.worksession-partial"));
+        let _ = std::fs::remove_dir_all(&partial);
+        let partial_s = partial.to_string_lossy();
+        self.run(None, &["init", "--quiet", "--", &partial_s]).await?;
+        let from = mirror.to_string_lossy();
+        let refs = ["+refs/remotes/origin/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"];
+        self.local(&partial, &["fetch", "--quiet", "--no-tags", "--", &from, refs[0], refs[1]]).await?;
+        self.run(Some(&partial), &["checkout", "--quiet", "-b", &branch, &start]).await?;
+        for (key, value) in [("remote.origin.url", redact(&spec.url)), ("remote.origin.fetch", ORIGIN_REFSPEC.into())] {
+            self.run(Some(&partial), &["config", key, &value]).await?;
+        }
+        // An empty directory in the way (made by hand, or a mount point's) gives way; anything else stays.
+        let _ = std::fs::remove_dir(workdir);
+        std::fs::rename(&partial, workdir).map_err(|e| format!("cannot move the checkout into place: {e}"))?;
+        Ok(Prepared { branch, commit: start, adopted: false })
+    }
+
+    /// Runs git in `dir` reading the node's own clone: the local transport allowed for this one command.
+    async fn local(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+        let mut cmd = self.git();
+        cmd.env("GIT_ALLOW_PROTOCOL", "file").arg("-C").arg(dir).args(args);
+        self.output(cmd, args[0]).await
     }
 
     /// An existing `workdir`: a checkout of the repository (a worktree of its clone here, or a clone of its URL) is
@@ -220,6 +244,11 @@ impl Git {
             return self.run(Some(mirror), &args).await.map(drop);
         }
         std::fs::create_dir_all(&self.mirrors).map_err(|e| format!("cannot create {}: {e}", self.mirrors.display()))?;
+        // The node's clones are the agent's alone: no harness reads another tenant's repository here or writes a
+        // config, hook or ref that the agent's next fetch would act on.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&self.mirrors, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot close {}: {e}", self.mirrors.display()))?;
         let partial = mirror.with_extension("partial");
         let _ = std::fs::remove_dir_all(&partial);
         let partial_s = partial.to_string_lossy();
@@ -257,33 +286,62 @@ impl Git {
         Err(format!("{} names no branch, tag or commit of the repository", reference.unwrap_or("the default branch")))
     }
 
-    /// Removes `workdir` when it is a clean worktree of the repository's clone here; otherwise keeps it and says why.
+    /// Removes `workdir` when it is a checkout of the repository that holds nothing a removal would lose (no change,
+    /// no commit that is not on a remote branch); otherwise keeps it and says why. A checkout handed to a room (owned
+    /// by another uid) is the harness's: the agent runs no git where a harness wrote, so it is kept.
     pub async fn remove(&self, spec: &WorkspaceSpec, workdir: &Path) -> Removal {
-        if !workdir.exists() {
-            return Removal::Removed;
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::symlink_metadata(workdir) else { return Removal::Removed };
+        if meta.uid() != rustix::process::getuid().as_raw() {
+            return Removal::Kept(format!(
+                "{} is the checkout of the session's harness (uid {}); the agent runs no git where a harness wrote, \
+                 so it is kept: push what it holds, then delete it",
+                workdir.display(),
+                meta.uid()
+            ));
         }
-        let mirror = self.mirror_of(&spec.url);
-        let common = self.ok(workdir, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await;
-        let ours = common.and_then(|c| std::fs::canonicalize(c).ok()) == std::fs::canonicalize(&mirror).ok();
-        if !ours {
-            return Removal::Kept(format!("{} is not a worktree the agent made; kept", workdir.display()));
+        // Never a `.git` file or link (which a harness could point at another repository): its own directory only,
+        // named explicitly, so no discovery and no `core.worktree` decides where git looks.
+        let dot_git = workdir.join(".git");
+        if !std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_dir()) {
+            return Removal::Kept(format!("{}'s .git is not a directory; kept", workdir.display()));
         }
-        match self.ok(workdir, &["status", "--porcelain", "--untracked-files=all"]).await {
-            Some(changes) if changes.is_empty() => {}
-            Some(changes) => {
-                let files: Vec<&str> = changes.lines().take(10).collect();
-                return Removal::Kept(format!(
-                    "{} has uncommitted changes; kept: {}",
-                    workdir.display(),
-                    files.join(", ")
-                ));
-            }
-            None => return Removal::Kept(format!("git status failed in {}; kept", workdir.display())),
+        let place = [format!("--git-dir={}", dot_git.display()), format!("--work-tree={}", workdir.display())];
+        let read = |args: &'static [&'static str], overrides: Vec<String>| {
+            let mut cmd = self.git();
+            cmd.args(&place).args(overrides.iter().flat_map(|o| ["-c", o.as_str()])).args(args);
+            self.output(cmd, args[0])
+        };
+        let origin = read(&["config", "--get", "remote.origin.url"], Vec::new()).await.ok();
+        if origin.is_none_or(|o| redact(&o) != redact(&spec.url)) {
+            return Removal::Kept(format!("{} is not a checkout of {}; kept", workdir.display(), redact(&spec.url)));
         }
-        let target = workdir.to_string_lossy();
-        match self.run(Some(&mirror), &["worktree", "remove", "--", &target]).await {
-            Ok(_) => Removal::Removed,
-            Err(e) => Removal::Kept(format!("git worktree remove failed; kept {}: {e}", workdir.display())),
+        // `git status` would run the checkout's filter drivers (its config and `.gitattributes` are the harness's):
+        // each one it defines is emptied on the command line, which wins over every config file.
+        let defined =
+            read(&["config", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"], Vec::new())
+                .await
+                .unwrap_or_default();
+        let overrides: Vec<String> = defined.lines().map(|key| format!("{key}=")).collect();
+        let status = &["status", "--porcelain", "--untracked-files=all", "--ignore-submodules=all"];
+        let changes = read(status, overrides.clone()).await.ok();
+        let unpushed = read(&["rev-list", "--max-count=10", "--branches", "--not", "--remotes"], overrides).await.ok();
+        let (Some(changes), Some(unpushed)) = (changes, unpushed) else {
+            return Removal::Kept(format!("git could not read {}; kept", workdir.display()));
+        };
+        if !changes.is_empty() || !unpushed.is_empty() {
+            let files: Vec<&str> = changes.lines().take(10).collect();
+            let commits = unpushed.lines().count();
+            return Removal::Kept(format!(
+                "{} has uncommitted changes or commits on no remote branch; kept: {} changed, {commits} commits{}",
+                workdir.display(),
+                changes.lines().count(),
+                if files.is_empty() { String::new() } else { format!(" ({})", files.join(", ")) }
+            ));
+        }
+        match std::fs::remove_dir_all(workdir) {
+            Ok(()) => Removal::Removed,
+            Err(e) => Removal::Kept(format!("cannot remove {}: {e}", workdir.display())),
         }
     }
 }

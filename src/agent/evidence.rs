@@ -75,6 +75,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         status: &WorkSessionStatus,
         events: &[PendingEvent],
         (session, liveness): (&str, Liveness),
+        home: Option<&Path>,
         config: &Config,
     ) -> Evidence {
         let tmux = self.observer.tmux();
@@ -98,10 +99,10 @@ impl<S, T: Tmux> Reconciler<S, T> {
                 _ => evidence.screen.clone(),
             };
             let (_, owner) = super::reconcile::owner_of(ws);
-            let place = (config.harness_home.as_deref(), ws.spec.workdir.as_str());
+            let place = (home, ws.spec.workdir.as_str());
             evidence.discovered = self.discoveries.find(d, status, place, screen.as_deref(), &owner);
         }
-        let Some(home) = &config.harness_home else { return evidence };
+        let Some(home) = home else { return evidence };
         let workdir = &ws.spec.workdir;
         // The conversation a respawn would resume; while a fresh spawn is verified, the one it made (if it is in the
         // store, the spawn ran, whatever tmux shows: a restarted tmux server has no session of it).

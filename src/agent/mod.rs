@@ -68,5 +68,6 @@ async fn reconciler<S: Store>(
         failpoint,
         workspaces: Default::default(),
         discoveries: Default::default(),
+        rooms: Default::default(),
     })
 }

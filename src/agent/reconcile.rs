@@ -80,6 +80,9 @@ pub enum ReconcileError {
     /// Recording the session's status.
     #[error("writing status: {0}")]
     WriteStatus(#[source] StoreError),
+    /// Freeing the session's room.
+    #[error("freeing the room: {0}")]
+    ReleaseRoom(String),
 }
 
 impl ReconcileError {
@@ -90,6 +93,7 @@ impl ReconcileError {
             Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) => e.category(),
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
             Observe(e) | Spawn(e) | Stop(e) | Paste { source: e, .. } => e.category(),
+            ReleaseRoom(_) => "room",
         }
     }
 }
@@ -163,6 +167,8 @@ pub struct Reconciler<S, T> {
     pub workspaces: super::workspaces::Workspaces,
     /// Conversation ids being discovered, and those taken.
     pub discoveries: super::discovery::Discoveries,
+    /// Which session has which room (agent config `rooms`).
+    pub rooms: crate::room::Rooms,
 }
 
 enum ExecError {
@@ -249,7 +255,19 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let (owner, owner_name) = owner_of(&ws);
         let session = current_session(&ws, &observation, &config);
         let liveness = observation.liveness(&session);
-        let evidence = self.gather(&ws, &recorded, &pending, (&session, liveness), &config).await;
+        // Its room (given out now if it has none): where its harness runs and where its HOME is.
+        let room = match &config.rooms {
+            Some(rooms) if !deleting || self.rooms.has(rooms, &owner_name) => {
+                Some(self.rooms.room_of(rooms, &owner_name))
+            }
+            _ => None,
+        };
+        let home = match &room {
+            Some(Ok(room)) => Some(room.home.as_path()),
+            Some(Err(_)) => None,
+            None => config.harness_home.as_deref(),
+        };
+        let evidence = self.gather(&ws, &recorded, &pending, (&session, liveness), home, &config).await;
         let mut status = recorded.clone();
         let mut spawn_failure: Option<String> = None;
         let new_session_id = uuid::Uuid::new_v4().to_string();
@@ -284,6 +302,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 discovered: evidence.discovered.as_deref(),
                 discovering_here: discovering_here.as_deref(),
                 id_taken_by: id_taken_by.as_deref(),
+                room: match &room {
+                    None => core::Confinement::Off,
+                    Some(Ok(room)) => core::Confinement::Room(room),
+                    Some(Err(why)) => core::Confinement::Unavailable(why),
+                },
                 spawn_failure: spawn_failure.as_deref(),
                 config: &config,
                 now: Timestamp::now(),
@@ -340,7 +363,14 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         for op in &plan.ops {
             match op {
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(|e| other(ReconcileError::Stop(e)))?,
-                Op::Spawn(spawn) => tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?,
+                Op::Spawn(spawn) => {
+                    if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
+                        // The workdir becomes the room's before its harness starts there.
+                        let room = crate::room::Room { uid: room.uid, home: room.home.clone() };
+                        self.rooms.hand_over(rooms, &room, &spawn.workdir).map_err(ExecError::Spawn)?;
+                    }
+                    tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?
+                }
                 Op::Paste { session, key, tag, text } => {
                     tmux.paste(session, text, tag)
                         .await
@@ -369,11 +399,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::PrepareWorkspace => self.workspaces.start(owner_name, ws, config),
                 Op::RemoveWorkspace => match self.workspaces.remove(owner_name, ws, config).await {
                     crate::workspace::Removal::Removed => {
-                        tracing::info!(
-                            event = "workspace.removed",
-                            workdir = ws.spec.workdir,
-                            "removed the clean worktree"
-                        );
+                        tracing::info!(event = "workspace.removed", workdir = ws.spec.workdir, "removed the checkout");
                     }
                     crate::workspace::Removal::Kept(why) => {
                         let notice = core::Notice::new(NoticeKind::WorkspaceKept, why);
@@ -381,6 +407,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         self.store.record(ws, &notice).await;
                     }
                 },
+                Op::ReleaseRoom => {
+                    let Some(rooms) = &config.rooms else { continue };
+                    if let Err(why) = self.rooms.release(rooms, owner_name, std::path::Path::new(&ws.spec.workdir)) {
+                        // The finalizer stays: the room is freed on the next try, never given out half-cleared.
+                        return Err(other(ReconcileError::ReleaseRoom(why)));
+                    }
+                }
                 Op::ReleaseFinalizer => {
                     self.store
                         .set_finalizer(ws, false)

@@ -96,7 +96,7 @@ impl Workspaces {
         );
     }
 
-    /// Stops a preparation of `ws` that runs, then removes its worktree unless it holds uncommitted work.
+    /// Stops a preparation of `ws` that runs, then removes its checkout unless a removal would lose something.
     pub async fn remove(&self, key: &str, ws: &WorkSession, config: &Config) -> Removal {
         if let Some(task) = self.tasks().remove(key) {
             task.abort();

@@ -82,8 +82,8 @@ pub struct WorkSessionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1048576))]
     pub initial_prompt: Option<String>,
-    /// A git repository the agent prepares `workdir` from before the first spawn: one clone per repository per node,
-    /// and one worktree per work item on its own branch (`worksession/<workItem>`).
+    /// A git repository the agent prepares `workdir` from before the first spawn: one clone per repository per node
+    /// (the agent's), and a checkout of its own per work item on its own branch (`worksession/<workItem>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceSpec>,
 }

@@ -29,14 +29,18 @@ mod idle;
 mod plan;
 pub mod queue;
 pub mod resume;
+mod room;
 mod spawn;
 mod verify;
 mod workspace;
 pub use conditions::{READY, RESUMED, set_condition};
 pub use deliver::initial_prompt_owed;
 pub use discover::{CONVERSATION_ID, DISCOVERY_RECHECK};
-pub use plan::{EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity, Workspace};
+pub use plan::{
+    Confinement, EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity, Workspace,
+};
 pub use resume::{Fresh, ResumeReason, try_resume};
+pub use room::CONFINED;
 pub use workspace::{PREPARE_RECHECK, WORKSPACE_READY};
 
 #[cfg(test)]
@@ -186,6 +190,9 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.ops.push(Op::RemoveWorkspace);
                 }
             }
+            if matches!(input.room, Confinement::Room(_)) {
+                self.ops.push(Op::ReleaseRoom);
+            }
             self.ops.push(Op::ReleaseFinalizer);
             return self.plan();
         }
@@ -224,6 +231,9 @@ impl<'a, 'i> Decision<'a, 'i> {
             let waiting = self.prompts().len();
             let prompts = if waiting == 1 { "prompt waits" } else { "prompts wait" };
             self.ready(false, "Suspended", format!("spec.suspend is set; {waiting} {prompts}"));
+            return self.plan();
+        }
+        if !self.room_ready() {
             return self.plan();
         }
         if !input.tmux_server && !input.config.tmux.start_server {

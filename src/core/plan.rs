@@ -67,6 +67,17 @@ pub enum Workspace<'a> {
     Failed(&'a str),
 }
 
+/// Where the harness runs (agent config `rooms`), as the executor finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confinement<'a> {
+    /// Rooms are off: the harness runs as the tmux server's user, with its `HOME`.
+    Off,
+    /// Its own room.
+    Room(&'a crate::room::Room),
+    /// Rooms are on, and this session has none: why.
+    Unavailable(&'a str),
+}
+
 /// Everything one decision is made from.
 #[derive(Clone, Debug)]
 pub struct Input<'a> {
@@ -113,6 +124,8 @@ pub struct Input<'a> {
     /// Another WorkSession of this node (`namespace/name`) whose recorded conversation is the `spec.harnessSessionId`
     /// this one would adopt.
     pub id_taken_by: Option<&'a str>,
+    /// Where its harness runs.
+    pub room: Confinement<'a>,
     /// The spawn of the plan decided just before failed, with this message.
     pub spawn_failure: Option<&'a str>,
     /// The agent config.
@@ -165,8 +178,10 @@ pub enum Op {
     ReleaseFinalizer,
     /// Start preparing the workspace beside the reconcile (its result is a later [`Input::workspace`]).
     PrepareWorkspace,
-    /// Remove the workspace's worktree if it holds no uncommitted work (the session is going).
+    /// Remove the workspace's checkout unless a removal would lose something (the session is going).
     RemoveWorkspace,
+    /// Free the session's room (the session is going): its home goes, its uid can be given again.
+    ReleaseRoom,
 }
 
 /// A WorkEvent status change.

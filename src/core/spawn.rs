@@ -165,6 +165,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             tag: v.spawn.clone(),
             owner: input.owner.to_string(),
             owner_name: input.owner_name.to_string(),
+            confine: self.confine(),
         }))
     }
 

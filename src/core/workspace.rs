@@ -24,7 +24,7 @@ impl Decision<'_, '_> {
             Workspace::Ready => true,
             Workspace::Prepared { branch, commit, adopted } => {
                 (self.status.failure_count, self.status.next_retry_time) = (0, None);
-                let how = if adopted { "adopted the checkout" } else { "prepared a worktree" };
+                let how = if adopted { "adopted the checkout" } else { "prepared a checkout" };
                 let message = format!("{how} {} on branch {branch} at {commit}", input.spec.workdir);
                 self.condition(WORKSPACE_READY, true, "Prepared", message.clone());
                 self.notice(Notice::new(NoticeKind::WorkspacePrepared, message));

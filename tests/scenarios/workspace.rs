@@ -30,9 +30,10 @@ async fn await_workspace(rig: &impl Rig, name: &str, status: &str, reason: &str)
     await_value(&what, || rig.session_status(name), wanted).await
 }
 
-/// Two work items of one repository get one clone on the node and a worktree each, on their own branches from the
-/// right start; a crash and respawn never resets a worktree; an existing checkout is adopted and anything else in
-/// the way left alone; deleting a session removes its clean worktree and keeps one with uncommitted work.
+/// Two work items of one repository get one clone on the node and a checkout each (a repository of its own, which
+/// the clone never shares), on their own branches from the right start; a crash and respawn never resets a
+/// checkout; an existing checkout is adopted and anything else in the way left alone; deleting a session removes a
+/// checkout that holds nothing a removal would lose, and keeps one with uncommitted work or a commit of its own.
 pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
     let tmux = rig.tmux();
     let (root, work) = (tmux.state().join("origins"), tmux.state().join("checkouts"));
@@ -54,6 +55,10 @@ pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
     assert!(workdir("wb").join("FEATURE.md").exists(), "wb starts from its ref");
     let clones = std::fs::read_dir(tmux.state().join("repos")).unwrap().count();
     assert_eq!(clones, 1, "one clone per repository on the node");
+    let clone = std::fs::read_dir(tmux.state().join("repos")).unwrap().next().unwrap().unwrap().path();
+    let common = git(&workdir("wa"), &["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    assert_eq!(Path::new(&common), workdir("wa").join(".git"), "a repository of its own, not a worktree of the clone");
+    assert_eq!(git(&workdir("wa"), &["config", "remote.origin.url"]), url, "its origin is the spec's URL");
 
     // Uncommitted work survives a crash and the respawn that delivers the next event.
     std::fs::write(workdir("wa").join("notes.txt"), "work in progress\n").unwrap();
@@ -77,15 +82,28 @@ pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
     assert!(condition(&st, "WorkspaceReady").2.contains("is not a checkout"), "{st}");
     assert_eq!(std::fs::read_to_string(workdir("wd").join("precious.txt")).unwrap(), "keep me\n");
 
-    // Deleting: a clean worktree goes (its branch stays in the clone); one with uncommitted work stays.
+    // A commit in a checkout is its own: the node's clone never sees it.
+    std::fs::write(workdir("wa").join("done.txt"), "a commit\n").unwrap();
+    git(&workdir("wa"), &["add", "done.txt"]);
+    git(&workdir("wa"), &["commit", "-q", "-m", "mine"]);
+    let commit = git(&workdir("wa"), &["rev-parse", "HEAD"]);
+    let seen = Command::new("git").arg("-C").arg(&clone).args(["cat-file", "-e", &commit]).status().unwrap();
+    assert!(!seen.success(), "the node's clone has no object of a checkout's");
+
+    // Deleting: a clean checkout goes; one with uncommitted work, or a commit on no remote branch, stays.
     rig.delete_session("wb").await;
     await_value("wb gone", || async { Value::Bool(rig.session_gone("wb").await) }, |g| g == true).await;
-    assert!(!workdir("wb").exists(), "the clean worktree is removed");
-    let clone = std::fs::read_dir(tmux.state().join("repos")).unwrap().next().unwrap().unwrap().path();
-    assert_eq!(git(&clone, &["rev-parse", "worksession/wb"]), feature, "its branch and commits stay");
+    assert!(!workdir("wb").exists(), "the clean checkout is removed");
+    assert_eq!(git(&clone, &["rev-parse", "refs/remotes/origin/feature"]), feature, "the clone is untouched");
     rig.delete_session("wa").await;
     await_value("wa gone", || async { Value::Bool(rig.session_gone("wa").await) }, |g| g == true).await;
-    assert!(workdir("wa").join("notes.txt").exists(), "a worktree with uncommitted work is kept");
+    assert!(workdir("wa").join("notes.txt").exists(), "a checkout with uncommitted work is kept");
+    std::fs::remove_file(workdir("wa").join("notes.txt")).unwrap();
+    rig.create_session("wa", session("wa", None)).await;
+    await_phase(rig, "wa", "Running").await;
+    rig.delete_session("wa").await;
+    await_value("wa gone again", || async { Value::Bool(rig.session_gone("wa").await) }, |g| g == true).await;
+    assert!(workdir("wa").join("done.txt").exists(), "a checkout with a commit on no remote branch is kept");
 }
 
 /// A repository that cannot be read: the condition says what git printed, the session backs off, and nothing spawns.
@@ -277,10 +295,12 @@ pub async fn the_git_token_goes_only_to_its_hosts(rig: &impl Rig) {
     assert!(seen.iter().all(|a| a == "none"), "no credential was sent: {seen:?}");
 }
 
-/// Issue 24, point 4: what a repository's config says (which a harness that writes the clone could set) never runs
-/// in the agent: hooks (its own hooks directory and `core.hooksPath`), `core.fsmonitor`, `core.sshCommand`, and a
-/// rewritten `remote.origin.url` never changes what is fetched. The next work item's preparation and a worktree's
-/// removal run none of it (marker files).
+/// Issue 24, point 4: what a repository says (in the checkout its harness writes, or in the node's clone where a
+/// harness shares the agent's user) never runs in the agent: hooks (its own hooks directory and `core.hooksPath`),
+/// `core.fsmonitor`, `core.sshCommand`, filter drivers (clean, smudge and process, with a `.gitattributes` and a
+/// changed file that `git status` must read through them); a rewritten `remote.origin.url` never changes what is
+/// fetched, and a `.git` file pointing elsewhere is never followed. The next work item's preparation and the
+/// removals run none of it (marker files).
 pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
     let tmux = rig.tmux();
     let (root, work) = (tmux.state().join("origins"), tmux.state().join("checkouts"));
@@ -297,42 +317,64 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
     assert_ne!(main, git(&seed, &["rev-parse", "HEAD"]));
     let url = format!("file://{}", bare.display());
     let session = |name: &str| json!({"workdir": work.join(name), "workspace": {"url": url}});
-    rig.create_session("hx", session("hx")).await;
-    await_phase(rig, "hx", "Running").await;
+    for name in ["hx", "hz"] {
+        rig.create_session(name, session(name)).await;
+        await_phase(rig, name, "Running").await;
+    }
 
-    // The attack, written where a harness can write: the clone's config and hooks.
+    // The attack, written where a harness can write: the checkout's config, hooks and attributes, and the clone's.
     let clone = std::fs::read_dir(tmux.state().join("repos")).unwrap().next().unwrap().unwrap().path();
+    let checkout = work.join("hx");
     let markers = tmux.state().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let hook = |dir: &Path, whose: &str, name: &str| {
         std::fs::create_dir_all(dir).unwrap();
         let script = dir.join(name);
-        std::fs::write(&script, format!("#!/bin/sh\ntouch '{}/{whose}-{name}'\n", markers.display())).unwrap();
+        std::fs::write(&script, format!("#!/bin/sh\ntouch '{}/{whose}-{name}'\ncat\n", markers.display())).unwrap();
         Command::new("chmod").arg("+x").arg(&script).status().unwrap();
     };
     let evil_hooks = tmux.state().join("evil-hooks");
-    for name in ["post-checkout", "reference-transaction", "pre-auto-gc", "post-index-change"] {
+    for name in ["post-checkout", "reference-transaction", "pre-auto-gc", "post-index-change", "clean", "smudge"] {
         hook(&clone.join("hooks"), "clone", name);
+        hook(&checkout.join(".git/hooks"), "checkout", name);
         hook(&evil_hooks, "hooks-path", name);
     }
-    let fsmonitor = format!("touch '{}/fsmonitor'; false", markers.display());
-    let ssh = format!("touch '{}/ssh'; false", markers.display());
-    for (key, value) in [
-        ("core.hooksPath", evil_hooks.to_str().unwrap()),
-        ("core.fsmonitor", fsmonitor.as_str()),
-        ("core.sshCommand", ssh.as_str()),
-        ("remote.origin.url", &format!("file://{}", elsewhere.display())),
-    ] {
-        git(&clone, &["config", key, value]);
+    let marker = |what: &str| format!("touch '{}/{what}'; false", markers.display());
+    let (fsmonitor, ssh) = (marker("fsmonitor"), marker("ssh"));
+    let clean = evil_hooks.join("clean").to_string_lossy().into_owned();
+    let smudge = evil_hooks.join("smudge").to_string_lossy().into_owned();
+    let process = marker("filter-process");
+    for repo in [&clone, &checkout] {
+        for (key, value) in [
+            ("core.hooksPath", evil_hooks.to_str().unwrap()),
+            ("core.fsmonitor", fsmonitor.as_str()),
+            ("core.sshCommand", ssh.as_str()),
+            ("filter.evil.clean", clean.as_str()),
+            ("filter.evil.smudge", smudge.as_str()),
+            ("filter.evil.process", process.as_str()),
+            ("filter.evil.required", "true"),
+        ] {
+            git(repo, &["config", key, value]);
+        }
     }
+    git(&clone, &["config", "remote.origin.url", &format!("file://{}", elsewhere.display())]);
+    // A tracked file changed at its size, so `git status` must read it through its filter.
+    std::fs::write(checkout.join(".gitattributes"), "* filter=evil\n").unwrap();
+    std::fs::write(checkout.join("README.md"), "HELLO\n").unwrap();
+    // The other checkout's .git becomes a file that points at the clone.
+    std::fs::remove_dir_all(work.join("hz/.git")).unwrap();
+    std::fs::write(work.join("hz/.git"), format!("gitdir: {}\n", clone.display())).unwrap();
 
-    // The next work item of the repository: a fetch and a worktree from the spec's URL, with no code of the clone's.
+    // The next work item of the repository: a fetch and a checkout from the spec's URL, with no code of either's.
     rig.create_session("hy", session("hy")).await;
     let st = await_phase(rig, "hy", "Running").await;
-    // Removing a clean worktree (git status, then worktree remove) runs none of it either.
-    rig.delete_session("hx").await;
-    await_value("hx gone", || async { Value::Bool(rig.session_gone("hx").await) }, |g| g == true).await;
-    assert!(!work.join("hx").exists(), "removed");
+    // Removing (git reads the checkout's state) runs none of it either; the `.git` file is not followed.
+    for name in ["hx", "hz"] {
+        rig.delete_session(name).await;
+        await_value("gone", || async { Value::Bool(rig.session_gone(name).await) }, |g| g == true).await;
+    }
+    assert!(checkout.join("README.md").exists(), "a changed checkout is kept");
+    assert!(work.join("hz/.git").is_file(), "a checkout whose .git is a file is kept, not followed");
     let ran: Vec<String> =
         std::fs::read_dir(&markers).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(ran.is_empty(), "the repository's code ran in the agent: {ran:?}");

@@ -58,6 +58,7 @@ impl TmuxServer {
             tag: format!("spawn-{id}"),
             owner: "test-owner".into(),
             owner_name: "tests/standin".into(),
+            confine: None,
         }
     }
 

@@ -88,3 +88,64 @@ fn no_tmux_server_where_the_agent_must_not_start_one() {
     case.server = false;
     assert_eq!(spawned(&case.decide()), RESUME_E1, "local mode starts its own server");
 }
+
+fn room() -> crate::room::Room {
+    crate::room::Room { uid: 200_007, home: "/srv/ws/.rooms/200007".into() }
+}
+
+fn rooms_on(case: &mut Case) {
+    case.config.rooms = Some(crate::room::RoomsConfig {
+        root: "/srv/ws/.rooms".into(),
+        first_uid: 200_000,
+        count: 10,
+        helper: "/usr/local/bin/worksession".into(),
+    });
+}
+
+/// Issue 24, point 2: with rooms on, every spawn enters the session's own room (its uid and HOME), the condition
+/// says so, and a session that goes frees its room after its harness is stopped.
+#[test]
+fn with_rooms_on_a_harness_starts_only_in_its_own_room() {
+    let mut case = Case::new(ran_old());
+    rooms_on(&mut case);
+    case.room = Some(Ok(room()));
+    let plan = case.decide();
+    let Some(Op::Spawn(spawn)) = plan.ops.iter().find(|op| matches!(op, Op::Spawn(_))) else { panic!("{plan:?}") };
+    let confine = spawn.confine.as_ref().expect("entered through the room");
+    assert_eq!(
+        (confine.uid, confine.home.to_str(), confine.helper.to_str()),
+        (200_007, Some("/srv/ws/.rooms/200007"), Some("/usr/local/bin/worksession"))
+    );
+    assert_eq!(condition(&plan.status, CONFINED), Some(("True", "OwnRoom")));
+    case.deleting = true;
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, owner: OWNER.into(), ..Default::default() });
+    assert_eq!(ops(&case.decide()), ["stop loop-ns_repo-12", "release room", "release finalizer"]);
+}
+
+/// No room to be had (all taken, or the home cannot be made): nothing starts outside one, and the condition and
+/// Ready say why; a harness already running (started before rooms were on) keeps getting its prompts.
+#[test]
+fn without_a_room_no_harness_starts() {
+    let mut case = Case::new(ran_old());
+    rooms_on(&mut case);
+    case.room = Some(Err("all 10 rooms (200000-200009) are taken"));
+    let plan = case.decide();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "no spawn");
+    assert_eq!(condition(&plan.status, CONFINED), Some(("False", "RoomUnavailable")));
+    assert_eq!(condition(&plan.status, READY), Some(("False", "RoomUnavailable")));
+    assert_eq!(plan.requeue_after, Some(CONFLICT_RECHECK), "looked at again");
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, owner: OWNER.into(), ..Default::default() });
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug");
+}
+
+/// Rooms off (local mode, or a chart that turns them off): the harness spawns as before, and the condition says
+/// that it shares the tmux server's user.
+#[test]
+fn with_rooms_off_the_condition_says_the_harness_is_not_confined() {
+    let plan = Case::new(ran_old()).decide();
+    let Some(Op::Spawn(spawn)) = plan.ops.iter().find(|op| matches!(op, Op::Spawn(_))) else { panic!("{plan:?}") };
+    assert_eq!(spawn.confine, None);
+    assert_eq!(condition(&plan.status, CONFINED), Some(("False", "RoomsOff")));
+}

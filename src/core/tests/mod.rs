@@ -84,6 +84,8 @@ struct Case {
     discovered: Option<&'static str>,
     discovering_here: Option<&'static str>,
     id_taken_by: Option<&'static str>,
+    /// `None`: rooms off; `Some(Err(why))`: on, and none to be had.
+    room: Option<Result<crate::room::Room, &'static str>>,
 }
 
 impl Case {
@@ -112,6 +114,7 @@ impl Case {
             discovered: None,
             discovering_here: None,
             id_taken_by: None,
+            room: None,
         }
     }
 
@@ -141,6 +144,11 @@ impl Case {
             discovered: self.discovered,
             discovering_here: self.discovering_here,
             id_taken_by: self.id_taken_by,
+            room: match &self.room {
+                None => Confinement::Off,
+                Some(Ok(room)) => Confinement::Room(room),
+                Some(Err(why)) => Confinement::Unavailable(why),
+            },
         })
     }
 
@@ -188,6 +196,7 @@ fn ops(plan: &Plan) -> Vec<String> {
         .iter()
         .map(|op| match op {
             Op::Stop { session } => format!("stop {session}"),
+            Op::ReleaseRoom => "release room".into(),
             Op::Spawn(s) => format!("spawn {} {} {}", s.session, s.binary, s.argv.join(" ")),
             Op::Paste { session, key, text, .. } => format!("paste {key} into {session}: {text}"),
             Op::Event(u) => {

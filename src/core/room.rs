@@ -1,0 +1,46 @@
+//! The room gate, part of decide: with rooms on (agent config `rooms`), a harness starts only in its own room (a
+//! Unix user of its own); the `Confined` condition says where it runs, and why not in a room where it cannot.
+
+use super::{CONFLICT_RECHECK, Decision};
+use crate::api::Phase;
+use crate::core::plan::Confinement;
+use crate::tmux::{Confine, Liveness};
+
+/// The condition that says whether the session's harness runs in a room of its own.
+pub const CONFINED: &str = "Confined";
+
+impl Decision<'_, '_> {
+    /// Records where the harness runs; false when it cannot start (rooms are on and it has none).
+    pub(super) fn room_ready(&mut self) -> bool {
+        match self.input.room {
+            Confinement::Off => {
+                let message = "rooms are off in the agent config: the harness runs as the tmux server's user, with \
+                               its HOME, beside every other session of the node";
+                self.condition(CONFINED, false, "RoomsOff", message);
+                true
+            }
+            Confinement::Room(room) => {
+                let message = format!("runs as uid {} with HOME {}", room.uid, room.home.display());
+                self.condition(CONFINED, true, "OwnRoom", message);
+                true
+            }
+            Confinement::Unavailable(why) => {
+                self.condition(CONFINED, false, "RoomUnavailable", why);
+                // A harness started before rooms were turned on keeps its prompts coming; none starts outside one.
+                if self.input.liveness == Liveness::Alive {
+                    return true;
+                }
+                self.status.phase = Some(Phase::Pending);
+                self.ready(false, "RoomUnavailable", format!("no harness starts outside a room: {why}"));
+                self.requeue(CONFLICT_RECHECK);
+                false
+            }
+        }
+    }
+
+    /// How a spawn enters the session's room, if it has one.
+    pub(super) fn confine(&self) -> Option<Confine> {
+        let (Confinement::Room(room), Some(rooms)) = (self.input.room, &self.input.config.rooms) else { return None };
+        Some(Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone() })
+    }
+}

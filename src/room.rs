@@ -1,0 +1,294 @@
+//! Rooms, an edge of the executor like [`crate::tmux`] and [`crate::workspace`]: each WorkSession's harness runs as a
+//! Unix user of its own (a *room*), so what one prompted harness can do stops at its own files and processes.
+//!
+//! A room is a uid from the configured range, a `HOME` of its own (`<root>/<uid>`, mode 0700, owned by the uid) and
+//! the session's workdir, handed to the uid before its first spawn. The tmux server runs as root holding only
+//! `SETUID` and `SETGID`; a spawn goes through [`enter`] (`worksession room`), which drops every group, takes the
+//! room's uid and gid (so no capability is left), sets a private umask, `HOME` and `TMPDIR`, forgets tmux's
+//! variables and execs the harness. Ordinary permissions then keep the room: the tmux socket is root's, another
+//! room's files are another uid's (0700), and signals or `/proc/<pid>/environ` need the same uid.
+//!
+//! Which uid is whose lives beside the homes, where only the agent writes: `<root>/<uid>.owner` holds the
+//! WorkSession's `namespace/name`. The agent reads them once at start and writes one when it gives out a uid.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// How the agent gives each session a room (`rooms` in the agent config); `None` there: every harness runs as the
+/// tmux server's user, sharing its `HOME` (`harnessHome`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoomsConfig {
+    /// Where the rooms' homes and owner files live (`rooms.root`): a directory the agent owns, on the workspace.
+    pub root: PathBuf,
+    /// The first uid given out (`rooms.firstUid`, default 200000).
+    pub first_uid: u32,
+    /// How many rooms a node holds (`rooms.count`, default 1000): one per WorkSession of the node.
+    pub count: u32,
+    /// The `worksession` binary in the tmux server's container, which enters the room (`rooms.helper`; default: the
+    /// agent's own executable path, the same image's).
+    pub helper: PathBuf,
+}
+
+/// The default first uid: far above any account an image or a node has.
+pub const DEFAULT_FIRST_UID: u32 = 200_000;
+/// The default number of rooms per node.
+pub const DEFAULT_COUNT: u32 = 1000;
+
+/// `rooms` in the agent config file.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RoomsFile {
+    root: PathBuf,
+    first_uid: Option<u32>,
+    count: Option<u32>,
+    helper: Option<PathBuf>,
+}
+
+impl RoomsFile {
+    /// The validated config; `invalid(key, problem)` makes the error naming the key.
+    pub(crate) fn into_config(
+        self,
+        invalid: &dyn Fn(String, String) -> crate::config::ConfigError,
+    ) -> Result<RoomsConfig, crate::config::ConfigError> {
+        if !self.root.is_absolute() {
+            return Err(invalid("rooms.root".into(), format!("{} is not an absolute path", self.root.display())));
+        }
+        let first_uid = self.first_uid.unwrap_or(DEFAULT_FIRST_UID);
+        let count = self.count.unwrap_or(DEFAULT_COUNT);
+        // uid 0..999 are the system's and the image's own (the agent's user is 1000); u32::MAX is "no uid".
+        if first_uid < 10_000 || count == 0 || first_uid.checked_add(count).is_none_or(|end| end == u32::MAX) {
+            return Err(invalid(
+                "rooms".into(),
+                format!("firstUid {first_uid} and count {count}: uids from 10000 on, at least one, below 2^32-1"),
+            ));
+        }
+        let helper = match self.helper {
+            Some(h) if h.is_absolute() => h,
+            Some(h) => return Err(invalid("rooms.helper".into(), format!("{} is not an absolute path", h.display()))),
+            None => std::env::current_exe().unwrap_or_else(|_| "/usr/local/bin/worksession".into()),
+        };
+        Ok(RoomsConfig { root: self.root, first_uid, count, helper })
+    }
+}
+
+/// One session's room.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Room {
+    /// Its uid (and gid).
+    pub uid: u32,
+    /// Its `HOME`.
+    pub home: PathBuf,
+}
+
+/// The rooms of this agent's node, by WorkSession (`namespace/name`).
+#[derive(Debug, Default)]
+pub struct Rooms {
+    taken: Mutex<Option<BTreeMap<String, u32>>>,
+}
+
+impl Rooms {
+    fn taken(&self, config: &RoomsConfig) -> io::Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, u32>>>> {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        if taken.is_none() {
+            *taken = Some(load(config)?);
+        }
+        Ok(taken)
+    }
+
+    /// Whether `identity` has a room.
+    pub fn has(&self, config: &RoomsConfig, identity: &str) -> bool {
+        self.taken(config).is_ok_and(|t| t.as_ref().is_some_and(|t| t.contains_key(identity)))
+    }
+
+    /// The room of `identity`, given out now (its owner file written, its home made) if it had none.
+    pub fn room_of(&self, config: &RoomsConfig, identity: &str) -> Result<Room, String> {
+        let failed = |e: io::Error| format!("cannot read the rooms in {}: {e}", config.root.display());
+        let mut guard = self.taken(config).map_err(failed)?;
+        let taken = guard.as_mut().expect("loaded");
+        let uid = match taken.get(identity) {
+            Some(uid) => *uid,
+            None => {
+                let used: std::collections::BTreeSet<u32> = taken.values().copied().collect();
+                let range = config.first_uid..config.first_uid.saturating_add(config.count);
+                let Some(uid) = range.clone().find(|uid| !used.contains(uid)) else {
+                    return Err(format!("all {} rooms ({}-{}) are taken", config.count, range.start, range.end - 1));
+                };
+                std::fs::write(owner_file(config, uid), identity)
+                    .map_err(|e| format!("cannot give out uid {uid}: {e}"))?;
+                taken.insert(identity.to_string(), uid);
+                uid
+            }
+        };
+        let home = config.root.join(uid.to_string());
+        make_home(&home, uid).map_err(|e| format!("cannot make the room's home {}: {e}", home.display()))?;
+        Ok(Room { uid, home })
+    }
+
+    /// Gives `workdir` to `room` before its harness starts: every file in it becomes the room's (never following a
+    /// link), the directory closed to others. Refused when it belongs to another room.
+    pub fn hand_over(&self, config: &RoomsConfig, room: &Room, workdir: &Path) -> Result<(), String> {
+        let meta = std::fs::symlink_metadata(workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("{} is not a directory", workdir.display()));
+        }
+        if config.root.starts_with(workdir) {
+            return Err(format!("{} holds the rooms ({}); a workdir cannot", workdir.display(), config.root.display()));
+        }
+        let owner = meta.uid();
+        if owner == room.uid {
+            return Ok(());
+        }
+        if (config.first_uid..config.first_uid.saturating_add(config.count)).contains(&owner) {
+            return Err(format!("{} is the workdir of another room (uid {owner})", workdir.display()));
+        }
+        let rooms = config.first_uid..config.first_uid.saturating_add(config.count);
+        chown_tree(workdir, room.uid, &rooms)
+            .map_err(|e| format!("cannot hand {} to uid {}: {e}", workdir.display(), room.uid))?;
+        std::fs::set_permissions(workdir, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())
+    }
+
+    /// Forgets the room of `identity` (its WorkSession is gone): its home and owner file go, so the uid can be
+    /// given again with nothing of this session's left in reach. A `workdir` it still owns is handed back to the
+    /// agent's user first.
+    pub fn release(&self, config: &RoomsConfig, identity: &str, workdir: &Path) -> Result<(), String> {
+        let mut guard = self.taken(config).map_err(|e| e.to_string())?;
+        let Some(uid) = guard.as_mut().expect("loaded").get(identity).copied() else { return Ok(()) };
+        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
+            chown_tree(workdir, nix_uid(), &(0..0))
+                .map_err(|e| format!("cannot take back {}: {e}", workdir.display()))?;
+        }
+        let home = config.root.join(uid.to_string());
+        match std::fs::remove_dir_all(&home) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(format!("{}: {e}", home.display())),
+            _ => {}
+        }
+        std::fs::remove_file(owner_file(config, uid)).or_else(|e| match e.kind() {
+            io::ErrorKind::NotFound => Ok(()),
+            _ => Err(format!("cannot free uid {uid}: {e}")),
+        })?;
+        guard.as_mut().expect("loaded").remove(identity);
+        Ok(())
+    }
+}
+
+/// The agent's own uid.
+fn nix_uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+fn owner_file(config: &RoomsConfig, uid: u32) -> PathBuf {
+    config.root.join(format!("{uid}.owner"))
+}
+
+/// The owner files under the root (made, closed to others, if missing).
+fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, u32>> {
+    std::fs::create_dir_all(&config.root)?;
+    // Others may pass through to their own home, never list whose rooms there are.
+    std::fs::set_permissions(&config.root, std::fs::Permissions::from_mode(0o711))?;
+    let mut taken = BTreeMap::new();
+    for entry in std::fs::read_dir(&config.root)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(uid) = name.to_str().and_then(|n| n.strip_suffix(".owner")).and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        taken.insert(std::fs::read_to_string(entry.path())?.trim().to_string(), uid);
+    }
+    Ok(taken)
+}
+
+fn make_home(home: &Path, uid: u32) -> io::Result<()> {
+    match std::fs::symlink_metadata(home) {
+        Ok(meta) if meta.is_dir() && meta.uid() == uid && meta.mode() & 0o077 == 0 => return Ok(()),
+        Ok(meta) if !meta.is_dir() => return Err(io::Error::other("not a directory")),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir(home)?,
+        Err(e) => return Err(e),
+    }
+    std::os::unix::fs::lchown(home, Some(uid), Some(uid))?;
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Changes the owner of `dir` and everything in it to `uid`, never following a symbolic link; stops at a file of
+/// another uid in `others` (a workdir that holds another room's).
+fn chown_tree(dir: &Path, uid: u32, others: &std::ops::Range<u32>) -> io::Result<()> {
+    let take = |path: &Path| {
+        let owner = std::fs::symlink_metadata(path)?.uid();
+        if owner != uid && others.contains(&owner) {
+            return Err(io::Error::other(format!("{} belongs to another room (uid {owner})", path.display())));
+        }
+        std::os::unix::fs::lchown(path, Some(uid), Some(uid))
+    };
+    take(dir)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            chown_tree(&entry.path(), uid, others)?;
+        } else {
+            take(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// `worksession room`: becomes `uid` (and gid, with no other group) and execs `argv` with `HOME` and `TMPDIR` in
+/// the room and a private umask. Returns only on failure; run by the tmux server (root with `SETUID`/`SETGID`).
+pub fn enter(uid: u32, home: &Path, argv: &[std::ffi::OsString]) -> io::Error {
+    use std::os::unix::process::CommandExt;
+    let Some((program, args)) = argv.split_first() else { return io::Error::other("nothing to run") };
+    let tmp = home.join(".tmp");
+    if let Err(e) = std::fs::create_dir_all(&tmp).and_then(|()| std::os::unix::fs::lchown(&tmp, Some(uid), Some(uid))) {
+        return io::Error::other(format!("cannot make {}: {e}", tmp.display()));
+    }
+    // What the harness makes is its own alone; inherited across exec.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        // tmux's own variables would lead a harness to the server's socket (it could not connect; it need not know).
+        .env_remove("TMUX")
+        .env_remove("TMUX_PANE")
+        .env("HOME", home)
+        .env("TMPDIR", &tmp)
+        .env("USER", uid.to_string())
+        .env("LOGNAME", uid.to_string())
+        // std drops every supplementary group (as root), then takes the gid and the uid, failing the exec if it
+        // cannot; leaving uid 0 this way clears every capability (the harness tests that it cannot become root).
+        .uid(uid)
+        .gid(uid);
+    cmd.exec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(root: &Path) -> RoomsConfig {
+        RoomsConfig { root: root.to_path_buf(), first_uid: 4_000_000, count: 2, helper: "worksession".into() }
+    }
+
+    #[test]
+    fn each_session_gets_a_uid_of_its_own_kept_across_restarts_and_freed_when_it_goes() {
+        if nix_uid() != 0 {
+            return; // giving a home to another uid needs CHOWN; the tests run as root
+        }
+        let dir = std::env::temp_dir().join(format!("rooms-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = config(&dir);
+        let rooms = Rooms::default();
+        let a = rooms.room_of(&c, "ns/a").unwrap();
+        let b = rooms.room_of(&c, "ns/b").unwrap();
+        assert_eq!((a.uid, b.uid), (4_000_000, 4_000_001));
+        assert_eq!(rooms.room_of(&c, "ns/a").unwrap(), a, "the same room again");
+        let meta = std::fs::metadata(&a.home).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (a.uid, 0o700));
+        assert!(rooms.room_of(&c, "ns/c").unwrap_err().contains("all 2 rooms"));
+        assert_eq!(Rooms::default().room_of(&c, "ns/b").unwrap(), b, "a restarted agent reads who has which");
+        rooms.release(&c, "ns/a", Path::new("/nonexistent")).unwrap();
+        assert!(!a.home.exists());
+        assert_eq!(rooms.room_of(&c, "ns/c").unwrap().uid, a.uid, "a freed uid is given again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
