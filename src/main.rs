@@ -111,6 +111,9 @@ enum Command {
         /// The room's HOME.
         #[arg(long)]
         home: PathBuf,
+        /// Where the harness runs.
+        #[arg(long)]
+        workdir: PathBuf,
         /// The harness and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -133,9 +136,9 @@ struct Where {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Room { uid, home, command } = &cli.command {
+    if let Command::Room { uid, home, workdir, command } = &cli.command {
         // Before any thread exists: the process becomes the room's user and execs, or says why it could not.
-        let e = worksession::room::enter(*uid, home, command);
+        let e = worksession::room::enter(*uid, home, workdir, command);
         eprintln!("worksession room: {e}");
         return ExitCode::from(126);
     }

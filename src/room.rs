@@ -200,17 +200,27 @@ fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, u32>> {
     Ok(taken)
 }
 
+/// Makes `home` (0700) and its private temporary directory, both the room's; the tmux server, which enters the
+/// room, can change no file's owner.
 fn make_home(home: &Path, uid: u32) -> io::Result<()> {
-    match std::fs::symlink_metadata(home) {
-        Ok(meta) if meta.is_dir() && meta.uid() == uid && meta.mode() & 0o077 == 0 => return Ok(()),
-        Ok(meta) if !meta.is_dir() => return Err(io::Error::other("not a directory")),
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir(home)?,
-        Err(e) => return Err(e),
+    for dir in [home.to_path_buf(), home.join(TMP)] {
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() && meta.uid() == uid && meta.mode() & 0o077 == 0 => continue,
+            Ok(meta) if !meta.is_dir() => {
+                return Err(io::Error::other(format!("{} is not a directory", dir.display())));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir(&dir)?,
+            Err(e) => return Err(e),
+        }
+        std::os::unix::fs::lchown(&dir, Some(uid), Some(uid))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     }
-    std::os::unix::fs::lchown(home, Some(uid), Some(uid))?;
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
+    Ok(())
 }
+
+/// A room's `TMPDIR`, in its home.
+const TMP: &str = ".tmp";
 
 /// Changes the owner of `dir` and everything in it to `uid`, never following a symbolic link; stops at a file of
 /// another uid in `others` (a workdir that holds another room's).
@@ -234,15 +244,13 @@ fn chown_tree(dir: &Path, uid: u32, others: &std::ops::Range<u32>) -> io::Result
     Ok(())
 }
 
-/// `worksession room`: becomes `uid` (and gid, with no other group) and execs `argv` with `HOME` and `TMPDIR` in
-/// the room and a private umask. Returns only on failure; run by the tmux server (root with `SETUID`/`SETGID`).
-pub fn enter(uid: u32, home: &Path, argv: &[std::ffi::OsString]) -> io::Error {
+/// `worksession room`: becomes `uid` (and gid, with no other group) and execs `argv` in `workdir` with `HOME` and
+/// `TMPDIR` in the room and a private umask. Returns only on failure; run by the tmux server (root holding only
+/// `SETUID`/`SETGID`, so it could not even enter the room's 0700 directories before it became the room's user).
+pub fn enter(uid: u32, home: &Path, workdir: &Path, argv: &[std::ffi::OsString]) -> io::Error {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = argv.split_first() else { return io::Error::other("nothing to run") };
-    let tmp = home.join(".tmp");
-    if let Err(e) = std::fs::create_dir_all(&tmp).and_then(|()| std::os::unix::fs::lchown(&tmp, Some(uid), Some(uid))) {
-        return io::Error::other(format!("cannot make {}: {e}", tmp.display()));
-    }
+    let tmp = home.join(TMP);
     // What the harness makes is its own alone; inherited across exec.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let mut cmd = std::process::Command::new(program);
@@ -257,7 +265,9 @@ pub fn enter(uid: u32, home: &Path, argv: &[std::ffi::OsString]) -> io::Error {
         // std drops every supplementary group (as root), then takes the gid and the uid, failing the exec if it
         // cannot; leaving uid 0 this way clears every capability (the harness tests that it cannot become root).
         .uid(uid)
-        .gid(uid);
+        .gid(uid)
+        // Entered after the uid is taken (std changes directory after it switches users).
+        .current_dir(workdir);
     cmd.exec()
 }
 

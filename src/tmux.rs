@@ -164,7 +164,8 @@ pub struct Spawn {
     pub confine: Option<Confine>,
 }
 
-/// How a spawn enters its room: the tmux server runs `<helper> room --uid <uid> --home <home> -- <binary> <argv>`.
+/// How a spawn enters its room: the tmux server runs `<helper> room --uid <uid> --home <home> --workdir <workdir> --
+/// <binary> <argv>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Confine {
     /// The `worksession` binary where the tmux server runs.

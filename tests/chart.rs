@@ -114,6 +114,48 @@ fn the_harnesses_credentials_reach_the_tmux_container_only() {
     assert!(!without.contains("envFrom"), "no Secret named: none mounted");
 }
 
+/// Issue 24, point 2: with rooms (the default) the agent config gives each session a uid from the values' range,
+/// entered by the image's binary; the tmux container runs as root holding only SETUID and SETGID, the agent's only
+/// CHOWN, DAC_OVERRIDE and FOWNER. With rooms off both run as runAsUser with no capability, as before.
+#[test]
+fn rooms_give_each_harness_its_own_user_and_each_container_only_what_it_needs() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let render = |values: &[&str]| {
+        let mut all = vec!["--set", "bridge.enabled=false"];
+        all.extend(values);
+        let rendered = template("ws", "worksession", &all);
+        let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap().to_string();
+        let doc: serde_json::Value = serde_yaml_ng::from_str(&configmap).unwrap();
+        let yaml = doc["data"]["agent.yaml"].as_str().unwrap().to_string();
+        let config = worksession::config::Config::parse(&yaml, std::path::Path::new("agent.yaml")).unwrap();
+        let doc = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
+        let daemonset: DaemonSet = serde_yaml_ng::from_str(doc).unwrap();
+        (config, daemonset.spec.unwrap().template.spec.unwrap())
+    };
+    let security = |pod: &k8s_openapi::api::core::v1::PodSpec, name: &str| {
+        let c = pod.containers.iter().find(|c| c.name == name).unwrap().security_context.clone().unwrap();
+        let caps = c.capabilities.unwrap();
+        (c.run_as_user, caps.add.unwrap_or_default(), caps.drop.unwrap_or_default(), c.allow_privilege_escalation)
+    };
+    let (config, pod) = render(&["--set", "agent.rooms.firstUid=300000", "--set", "agent.rooms.count=50"]);
+    let rooms = config.rooms.expect("rooms on by default");
+    assert_eq!((rooms.first_uid, rooms.count), (300_000, 50));
+    assert_eq!(rooms.root, std::path::Path::new("/srv/worksession/.rooms"));
+    assert_eq!(rooms.helper, std::path::Path::new("/usr/local/bin/worksession"));
+    let all = vec!["ALL".to_string()];
+    assert_eq!(security(&pod, "tmux"), (Some(0), vec!["SETUID".into(), "SETGID".into()], all.clone(), Some(false)));
+    let agent = vec!["CHOWN".to_string(), "DAC_OVERRIDE".into(), "FOWNER".into()];
+    assert_eq!(security(&pod, "agent"), (Some(0), agent, all.clone(), Some(false)));
+    assert!(pod.init_containers.is_none(), "nothing to hand to runAsUser");
+
+    let (config, pod) = render(&["--set", "agent.rooms.enabled=false"]);
+    assert_eq!(config.rooms, None);
+    for name in ["tmux", "agent"] {
+        assert_eq!(security(&pod, name), (Some(1000), vec![], all.clone(), Some(false)), "{name}");
+    }
+    assert!(pod.init_containers.is_some(), "the workspace handed to runAsUser");
+}
+
 /// The agent config the chart renders is one the agent accepts: tmux on the shared socket, never started by the agent
 /// (tmux has its own container), and the harnesses' home the agent reads transcripts from.
 #[test]

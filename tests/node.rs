@@ -51,9 +51,12 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
     let (ok, answer) = r.exec("tmux", &["python3", "-c", probe]).await;
     assert!(ok && matches!(answer.trim(), "401" | "403"), "listing WorkEvents from the tmux container: {answer}");
 
-    // The kubelet made the workspace (owned by root) and the init container handed it to the harnesses' user.
-    let owner = |p: &Path| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
-    assert_eq!((owner(&r.hostpath), owner(&r.home())), (1000, 1000));
+    // Rooms (the default): the kubelet made the workspace, root's and closed to the harnesses' uids; no init
+    // container hands it to anyone.
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&r.hostpath).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o755));
+    assert!(r.pod("agent").await.spec.unwrap().init_containers.is_none());
 
     // Pod Security: the bridge and the labeler meet `restricted`; the agent's hostPath is refused by `baseline` and `restricted`.
     let agent = format!("{}: ", r.pod("agent").await.name_any());
@@ -65,15 +68,16 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
     );
     assert_eq!(
         pod_violations(&restricted, &agent).as_deref(),
-        // The hostPath, and the init container that chowns it (root, with CHOWN, FOWNER and DAC_OVERRIDE).
+        // The hostPath, and rooms: the tmux container as root with SETUID and SETGID, the agent's with CHOWN,
+        // DAC_OVERRIDE and FOWNER (each allowed by `baseline`).
         Some("unrestricted capabilities, restricted volume types, runAsNonRoot != true, runAsUser=0"),
         "{restricted}"
     );
     let baseline = violations(&r.ns, "baseline");
     assert_eq!(pod_violations(&baseline, &agent).as_deref(), Some("hostPath volumes"), "{baseline}");
 
-    // Without the init container (a workspace prepared on the node), the hostPath is the agent's only violation.
-    r.helm("upgrade", &["--set", "agent.workspace.chown=false"]);
+    // Rooms off and no init container (a workspace prepared on the node): the hostPath is the only violation.
+    r.helm("upgrade", &["--set", "agent.rooms.enabled=false", "--set", "agent.workspace.chown=false"]);
     until("the agent pod without its init container", || async {
         let pod = r.pods().list(&ListParams::default().labels("app.kubernetes.io/component=agent")).await.unwrap();
         pod.items.len() == 1 && pod.items[0].spec.as_ref().unwrap().init_containers.is_none()
@@ -94,9 +98,9 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     let ws = r.await_session("item", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
     let id = ws.status.unwrap().harness_session_id.expect("recorded id");
     until("the initial prompt in the harness", || async { r.prompts().len() == 1 }).await;
-    // It runs in the tmux container, and its HOME (on the node's workspace) is writable: it wrote its transcript.
+    // It runs in the tmux container, and its room's HOME (on the node's workspace) is its own: it wrote its transcript.
     let pid = r.pane_pid(&format!("loop-{}_item", r.ns)).await;
-    assert!(r.home().join(format!("conversations/{id}.jsonl")).is_file());
+    assert!(r.room("item").1.join(format!("conversations/{id}.jsonl")).is_file());
     assert_eq!(r.prompts()[0].conversation, id);
 
     // The agent container dies: the harness lives on, and the restarted agent adopts it and respawns nothing.
@@ -225,4 +229,72 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     outer(&["kill-server"]);
     assert_eq!(r.pane_pid(&format!("loop-{}_up", r.ns)).await, pid, "the harness keeps running");
     r.uninstall().await;
+}
+
+/// Issue 24, points 2 and 7: one session, one room. A hostile harness (the stand-in told by its prompt to attack, as
+/// an injected agent would) tries everything against another session on the same node, and every attempt fails:
+/// the other's HOME, transcripts and workdir, the list of rooms and a claim on one, the node's clones, the tmux
+/// server (no `TMUX`, no socket: no list, send-keys, capture or kill), a signal to the other's process, its
+/// environment, root, and the cluster's and git's tokens. It holds no capability. The victim's harness and
+/// conversation go on untouched. The one thing it reads is the other's command line (`/proc/<pid>/cmdline` is
+/// readable by every user of a PID namespace): written down in docs/security.md as not defended.
+#[tokio::test]
+async fn a_hostile_harness_reaches_nothing_of_another_session() {
+    let _turn = turn().await;
+    let r = Release::install("node-rooms", &[]).await;
+    r.create_session("victim", "the victim's own words").await;
+    let ws = r.await_session("victim", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
+    let id = ws.status.unwrap().harness_session_id.expect("recorded id");
+    let confined = r.await_session("victim", "Confined", |ws| condition_status(ws, "Confined") == "True").await;
+    let (victim_uid, victim_home) = r.room("victim");
+    assert!(confined.status.unwrap().conditions.iter().any(|c| c.message.contains(&victim_uid.to_string())));
+    until("the victim's first prompt", || async { r.prompts().len() == 1 }).await;
+    let victim = format!("loop-{}_victim", r.ns);
+    let pid = r.pane_pid(&victim).await;
+    let transcript = victim_home.join(format!("conversations/{id}.jsonl"));
+    let before = std::fs::read_to_string(&transcript).unwrap();
+
+    let in_pod = |p: &Path| Path::new("/srv/worksession").join(p.strip_prefix(&r.hostpath).unwrap());
+    let target = serde_json::json!({
+        "victim_home": in_pod(&victim_home), "victim_workdir": "/srv/worksession/victim",
+        "victim_session": format!("={victim}:"), "victim_marker": id, "socket": "/run/worksession/tmux.sock",
+        "rooms": "/srv/worksession/.rooms", "mirrors": "/srv/worksession/.repos",
+        "token_files": ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/etc/worksession-git/token"],
+    });
+    r.create_session("attacker", &format!("ATTACK {target}")).await;
+    r.await_session("attacker", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
+    let (attacker_uid, attacker_home) = r.room("attacker");
+    assert_ne!(attacker_uid, victim_uid, "a uid each");
+    let report = attacker_home.join("attack.json");
+    until("the attack's report", || async { report.is_file() }).await;
+    let results: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(results.get("capabilities").map(String::as_str), Some("0000000000000000"), "{results:#?}");
+    let not_defended = ["read_victim_cmdline", "capabilities"];
+    let got_through: Vec<_> =
+        results.iter().filter(|(k, v)| !not_defended.contains(&k.as_str()) && !v.starts_with("refused")).collect();
+    assert!(got_through.is_empty(), "attempts that worked: {got_through:#?}");
+    assert!(results.len() >= 20, "every attempt made: {results:#?}");
+    assert!(results["read_victim_cmdline"].starts_with("done"), "documented as not defended: {results:#?}");
+
+    // The victim: the same process, its conversation as it was, and its next event reaches it there.
+    assert_eq!(r.pane_pid(&victim).await, pid, "untouched");
+    assert_eq!(std::fs::read_to_string(&transcript).unwrap(), before);
+    assert!(!victim_home.join("planted").exists() && !r.hostpath.join("victim/planted").exists());
+    r.send("victim", "victim-1", "still mine").await;
+    let ev = r.await_delivered("victim-1").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())));
+    let victims: Vec<_> = r.prompts().into_iter().filter(|p| p.conversation == id).map(|p| p.prompt).collect();
+    assert_eq!(victims, ["the victim's own words", "still mine"]);
+
+    // Deleting the sessions frees their rooms: no home, no owner file left to be given again with their data.
+    let rooms = r.rooms();
+    r.uninstall().await;
+    let left: Vec<_> = std::fs::read_dir(rooms).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "rooms left: {left:?}");
+}
+
+fn condition_status(ws: &worksession::api::WorkSession, type_: &str) -> String {
+    let conditions = ws.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    conditions.into_iter().find(|c| c.type_ == type_).map(|c| c.status).unwrap_or_default()
 }

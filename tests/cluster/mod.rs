@@ -149,7 +149,6 @@ impl Release {
             format!(
                 "      {name}:
         binary: /usr/local/bin/standin-harness
-        extraArgs: [--state, /srv/worksession/.home]
         interactive: [--session-id, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']
         resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']
         resumeFailedPattern: No conversation found
@@ -287,7 +286,7 @@ agent:
         pid.to_string()
     }
 
-    /// A work directory under the workspace, owned by the harnesses' user (as a checkout would be).
+    /// A work directory under the workspace, made by hand (the agent hands it to the session's room).
     pub fn workdir(&self, name: &str) -> String {
         let dir = self.hostpath.join(name);
         std::fs::create_dir_all(&dir).unwrap();
@@ -295,9 +294,22 @@ agent:
         format!("/srv/worksession/{name}")
     }
 
-    /// The harnesses' HOME on the node.
-    pub fn home(&self) -> PathBuf {
-        self.hostpath.join(".home")
+    /// Where the rooms are on the node.
+    pub fn rooms(&self) -> PathBuf {
+        self.hostpath.join(".rooms")
+    }
+
+    /// The uid and the HOME (on the node) of `session`'s room.
+    pub fn room(&self, session: &str) -> (u32, PathBuf) {
+        let who = format!("{}/{session}", self.ns);
+        for entry in std::fs::read_dir(self.rooms()).expect("the rooms") {
+            let path = entry.unwrap().path();
+            let uid = path.file_name().unwrap().to_str().unwrap().strip_suffix(".owner").map(str::to_string);
+            if let Some(uid) = uid.filter(|_| std::fs::read_to_string(&path).unwrap().trim() == who) {
+                return (uid.parse().unwrap(), self.rooms().join(uid));
+            }
+        }
+        panic!("no room for {who}");
     }
 
     pub async fn create_session(&self, name: &str, initial_prompt: &str) {
@@ -341,7 +353,11 @@ agent:
 
     /// The prompts the stand-in recorded in the harnesses' HOME.
     pub fn prompts(&self) -> Vec<crate::standin::Prompt> {
-        crate::standin::read_prompts(&self.home())
+        // Each stand-in keeps its record in its own room's HOME.
+        let homes = std::fs::read_dir(self.rooms()).map(|d| d.filter_map(|e| e.ok()).collect()).unwrap_or(Vec::new());
+        let mut homes: Vec<PathBuf> = homes.into_iter().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        homes.sort();
+        homes.iter().flat_map(|home| crate::standin::read_prompts(home)).collect()
     }
 
     /// As the README says: delete the sessions first (the agent stops their harnesses and removes its finalizers),

@@ -41,3 +41,21 @@ securityContext:
   seccompProfile:
     type: RuntimeDefault
 {{- end -}}
+
+{{/*
+A container that runs as root holding only the capabilities given (rooms: the tmux server starts each harness as its
+room's uid; the agent gives each room its files). No privilege escalation, a read-only root file system.
+*/}}
+{{- define "worksession.rootSecurity" -}}
+securityContext:
+  runAsNonRoot: false
+  runAsUser: 0
+  runAsGroup: 0
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: ["ALL"]
+    add: {{ toJson . }}
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
