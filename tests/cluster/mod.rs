@@ -354,8 +354,8 @@ agent:
     /// The prompts the stand-in recorded in the harnesses' HOME.
     pub fn prompts(&self) -> Vec<crate::standin::Prompt> {
         // Each stand-in keeps its record in its own room's HOME.
-        let homes = std::fs::read_dir(self.rooms()).map(|d| d.filter_map(|e| e.ok()).collect()).unwrap_or(Vec::new());
-        let mut homes: Vec<PathBuf> = homes.into_iter().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        let entries = std::fs::read_dir(self.rooms()).into_iter().flatten().filter_map(|e| e.ok());
+        let mut homes: Vec<PathBuf> = entries.map(|e| e.path()).filter(|p| p.is_dir()).collect();
         homes.sort();
         homes.iter().flat_map(|home| crate::standin::read_prompts(home)).collect()
     }
