@@ -59,7 +59,7 @@ impl RoomsFile {
         let first_uid = self.first_uid.unwrap_or(DEFAULT_FIRST_UID);
         let count = self.count.unwrap_or(DEFAULT_COUNT);
         // uid 0..999 are the system's and the image's own (the agent's user is 1000); u32::MAX is "no uid".
-        if first_uid < 10_000 || count == 0 || first_uid.checked_add(count).is_none_or(|end| end == u32::MAX) {
+        if first_uid < MIN_UID || count == 0 || first_uid.checked_add(count).is_none_or(|end| end == u32::MAX) {
             return Err(invalid(
                 "rooms".into(),
                 format!("firstUid {first_uid} and count {count}: uids from 10000 on, at least one, below 2^32-1"),
@@ -219,6 +219,9 @@ fn make_home(home: &Path, uid: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// The lowest uid a room may have: below it are the system's and the image's accounts.
+pub const MIN_UID: u32 = 10_000;
+
 /// A room's `TMPDIR`, in its home.
 const TMP: &str = ".tmp";
 
@@ -250,6 +253,10 @@ fn chown_tree(dir: &Path, uid: u32, others: &std::ops::Range<u32>) -> io::Result
 pub fn enter(uid: u32, home: &Path, workdir: &Path, argv: &[std::ffi::OsString]) -> io::Error {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = argv.split_first() else { return io::Error::other("nothing to run") };
+    if uid < MIN_UID {
+        // Never root or a system or image account, whatever asked: a room is a uid of its own.
+        return io::Error::other(format!("refused: uid {uid} is not a room's (rooms take uids from {MIN_UID} on)"));
+    }
     let tmp = home.join(TMP);
     // What the harness makes is its own alone; inherited across exec.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));

@@ -371,10 +371,11 @@ impl Tmux for TmuxRunner {
         args.push(spawn.workdir.clone().into_os_string());
         args.push("--".into());
         if let Some(room) = &spawn.confine {
-            let (helper, home) = (literal(&room.helper.to_string_lossy()), literal(&room.home.to_string_lossy()));
-            let words =
-                [helper, "room".into(), "--uid".into(), room.uid.to_string(), "--home".into(), home, "--".into()];
+            let path = |p: &Path| literal(&p.to_string_lossy());
+            let (helper, home, workdir) = (path(&room.helper), path(&room.home), path(&spawn.workdir));
+            let words = [helper, "room".into(), "--uid".into(), room.uid.to_string(), "--home".into(), home];
             args.extend(words.map(Into::into));
+            args.extend(["--workdir".into(), workdir, "--".into()].map(Into::into));
         }
         // tmux runs a single-word command through `sh -c`: give it two words so it execs without a shell.
         if spawn.argv.is_empty() && spawn.confine.is_none() {

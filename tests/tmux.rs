@@ -337,3 +337,63 @@ async fn a_hostile_key_or_session_name_never_becomes_a_tmux_command() {
     assert_eq!(observed.session("loop-h").map(|v| v.pasted.as_str()), Some("9f1c2d3e-uid"));
     assert!(!marker.exists(), "no shell command ran in the tmux server");
 }
+
+/// Issue 24, point 2, on this machine's real tmux (the tests run as root): a confined spawn enters its room through
+/// `worksession room` and the harness runs as the room's uid and gid with no other group and no capability, in its
+/// workdir, with the room's HOME and TMPDIR, a private umask and no `TMUX`; a room that cannot be entered (its HOME
+/// missing a TMPDIR the agent makes) is a dead pane that says why, not a harness running as root.
+#[tokio::test]
+async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
+    use std::os::unix::fs::PermissionsExt;
+    if rustix_uid() != 0 {
+        return; // entering a room takes root's SETUID; the test command runs as root
+    }
+    let tmux = TmuxServer::new();
+    let (home, workdir) = (tmux.dir.path().join("room"), tmux.dir.path().join("work"));
+    for dir in [&home, &home.join(".tmp"), &workdir] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::os::unix::fs::chown(dir, Some(4_000_123), Some(4_000_123)).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let script = "{ id -u; id -g; id -G; pwd; echo \"$HOME\"; echo \"$TMPDIR\"; umask; echo \"TMUX=${TMUX:-}\"; \
+                  grep CapEff /proc/self/status; } > report; sleep 60";
+    let mut spawn = tmux.spawn_of("loop-room", Mode::Fresh, "conv-room", None, &[]);
+    (spawn.workdir, spawn.binary, spawn.argv) = (workdir.clone(), "/bin/sh".into(), vec!["-c".into(), script.into()]);
+    spawn.confine = Some(worksession::tmux::Confine {
+        helper: env!("CARGO_BIN_EXE_worksession").into(),
+        uid: 4_000_123,
+        home: home.clone(),
+    });
+    tmux.runner.spawn(&spawn).await.unwrap();
+    let report = workdir.join("report");
+    until("the confined harness's report", || async {
+        std::fs::read_to_string(&report).is_ok_and(|r| r.contains("CapEff"))
+    })
+    .await;
+    let text = std::fs::read_to_string(&report).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (home_s, tmp_s, work_s) =
+        (home.display().to_string(), home.join(".tmp").display().to_string(), workdir.display().to_string());
+    assert_eq!(
+        lines[..8],
+        ["4000123", "4000123", "4000123", work_s.as_str(), home_s.as_str(), tmp_s.as_str(), "0077", "TMUX="],
+        "{text}"
+    );
+    assert_eq!(lines[8].split_whitespace().nth(1), Some("0000000000000000"), "{text}");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&report).unwrap()), 4_000_123);
+
+    // A room it cannot enter: the pane dies saying why; nothing ran as root.
+    std::fs::remove_dir_all(&workdir).unwrap();
+    std::fs::create_dir_all(&workdir).unwrap();
+    spawn.session = "loop-room-2".into();
+    spawn.confine.as_mut().unwrap().uid = 0;
+    tmux.runner.spawn(&spawn).await.unwrap();
+    tmux.await_liveness("loop-room-2", Liveness::Dead).await;
+    let said = tmux.runner.last_lines("loop-room-2", 5).await.unwrap();
+    assert!(said.contains("worksession room"), "{said}");
+    assert!(!workdir.join("report").exists(), "nothing ran");
+}
+
+fn rustix_uid() -> u32 {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(u32::MAX)
+}
