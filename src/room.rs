@@ -128,26 +128,41 @@ impl Rooms {
     }
 
     /// Gives `workdir` to `room` before its harness starts: every file in it becomes the room's (never following a
-    /// link), the directory closed to others. Refused when it belongs to another room.
-    pub fn hand_over(&self, config: &RoomsConfig, room: &Room, workdir: &Path) -> Result<(), String> {
-        let meta = std::fs::symlink_metadata(workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
-        if !meta.is_dir() {
-            return Err(format!("{} is not a directory", workdir.display()));
+    /// link), the directory closed to others. Refused unless it lies in the workspace (the directory that holds the
+    /// rooms) by a path without links, holds none of `keep` (the rooms, the node's clones, the shared HOME), and
+    /// nothing on the way to it or in it belongs to another room.
+    pub fn hand_over(&self, config: &RoomsConfig, room: &Room, workdir: &Path, keep: &[&Path]) -> Result<(), String> {
+        let shown = workdir.display();
+        let workspace = config.root.parent().unwrap_or(Path::new("/"));
+        let real = std::fs::canonicalize(workdir).map_err(|e| format!("{shown}: {e}"))?;
+        if real != workdir || !workdir.starts_with(workspace) || workdir == workspace {
+            return Err(format!("{shown} is not a directory in {} reached without links", workspace.display()));
         }
-        if config.root.starts_with(workdir) {
-            return Err(format!("{} holds the rooms ({}); a workdir cannot", workdir.display(), config.root.display()));
-        }
-        let owner = meta.uid();
-        if owner == room.uid {
-            return Ok(());
-        }
-        if (config.first_uid..config.first_uid.saturating_add(config.count)).contains(&owner) {
-            return Err(format!("{} is the workdir of another room (uid {owner})", workdir.display()));
+        if let Some(kept) = keep.iter().chain([&config.root.as_path()]).find(|k| k.starts_with(workdir)) {
+            return Err(format!("{shown} holds {}; a workdir cannot", kept.display()));
         }
         let rooms = config.first_uid..config.first_uid.saturating_add(config.count);
-        chown_tree(workdir, room.uid, &rooms)
-            .map_err(|e| format!("cannot hand {} to uid {}: {e}", workdir.display(), room.uid))?;
-        std::fs::set_permissions(workdir, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())
+        for ancestor in workdir.ancestors().skip(1).take_while(|a| a.starts_with(workspace)) {
+            let owner = std::fs::symlink_metadata(ancestor).map_err(|e| e.to_string())?.uid();
+            if rooms.contains(&owner) && owner != room.uid {
+                return Err(format!("{shown} is inside {}, another room's (uid {owner})", ancestor.display()));
+            }
+        }
+        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == room.uid) {
+            return Ok(());
+        }
+        let handed = open_dir(workdir).and_then(|dir| {
+            // Checked whole before anything changes: a tree holding another room's file is refused untouched.
+            walk(&dir, &mut |_, stat| match stat.st_uid {
+                owner if owner != room.uid && rooms.contains(&owner) => {
+                    Err(io::Error::other(format!("it holds a file of another room (uid {owner})")))
+                }
+                _ => Ok(()),
+            })?;
+            walk(&dir, &mut |at, _| at.chown(room.uid))?;
+            rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(0o700)).map_err(io::Error::from)
+        });
+        handed.map_err(|e| format!("cannot hand {shown} to uid {}: {e}", room.uid))
     }
 
     /// Forgets the room of `identity` (its WorkSession is gone): its home and owner file go, so the uid can be
@@ -157,7 +172,9 @@ impl Rooms {
         let mut guard = self.taken(config).map_err(|e| e.to_string())?;
         let Some(uid) = guard.as_mut().expect("loaded").get(identity).copied() else { return Ok(()) };
         if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
-            chown_tree(workdir, nix_uid(), &(0..0))
+            let agent = nix_uid();
+            open_dir(workdir)
+                .and_then(|dir| walk(&dir, &mut |at, _| at.chown(agent)))
                 .map_err(|e| format!("cannot take back {}: {e}", workdir.display()))?;
         }
         let home = config.root.join(uid.to_string());
@@ -201,20 +218,33 @@ fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, u32>> {
 }
 
 /// Makes `home` (0700) and its private temporary directory, both the room's; the tmux server, which enters the
-/// room, can change no file's owner.
+/// room, can change no file's owner. By file descriptors: the harness owns its home and could swap `.tmp` for a
+/// link to something the agent would then change.
 fn make_home(home: &Path, uid: u32) -> io::Result<()> {
-    for dir in [home.to_path_buf(), home.join(TMP)] {
-        match std::fs::symlink_metadata(&dir) {
-            Ok(meta) if meta.is_dir() && meta.uid() == uid && meta.mode() & 0o077 == 0 => continue,
-            Ok(meta) if !meta.is_dir() => {
-                return Err(io::Error::other(format!("{} is not a directory", dir.display())));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir(&dir)?,
-            Err(e) => return Err(e),
-        }
-        std::os::unix::fs::lchown(&dir, Some(uid), Some(uid))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    use rustix::fs::{Mode, OFlags};
+    match std::fs::create_dir(home) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    // The rooms' root is the agent's: the home is what the agent made, not a link a harness put there.
+    let dir = open_dir(home)?;
+    settle(&dir, uid)?;
+    match rustix::fs::mkdirat(&dir, TMP, Mode::from_raw_mode(0o700)) {
+        Err(e) if e != rustix::io::Errno::EXIST => return Err(e.into()),
+        _ => {}
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    settle(&rustix::fs::openat(&dir, TMP, flags, Mode::empty())?, uid)
+}
+
+/// The room's, 0700.
+fn settle(dir: &std::os::fd::OwnedFd, uid: u32) -> io::Result<()> {
+    let stat = rustix::fs::fstat(dir)?;
+    if stat.st_uid != uid || stat.st_gid != uid {
+        rustix::fs::fchown(dir, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(uid)))?;
+    }
+    if stat.st_mode & 0o7777 != 0o700 {
+        rustix::fs::fchmod(dir, rustix::fs::Mode::from_raw_mode(0o700))?;
     }
     Ok(())
 }
@@ -225,24 +255,55 @@ pub const MIN_UID: u32 = 10_000;
 /// A room's `TMPDIR`, in its home.
 const TMP: &str = ".tmp";
 
-/// Changes the owner of `dir` and everything in it to `uid`, never following a symbolic link; stops at a file of
-/// another uid in `others` (a workdir that holds another room's).
-fn chown_tree(dir: &Path, uid: u32, others: &std::ops::Range<u32>) -> io::Result<()> {
-    let take = |path: &Path| {
-        let owner = std::fs::symlink_metadata(path)?.uid();
-        if owner != uid && others.contains(&owner) {
-            return Err(io::Error::other(format!("{} belongs to another room (uid {owner})", path.display())));
-        }
-        std::os::unix::fs::lchown(path, Some(uid), Some(uid))
-    };
-    take(dir)?;
-    for entry in std::fs::read_dir(dir)? {
+/// A directory opened without following a link.
+fn open_dir(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(rustix::fs::CWD, path, flags, Mode::empty())?)
+}
+
+/// A file met by [`walk`]: the directory holding it and its name (or the directory itself).
+struct At<'a> {
+    dir: &'a std::os::fd::OwnedFd,
+    name: Option<&'a std::ffi::CStr>,
+}
+
+impl At<'_> {
+    fn chown(&self, uid: u32) -> io::Result<()> {
+        let id = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(uid)));
+        Ok(match self.name {
+            None => rustix::fs::fchown(self.dir, id.0, id.1)?,
+            Some(name) => rustix::fs::chownat(self.dir, name, id.0, id.1, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?,
+        })
+    }
+}
+
+/// Calls `visit` on `dir` and everything beneath it, by file descriptors: a directory is entered only as what it
+/// was when opened, never through a link, so a harness that swaps a directory for a link meanwhile changes nothing.
+fn walk(dir: &std::os::fd::OwnedFd, visit: &mut dyn FnMut(At, &rustix::fs::Stat) -> io::Result<()>) -> io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    visit(At { dir, name: None }, &rustix::fs::fstat(dir)?)?;
+    let mut entries = rustix::fs::Dir::read_from(dir)?;
+    while let Some(entry) = entries.next() {
         let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            chown_tree(&entry.path(), uid, others)?;
-        } else {
-            take(&entry.path())?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
         }
+        let stat = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                Ok(child) => {
+                    walk(&child, visit)?;
+                    continue;
+                }
+                // Swapped for a link or a file since the stat: taken as what it is now, not followed.
+                Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        visit(At { dir, name: Some(name) }, &stat)?;
     }
     Ok(())
 }
@@ -306,6 +367,48 @@ mod tests {
         rooms.release(&c, "ns/a", Path::new("/nonexistent")).unwrap();
         assert!(!a.home.exists());
         assert_eq!(rooms.room_of(&c, "ns/c").unwrap().uid, a.uid, "a freed uid is given again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_workdir_is_handed_over_whole_or_not_at_all() {
+        use std::os::unix::fs::symlink;
+        if nix_uid() != 0 {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("rooms-hand-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = config(&dir.join(".rooms"));
+        let rooms = Rooms::default();
+        let (a, b) = (rooms.room_of(&c, "ns/a").unwrap(), rooms.room_of(&c, "ns/b").unwrap());
+        let owner = |p: &Path| std::fs::symlink_metadata(p).unwrap().uid();
+        let work = dir.join("w");
+        std::fs::create_dir_all(work.join("sub")).unwrap();
+        std::fs::write(work.join("sub/f"), "x").unwrap();
+        symlink("/etc/hostname", work.join("link")).unwrap();
+        rooms.hand_over(&c, &a, &work, &[]).unwrap();
+        assert_eq!((owner(&work), owner(&work.join("sub/f")), owner(&work.join("link"))), (a.uid, a.uid, a.uid));
+        assert_eq!(owner(Path::new("/etc/hostname")), 0, "a link is never followed");
+        assert_eq!(std::fs::metadata(&work).unwrap().mode() & 0o777, 0o700);
+
+        let refused = |workdir: &Path, keep: &[&Path]| rooms.hand_over(&c, &b, workdir, keep).unwrap_err();
+        assert!(refused(&dir, &[]).contains("reached without links"), "the workspace itself");
+        symlink(&work, dir.join("via-link")).unwrap();
+        assert!(refused(&dir.join("via-link"), &[]).contains("without links"));
+        assert!(refused(&work.join("sub"), &[]).contains("another room's"), "inside another room's workdir");
+        let mirrors = dir.join("x/.repos");
+        std::fs::create_dir_all(&mirrors).unwrap();
+        assert!(refused(&dir.join("x"), &[&mirrors]).contains("holds"), "the node's clones");
+        let mixed = dir.join("mixed");
+        std::fs::create_dir_all(&mixed).unwrap();
+        std::fs::write(mixed.join("mine"), "x").unwrap();
+        std::fs::write(mixed.join("theirs"), "x").unwrap();
+        std::os::unix::fs::lchown(mixed.join("theirs"), Some(a.uid), Some(a.uid)).unwrap();
+        assert!(refused(&mixed, &[]).contains("another room"));
+        assert_eq!(owner(&mixed.join("mine")), 0, "nothing changed");
+
+        rooms.release(&c, "ns/a", &work).unwrap();
+        assert_eq!((owner(&work), owner(&work.join("sub/f"))), (0, 0), "handed back to the agent");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

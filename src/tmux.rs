@@ -228,6 +228,10 @@ pub trait Tmux: Send + Sync {
 
     /// The visible text of the session's active pane (what a person attached would see).
     fn screen(&self, session: &str) -> impl Future<Output = Result<String, TmuxError>> + Send;
+
+    /// Kills every process of a room's uid (a harness's children can outlive its tmux session), returning once they
+    /// are gone, so the uid can be given to another session.
+    fn evict(&self, room: &Confine) -> impl Future<Output = Result<(), TmuxError>> + Send;
 }
 
 /// Runs the `tmux` binary, on a socket of its own (`-S`) or tmux's default server.
@@ -416,6 +420,36 @@ impl Tmux for TmuxRunner {
         match self.run("kill-session", cmd, None).await? {
             Err(stderr) if !no_session(&stderr) => Err(TmuxError::Failed { command: "kill-session", stderr }),
             _ => Ok(()),
+        }
+    }
+
+    async fn evict(&self, room: &Confine) -> Result<(), TmuxError> {
+        // run-shell hands its command to `sh -c` (as the server's user, root) and waits for it: the paths go in
+        // single quotes, so they may hold neither a quote nor a '#' (tmux expands formats in it).
+        let quoted = |p: &Path| {
+            let text = p.to_string_lossy();
+            match text.contains(['\'', '#']) {
+                true => Err(TmuxError::Failed { command: "run-shell", stderr: format!("refused: path {text:?}") }),
+                false => Ok(format!("'{text}'")),
+            }
+        };
+        // As the room's uid, `kill -KILL -1` reaches every process of that uid and no other (not itself either).
+        let kill = format!(
+            "{} room --uid {} --home {} --workdir / -- /bin/sh -c 'kill -KILL -1 2>/dev/null; true'",
+            quoted(&room.helper)?,
+            room.uid,
+            quoted(&room.home)?
+        );
+        // A server of our own may have exited with its last session while a process it started lives on: start one.
+        let cmd = match self.start_server {
+            true => self.command(["start-server", ";", "run-shell", &kill]),
+            false => self.command(["run-shell", &kill]),
+        };
+        match self.run("run-shell", cmd, None).await? {
+            // tmux in a container of its own that is gone took every process it started with it.
+            Err(stderr) if !self.start_server && no_server(&stderr) => Ok(()),
+            Err(stderr) => Err(TmuxError::Failed { command: "run-shell", stderr }),
+            Ok(_) => Ok(()),
         }
     }
 

@@ -288,10 +288,13 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     assert_eq!(victims, ["the victim's own words", "still mine"]);
 
     // Deleting the sessions frees their rooms: no home, no owner file left to be given again with their data.
-    let rooms = r.rooms();
-    r.uninstall().await;
-    let left: Vec<_> = std::fs::read_dir(rooms).unwrap().map(|e| e.unwrap().file_name()).collect();
+    r.sessions().delete_collection(&Default::default(), &ListParams::default()).await.unwrap();
+    until("the sessions gone", || async { r.sessions().list(&ListParams::default()).await.unwrap().items.is_empty() })
+        .await;
+    let left: Vec<_> = std::fs::read_dir(r.rooms()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "rooms left: {left:?}");
+    println!("the hostile harness's report: {results:#?}");
+    r.uninstall().await;
 }
 
 fn condition_status(ws: &worksession::api::WorkSession, type_: &str) -> String {

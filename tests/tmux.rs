@@ -382,6 +382,22 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
     assert_eq!(lines[8].split_whitespace().nth(1), Some("0000000000000000"), "{text}");
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&report).unwrap()), 4_000_123);
 
+    // Its processes, a child that left the tmux session included, are all gone once the room is evicted.
+    tmux.runner.stop("loop-room", "test-owner").await.unwrap();
+    let confine = spawn.confine.clone().unwrap();
+    let mut orphan = spawn.clone();
+    (orphan.session, orphan.argv) = ("loop-orphan".into(), vec!["-c".into(), "setsid sleep 600 & sleep 600".into()]);
+    tmux.runner.spawn(&orphan).await.unwrap();
+    until("the orphan running", || async { processes_of(4_000_123) >= 2 }).await;
+    tmux.runner.stop("loop-orphan", "test-owner").await.unwrap();
+    until("the tmux session gone", || async {
+        tmux.runner.observe().await.unwrap().liveness("loop-orphan") == Liveness::Absent
+    })
+    .await;
+    assert!(processes_of(4_000_123) >= 1, "the setsid child outlived its tmux session");
+    tmux.runner.evict(&confine).await.unwrap();
+    until("no process of the room", || async { processes_of(4_000_123) == 0 }).await;
+
     // A room it cannot enter: the pane dies saying why; nothing ran as root.
     std::fs::remove_dir_all(&workdir).unwrap();
     std::fs::create_dir_all(&workdir).unwrap();
@@ -392,6 +408,15 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
     let said = tmux.runner.last_lines("loop-room-2", 5).await.unwrap();
     assert!(said.contains("worksession room"), "{said}");
     assert!(!workdir.join("report").exists(), "nothing ran");
+}
+
+/// How many processes run as `uid`.
+fn processes_of(uid: u32) -> usize {
+    let entries = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok());
+    let statuses = entries.filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok());
+    statuses
+        .filter(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some(&uid.to_string())))
+        .count()
 }
 
 fn rustix_uid() -> u32 {

@@ -367,7 +367,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
                         // The workdir becomes the room's before its harness starts there.
                         let room = crate::room::Room { uid: room.uid, home: room.home.clone() };
-                        self.rooms.hand_over(rooms, &room, &spawn.workdir).map_err(ExecError::Spawn)?;
+                        let mirrors = config.workspaces.mirrors.as_deref();
+                        let keep: Vec<&std::path::Path> =
+                            mirrors.into_iter().chain(config.harness_home.as_deref()).collect();
+                        self.rooms.hand_over(rooms, &room, &spawn.workdir, &keep).map_err(ExecError::Spawn)?;
                     }
                     tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?
                 }
@@ -409,6 +412,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 },
                 Op::ReleaseRoom => {
                     let Some(rooms) = &config.rooms else { continue };
+                    let room =
+                        self.rooms.room_of(rooms, owner_name).map_err(|e| other(ReconcileError::ReleaseRoom(e)))?;
+                    let confine =
+                        crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone() };
+                    // Nothing of the uid may outlive the session (a harness's child that left its tmux session).
+                    tmux.evict(&confine).await.map_err(|e| other(ReconcileError::ReleaseRoom(e.to_string())))?;
                     if let Err(why) = self.rooms.release(rooms, owner_name, std::path::Path::new(&ws.spec.workdir)) {
                         // The finalizer stays: the room is freed on the next try, never given out half-cleared.
                         return Err(other(ReconcileError::ReleaseRoom(why)));
