@@ -271,10 +271,11 @@ struct At<'a> {
 impl At<'_> {
     fn chown(&self, uid: u32) -> io::Result<()> {
         let id = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(uid)));
-        Ok(match self.name {
+        match self.name {
             None => rustix::fs::fchown(self.dir, id.0, id.1)?,
             Some(name) => rustix::fs::chownat(self.dir, name, id.0, id.1, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?,
-        })
+        }
+        Ok(())
     }
 }
 
@@ -283,8 +284,7 @@ impl At<'_> {
 fn walk(dir: &std::os::fd::OwnedFd, visit: &mut dyn FnMut(At, &rustix::fs::Stat) -> io::Result<()>) -> io::Result<()> {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     visit(At { dir, name: None }, &rustix::fs::fstat(dir)?)?;
-    let mut entries = rustix::fs::Dir::read_from(dir)?;
-    while let Some(entry) = entries.next() {
+    for entry in rustix::fs::Dir::read_from(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         if name == c"." || name == c".." {
