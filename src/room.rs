@@ -86,11 +86,18 @@ pub struct Room {
 /// The rooms of this agent's node, by WorkSession (`namespace/name`).
 #[derive(Debug, Default)]
 pub struct Rooms {
-    taken: Mutex<Option<BTreeMap<String, u32>>>,
+    taken: Mutex<Option<BTreeMap<String, Claim>>>,
+}
+
+/// A room given out: its uid and the workdir it may be handed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Claim {
+    uid: u32,
+    workdir: PathBuf,
 }
 
 impl Rooms {
-    fn taken(&self, config: &RoomsConfig) -> io::Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, u32>>>> {
+    fn taken(&self, config: &RoomsConfig) -> io::Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Claim>>>> {
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         if taken.is_none() {
             *taken = Some(load(config)?);
@@ -98,27 +105,52 @@ impl Rooms {
         Ok(taken)
     }
 
-    /// Whether `identity` has a room.
-    pub fn has(&self, config: &RoomsConfig, identity: &str) -> bool {
-        self.taken(config).is_ok_and(|t| t.as_ref().is_some_and(|t| t.contains_key(identity)))
+    /// The room `identity` has, if any (none is given out).
+    pub fn existing(&self, config: &RoomsConfig, identity: &str) -> Option<Room> {
+        let taken = self.taken(config).ok()?;
+        let uid = taken.as_ref()?.get(identity)?.uid;
+        Some(Room { uid, home: config.root.join(uid.to_string()) })
     }
 
-    /// The room of `identity`, given out now (its owner file written, its home made) if it had none.
-    pub fn room_of(&self, config: &RoomsConfig, identity: &str) -> Result<Room, String> {
+    /// The room of `identity` (whose workdir is `workdir`), given out now (its owner file written, its home made)
+    /// if it had none. Refused when another room's workdir is, holds or lies in `workdir`: a directory is one
+    /// session's.
+    pub fn room_of(&self, config: &RoomsConfig, identity: &str, workdir: &Path) -> Result<Room, String> {
         let failed = |e: io::Error| format!("cannot read the rooms in {}: {e}", config.root.display());
         let mut guard = self.taken(config).map_err(failed)?;
         let taken = guard.as_mut().expect("loaded");
+        let overlaps = |other: &Path| other.starts_with(workdir) || workdir.starts_with(other);
+        if let Some((other, claim)) = taken.iter().find(|(who, c)| who.as_str() != identity && overlaps(&c.workdir)) {
+            return Err(format!(
+                "workdir {} overlaps {}, the workdir of {other}",
+                workdir.display(),
+                claim.workdir.display()
+            ));
+        }
         let uid = match taken.get(identity) {
-            Some(uid) => *uid,
-            None => {
-                let used: std::collections::BTreeSet<u32> = taken.values().copied().collect();
-                let range = config.first_uid..config.first_uid.saturating_add(config.count);
-                let Some(uid) = range.clone().find(|uid| !used.contains(uid)) else {
-                    return Err(format!("all {} rooms ({}-{}) are taken", config.count, range.start, range.end - 1));
+            Some(claim) if claim.workdir == workdir => claim.uid,
+            found => {
+                // A new room, or one whose workdir an older release let change: recorded before anything is made.
+                let uid = match found {
+                    Some(claim) => claim.uid,
+                    None => {
+                        let used: std::collections::BTreeSet<u32> = taken.values().map(|c| c.uid).collect();
+                        let range = config.first_uid..config.first_uid.saturating_add(config.count);
+                        let Some(uid) = range.clone().find(|uid| !used.contains(uid)) else {
+                            let last = range.end - 1;
+                            return Err(format!("all {} rooms ({}-{last}) are taken", config.count, range.start));
+                        };
+                        // Whatever a home of this uid held before is no one's now.
+                        match std::fs::remove_dir_all(config.root.join(uid.to_string())) {
+                            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.to_string()),
+                            _ => {}
+                        }
+                        uid
+                    }
                 };
-                std::fs::write(owner_file(config, uid), identity)
-                    .map_err(|e| format!("cannot give out uid {uid}: {e}"))?;
-                taken.insert(identity.to_string(), uid);
+                let claim = Claim { uid, workdir: workdir.to_path_buf() };
+                write_owner(config, identity, &claim).map_err(|e| format!("cannot give out uid {uid}: {e}"))?;
+                taken.insert(identity.to_string(), claim);
                 uid
             }
         };
@@ -138,8 +170,10 @@ impl Rooms {
         if real != workdir || !workdir.starts_with(workspace) || workdir == workspace {
             return Err(format!("{shown} is not a directory in {} reached without links", workspace.display()));
         }
-        if let Some(kept) = keep.iter().chain([&config.root.as_path()]).find(|k| k.starts_with(workdir)) {
-            return Err(format!("{shown} holds {}; a workdir cannot", kept.display()));
+        let kept = config.root.parent().map(|w| w.join(".kept"));
+        let keep = keep.iter().copied().chain([config.root.as_path()]).chain(kept.as_deref());
+        if let Some(kept) = keep.into_iter().find(|k| k.starts_with(workdir) || workdir.starts_with(k)) {
+            return Err(format!("{shown} overlaps {}; a workdir cannot", kept.display()));
         }
         let rooms = config.first_uid..config.first_uid.saturating_add(config.count);
         for ancestor in workdir.ancestors().skip(1).take_while(|a| a.starts_with(workspace)) {
@@ -165,57 +199,75 @@ impl Rooms {
         handed.map_err(|e| format!("cannot hand {shown} to uid {}: {e}", room.uid))
     }
 
-    /// Forgets the room of `identity` (its WorkSession is gone): its home and owner file go, so the uid can be
-    /// given again with nothing of this session's left in reach. A `workdir` it still owns is handed back to the
-    /// agent's user first.
-    pub fn release(&self, config: &RoomsConfig, identity: &str, workdir: &Path) -> Result<(), String> {
+    /// Forgets the room of `identity` (its WorkSession is gone; every process of its uid already killed): its
+    /// `HOME` and owner file go, so the uid can be given again with nothing of this session's in reach. A workdir
+    /// it was handed is moved aside, whole, to `<workspace>/.kept/` (the agent's alone, 0700), where no room reaches
+    /// it and no git of the agent's runs in it; returns where, if it moved one.
+    pub fn release(&self, config: &RoomsConfig, identity: &str) -> Result<Option<PathBuf>, String> {
         let mut guard = self.taken(config).map_err(|e| e.to_string())?;
-        let Some(uid) = guard.as_mut().expect("loaded").get(identity).copied() else { return Ok(()) };
-        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
-            let agent = nix_uid();
-            open_dir(workdir)
-                .and_then(|dir| walk(&dir, &mut |at, _| at.chown(agent)))
-                .map_err(|e| format!("cannot take back {}: {e}", workdir.display()))?;
+        let Some(claim) = guard.as_mut().expect("loaded").get(identity).cloned() else { return Ok(None) };
+        let mut kept = None;
+        if std::fs::symlink_metadata(&claim.workdir).is_ok_and(|m| m.is_dir() && m.uid() == claim.uid) {
+            let aside = config.root.parent().unwrap_or(Path::new("/")).join(".kept");
+            std::fs::create_dir_all(&aside).map_err(|e| format!("{}: {e}", aside.display()))?;
+            std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let to = aside.join(format!("{}-{}", identity.replace('/', "_"), since.as_secs()));
+            std::fs::rename(&claim.workdir, &to)
+                .map_err(|e| format!("cannot move {} aside to {}: {e}", claim.workdir.display(), to.display()))?;
+            kept = Some(to);
         }
-        let home = config.root.join(uid.to_string());
+        let home = config.root.join(claim.uid.to_string());
         match std::fs::remove_dir_all(&home) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(format!("{}: {e}", home.display())),
             _ => {}
         }
-        std::fs::remove_file(owner_file(config, uid)).or_else(|e| match e.kind() {
+        std::fs::remove_file(owner_file(config, claim.uid)).or_else(|e| match e.kind() {
             io::ErrorKind::NotFound => Ok(()),
-            _ => Err(format!("cannot free uid {uid}: {e}")),
+            _ => Err(format!("cannot free uid {}: {e}", claim.uid)),
         })?;
         guard.as_mut().expect("loaded").remove(identity);
-        Ok(())
+        Ok(kept)
     }
 }
 
-/// The agent's own uid.
-fn nix_uid() -> u32 {
-    rustix::process::getuid().as_raw()
-}
-
+/// Who has `uid`, in a directory only the agent reads: `<root>/.owners/<uid>`.
 fn owner_file(config: &RoomsConfig, uid: u32) -> PathBuf {
-    config.root.join(format!("{uid}.owner"))
+    config.root.join(OWNERS).join(uid.to_string())
 }
 
-/// The owner files under the root (made, closed to others, if missing).
-fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, u32>> {
-    std::fs::create_dir_all(&config.root)?;
+fn write_owner(config: &RoomsConfig, identity: &str, claim: &Claim) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(owner_file(config, claim.uid))?;
+    std::io::Write::write_all(&mut file, format!("{identity}\n{}\n", claim.workdir.display()).as_bytes())
+}
+
+/// The owner files (the root, 0711, and the owners' directory, 0700, made if missing).
+fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, Claim>> {
+    let owners = config.root.join(OWNERS);
+    std::fs::create_dir_all(&owners)?;
     // Others may pass through to their own home, never list whose rooms there are.
     std::fs::set_permissions(&config.root, std::fs::Permissions::from_mode(0o711))?;
+    std::fs::set_permissions(&owners, std::fs::Permissions::from_mode(0o700))?;
     let mut taken = BTreeMap::new();
-    for entry in std::fs::read_dir(&config.root)? {
+    for entry in std::fs::read_dir(&owners)? {
         let entry = entry?;
-        let name = entry.file_name();
-        let Some(uid) = name.to_str().and_then(|n| n.strip_suffix(".owner")).and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        taken.insert(std::fs::read_to_string(entry.path())?.trim().to_string(), uid);
+        let Some(uid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else { continue };
+        let text = std::fs::read_to_string(entry.path())?;
+        let mut lines = text.lines();
+        let (Some(identity), Some(workdir)) = (lines.next(), lines.next()) else { continue };
+        taken.insert(identity.to_string(), Claim { uid, workdir: workdir.into() });
     }
     Ok(taken)
 }
+
+/// The directory of the owner files, in the rooms' root.
+const OWNERS: &str = ".owners";
 
 /// Makes `home` (0700) and its private temporary directory, both the room's; the tmux server, which enters the
 /// room, can change no file's owner. By file descriptors: the harness owns its home and could swap `.tmp` for a
@@ -343,6 +395,10 @@ pub fn enter(uid: u32, home: &Path, workdir: &Path, argv: &[std::ffi::OsString])
 mod tests {
     use super::*;
 
+    fn nix_uid() -> u32 {
+        rustix::process::getuid().as_raw()
+    }
+
     fn config(root: &Path) -> RoomsConfig {
         RoomsConfig { root: root.to_path_buf(), first_uid: 4_000_000, count: 2, helper: "worksession".into() }
     }
@@ -356,17 +412,22 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let c = config(&dir);
         let rooms = Rooms::default();
-        let a = rooms.room_of(&c, "ns/a").unwrap();
-        let b = rooms.room_of(&c, "ns/b").unwrap();
+        let (wa, wb, wc) = (dir.join("wa"), dir.join("wb"), dir.join("wc"));
+        let a = rooms.room_of(&c, "ns/a", &wa).unwrap();
+        let b = rooms.room_of(&c, "ns/b", &wb).unwrap();
         assert_eq!((a.uid, b.uid), (4_000_000, 4_000_001));
-        assert_eq!(rooms.room_of(&c, "ns/a").unwrap(), a, "the same room again");
+        assert_eq!(rooms.room_of(&c, "ns/a", &wa).unwrap(), a, "the same room again");
+        assert!(rooms.room_of(&c, "ns/x", &wa.join("in")).unwrap_err().contains("ns/a"), "a workdir is one session's");
+        assert!(rooms.room_of(&c, "ns/x", &dir).unwrap_err().contains("overlaps"), "nor may one hold another's");
         let meta = std::fs::metadata(&a.home).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (a.uid, 0o700));
-        assert!(rooms.room_of(&c, "ns/c").unwrap_err().contains("all 2 rooms"));
-        assert_eq!(Rooms::default().room_of(&c, "ns/b").unwrap(), b, "a restarted agent reads who has which");
-        rooms.release(&c, "ns/a", Path::new("/nonexistent")).unwrap();
+        assert!(rooms.room_of(&c, "ns/c", &wc).unwrap_err().contains("all 2 rooms"));
+        assert_eq!(Rooms::default().room_of(&c, "ns/b", &wb).unwrap(), b, "a restarted agent reads who has which");
+        let owners = std::fs::metadata(c.root.join(OWNERS)).unwrap();
+        assert_eq!((owners.uid(), owners.mode() & 0o777), (0, 0o700), "who has which is the agent's to read");
+        assert_eq!(rooms.release(&c, "ns/a").unwrap(), None, "no workdir was handed over");
         assert!(!a.home.exists());
-        assert_eq!(rooms.room_of(&c, "ns/c").unwrap().uid, a.uid, "a freed uid is given again");
+        assert_eq!(rooms.room_of(&c, "ns/c", &wc).unwrap().uid, a.uid, "a freed uid is given again");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -380,9 +441,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let c = config(&dir.join(".rooms"));
         let rooms = Rooms::default();
-        let (a, b) = (rooms.room_of(&c, "ns/a").unwrap(), rooms.room_of(&c, "ns/b").unwrap());
-        let owner = |p: &Path| std::fs::symlink_metadata(p).unwrap().uid();
         let work = dir.join("w");
+        let a = rooms.room_of(&c, "ns/a", &work).unwrap();
+        let b = rooms.room_of(&c, "ns/b", &dir.join("other")).unwrap();
+        let owner = |p: &Path| std::fs::symlink_metadata(p).unwrap().uid();
         std::fs::create_dir_all(work.join("sub")).unwrap();
         std::fs::write(work.join("sub/f"), "x").unwrap();
         symlink("/etc/hostname", work.join("link")).unwrap();
@@ -398,7 +460,9 @@ mod tests {
         assert!(refused(&work.join("sub"), &[]).contains("another room's"), "inside another room's workdir");
         let mirrors = dir.join("x/.repos");
         std::fs::create_dir_all(&mirrors).unwrap();
-        assert!(refused(&dir.join("x"), &[&mirrors]).contains("holds"), "the node's clones");
+        assert!(refused(&dir.join("x"), &[&mirrors]).contains("overlaps"), "the node's clones");
+        std::fs::create_dir_all(mirrors.join("in")).unwrap();
+        assert!(refused(&mirrors.join("in"), &[&mirrors]).contains("overlaps"), "nor a place in them");
         let mixed = dir.join("mixed");
         std::fs::create_dir_all(&mixed).unwrap();
         std::fs::write(mixed.join("mine"), "x").unwrap();
@@ -407,8 +471,11 @@ mod tests {
         assert!(refused(&mixed, &[]).contains("another room"));
         assert_eq!(owner(&mixed.join("mine")), 0, "nothing changed");
 
-        rooms.release(&c, "ns/a", &work).unwrap();
-        assert_eq!((owner(&work), owner(&work.join("sub/f"))), (0, 0), "handed back to the agent");
+        let aside = rooms.release(&c, "ns/a").unwrap().expect("moved aside");
+        assert!(!work.exists() && aside.join("sub/f").exists(), "moved aside whole");
+        assert!(aside.starts_with(dir.join(".kept")));
+        let kept = std::fs::metadata(dir.join(".kept")).unwrap();
+        assert_eq!((kept.uid(), kept.mode() & 0o777), (0, 0o700), "out of every room's reach");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -309,7 +309,13 @@ impl Git {
         let place = [format!("--git-dir={}", dot_git.display()), format!("--work-tree={}", workdir.display())];
         let read = |args: &'static [&'static str], overrides: Vec<String>| {
             let mut cmd = self.git();
-            cmd.args(&place).args(overrides.iter().flat_map(|o| ["-c", o.as_str()])).args(args);
+            // As GIT_CONFIG_KEY_<n>/VALUE_<n>, not `-c key=`: a driver's name may hold a '=' (`filter.a=b.clean`),
+            // which `-c` would split at.
+            cmd.env("GIT_CONFIG_COUNT", overrides.len().to_string());
+            for (n, key) in overrides.iter().enumerate() {
+                cmd.env(format!("GIT_CONFIG_KEY_{n}"), key).env(format!("GIT_CONFIG_VALUE_{n}"), "");
+            }
+            cmd.args(&place).args(args);
             self.output(cmd, args[0])
         };
         let origin = read(&["config", "--get", "remote.origin.url"], Vec::new()).await.ok();
@@ -322,7 +328,7 @@ impl Git {
             read(&["config", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"], Vec::new())
                 .await
                 .unwrap_or_default();
-        let overrides: Vec<String> = defined.lines().map(|key| format!("{key}=")).collect();
+        let overrides: Vec<String> = defined.lines().map(str::to_string).collect();
         let status = &["status", "--porcelain", "--untracked-files=all", "--ignore-submodules=all"];
         let changes = read(status, overrides.clone()).await.ok();
         let unpushed = read(&["rev-list", "--max-count=10", "--branches", "--not", "--remotes"], overrides).await.ok();

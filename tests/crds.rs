@@ -91,6 +91,8 @@ async fn schema_rejects_what_it_forbids() {
         ("settle out of range", with("resume", json!({"settleSeconds": -1})), "settleSeconds"),
         ("relative workdir", with("workdir", json!("srv/work")), "workdir"),
         ("a tmux format in the workdir", with("workdir", json!("/tmp/x/#(touch /tmp/pwned)")), "workdir"),
+        // Issue 24: what a prefix check of the workdir sees is what the kernel resolves.
+        ("a '..' in the workdir", with("workdir", json!("/srv/work/x/../../run")), "segment"),
         ("unknown restartPolicy", with("restartPolicy", json!("Sometimes")), "restartPolicy"),
         // Issue 23: a credential never rides in a workspace URL.
         ("a token in the URL", with("workspace", json!({"url": "https://ghp_x@github.com/o/r.git"})), "user info"),
@@ -113,7 +115,8 @@ async fn schema_rejects_what_it_forbids() {
     sessions.create(&PostParams::default(), &session("limits", limits)).await.unwrap();
     // Moving a session to another node, or to another work item (issue 23), would run its conversation twice (its
     // harness runs on while another resumes it): both are fixed at creation.
-    for (field, value) in [("nodeName", "node-b"), ("workItem", "other-item")] {
+    // Nor may its workdir move (with rooms it is handed to the session's own user).
+    for (field, value) in [("nodeName", "node-b"), ("workItem", "other-item"), ("workdir", "/srv/elsewhere")] {
         let changed = json!({"spec": {field: value}});
         match sessions.patch("limits", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&changed)).await {
             Err(kube::Error::Api(e)) => {

@@ -257,10 +257,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let liveness = observation.liveness(&session);
         // Its room (given out now if it has none): where its harness runs and where its HOME is.
         let room = match &config.rooms {
-            Some(rooms) if !deleting || self.rooms.has(rooms, &owner_name) => {
-                Some(self.rooms.room_of(rooms, &owner_name))
-            }
-            _ => None,
+            Some(rooms) if deleting => self.rooms.existing(rooms, &owner_name).map(Ok),
+            Some(rooms) => Some(self.rooms.room_of(rooms, &owner_name, std::path::Path::new(&ws.spec.workdir))),
+            None => None,
         };
         let home = match &room {
             Some(Ok(room)) => Some(room.home.as_path()),
@@ -412,15 +411,22 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 },
                 Op::ReleaseRoom => {
                     let Some(rooms) = &config.rooms else { continue };
-                    let room =
-                        self.rooms.room_of(rooms, owner_name).map_err(|e| other(ReconcileError::ReleaseRoom(e)))?;
-                    let confine =
-                        crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone() };
+                    let Some(room) = self.rooms.existing(rooms, owner_name) else { continue };
+                    let confine = crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
                     // Nothing of the uid may outlive the session (a harness's child that left its tmux session).
                     tmux.evict(&confine).await.map_err(|e| other(ReconcileError::ReleaseRoom(e.to_string())))?;
-                    if let Err(why) = self.rooms.release(rooms, owner_name, std::path::Path::new(&ws.spec.workdir)) {
-                        // The finalizer stays: the room is freed on the next try, never given out half-cleared.
-                        return Err(other(ReconcileError::ReleaseRoom(why)));
+                    // The finalizer stays on failure: the room is freed on the next try, never given out half-cleared.
+                    let kept =
+                        self.rooms.release(rooms, owner_name).map_err(|e| other(ReconcileError::ReleaseRoom(e)))?;
+                    if let Some(to) = kept {
+                        let why = format!(
+                            "{} was its harness's: moved aside to {} (the agent's alone; no room reaches it)",
+                            ws.spec.workdir,
+                            to.display()
+                        );
+                        let notice = core::Notice::new(NoticeKind::WorkspaceKept, why);
+                        self.log(ws, &notice);
+                        self.store.record(ws, &notice).await;
                     }
                 }
                 Op::ReleaseFinalizer => {

@@ -59,8 +59,12 @@ pub struct WorkSessionSpec {
     #[schemars(regex(pattern = HARNESS_PATTERN), length(min = 1, max = 63))]
     pub harness: String,
     /// Absolute path on the node where the harness runs (resume lookup is scoped to it); no `#`, which tmux would
-    /// expand.
+    /// expand, and no `.` or `..` segment; immutable (with rooms, the directory is handed to this session's user).
     #[schemars(regex(pattern = r"^/[^#]*$"), length(min = 1, max = 4096))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self == oldSelf", "message": "workdir is immutable"},
+        {"rule": shapes::WORKDIR_DOT_SEGMENT_RULE, "message": "workdir must not hold a '.' or '..' segment"}
+    ]))]
     pub workdir: String,
     /// A conversation to adopt, used when status has recorded none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

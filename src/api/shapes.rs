@@ -122,6 +122,12 @@ pub fn validate_name(kind: Kind, name: &str, namespace: Option<&str>) -> Result<
     }
 }
 
+/// A `.` or `..` segment of a path.
+const WORKDIR_DOT_SEGMENT_PATTERN: &str = "(^|/)[.][.]?(/|$)";
+/// The CEL rule of `spec.workdir` refusing them (see [`WORKDIR_DOT_SEGMENT_PATTERN`]).
+pub const WORKDIR_DOT_SEGMENT_RULE: &str = "!self.matches('(^|/)[.][.]?(/|$)')";
+static WORKDIR_DOT_SEGMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORKDIR_DOT_SEGMENT_PATTERN).unwrap());
+
 /// The shape of `spec.workspace.url` and `ref`: no leading `-` (never taken as a flag by git), no whitespace or
 /// control characters.
 pub const GIT_WORD_PATTERN: &str = r"^[^-\s][^\s]*$";
@@ -192,6 +198,10 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
         // tmux expands formats, `#(command)` included, in a new session's start directory.
         return err("workdir", format!("{:?} must not contain '#' (tmux would expand it)", spec.workdir));
     }
+    if WORKDIR_DOT_SEGMENT.is_match(&spec.workdir) {
+        // `/srv/work/x/..` names what the kernel resolves, not what a prefix check sees.
+        return err("workdir", format!("{:?} must not hold a '.' or '..' segment", spec.workdir));
+    }
     if let Some(w) = &spec.workspace {
         if w.url.len() > 2048 || !GIT_WORD.is_match(&w.url) {
             return err("workspace.url", "must not start with '-' or contain whitespace (at most 2048)".into());
@@ -232,6 +242,9 @@ pub fn immutable_change(old: &WorkSessionSpec, new: &WorkSessionSpec) -> Option<
     }
     if old.node_name != new.node_name {
         return Some(changed("nodeName", &old.node_name, &new.node_name));
+    }
+    if old.workdir != new.workdir {
+        return Some(changed("workdir", &old.workdir, &new.workdir));
     }
     None
 }
@@ -349,6 +362,7 @@ mod tests {
         assert!(URL_USER_INFO_RULE.contains(&format!("'{USER_INFO_PATTERN}'")), "{URL_USER_INFO_RULE}");
         assert!(URL_USER_INFO_RULE.contains(&format!("'{SSH_USER_PATTERN}'")), "{URL_USER_INFO_RULE}");
         assert!(URL_DOT_SEGMENT_RULE.contains(&format!("'{DOT_SEGMENT_PATTERN}'")), "{URL_DOT_SEGMENT_RULE}");
+        assert!(WORKDIR_DOT_SEGMENT_RULE.contains(&format!("'{WORKDIR_DOT_SEGMENT_PATTERN}'")));
     }
 
     #[test]
@@ -359,5 +373,24 @@ mod tests {
         let e = immutable_change(&old, &moved).unwrap();
         assert_eq!(e.field, "workItem");
         assert!(e.to_string().contains("immutable"), "{e}");
+        let elsewhere = WorkSessionSpec { workdir: "/elsewhere".into(), ..old.clone() };
+        assert_eq!(immutable_change(&old, &elsewhere).unwrap().field, "workdir");
+    }
+
+    #[test]
+    fn a_workdir_with_a_dot_segment_is_refused() {
+        let spec = |workdir: &str| WorkSessionSpec {
+            work_item: "a".into(),
+            node_name: "n".into(),
+            harness: "claude".into(),
+            workdir: workdir.into(),
+            ..Default::default()
+        };
+        for bad in ["/srv/work/x/..", "/srv/work/../run", "/srv/work/./x", "/srv/work/link/."] {
+            assert_eq!(validate_spec(&spec(bad)).unwrap_err().field, "workdir", "{bad}");
+        }
+        for good in ["/srv/work/x..y", "/srv/work/.hidden", "/srv/work/x/"] {
+            assert!(validate_spec(&spec(good)).is_ok(), "{good}");
+        }
     }
 }

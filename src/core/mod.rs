@@ -186,7 +186,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         if input.deleting {
             if conflict.is_none() {
                 self.ops.push(Op::Stop { session: self.session.clone() });
-                if input.spec.workspace.is_some() {
+                // A room's checkout was its harness's: it goes aside with the room, never read by the agent's git.
+                if input.spec.workspace.is_some() && !matches!(input.room, Confinement::Room(_)) {
                     self.ops.push(Op::RemoveWorkspace);
                 }
             }

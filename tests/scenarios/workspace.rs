@@ -325,6 +325,10 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
     // The attack, written where a harness can write: the checkout's config, hooks and attributes, and the clone's.
     let clone = std::fs::read_dir(tmux.state().join("repos")).unwrap().next().unwrap().unwrap().path();
     let checkout = work.join("hx");
+    // The harness's own commit of a second file, before it plants anything.
+    std::fs::write(checkout.join("NOTES.md"), "notes\n").unwrap();
+    git(&checkout, &["add", "NOTES.md"]);
+    git(&checkout, &["commit", "-q", "-m", "notes"]);
     let markers = tmux.state().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let hook = |dir: &Path, whose: &str, name: &str| {
@@ -343,7 +347,7 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
     let (fsmonitor, ssh) = (marker("fsmonitor"), marker("ssh"));
     let clean = evil_hooks.join("clean").to_string_lossy().into_owned();
     let smudge = evil_hooks.join("smudge").to_string_lossy().into_owned();
-    let process = marker("filter-process");
+    let (process, equals) = (marker("filter-process"), marker("filter-named-with-equals"));
     for repo in [&clone, &checkout] {
         for (key, value) in [
             ("core.hooksPath", evil_hooks.to_str().unwrap()),
@@ -353,14 +357,17 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
             ("filter.evil.smudge", smudge.as_str()),
             ("filter.evil.process", process.as_str()),
             ("filter.evil.required", "true"),
+            // A driver whose name holds '=': `-c filter.a=b.process=` would set `filter.a` instead.
+            ("filter.a=b.process", equals.as_str()),
         ] {
             git(repo, &["config", key, value]);
         }
     }
     git(&clone, &["config", "remote.origin.url", &format!("file://{}", elsewhere.display())]);
-    // A tracked file changed at its size, so `git status` must read it through its filter.
-    std::fs::write(checkout.join(".gitattributes"), "* filter=evil\n").unwrap();
+    // Tracked files changed at their size, so `git status` must read them through their filters.
+    std::fs::write(checkout.join(".gitattributes"), "README.md filter=evil\nNOTES.md filter=a=b\n").unwrap();
     std::fs::write(checkout.join("README.md"), "HELLO\n").unwrap();
+    std::fs::write(checkout.join("NOTES.md"), "NOTES\n").unwrap();
     // The other checkout's .git becomes a file that points at the clone.
     std::fs::remove_dir_all(work.join("hz/.git")).unwrap();
     std::fs::write(work.join("hz/.git"), format!("gitdir: {}\n", clone.display())).unwrap();
