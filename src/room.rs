@@ -17,6 +17,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use rustix::fs::FileType;
+
 /// How the agent gives each session a room (`rooms` in the agent config); `None` there: every harness runs as the
 /// tmux server's user, sharing its `HOME` (`harnessHome`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,7 +184,8 @@ impl Rooms {
                 return Err(format!("{shown} is inside {}, another room's (uid {owner})", ancestor.display()));
             }
         }
-        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == room.uid) {
+        // Done before: the top is changed last (owner, then mode), so a hand-over cut short is done again.
+        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == room.uid && m.mode() & 0o077 == 0) {
             return Ok(());
         }
         let handed = open_dir(workdir).and_then(|dir| {
@@ -190,6 +193,10 @@ impl Rooms {
             walk(&dir, &mut |_, stat| match stat.st_uid {
                 owner if owner != room.uid && rooms.contains(&owner) => {
                     Err(io::Error::other(format!("it holds a file of another room (uid {owner})")))
+                }
+                // Another name of the file may be anywhere: handing it over would hand that over too.
+                _ if stat.st_nlink > 1 && FileType::from_raw_mode(stat.st_mode) != FileType::Directory => {
+                    Err(io::Error::other("it holds a file with more than one name (a hard link)"))
                 }
                 _ => Ok(()),
             })?;
@@ -331,11 +338,10 @@ impl At<'_> {
     }
 }
 
-/// Calls `visit` on `dir` and everything beneath it, by file descriptors: a directory is entered only as what it
+/// Calls `visit` on everything beneath `dir`, then on `dir`, by file descriptors: a directory is entered only as what it
 /// was when opened, never through a link, so a harness that swaps a directory for a link meanwhile changes nothing.
 fn walk(dir: &std::os::fd::OwnedFd, visit: &mut dyn FnMut(At, &rustix::fs::Stat) -> io::Result<()>) -> io::Result<()> {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-    visit(At { dir, name: None }, &rustix::fs::fstat(dir)?)?;
+    use rustix::fs::{AtFlags, Mode, OFlags};
     for entry in rustix::fs::Dir::read_from(dir)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -357,7 +363,8 @@ fn walk(dir: &std::os::fd::OwnedFd, visit: &mut dyn FnMut(At, &rustix::fs::Stat)
         }
         visit(At { dir, name: Some(name) }, &stat)?;
     }
-    Ok(())
+    // The directory itself last: a hand-over stopped half-way leaves its top as it was, so it is done again.
+    visit(At { dir, name: None }, &rustix::fs::fstat(dir)?)
 }
 
 /// `worksession room`: becomes `uid` (and gid, with no other group) and execs `argv` in `workdir` with `HOME` and
@@ -470,6 +477,10 @@ mod tests {
         std::os::unix::fs::lchown(mixed.join("theirs"), Some(a.uid), Some(a.uid)).unwrap();
         assert!(refused(&mixed, &[]).contains("another room"));
         assert_eq!(owner(&mixed.join("mine")), 0, "nothing changed");
+        let linked = dir.join("linked");
+        std::fs::create_dir_all(&linked).unwrap();
+        std::fs::hard_link(mixed.join("mine"), linked.join("same")).unwrap();
+        assert!(refused(&linked, &[]).contains("hard link"), "a file with another name elsewhere");
 
         let aside = rooms.release(&c, "ns/a").unwrap().expect("moved aside");
         assert!(!work.exists() && aside.join("sub/f").exists(), "moved aside whole");

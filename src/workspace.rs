@@ -137,6 +137,10 @@ impl Git {
     async fn run(&self, dir: Option<&Path>, args: &[&str]) -> Result<String, String> {
         let mut cmd = self.git();
         if let Some(dir) = dir {
+            if dir.starts_with(&self.mirrors) {
+                // The node's clones are the agent's, whoever made them (an older release ran as another user).
+                cmd.arg("-c").arg(format!("safe.directory={}", dir.display()));
+            }
             cmd.arg("-C").arg(dir);
         }
         cmd.args(args);
@@ -188,6 +192,10 @@ impl Git {
         // Made beside it and moved into place: a checkout is whole, or not there.
         let partial = parent.join(format!(".{name}.worksession-partial"));
         let _ = std::fs::remove_dir_all(&partial);
+        // Closed until it is handed to its room: no other room reads a checkout its harness has not started in.
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(&partial)
+            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
         let partial_s = partial.to_string_lossy();
         self.run(None, &["init", "--quiet", "--", &partial_s]).await?;
         let from = mirror.to_string_lossy();
@@ -206,6 +214,9 @@ impl Git {
     /// Runs git in `dir` reading the node's own clone: the local transport allowed for this one command.
     async fn local(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
         let mut cmd = self.git();
+        let clone =
+            args.iter().find(|a| Path::new(a).starts_with(&self.mirrors)).map(|c| format!("safe.directory={c}"));
+        cmd.args(clone.iter().flat_map(|c| ["-c", c.as_str()]));
         cmd.env("GIT_ALLOW_PROTOCOL", "file").arg("-C").arg(dir).args(args);
         self.output(cmd, args[0]).await
     }
@@ -238,17 +249,18 @@ impl Git {
     }
 
     async fn clone_or_fetch(&self, url: &str, mirror: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(&self.mirrors).map_err(|e| format!("cannot create {}: {e}", self.mirrors.display()))?;
+        // The node's clones are the agent's alone: no harness reads another tenant's repository here or writes a
+        // config, hook or ref that the agent's next fetch would act on (closed again each time: an older release
+        // made them open).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&self.mirrors, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot close {}: {e}", self.mirrors.display()))?;
         if mirror.join("HEAD").is_file() {
             // From the spec's URL, not whatever `remote.origin.url` says now.
             let args = ["fetch", "--prune", "--tags", "--", url, ORIGIN_REFSPEC];
             return self.run(Some(mirror), &args).await.map(drop);
         }
-        std::fs::create_dir_all(&self.mirrors).map_err(|e| format!("cannot create {}: {e}", self.mirrors.display()))?;
-        // The node's clones are the agent's alone: no harness reads another tenant's repository here or writes a
-        // config, hook or ref that the agent's next fetch would act on.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&self.mirrors, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot close {}: {e}", self.mirrors.display()))?;
         let partial = mirror.with_extension("partial");
         let _ = std::fs::remove_dir_all(&partial);
         let partial_s = partial.to_string_lossy();

@@ -115,7 +115,7 @@ impl Discoveries {
             let mut found: Vec<(i64, String)> = matches(&expand(&log.path))
                 .into_iter()
                 .filter(|(path, _)| modified(path) >= since)
-                .flat_map(|(path, _)| announced(&path, &pattern, since))
+                .flat_map(|(path, _)| announced(home, &path, &pattern, since))
                 .filter(|(_, id)| free(id))
                 .collect();
             found.sort();
@@ -128,7 +128,7 @@ impl Discoveries {
             .into_iter()
             .filter_map(|(path, id)| Some((path, id?)))
             .filter(|(path, _)| modified(path) >= since)
-            .filter(|(path, _)| !discover.names_workdir || names_workdir(path, workdir))
+            .filter(|(path, _)| !discover.names_workdir || names_workdir(home, path, workdir))
             .filter(|(_, id)| free(id))
             .map(|(path, id)| (modified(&path), id))
             .collect();
@@ -138,15 +138,9 @@ impl Discoveries {
 }
 
 /// The conversations a log announces since `since` (seconds since the epoch), with their time; only its last MiB is
-/// read (a log grows for the life of the harness).
-fn announced(path: &Path, pattern: &Regex, since: i64) -> Vec<(i64, String)> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = file.seek(SeekFrom::Start(len.saturating_sub(1 << 20)));
-    let mut bytes = Vec::new();
-    let _ = file.read_to_end(&mut bytes);
-    let text = String::from_utf8_lossy(&bytes);
+/// read (a log grows for the life of the harness), and only as [`crate::transcript::open`] opens a harness's file.
+fn announced(home: &Path, path: &Path, pattern: &Regex, since: i64) -> Vec<(i64, String)> {
+    let Some(text) = crate::transcript::read_tail(home, path, 1 << 20) else { return Vec::new() };
     text.lines()
         .filter_map(|line| {
             let caps = pattern.captures(line)?;
@@ -164,9 +158,9 @@ fn modified(path: &Path) -> i64 {
 }
 
 /// Whether the file's first line names `workdir` as its `cwd` (Codex CLI's `session_meta`).
-fn names_workdir(path: &Path, workdir: &str) -> bool {
+fn names_workdir(home: &Path, path: &Path, workdir: &str) -> bool {
     use std::io::{BufRead, Read};
-    let Ok(file) = std::fs::File::open(path) else { return false };
+    let Some(file) = crate::transcript::open(home, path) else { return false };
     let mut first = String::new();
     if std::io::BufReader::new(file.take(64 * 1024)).read_line(&mut first).is_err() {
         return false;
@@ -268,7 +262,7 @@ mod tests {
         ids.sort();
         assert_eq!(ids, [other, id]);
         let path = &found.iter().find(|(_, i)| i.as_deref() == Some(id)).unwrap().0;
-        assert!(names_workdir(path, "/srv/a") && !names_workdir(path, "/srv/b"));
+        assert!(names_workdir(home.path(), path, "/srv/a") && !names_workdir(home.path(), path, "/srv/b"));
     }
 
     #[test]
@@ -289,7 +283,7 @@ mod tests {
         std::fs::write(&log, text.concat()).unwrap();
         let pattern = crate::harness::OPENCODE_CREATED_PATTERN.replace(WORKDIR, &regex::escape("/srv/a"));
         let since = "2026-11-30T19:49:50Z".parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_second();
-        let found = announced(&log, &Regex::new(&pattern).unwrap(), since);
+        let found = announced(dir.path(), &log, &Regex::new(&pattern).unwrap(), since);
         assert_eq!(found.iter().map(|(_, id)| id.as_str()).collect::<Vec<_>>(), ["ses_mine"]);
     }
 }

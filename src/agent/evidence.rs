@@ -129,7 +129,15 @@ impl<S, T: Tmux> Reconciler<S, T> {
             sent.insert(0, (INITIAL_PROMPT, ws.spec.initial_prompt.as_deref().unwrap_or_default()));
         }
         if let (Some(id), false) = (current, sent.is_empty()) {
-            let text = read(&transcript::locate(template, home, workdir, id)).await;
+            let path = transcript::locate(template, home, workdir, id);
+            let home = home.to_path_buf();
+            // Read off the runtime's threads: a transcript grows to megabytes.
+            let text =
+                tokio::task::spawn_blocking(move || transcript::read_tail(&home, &path, transcript::TRANSCRIPT_LIMIT))
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
             // As sent: a prompt that starts with a command prefix went with the literal mark in front.
             let shows = |prompt: &str| {
                 transcript::contains(&text, &clean_prompt(prompt))
@@ -140,9 +148,4 @@ impl<S, T: Tmux> Reconciler<S, T> {
         }
         evidence
     }
-}
-
-/// The transcript's text, or nothing when it cannot be read (yet).
-async fn read(path: &Path) -> String {
-    tokio::fs::read_to_string(path).await.unwrap_or_default()
 }

@@ -55,6 +55,13 @@ async fn reconciler<S: Store>(
             let _ = listening.send(bound);
         }
     }
+    if let (Some(_), Some(home)) = (&options.config.borrow().rooms, &options.config.borrow().harness_home) {
+        // With rooms the shared HOME of an install without them (old transcripts) is the agent's alone.
+        use std::os::unix::fs::PermissionsExt;
+        if home.is_dir() && std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).is_err() {
+            tracing::warn!(event = "rooms.home_open", home = %home.display(), "cannot close the shared HOME");
+        }
+    }
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);
     let (config, failpoint) = (options.config, options.failpoint);
