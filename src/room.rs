@@ -96,6 +96,8 @@ pub struct Rooms {
 struct Claim {
     uid: u32,
     workdir: PathBuf,
+    /// The agent prepared the workdir's checkout for this session (so it may be handed over, or moved aside).
+    prepared: bool,
 }
 
 impl Rooms {
@@ -115,9 +117,17 @@ impl Rooms {
     }
 
     /// The room of `identity` (whose workdir is `workdir`), given out now (its owner file written, its home made)
-    /// if it had none. Refused when another room's workdir is, holds or lies in `workdir`: a directory is one
+    /// if it had none. Refused, before anything is prepared there, when `workdir` may not be a room's ([`place`]:
+    /// `keep` are the agent's own directories) or another room's workdir is, holds or lies in it: a directory is one
     /// session's.
-    pub fn room_of(&self, config: &RoomsConfig, identity: &str, workdir: &Path) -> Result<Room, String> {
+    pub fn room_of(
+        &self,
+        config: &RoomsConfig,
+        identity: &str,
+        workdir: &Path,
+        keep: &[&Path],
+    ) -> Result<Room, String> {
+        place(config, workdir, keep)?;
         let failed = |e: io::Error| format!("cannot read the rooms in {}: {e}", config.root.display());
         let mut guard = self.taken(config).map_err(failed)?;
         let taken = guard.as_mut().expect("loaded");
@@ -150,7 +160,7 @@ impl Rooms {
                         uid
                     }
                 };
-                let claim = Claim { uid, workdir: workdir.to_path_buf() };
+                let claim = Claim { uid, workdir: workdir.to_path_buf(), prepared: false };
                 write_owner(config, identity, &claim).map_err(|e| format!("cannot give out uid {uid}: {e}"))?;
                 taken.insert(identity.to_string(), claim);
                 uid
@@ -161,32 +171,39 @@ impl Rooms {
         Ok(Room { uid, home })
     }
 
+    /// Records that the agent prepared `identity`'s checkout (not adopted one): that tree may be handed over.
+    pub fn prepared(&self, config: &RoomsConfig, identity: &str) -> Result<(), String> {
+        let mut guard = self.taken(config).map_err(|e| e.to_string())?;
+        let Some(claim) = guard.as_mut().expect("loaded").get_mut(identity) else { return Ok(()) };
+        if !claim.prepared {
+            claim.prepared = true;
+            write_owner(config, identity, claim).map_err(|e| format!("cannot record the preparation: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Gives `workdir` to `room` before its harness starts: every file in it becomes the room's (never following a
-    /// link), the directory closed to others. Refused unless it lies in the workspace (the directory that holds the
-    /// rooms) by a path without links, holds none of `keep` (the rooms, the node's clones, the shared HOME), and
-    /// nothing on the way to it or in it belongs to another room.
+    /// link), the directory closed to others. Only what is this session's is handed over: an empty directory, or the
+    /// checkout the agent prepared for it ([`Rooms::prepared`]); and only where [`place`] allows, with nothing in it
+    /// of another room's and no file with a second name.
     pub fn hand_over(&self, config: &RoomsConfig, room: &Room, workdir: &Path, keep: &[&Path]) -> Result<(), String> {
         let shown = workdir.display();
-        let workspace = config.root.parent().unwrap_or(Path::new("/"));
-        let real = std::fs::canonicalize(workdir).map_err(|e| format!("{shown}: {e}"))?;
-        if real != workdir || !workdir.starts_with(workspace) || workdir == workspace {
-            return Err(format!("{shown} is not a directory in {} reached without links", workspace.display()));
-        }
-        let kept = config.root.parent().map(|w| w.join(".kept"));
-        let keep = keep.iter().copied().chain([config.root.as_path()]).chain(kept.as_deref());
-        if let Some(kept) = keep.into_iter().find(|k| k.starts_with(workdir) || workdir.starts_with(k)) {
-            return Err(format!("{shown} overlaps {}; a workdir cannot", kept.display()));
-        }
+        place(config, workdir, keep)?;
         let rooms = config.first_uid..config.first_uid.saturating_add(config.count);
-        for ancestor in workdir.ancestors().skip(1).take_while(|a| a.starts_with(workspace)) {
-            let owner = std::fs::symlink_metadata(ancestor).map_err(|e| e.to_string())?.uid();
-            if rooms.contains(&owner) && owner != room.uid {
-                return Err(format!("{shown} is inside {}, another room's (uid {owner})", ancestor.display()));
-            }
-        }
+        let prepared = self
+            .taken(config)
+            .ok()
+            .and_then(|t| t.as_ref()?.values().find(|c| c.uid == room.uid).map(|c| c.prepared && c.workdir == workdir));
         // Done before: the top is changed last (owner, then mode), so a hand-over cut short is done again.
         if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == room.uid && m.mode() & 0o077 == 0) {
             return Ok(());
+        }
+        let empty = std::fs::read_dir(workdir).map_err(|e| format!("{shown}: {e}"))?.next().is_none();
+        if !empty && prepared != Some(true) {
+            return Err(format!(
+                "{shown} holds files the agent did not prepare for this session; only an empty \
+                                directory or its own checkout is handed to a room"
+            ));
         }
         let handed = open_dir(workdir).and_then(|dir| {
             // Checked whole before anything changes: a tree holding another room's file is refused untouched.
@@ -214,7 +231,9 @@ impl Rooms {
         let mut guard = self.taken(config).map_err(|e| e.to_string())?;
         let Some(claim) = guard.as_mut().expect("loaded").get(identity).cloned() else { return Ok(None) };
         let mut kept = None;
-        if std::fs::symlink_metadata(&claim.workdir).is_ok_and(|m| m.is_dir() && m.uid() == claim.uid) {
+        let agent = rustix::process::getuid().as_raw();
+        let ours = |m: &std::fs::Metadata| m.uid() == claim.uid || (claim.prepared && m.uid() == agent);
+        if std::fs::symlink_metadata(&claim.workdir).is_ok_and(|m| m.is_dir() && ours(&m)) {
             let aside = config.root.parent().unwrap_or(Path::new("/")).join(".kept");
             std::fs::create_dir_all(&aside).map_err(|e| format!("{}: {e}", aside.display()))?;
             std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
@@ -251,7 +270,8 @@ fn write_owner(config: &RoomsConfig, identity: &str, claim: &Claim) -> io::Resul
         .truncate(true)
         .mode(0o600)
         .open(owner_file(config, claim.uid))?;
-    std::io::Write::write_all(&mut file, format!("{identity}\n{}\n", claim.workdir.display()).as_bytes())
+    let prepared = if claim.prepared { "prepared\n" } else { "" };
+    std::io::Write::write_all(&mut file, format!("{identity}\n{}\n{prepared}", claim.workdir.display()).as_bytes())
 }
 
 /// The owner files (the root, 0711, and the owners' directory, 0700, made if missing).
@@ -262,13 +282,22 @@ fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, Claim>> {
     std::fs::set_permissions(&config.root, std::fs::Permissions::from_mode(0o711))?;
     std::fs::set_permissions(&owners, std::fs::Permissions::from_mode(0o700))?;
     let mut taken = BTreeMap::new();
+    let range = config.first_uid..config.first_uid.saturating_add(config.count);
     for entry in std::fs::read_dir(&owners)? {
         let entry = entry?;
-        let Some(uid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else { continue };
+        let name = entry.file_name();
+        // Only the files the agent writes: a uid in its own spelling and range, a regular file.
+        let Some(uid) = name.to_str().and_then(|n| n.parse::<u32>().ok().filter(|u| u.to_string() == n)) else {
+            continue;
+        };
+        if !range.contains(&uid) || !entry.file_type()?.is_file() {
+            continue;
+        }
         let text = std::fs::read_to_string(entry.path())?;
         let mut lines = text.lines();
         let (Some(identity), Some(workdir)) = (lines.next(), lines.next()) else { continue };
-        taken.insert(identity.to_string(), Claim { uid, workdir: workdir.into() });
+        let prepared = lines.next() == Some("prepared");
+        taken.insert(identity.to_string(), Claim { uid, workdir: workdir.into(), prepared });
     }
     Ok(taken)
 }
@@ -313,6 +342,38 @@ pub const MIN_UID: u32 = 10_000;
 
 /// A room's `TMPDIR`, in its home.
 const TMP: &str = ".tmp";
+
+/// Where a room's workdir may be: in the workspace (the directory holding the rooms), by a path whose existing part
+/// has no link (its real path is its path), overlapping none of `keep` (the agent's own directories), the rooms or
+/// `.kept`, and under no directory a room owns (a harness could swap what is made there, its own room's included).
+/// Checked when the room is given out, before anything is prepared there, and again at the hand-over.
+fn place(config: &RoomsConfig, workdir: &Path, keep: &[&Path]) -> Result<(), String> {
+    let shown = workdir.display();
+    let workspace = config.root.parent().unwrap_or(Path::new("/"));
+    if !workdir.starts_with(workspace) || workdir == workspace {
+        return Err(format!("{shown} is not in the workspace {}", workspace.display()));
+    }
+    if workdir.to_string_lossy().ends_with(".worksession-partial") {
+        return Err(format!("{shown} is the name of a checkout being made"));
+    }
+    let kept = workspace.join(".kept");
+    let keep = keep.iter().copied().chain([config.root.as_path(), kept.as_path()]);
+    if let Some(kept) = keep.into_iter().find(|k| k.starts_with(workdir) || workdir.starts_with(k)) {
+        return Err(format!("{shown} overlaps {}; a workdir cannot", kept.display()));
+    }
+    let existing = workdir.ancestors().find(|a| std::fs::symlink_metadata(a).is_ok()).unwrap_or(workspace);
+    if std::fs::canonicalize(existing).map_err(|e| format!("{}: {e}", existing.display()))? != existing {
+        return Err(format!("{shown} is reached through a link"));
+    }
+    let rooms = config.first_uid..config.first_uid.saturating_add(config.count);
+    for ancestor in workdir.ancestors().skip(1).take_while(|a| a.starts_with(workspace)) {
+        let Ok(meta) = std::fs::symlink_metadata(ancestor) else { continue };
+        if rooms.contains(&meta.uid()) {
+            return Err(format!("{shown} is inside {}, a room's (uid {})", ancestor.display(), meta.uid()));
+        }
+    }
+    Ok(())
+}
 
 /// A directory opened without following a link.
 fn open_dir(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
@@ -406,8 +467,8 @@ mod tests {
         rustix::process::getuid().as_raw()
     }
 
-    fn config(root: &Path) -> RoomsConfig {
-        RoomsConfig { root: root.to_path_buf(), first_uid: 4_000_000, count: 2, helper: "worksession".into() }
+    fn config(root: &Path, count: u32) -> RoomsConfig {
+        RoomsConfig { root: root.to_path_buf(), first_uid: 4_000_000, count, helper: "worksession".into() }
     }
 
     #[test]
@@ -417,24 +478,41 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("rooms-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let c = config(&dir);
+        let c = config(&dir.join(".rooms"), 2);
         let rooms = Rooms::default();
-        let (wa, wb, wc) = (dir.join("wa"), dir.join("wb"), dir.join("wc"));
-        let a = rooms.room_of(&c, "ns/a", &wa).unwrap();
-        let b = rooms.room_of(&c, "ns/b", &wb).unwrap();
+        let work = dir.join("work");
+        let (wa, wb, wc) = (work.join("a"), work.join("b"), work.join("c"));
+        let a = rooms.room_of(&c, "ns/a", &wa, &[]).unwrap();
+        let b = rooms.room_of(&c, "ns/b", &wb, &[]).unwrap();
         assert_eq!((a.uid, b.uid), (4_000_000, 4_000_001));
-        assert_eq!(rooms.room_of(&c, "ns/a", &wa).unwrap(), a, "the same room again");
-        assert!(rooms.room_of(&c, "ns/x", &wa.join("in")).unwrap_err().contains("ns/a"), "a workdir is one session's");
-        assert!(rooms.room_of(&c, "ns/x", &dir).unwrap_err().contains("overlaps"), "nor may one hold another's");
+        assert_eq!(rooms.room_of(&c, "ns/a", &wa, &[]).unwrap(), a, "the same room again");
+        let taken = |w: &Path| rooms.room_of(&c, "ns/x", w, &[]).unwrap_err();
+        assert!(taken(&wa.join("in")).contains("ns/a"), "a workdir is one session's");
+        assert!(taken(&work).contains("overlaps"), "nor may one hold another's");
+        for (bad, why) in [
+            (dir.clone(), "not in the workspace"),
+            (dir.join(".rooms/4000000/x"), "overlaps"),
+            (dir.join(".kept/x"), "overlaps"),
+            (a.home.clone(), "overlaps"),
+            (work.join(".a.worksession-partial"), "being made"),
+        ] {
+            assert!(taken(&bad).contains(why), "{}: {}", bad.display(), taken(&bad));
+        }
         let meta = std::fs::metadata(&a.home).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (a.uid, 0o700));
-        assert!(rooms.room_of(&c, "ns/c", &wc).unwrap_err().contains("all 2 rooms"));
-        assert_eq!(Rooms::default().room_of(&c, "ns/b", &wb).unwrap(), b, "a restarted agent reads who has which");
+        assert!(rooms.room_of(&c, "ns/c", &wc, &[]).unwrap_err().contains("all 2 rooms"));
+        assert_eq!(Rooms::default().room_of(&c, "ns/b", &wb, &[]).unwrap(), b, "a restarted agent reads who has which");
+        std::fs::create_dir(c.root.join(OWNERS).join("04000001")).unwrap();
+        assert_eq!(
+            Rooms::default().room_of(&c, "ns/b", &wb, &[]).unwrap(),
+            b,
+            "what the agent did not write is skipped"
+        );
         let owners = std::fs::metadata(c.root.join(OWNERS)).unwrap();
         assert_eq!((owners.uid(), owners.mode() & 0o777), (0, 0o700), "who has which is the agent's to read");
         assert_eq!(rooms.release(&c, "ns/a").unwrap(), None, "no workdir was handed over");
         assert!(!a.home.exists());
-        assert_eq!(rooms.room_of(&c, "ns/c", &wc).unwrap().uid, a.uid, "a freed uid is given again");
+        assert_eq!(rooms.room_of(&c, "ns/c", &wc, &[]).unwrap().uid, a.uid, "a freed uid is given again");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -446,43 +524,48 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("rooms-hand-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let c = config(&dir.join(".rooms"));
+        let c = config(&dir.join(".rooms"), 10);
         let rooms = Rooms::default();
-        let work = dir.join("w");
-        let a = rooms.room_of(&c, "ns/a", &work).unwrap();
-        let b = rooms.room_of(&c, "ns/b", &dir.join("other")).unwrap();
         let owner = |p: &Path| std::fs::symlink_metadata(p).unwrap().uid();
-        std::fs::create_dir_all(work.join("sub")).unwrap();
-        std::fs::write(work.join("sub/f"), "x").unwrap();
+        // A room whose workdir holds `files` (relative paths), prepared for it or not.
+        let room = |name: &str, files: &[&str], prepared: bool| {
+            let work = dir.join(name);
+            for f in files {
+                std::fs::create_dir_all(work.join(f).parent().unwrap()).unwrap();
+                std::fs::write(work.join(f), "x").unwrap();
+            }
+            std::fs::create_dir_all(&work).unwrap();
+            let room = rooms.room_of(&c, &format!("ns/{name}"), &work, &[]).unwrap();
+            if prepared {
+                rooms.prepared(&c, &format!("ns/{name}")).unwrap();
+            }
+            (room, work)
+        };
+        let (a, work) = room("w", &["sub/f"], true);
         symlink("/etc/hostname", work.join("link")).unwrap();
         rooms.hand_over(&c, &a, &work, &[]).unwrap();
         assert_eq!((owner(&work), owner(&work.join("sub/f")), owner(&work.join("link"))), (a.uid, a.uid, a.uid));
         assert_eq!(owner(Path::new("/etc/hostname")), 0, "a link is never followed");
         assert_eq!(std::fs::metadata(&work).unwrap().mode() & 0o777, 0o700);
+        let (e, empty) = room("empty", &[], false);
+        rooms.hand_over(&c, &e, &empty, &[]).unwrap();
+        assert_eq!(owner(&empty), e.uid, "an empty directory is handed over");
 
-        let refused = |workdir: &Path, keep: &[&Path]| rooms.hand_over(&c, &b, workdir, keep).unwrap_err();
-        assert!(refused(&dir, &[]).contains("reached without links"), "the workspace itself");
-        symlink(&work, dir.join("via-link")).unwrap();
-        assert!(refused(&dir.join("via-link"), &[]).contains("without links"));
-        assert!(refused(&work.join("sub"), &[]).contains("another room's"), "inside another room's workdir");
-        let mirrors = dir.join("x/.repos");
-        std::fs::create_dir_all(&mirrors).unwrap();
-        assert!(refused(&dir.join("x"), &[&mirrors]).contains("overlaps"), "the node's clones");
-        std::fs::create_dir_all(mirrors.join("in")).unwrap();
-        assert!(refused(&mirrors.join("in"), &[&mirrors]).contains("overlaps"), "nor a place in them");
-        let mixed = dir.join("mixed");
-        std::fs::create_dir_all(&mixed).unwrap();
-        std::fs::write(mixed.join("mine"), "x").unwrap();
-        std::fs::write(mixed.join("theirs"), "x").unwrap();
+        let (b, theirs) = room("theirs", &["precious"], false);
+        let err = rooms.hand_over(&c, &b, &theirs, &[]).unwrap_err();
+        assert!(err.contains("did not prepare"), "{err}");
+        assert_eq!(owner(&theirs.join("precious")), 0, "files nobody prepared for it stay where they are");
+        let (m, mixed) = room("mixed", &["mine", "theirs"], true);
         std::os::unix::fs::lchown(mixed.join("theirs"), Some(a.uid), Some(a.uid)).unwrap();
-        assert!(refused(&mixed, &[]).contains("another room"));
+        assert!(rooms.hand_over(&c, &m, &mixed, &[]).unwrap_err().contains("another room"));
         assert_eq!(owner(&mixed.join("mine")), 0, "nothing changed");
-        let linked = dir.join("linked");
-        std::fs::create_dir_all(&linked).unwrap();
+        let (l, linked) = room("linked", &[], true);
         std::fs::hard_link(mixed.join("mine"), linked.join("same")).unwrap();
-        assert!(refused(&linked, &[]).contains("hard link"), "a file with another name elsewhere");
+        assert!(rooms.hand_over(&c, &l, &linked, &[]).unwrap_err().contains("hard link"), "a second name elsewhere");
+        symlink(&empty, dir.join("via-link")).unwrap();
+        assert!(rooms.hand_over(&c, &l, &dir.join("via-link"), &[]).unwrap_err().contains("link"));
 
-        let aside = rooms.release(&c, "ns/a").unwrap().expect("moved aside");
+        let aside = rooms.release(&c, "ns/w").unwrap().expect("moved aside");
         assert!(!work.exists() && aside.join("sub/f").exists(), "moved aside whole");
         assert!(aside.starts_with(dir.join(".kept")));
         let kept = std::fs::metadata(dir.join(".kept")).unwrap();

@@ -189,6 +189,15 @@ impl Git {
             _ => return Err(format!("{} cannot hold a checkout", workdir.display())),
         };
         std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        if !meta.is_dir() || meta.uid() != rustix::process::getuid().as_raw() || meta.mode() & 0o022 != 0 {
+            // Another user could swap what is made there before git writes into it.
+            return Err(format!(
+                "{} is writable by others than the agent; no checkout is made in it",
+                parent.display()
+            ));
+        }
         // Made beside it and moved into place: a checkout is whole, or not there.
         let partial = parent.join(format!(".{name}.worksession-partial"));
         let _ = std::fs::remove_dir_all(&partial);
@@ -227,6 +236,11 @@ impl Git {
         let Ok(mut entries) = std::fs::read_dir(workdir) else { return Ok(None) };
         if entries.next().is_none() {
             return Ok(None);
+        }
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() != rustix::process::getuid().as_raw()) {
+            // Another user's (a room's harness wrote it): the agent runs no git in it.
+            return Err(format!("{} exists and is another user's; it is left as it is", workdir.display()));
         }
         let ours = async {
             let common = self.ok(workdir, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await?;

@@ -291,8 +291,15 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     r.sessions().delete_collection(&Default::default(), &ListParams::default()).await.unwrap();
     until("the sessions gone", || async { r.sessions().list(&ListParams::default()).await.unwrap().items.is_empty() })
         .await;
-    let left: Vec<_> = std::fs::read_dir(r.rooms()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(left.is_empty(), "rooms left: {left:?}");
+    let left = |dir: std::path::PathBuf| -> Vec<_> {
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect()
+    };
+    assert_eq!(left(r.rooms()), [".owners"], "homes left");
+    assert!(left(r.rooms().join(".owners")).is_empty(), "owner files left");
+    // Each workdir a harness wrote went aside, whole, out of every room's reach.
+    let kept = left(r.hostpath.join(".kept"));
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(!r.hostpath.join("victim").exists());
     println!("the hostile harness's report: {results:#?}");
     r.uninstall().await;
 }

@@ -65,6 +65,7 @@ async fn reconciler<S: Store>(
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);
     let (config, failpoint) = (options.config, options.failpoint);
+    let rooms_at_start = config.borrow().rooms.clone();
     let observer = Observer::new(runner).counting(metrics.tmux_observations.clone());
     Ok(Reconciler {
         store,
@@ -76,5 +77,7 @@ async fn reconciler<S: Store>(
         workspaces: Default::default(),
         discoveries: Default::default(),
         rooms: Default::default(),
+        rooms_at_start,
+        rooms_reload_refused: Default::default(),
     })
 }

@@ -169,6 +169,15 @@ pub struct Reconciler<S, T> {
     pub discoveries: super::discovery::Discoveries,
     /// Which session has which room (agent config `rooms`).
     pub rooms: crate::room::Rooms,
+    /// The agent config's `rooms` at start, which a reload does not change.
+    pub rooms_at_start: Option<crate::room::RoomsConfig>,
+    /// A reload's change of `rooms` was refused (and said so once).
+    pub rooms_reload_refused: std::sync::atomic::AtomicBool,
+}
+
+/// The agent's own directories on the workspace, never a room's workdir: the node's clones and the shared `HOME`.
+fn agent_dirs(config: &Config) -> Vec<&std::path::Path> {
+    config.workspaces.mirrors.as_deref().into_iter().chain(config.harness_home.as_deref()).collect()
 }
 
 enum ExecError {
@@ -237,7 +246,18 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         if !deleting && !has_finalizer {
             ws = self.store.set_finalizer(&ws, true).await.map_err(ReconcileError::AddFinalizer)?;
         }
-        let config = self.config.borrow().clone();
+        let mut config = self.config.borrow().clone();
+        if config.rooms != self.rooms_at_start {
+            // Rooms are what the pod was started for (a tmux server as root, holding SETUID): turned off by a reload
+            // while it runs, a harness would start as root; so they change only with a restart.
+            Arc::make_mut(&mut config).rooms = self.rooms_at_start.clone();
+            if !self.rooms_reload_refused.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    event = "config.rooms_fixed",
+                    "a change of `rooms` takes effect when the agent restarts"
+                );
+            }
+        }
         // All of them: a delivered boot event can go back to Pending (the settle window).
         let events = events.map_err(ReconcileError::Read)?;
         let mut next_expiry = None;
@@ -256,9 +276,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let session = current_session(&ws, &observation, &config);
         let liveness = observation.liveness(&session);
         // Its room (given out now if it has none): where its harness runs and where its HOME is.
+        let keep = agent_dirs(&config);
         let room = match &config.rooms {
             Some(rooms) if deleting => self.rooms.existing(rooms, &owner_name).map(Ok),
-            Some(rooms) => Some(self.rooms.room_of(rooms, &owner_name, std::path::Path::new(&ws.spec.workdir))),
+            Some(rooms) => Some(self.rooms.room_of(rooms, &owner_name, std::path::Path::new(&ws.spec.workdir), &keep)),
             None => None,
         };
         let home = match &room {
@@ -271,6 +292,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let mut spawn_failure: Option<String> = None;
         let new_session_id = uuid::Uuid::new_v4().to_string();
         let workspace = self.workspaces.state(&owner_name, &ws);
+        if let (super::workspaces::Found::Prepared(p), Some(rooms)) = (&workspace, &config.rooms)
+            && !p.adopted
+            && let Err(e) = self.rooms.prepared(rooms, &owner_name)
+        {
+            tracing::error!(event = "rooms.record_failed", error = %e, "the checkout will not be handed over");
+        }
         let workdir = ws.spec.workdir.as_str();
         let discover = config.harnesses.get(&ws.spec.harness).and_then(|p| p.discover.as_ref());
         // A harness that may be spawned fresh here reserves its workdir until its plan is recorded.
@@ -366,9 +393,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
                         // The workdir becomes the room's before its harness starts there.
                         let room = crate::room::Room { uid: room.uid, home: room.home.clone() };
-                        let mirrors = config.workspaces.mirrors.as_deref();
-                        let keep: Vec<&std::path::Path> =
-                            mirrors.into_iter().chain(config.harness_home.as_deref()).collect();
+                        let keep = agent_dirs(config);
                         self.rooms.hand_over(rooms, &room, &spawn.workdir, &keep).map_err(ExecError::Spawn)?;
                     }
                     tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?

@@ -299,13 +299,14 @@ agent:
         self.hostpath.join(".rooms")
     }
 
-    /// The uid and the HOME (on the node) of `session`'s room.
+    /// The uid and the HOME (on the node) of `session`'s room, from the agent's owner files (`.rooms/.owners/<uid>`,
+    /// whose first line names the session).
     pub fn room(&self, session: &str) -> (u32, PathBuf) {
         let who = format!("{}/{session}", self.ns);
-        for entry in std::fs::read_dir(self.rooms()).expect("the rooms") {
+        for entry in std::fs::read_dir(self.rooms().join(".owners")).expect("the owner files") {
             let path = entry.unwrap().path();
-            let uid = path.file_name().unwrap().to_str().unwrap().strip_suffix(".owner").map(str::to_string);
-            if let Some(uid) = uid.filter(|_| std::fs::read_to_string(&path).unwrap().trim() == who) {
+            if std::fs::read_to_string(&path).unwrap().lines().next() == Some(who.as_str()) {
+                let uid = path.file_name().unwrap().to_str().unwrap().to_string();
                 return (uid.parse().unwrap(), self.rooms().join(uid));
             }
         }
@@ -355,7 +356,8 @@ agent:
     pub fn prompts(&self) -> Vec<crate::standin::Prompt> {
         // Each stand-in keeps its record in its own room's HOME.
         let entries = std::fs::read_dir(self.rooms()).into_iter().flatten().filter_map(|e| e.ok());
-        let mut homes: Vec<PathBuf> = entries.map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        let homes = entries.filter(|e| !e.file_name().to_string_lossy().starts_with('.'));
+        let mut homes: Vec<PathBuf> = homes.map(|e| e.path()).filter(|p| p.is_dir()).collect();
         homes.sort();
         homes.iter().flat_map(|home| crate::standin::read_prompts(home)).collect()
     }
