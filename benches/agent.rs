@@ -2,7 +2,8 @@
 //!
 //!     cargo bench --bench agent [observe] [respawn] [verify] [memory]
 //!
-//! (a) observe: one observation of 1,000 live tmux sessions, against one raw `tmux list-panes -a` call.
+//! (a) observe: one observation of 1,000 live tmux sessions, against one raw `tmux list-panes -a` call asking for the
+//!     same format (the agent's own seven fields), so the ratio is the agent's own cost.
 //! (b) respawn: a pending event on a dead session to the harness process started, against a raw
 //!     `tmux new-session` of the same harness (probe window excluded: probe 0).
 //! (c) verify: 100 dead sessions each receiving an event with a 2 s probe, until all are verified.
@@ -73,23 +74,26 @@ fn start_sleepers(server: &Server, prefix: &str, n: usize) {
 
 async fn bench_observe() {
     let server = Server::new();
-    start_sleepers(&server, "loop-", 1000);
+    let n = support::bench_size(1000, 10);
+    start_sleepers(&server, "loop-", n);
     let runner = TmuxRunner::new(Some(server.socket()));
-    assert_eq!(runner.observe().await.unwrap().len(), 1000);
+    assert_eq!(runner.observe().await.unwrap().len(), n);
     let (mut raw, mut agent) = (Vec::new(), Vec::new());
-    for _ in 0..30 {
+    for _ in 0..support::bench_size(30, 3) {
         let t = Instant::now();
-        let out = server.tmux().args(["list-panes", "-a", "-F", "#{session_name}\t#{pane_dead}"]).output().unwrap();
+        // The same format the agent asks for: what is compared is the agent's own work around one tmux call.
+        let format = worksession::tmux::observe_format("bench");
+        let out = server.tmux().args(["list-panes", "-a", "-F", &format]).output().unwrap();
         assert!(out.status.success());
         raw.push(t.elapsed());
         let t = Instant::now();
         let obs = runner.observe().await.unwrap();
         agent.push(t.elapsed());
-        assert_eq!(obs.len(), 1000);
+        assert_eq!(obs.len(), n);
     }
     let (raw, agent) = (median(raw), median(agent));
     println!(
-        "(a) observe 1,000 live sessions: raw list-panes {} | agent observe {} | ratio {:.2}x (goal <= 1.5x)",
+        "(a) observe {n} live sessions: raw list-panes in the agent's format {} | agent observe {} | ratio {:.2}x (goal <= 1.5x)",
         ms(raw),
         ms(agent),
         agent.as_secs_f64() / raw.as_secs_f64()
@@ -121,9 +125,12 @@ fn session(name: &str, node: &str, workdir: &Path) -> WorkSession {
     .unwrap()
 }
 
-fn event(name: &str, session: &str) -> WorkEvent {
+/// A WorkEvent as the bridge makes it: labelled for its session's node, which is what the agent watches (a hand-made
+/// one waits for the labeler, which the benchmark does not run).
+fn event(name: &str, session: &str, node: &str) -> WorkEvent {
     serde_json::from_value(json!({
-        "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": name},
+        "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent",
+        "metadata": {"name": name, "labels": {worksession::api::NODE_LABEL: node}},
         "spec": {"session": session, "prompt": "benchmark event"},
     }))
     .unwrap()
@@ -205,7 +212,7 @@ fn pane_dead(server: &Server, session: &str) -> bool {
 async fn bench_respawn() {
     let Bench { ns, server, markers, workdir, node } = Bench::new().await;
     let agent = spawn_agent(ns.client.clone(), &node, config(&server, markers.path(), 0));
-    let names: Vec<String> = (0..20).map(|i| format!("r{i}")).collect();
+    let names: Vec<String> = (0..support::bench_size(20, 3)).map(|i| format!("r{i}")).collect();
     dead_sessions(&ns.client, &ns.name, &node, &names, &server, workdir.path()).await;
     let api: Api<WorkSession> = ns.api();
     let events: Api<WorkEvent> = ns.api();
@@ -216,7 +223,7 @@ async fn bench_respawn() {
         let marker = markers.path().join(&id);
         std::fs::remove_file(&marker).unwrap();
         let t = Instant::now();
-        events.create(&PostParams::default(), &event(&format!("{name}-e"), name)).await.unwrap();
+        events.create(&PostParams::default(), &event(&format!("{name}-e"), name, &node)).await.unwrap();
         wait_until("respawned harness started", Duration::from_secs(30), || marker.exists()).await;
         agent_times.push(t.elapsed());
     }
@@ -224,7 +231,7 @@ async fn bench_respawn() {
 
     let mut raw_times = Vec::new();
     let script = format!("echo started > {}/\"$0\"; exec sleep 3600", markers.path().display());
-    for i in 0..20 {
+    for i in 0..support::bench_size(20, 3) {
         let id = format!("raw-{i}");
         let marker = markers.path().join(&id);
         let t = Instant::now();
@@ -244,7 +251,7 @@ async fn bench_respawn() {
     // The tmux side alone: the runner's spawn over a dead session of that name (cleared in the same call).
     let runner = TmuxRunner::new(Some(server.socket()));
     let mut runner_times = Vec::new();
-    for i in 0..20 {
+    for i in 0..support::bench_size(20, 3) {
         let id = format!("raw-{i}");
         Command::new("kill").arg("-9").arg(pane_pid(&server, &id)).status().unwrap();
         wait_until("pane dead", Duration::from_secs(10), || pane_dead(&server, &id)).await;
@@ -283,17 +290,18 @@ async fn bench_respawn() {
 async fn bench_verify() {
     let Bench { ns, server, markers, workdir, node } = Bench::new().await;
     let agent = spawn_agent(ns.client.clone(), &node, config(&server, markers.path(), 2));
-    let names: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
+    let names: Vec<String> = (0..support::bench_size(100, 5)).map(|i| format!("v{i}")).collect();
     dead_sessions(&ns.client, &ns.name, &node, &names, &server, workdir.path()).await;
     let events: Api<WorkEvent> = ns.api();
     let t = Instant::now();
+    let node = node.as_str();
     let creates = names.iter().map(|name| {
         let events = events.clone();
-        async move { events.create(&PostParams::default(), &event(&format!("{name}-e"), name)).await.unwrap() }
+        async move { events.create(&PostParams::default(), &event(&format!("{name}-e"), name, node)).await.unwrap() }
     });
     futures::future::join_all(creates).await;
     let created = t.elapsed();
-    support::eventually_within("all 100 delivered", Duration::from_secs(120), || async {
+    support::eventually_within("all delivered", Duration::from_secs(120), || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         let delivered =
             list.iter().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered)).count();
@@ -303,7 +311,8 @@ async fn bench_verify() {
     let total = t.elapsed();
     agent.abort();
     println!(
-        "(c) 100 dead sessions, one event each, 2 s probe: all verified and delivered after {:.2} s (events created in {:.2} s; goal < 4 s)",
+        "(c) {} dead sessions, one event each, 2 s probe: all verified and delivered after {:.2} s (events created in {:.2} s; goal < 4 s)",
+        names.len(),
         total.as_secs_f64(),
         created.as_secs_f64()
     );
@@ -332,13 +341,14 @@ async fn bench_memory() {
         .unwrap();
     let api: Api<WorkSession> = ns.api();
     let t = Instant::now();
-    for i in 0..1000 {
+    let count = support::bench_size(1000, 10);
+    for i in 0..count {
         api.create(&PostParams::default(), &session(&format!("m{i}"), &node, workdir.path())).await.unwrap();
     }
-    support::eventually_within("1,000 sessions running", Duration::from_secs(600), || async {
+    support::eventually_within("every session running", Duration::from_secs(600), || async {
         let list = api.list(&ListParams::default()).await.ok()?;
         let running = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
-        (running == 1000).then_some(())
+        (running == count).then_some(())
     })
     .await;
     let settled = t.elapsed();
@@ -348,7 +358,7 @@ async fn bench_memory() {
     let _ = agent.kill();
     let _ = agent.wait();
     println!(
-        "(d) agent resident memory with 1,000 WorkSessions ({live} live tmux sessions, all Running after {:.1} s): {:.1} MB (goal < 50 MB)",
+        "(d) agent resident memory with {count} WorkSessions ({live} live tmux sessions, all Running after {:.1} s): {:.1} MB (goal < 50 MB at 1,000)",
         settled.as_secs_f64(),
         rss as f64 / 1024.0
     );

@@ -22,7 +22,10 @@ use worksession::api::{WorkEvent, WorkSession};
 use worksession::bridge::{self, github};
 use worksession::store::kube::KubeSink;
 
-const N: usize = 1000;
+/// How many webhooks (and direct creations) are timed.
+fn n() -> usize {
+    support::bench_size(1000, 20)
+}
 const CONCURRENCY: usize = 16;
 const SECRET: &[u8] = b"bench-secret";
 
@@ -81,7 +84,7 @@ async fn main() {
     let events: Api<WorkEvent> = ns.api();
     let template = events.get(&bridge::event_name("gh", &format!("bench-{}", usize::MAX))).await.unwrap();
     let t = Instant::now();
-    let direct: Vec<Duration> = futures::stream::iter(0..N)
+    let direct: Vec<Duration> = futures::stream::iter(0..n())
         .map(|i| {
             let events = events.clone();
             let mut ev = WorkEvent::new(&format!("direct-{i}"), template.spec.clone());
@@ -101,7 +104,7 @@ async fn main() {
 
     let t = Instant::now();
     let via_bridge: Vec<Duration> =
-        futures::stream::iter(0..N).map(|i| post(addr, i)).buffer_unordered(CONCURRENCY).collect().await;
+        futures::stream::iter(0..n()).map(|i| post(addr, i)).buffer_unordered(CONCURRENCY).collect().await;
     let bridge_rate = report("signed webhooks through the bridge", t.elapsed(), via_bridge);
     let sessions: Api<WorkSession> = ns.api();
     assert!(sessions.get("octo-org-hello-1347").await.is_ok());

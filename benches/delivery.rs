@@ -45,7 +45,7 @@ async fn live_paste(profile: &str) {
     w.await_phase("bench", Phase::Running).await;
     w.tmux.await_output("loop-bench", "ready>").await;
     let (mut pasted, mut delivered) = (Vec::new(), Vec::new());
-    for i in 0..20 {
+    for i in 0..support::bench_size(20, 2) {
         let name = format!("bench-{i}");
         let t = Instant::now();
         w.send("bench", &name, &format!("prompt {i}")).await;
@@ -126,7 +126,7 @@ async fn main() {
         live_paste("standin-blind").await;
     }
     if all || args.iter().any(|a| a == "claude") {
-        for run in 1..=2 {
+        for run in 1..=support::bench_size(2, 1) {
             println!(
                 "unknown recorded id, real CLI, with conversationPath (run {run}): event created -> prompt in a fresh transcript: {}",
                 secs(unknown_id(true).await)

@@ -28,8 +28,19 @@ use worksession::api::{EventPhase, NODE_LABEL, Phase, WorkEvent, WorkSession, no
 /// The harness: creates its transcript, then appends every line it reads to it.
 const HARNESS: &str = r#": >> "$0"; while IFS= read -r line; do printf '%s\n' "$line" >> "$0"; done"#;
 
-fn size(var: &str, default: usize) -> usize {
+fn size(var: &str, default: usize, short: usize) -> usize {
+    let default = support::bench_size(default, short);
     std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// How long the last writes and their wakes are let settle before a window at rest.
+fn settle() -> Duration {
+    Duration::from_secs(support::bench_size(15, 2) as u64)
+}
+
+/// The window at rest whose CPU and calls are counted.
+fn rest() -> Duration {
+    Duration::from_secs(support::bench_size(60, 3) as u64)
 }
 
 fn binary() -> PathBuf {
@@ -153,7 +164,7 @@ async fn api_requests(client: &kube::Client) -> HashMap<(String, String), f64> {
 }
 
 async fn fleet() {
-    let (agents, per_agent) = (size("FLEET_AGENTS", 20), size("FLEET_SESSIONS", 50));
+    let (agents, per_agent) = (size("FLEET_AGENTS", 20, 2), size("FLEET_SESSIONS", 50, 3));
     let ns = support::TestNamespace::new().await;
     support::install_crds(ns.client.clone()).await;
     let places: Vec<Place> = (0..agents).map(|_| Place::new()).collect();
@@ -283,7 +294,7 @@ async fn fleet() {
     println!("fleet: agent resident memory: median {:.1} MB, max {:.1} MB", rss[rss.len() / 2], rss[rss.len() - 1]);
 
     // At rest: what the API server served in a minute (the bench itself makes no request meanwhile).
-    tokio::time::sleep(Duration::from_secs(15)).await; // the last status writes and their wakes
+    tokio::time::sleep(settle()).await; // the last status writes and their wakes
     let ticks = |f: &[Agent]| f.iter().map(|a| a.usage().0).sum::<f64>();
     let (before, cpu_before) = (api_requests(&ns.client).await, ticks(&fleet));
     let observations = || async {
@@ -294,7 +305,7 @@ async fn fleet() {
         n
     };
     let observed = observations().await;
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(rest()).await;
     let (after, cpu_after) = (api_requests(&ns.client).await, ticks(&fleet));
     let observed = observations().await - observed;
     let mut changed: Vec<((String, String), f64)> = after
@@ -311,7 +322,8 @@ async fn fleet() {
         changed.iter().filter(|((verb, resource), _)| pick(verb, resource)).map(|(_, d)| d).sum()
     };
     println!(
-        "fleet at rest, 60 s: requests to worksessions, workevents and events (the agents'): {} reads, {} writes",
+        "fleet at rest, {} s: requests to worksessions, workevents and events (the agents'): {} reads, {} writes",
+        rest().as_secs(),
         count(&|verb, resource| ours(resource) && !is_write(verb)) + 0.0,
         count(&|verb, resource| ours(resource) && is_write(verb)) + 0.0,
     );
@@ -319,14 +331,15 @@ async fn fleet() {
         println!("fleet at rest:   not the agents': {verb} {resource:?}: {d}");
     }
     println!(
-        "fleet at rest, 60 s: {observed} tmux calls by {agents} agents ({:.2} per agent per second, for {per_agent} sessions each); agents' CPU {:.2} s in all",
-        observed / 60.0 / agents as f64,
+        "fleet at rest, {} s: {observed} tmux calls by {agents} agents ({:.2} per agent per second, for {per_agent} sessions each); agents' CPU {:.2} s in all",
+        rest().as_secs(),
+        observed / rest().as_secs_f64() / agents as f64,
         cpu_after - cpu_before
     );
 }
 
 async fn local() {
-    let count = size("LOCAL_SESSIONS", 500);
+    let count = size("LOCAL_SESSIONS", 500, 5);
     let place = Place::new();
     let dir = place.path().join("manifests");
     std::fs::create_dir(&dir).unwrap();
@@ -350,17 +363,22 @@ async fn local() {
     })
     .await;
     println!("local: {count} sessions Running after {:.1} s", started.elapsed().as_secs_f64());
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    tokio::time::sleep(settle()).await;
     let (cpu, _) = agent.usage();
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(rest()).await;
     let (cpu_after, mb) = agent.usage();
-    println!("local at rest: agent CPU {:.2} s per minute; resident {mb:.1} MB", cpu_after - cpu);
+    println!("local at rest: agent CPU {:.2} s in {} s; resident {mb:.1} MB", cpu_after - cpu, rest().as_secs());
 }
 
 #[tokio::main]
 async fn main() {
     match std::env::args().skip(1).find(|a| !a.starts_with('-')).as_deref() {
         Some("local") => local().await,
+        // The test command's short run: both, so both are known to run to completion.
+        None if std::env::var_os("WORKSESSION_BENCH_SHORT").is_some() => {
+            fleet().await;
+            local().await;
+        }
         _ => fleet().await,
     }
 }

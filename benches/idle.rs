@@ -22,7 +22,10 @@ use serde_json::json;
 use worksession::api::Phase;
 use world::World;
 
-const SESSIONS: usize = 50;
+/// How many harnesses run.
+fn sessions() -> usize {
+    support::bench_size(50, 3)
+}
 
 /// Resident kB of `root` and all its descendants, from /proc.
 fn tree_rss_kb(root: u32) -> u64 {
@@ -59,7 +62,7 @@ fn tmux_server_pid(w: &World) -> u32 {
 #[tokio::main]
 async fn main() {
     let w = World::new().await;
-    let names: Vec<String> = (0..SESSIONS).map(|i| format!("idle-{i}")).collect();
+    let names: Vec<String> = (0..sessions()).map(|i| format!("idle-{i}")).collect();
     for name in &names {
         w.create_session(name, json!({"idle": {"suspendAfterSeconds": 20}, "initialPrompt": "hello"})).await;
     }
@@ -76,12 +79,13 @@ async fn main() {
     // The server exits with its last session; then nothing of it is resident (0).
     let idle = tree_rss_kb(server);
     println!(
-        "{SESSIONS} stand-in harnesses: tmux server and descendants resident {:.1} MB running, {:.1} MB once Idle",
+        "{} stand-in harnesses: tmux server and descendants resident {:.1} MB running, {:.1} MB once Idle",
+        names.len(),
         running as f64 / 1024.0,
         idle as f64 / 1024.0
     );
     let mut wakes = Vec::new();
-    for name in names.iter().take(10) {
+    for name in names.iter().take(support::bench_size(10, 2)) {
         let prompt = format!("wake {name}");
         let t = Instant::now();
         w.send(name, &format!("{name}-wake"), &prompt).await;

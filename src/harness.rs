@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 
 /// Placeholder replaced by the harness session id.
-pub const SESSION_ID: &str = "{sessionId}";
+pub use crate::transcript::SESSION_ID;
 /// Placeholder replaced by the prompt.
 pub const PROMPT: &str = "{prompt}";
 /// Placeholder expanded to the profile's extra args.

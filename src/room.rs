@@ -51,10 +51,7 @@ pub(crate) struct RoomsFile {
 
 impl RoomsFile {
     /// The validated config; `invalid(key, problem)` makes the error naming the key.
-    pub(crate) fn into_config(
-        self,
-        invalid: &dyn Fn(String, String) -> crate::config::ConfigError,
-    ) -> Result<RoomsConfig, crate::config::ConfigError> {
+    pub(crate) fn into_config<E>(self, invalid: &dyn Fn(String, String) -> E) -> Result<RoomsConfig, E> {
         if !self.root.is_absolute() {
             return Err(invalid("rooms.root".into(), format!("{} is not an absolute path", self.root.display())));
         }

@@ -52,7 +52,7 @@ const OBSERVED: [&str; 7] = [
 /// The `list-panes` format of an observation whose records and fields are marked by `nonce` (a fresh random word
 /// per call): whoever can set a session's name or options (a harness on the same tmux server) cannot forge a
 /// record for another session with a tab or a newline, since they cannot know the marks.
-fn observe_format(nonce: &str) -> String {
+pub fn observe_format(nonce: &str) -> String {
     format!("{nonce}R{}{nonce}E", OBSERVED.join(&format!("{nonce}F")))
 }
 

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+/// Placeholder for the conversation id, in a profile's argv templates and paths alike.
+pub const SESSION_ID: &str = "{sessionId}";
 /// Placeholder for the harnesses' `HOME`.
 pub const HOME: &str = "{home}";
 /// Placeholder for the working directory as a folder name.
@@ -20,9 +22,7 @@ pub fn cwd_slug(workdir: &str) -> String {
 /// The transcript of conversation `id` run in `workdir`, by `template`.
 pub fn locate(template: &str, home: &Path, workdir: &str, id: &str) -> PathBuf {
     let home = home.to_string_lossy();
-    PathBuf::from(
-        template.replace(HOME, &home).replace(CWD_SLUG, &cwd_slug(workdir)).replace(crate::harness::SESSION_ID, id),
-    )
+    PathBuf::from(template.replace(HOME, &home).replace(CWD_SLUG, &cwd_slug(workdir)).replace(SESSION_ID, id))
 }
 
 /// Opens a file a harness wrote (its transcript, its store), for reading, as the harness could not make the agent
@@ -80,8 +80,12 @@ mod tests {
 
     #[test]
     fn the_claude_path_names_the_project_folder_by_its_slug() {
-        let path =
-            locate(crate::harness::CLAUDE_CONVERSATION_PATH, Path::new("/home/u"), "/srv/work/my_repo.x", "id-1");
+        let path = locate(
+            "{home}/.claude/projects/{cwdSlug}/{sessionId}.jsonl",
+            Path::new("/home/u"),
+            "/srv/work/my_repo.x",
+            "id-1",
+        );
         assert_eq!(path, Path::new("/home/u/.claude/projects/-srv-work-my-repo-x/id-1.jsonl"));
     }
 

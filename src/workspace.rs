@@ -485,10 +485,7 @@ struct CredentialsFile {
 
 impl WorkspacesFile {
     /// The validated config; `invalid(key, problem)` makes the error naming the key.
-    pub(crate) fn into_config(
-        self,
-        invalid: &dyn Fn(String, String) -> crate::config::ConfigError,
-    ) -> Result<WorkspacesConfig, crate::config::ConfigError> {
+    pub(crate) fn into_config<E>(self, invalid: &dyn Fn(String, String) -> E) -> Result<WorkspacesConfig, E> {
         let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds, protocols, repositories } = self;
         let mut workspaces = WorkspacesConfig { repositories, ..Default::default() };
         if let Some(protocols) = protocols {

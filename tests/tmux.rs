@@ -81,13 +81,12 @@ async fn slow_resume_failure_and_crash_after() {
         .await
         .unwrap();
     tmux.runner.spawn(&tmux.spawn_of("loop-crash", Mode::Fresh, "c1", None, &["--crash-after", "0.3"])).await.unwrap();
-    assert_eq!(
-        tmux.runner.observe().await.unwrap().liveness("loop-slow"),
-        Liveness::Alive,
-        "still alive before the delay"
-    );
+    // It fails late, with its TUI up first (as the real CLI does): its ready prompt, then the failure, in its pane.
     tmux.await_liveness("loop-slow", Liveness::Dead).await;
     tmux.await_output("loop-slow", "No conversation found with session ID: gone").await;
+    let out = tmux.runner.last_lines("loop-slow", 20).await.unwrap();
+    let (ready, failed) = (out.find("ready>"), out.find("No conversation found"));
+    assert!(ready.is_some() && ready < failed, "the TUI came up before the failure: {out}");
     tmux.await_liveness("loop-crash", Liveness::Dead).await;
     tmux.await_output("loop-crash", "Segmentation fault").await;
 }

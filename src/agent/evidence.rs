@@ -67,6 +67,14 @@ fn delivery_tag(ev: &WorkEvent) -> String {
     }
 }
 
+/// The object's identity in tmux tags: its UID, or `namespace/name` where objects have none (local mode); and its
+/// `namespace/name` for people.
+pub fn owner_tags(ws: &WorkSession) -> (String, String) {
+    let name = crate::api::identity(ws);
+    let uid = ws.metadata.uid.clone().filter(|u| crate::tmux::is_tag(u) && !u.is_empty());
+    (uid.unwrap_or_else(|| name.clone()), name)
+}
+
 impl<S, T: Tmux> Reconciler<S, T> {
     /// Reads what this decision needs, and nothing else.
     pub(super) async fn gather(
@@ -98,7 +106,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
                 (Some(_), None) => tmux.screen(session).await.ok(),
                 _ => evidence.screen.clone(),
             };
-            let (_, owner) = super::reconcile::owner_of(ws);
+            let (_, owner) = owner_tags(ws);
             let place = (home, ws.spec.workdir.as_str());
             evidence.discovered = self.discoveries.find(d, status, place, screen.as_deref(), &owner);
         }

@@ -191,7 +191,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     pub async fn seed_claims(&self) -> Result<(), StoreError> {
         let sessions = self.store.sessions().await?;
         let mine = sessions.iter().filter(|ws| self.node.as_ref().is_none_or(|node| &ws.spec.node_name == node));
-        let recorded = mine.filter_map(|ws| Some((owner_of(ws).1, ws.status.as_ref()?.harness_session_id.as_deref()?)));
+        let recorded = mine
+            .filter_map(|ws| Some((evidence::owner_tags(ws).1, ws.status.as_ref()?.harness_session_id.as_deref()?)));
         self.discoveries.seed(recorded);
         Ok(())
     }
@@ -272,7 +273,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let pending = evidence::pending_events(&queue::undelivered(events.clone()));
         let observation = observation.map_err(ReconcileError::Observe)?;
         let recorded = ws.status.clone().unwrap_or_default();
-        let (owner, owner_name) = owner_of(&ws);
+        let (owner, owner_name) = evidence::owner_tags(&ws);
         let session = current_session(&ws, &observation, &config);
         let liveness = observation.liveness(&session);
         // Its room (given out now if it has none): where its harness runs and where its HOME is.
@@ -495,14 +496,6 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             core::Severity::Warning => tracing::warn!(event, namespace, name, reason, "{}", notice.message),
         }
     }
-}
-
-/// The object's identity in tmux tags: its UID, or `namespace/name` where objects have none (local mode); and its
-/// `namespace/name` for people.
-pub fn owner_of(ws: &WorkSession) -> (String, String) {
-    let name = crate::api::identity(ws);
-    let uid = ws.metadata.uid.clone().filter(|u| crate::tmux::is_tag(u) && !u.is_empty());
-    (uid.unwrap_or_else(|| name.clone()), name)
 }
 
 /// The tmux session the harness runs in: the recorded one while it still exists and is this object's (a changed

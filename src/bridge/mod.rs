@@ -191,7 +191,7 @@ impl<S: Sink> Bridge<S> {
         let labels = event.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SESSION_LABEL.into(), session.into());
         labels.insert(NODE_LABEL.into(), node_label_value(&ws.spec.node_name));
-        event.metadata.owner_references = owner_of(&ws).map(|o| vec![o]);
+        event.metadata.owner_references = owner_reference(&ws).map(|o| vec![o]);
         let name = event.metadata.name.clone().unwrap_or_default();
         if self.sink.create_event(namespace, &event).await? {
             self.metrics.events_created.inc();
@@ -375,7 +375,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
 }
 
 /// The owner reference that ties a WorkEvent to its WorkSession.
-fn owner_of(ws: &WorkSession) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+fn owner_reference(ws: &WorkSession) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
     ws.controller_owner_ref(&()).map(|mut o| {
         o.controller = Some(false);
         o.block_owner_deletion = None;

@@ -25,6 +25,13 @@ pub struct ControlPlane {
 }
 
 /// The repository root (where `scripts/testenv` lives).
+/// A benchmark's size: `full`, or `short` when `WORKSESSION_BENCH_SHORT` is set (the test command runs every
+/// benchmark that way, to know they still run to completion; their figures come from full runs).
+#[allow(dead_code)]
+pub fn bench_size(full: usize, short: usize) -> usize {
+    if std::env::var_os("WORKSESSION_BENCH_SHORT").is_some() { short } else { full }
+}
+
 pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
