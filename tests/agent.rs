@@ -15,70 +15,28 @@ use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
 use worksession::tmux::{Liveness, Tmux};
 use world::{World, condition, recorded_id};
 
-// The scenarios shared with local mode (tests/scenarios).
+// The scenarios shared with local mode (tests/scenarios), registered from their one list.
+shared_scenarios!(World::new().await, after);
 
-#[tokio::test]
-async fn spawn_kill_event_resumes_the_same_conversation_then_pastes() {
-    let w = World::new().await;
-    scenarios::resume_the_same_conversation(&w).await;
-    let ws = w.sessions().get("alpha").await.unwrap();
-    assert!(ws.finalizers().iter().any(|f| f == "worksession.dev/agent"));
-    assert_eq!(ws.status.unwrap().respawn_count, 1);
-}
-
-#[tokio::test]
-async fn unknown_id_fails_fast_and_falls_back_to_a_fresh_conversation() {
-    scenarios::fast_resume_failure_falls_back(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn slow_resume_failure_puts_the_event_back_then_a_fresh_conversation_gets_it() {
-    scenarios::slow_resume_failure_falls_back(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn suspend_stops_and_holds_events_then_delete_stops_and_releases() {
-    scenarios::suspend_then_delete(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn restarted_agent_adopts_live_sessions_and_finishes_verifications() {
-    scenarios::restart_adopts_and_finishes_verifications(&mut World::new().await).await;
-}
-
-#[tokio::test]
-async fn without_a_transcript_the_settle_window_confirms() {
-    scenarios::without_a_transcript_the_settle_window_confirms(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn late_resume_failure_loses_nothing() {
-    scenarios::late_resume_failure_loses_nothing(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn input_during_boot_waits_for_the_ready_prompt() {
-    scenarios::input_during_boot_waits_for_the_ready_prompt(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn adopted_unknown_conversation_starts_fresh_with_the_initial_prompt() {
-    scenarios::adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn killed_between_intent_and_spawn_runs_the_same_spawn() {
-    scenarios::killed_between_intent_and_spawn_runs_the_same_spawn(&mut World::new().await).await;
-}
-
-#[tokio::test]
-async fn killed_between_paste_and_status_pastes_once() {
-    scenarios::killed_between_paste_and_status_pastes_once(&mut World::new().await).await;
-}
-
-#[tokio::test]
-async fn idle_stops_and_an_event_wakes_the_same_conversation() {
-    scenarios::idle_stops_and_an_event_wakes_the_same_conversation(&World::new().await).await;
+/// What only the Kubernetes store shows, checked after a shared scenario.
+async fn after(w: &World, scenario: &str) {
+    match scenario {
+        "shared_resume_the_same_conversation" => {
+            let ws = w.sessions().get("alpha").await.unwrap();
+            assert!(ws.finalizers().iter().any(|f| f == "worksession.dev/agent"));
+            assert_eq!(ws.status.unwrap().respawn_count, 1);
+        }
+        "shared_workspaces_per_work_item_from_one_clone" => {
+            let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+            let kept = eventually("an Event saying what was kept", || async {
+                let list = kube_events.list(&Default::default()).await.ok()?;
+                list.items.into_iter().find(|e| e.reason.as_deref() == Some("WorkspaceKept"))
+            })
+            .await;
+            assert!(kept.note.unwrap_or_default().contains("notes.txt"), "it names the uncommitted file");
+        }
+        _ => {}
+    }
 }
 
 #[tokio::test]
@@ -523,96 +481,4 @@ async fn an_idle_fleet_reconciles_nothing_and_polls_tmux_once_for_all_sessions()
     assert_eq!(support::metric(admin, "worksession_agent_reconciles_total").await, reconciles, "a reconcile at rest");
     let calls = observations().await - observed;
     assert!(calls < SESSIONS as f64, "{calls} tmux calls over about 3 polls of {SESSIONS} sessions: one per session?");
-}
-
-// Issue 17: workspaces (tests/scenarios/workspace.rs), here with the Kubernetes store.
-
-#[tokio::test]
-async fn shared_workspaces_per_work_item_from_one_clone() {
-    let w = World::new().await;
-    scenarios::workspace::workspaces_per_work_item_from_one_clone(&w).await;
-    let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
-    let kept = eventually("an Event saying what was kept", || async {
-        let list = kube_events.list(&Default::default()).await.ok()?;
-        list.items.into_iter().find(|e| e.reason.as_deref() == Some("WorkspaceKept"))
-    })
-    .await;
-    assert!(kept.note.unwrap_or_default().contains("notes.txt"), "it names the uncommitted file");
-}
-
-#[tokio::test]
-async fn shared_a_workspace_that_cannot_be_prepared_says_what_git_printed() {
-    scenarios::workspace::a_workspace_that_cannot_be_prepared_says_what_git_printed(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_a_workspace_over_http_with_a_token() {
-    scenarios::workspace::a_workspace_over_http_with_a_token(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_a_slow_preparation_never_holds_up_other_sessions() {
-    scenarios::workspace::a_slow_preparation_never_holds_up_other_sessions(&World::new().await).await;
-}
-
-// Issue 14: ids found after the start (tests/scenarios/discover.rs).
-
-#[tokio::test]
-async fn shared_ids_discovered_after_the_start() {
-    scenarios::discover::ids_discovered_after_the_start(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_the_gemini_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&World::new().await, "gemini").await;
-}
-
-#[tokio::test]
-async fn shared_the_copilot_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&World::new().await, "copilot").await;
-}
-
-#[tokio::test]
-async fn shared_the_opencode_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&World::new().await, "opencode").await;
-}
-
-#[tokio::test]
-async fn shared_the_codex_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&World::new().await, "codex").await;
-}
-
-#[tokio::test]
-async fn shared_prompts_are_text_never_harness_commands() {
-    scenarios::front_door::prompts_are_text_never_harness_commands(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_two_sessions_of_one_work_item_never_contend() {
-    scenarios::front_door::two_sessions_of_one_work_item_never_contend(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_a_conversation_another_session_records_is_not_adopted() {
-    scenarios::front_door::a_conversation_another_session_records_is_not_adopted(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_an_untagged_session_under_a_victims_name_gets_nothing() {
-    scenarios::front_door::an_untagged_session_under_a_victims_name_gets_nothing(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_the_git_token_goes_only_to_its_hosts() {
-    scenarios::workspace::the_git_token_goes_only_to_its_hosts(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_a_repository_never_makes_the_agent_run_its_code() {
-    scenarios::workspace::a_repository_never_makes_the_agent_run_its_code(&World::new().await).await;
-}
-
-#[tokio::test]
-async fn shared_a_namespace_checks_out_only_its_repositories() {
-    scenarios::workspace::a_namespace_checks_out_only_its_repositories(&World::new().await).await;
 }

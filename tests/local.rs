@@ -247,67 +247,11 @@ impl scenarios::Rig for Local {
     }
 }
 
-// The scenarios shared with the Kubernetes agent (tests/scenarios).
+// The scenarios shared with the Kubernetes agent (tests/scenarios), registered from their one list.
+shared_scenarios!(Local::new(), after);
 
-#[tokio::test]
-async fn shared_resume_the_same_conversation() {
-    scenarios::resume_the_same_conversation(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_fast_resume_failure_falls_back() {
-    scenarios::fast_resume_failure_falls_back(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_slow_resume_failure_falls_back() {
-    scenarios::slow_resume_failure_falls_back(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_suspend_then_delete() {
-    scenarios::suspend_then_delete(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_restart_adopts_and_finishes_verifications() {
-    scenarios::restart_adopts_and_finishes_verifications(&mut Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_without_a_transcript_the_settle_window_confirms() {
-    scenarios::without_a_transcript_the_settle_window_confirms(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_late_resume_failure_loses_nothing() {
-    scenarios::late_resume_failure_loses_nothing(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_input_during_boot_waits_for_the_ready_prompt() {
-    scenarios::input_during_boot_waits_for_the_ready_prompt(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_adopted_unknown_conversation_starts_fresh_with_the_initial_prompt() {
-    scenarios::adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_killed_between_intent_and_spawn_runs_the_same_spawn() {
-    scenarios::killed_between_intent_and_spawn_runs_the_same_spawn(&mut Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_killed_between_paste_and_status_pastes_once() {
-    scenarios::killed_between_paste_and_status_pastes_once(&mut Local::new()).await;
-}
-
-#[tokio::test]
-async fn idle_stops_and_an_event_wakes_the_same_conversation() {
-    scenarios::idle_stops_and_an_event_wakes_the_same_conversation(&Local::new()).await;
-}
+/// Local mode checks nothing more after a shared scenario.
+async fn after(_: &Local, _: &str) {}
 
 /// `worksession peek` and `attach` in local mode, through tmux directly. Attach runs in a pane of a second tmux
 /// server whose prefix is C-a, so that C-b d reaches the attached client: the screen shows the harness, then the
@@ -354,65 +298,6 @@ async fn peek_and_attach_in_local_mode() {
     support::until("the detach", || async { screen().contains("[detached") }).await;
     tmux(&["kill-server"]);
     assert_eq!(l.tmux.pane_pid("loop-default_pk"), pid, "the harness keeps running");
-}
-
-// Issue 17: workspaces (tests/scenarios/workspace.rs), here with the directory store.
-
-#[tokio::test]
-async fn shared_workspaces_per_work_item_from_one_clone() {
-    scenarios::workspace::workspaces_per_work_item_from_one_clone(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_a_workspace_that_cannot_be_prepared_says_what_git_printed() {
-    scenarios::workspace::a_workspace_that_cannot_be_prepared_says_what_git_printed(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_a_workspace_over_http_with_a_token() {
-    scenarios::workspace::a_workspace_over_http_with_a_token(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_a_slow_preparation_never_holds_up_other_sessions() {
-    scenarios::workspace::a_slow_preparation_never_holds_up_other_sessions(&Local::new()).await;
-}
-
-// Issue 14: ids found after the start (tests/scenarios/discover.rs).
-
-#[tokio::test]
-async fn shared_ids_discovered_after_the_start() {
-    scenarios::discover::ids_discovered_after_the_start(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_the_gemini_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "gemini").await;
-}
-
-#[tokio::test]
-async fn shared_the_copilot_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "copilot").await;
-}
-
-#[tokio::test]
-async fn shared_the_opencode_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "opencode").await;
-}
-
-#[tokio::test]
-async fn shared_the_codex_shape_spawns_resumes_and_falls_back() {
-    scenarios::shapes::spawn_resume_and_fall_back(&Local::new(), "codex").await;
-}
-
-#[tokio::test]
-async fn shared_prompts_are_text_never_harness_commands() {
-    scenarios::front_door::prompts_are_text_never_harness_commands(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_two_sessions_of_one_work_item_never_contend() {
-    scenarios::front_door::two_sessions_of_one_work_item_never_contend(&Local::new()).await;
 }
 
 /// Issue 23, point 3, end to end in local mode: names are checked as the API server checks them. A WorkEvent whose
@@ -473,29 +358,4 @@ async fn hostile_names_are_refused_and_get_says_what_it_skipped() {
     assert_eq!(prompts, ["a good one", "after the refused edit"], "nothing from the refused files");
     assert!(!marker.exists(), "no shell command ran");
     assert_eq!(l.status("typo"), Value::Null);
-}
-
-#[tokio::test]
-async fn shared_a_conversation_another_session_records_is_not_adopted() {
-    scenarios::front_door::a_conversation_another_session_records_is_not_adopted(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_an_untagged_session_under_a_victims_name_gets_nothing() {
-    scenarios::front_door::an_untagged_session_under_a_victims_name_gets_nothing(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_the_git_token_goes_only_to_its_hosts() {
-    scenarios::workspace::the_git_token_goes_only_to_its_hosts(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_a_repository_never_makes_the_agent_run_its_code() {
-    scenarios::workspace::a_repository_never_makes_the_agent_run_its_code(&Local::new()).await;
-}
-
-#[tokio::test]
-async fn shared_a_namespace_checks_out_only_its_repositories() {
-    scenarios::workspace::a_namespace_checks_out_only_its_repositories(&Local::new()).await;
 }

@@ -14,6 +14,61 @@ use crate::support::{WAIT, poll};
 use worksession::agent::Failpoint;
 use worksession::tmux::{Liveness, Tmux};
 
+/// Registers every scenario shared by both modes, once for each, as a `#[tokio::test]` named `shared_...`: on a rig
+/// made by `$rig` (an expression, `.await` allowed), then `$after(&rig, "shared_...")`, a mode's own checks after a
+/// scenario (the agent's look at Kubernetes Events and finalizers). tests/local.rs and tests/agent.rs each call it
+/// once: one list, never two hand-kept ones.
+#[macro_export]
+macro_rules! shared_scenarios {
+    ($rig:expr, $after:path) => {
+        $crate::shared_scenarios!(@tests $rig, $after;
+            shared_resume_the_same_conversation: resume_the_same_conversation;
+            shared_fast_resume_failure_falls_back: fast_resume_failure_falls_back;
+            shared_slow_resume_failure_falls_back: slow_resume_failure_falls_back;
+            shared_suspend_then_delete: suspend_then_delete;
+            shared_restart_adopts_and_finishes_verifications: restart_adopts_and_finishes_verifications;
+            shared_without_a_transcript_the_settle_window_confirms: without_a_transcript_the_settle_window_confirms;
+            shared_late_resume_failure_loses_nothing: late_resume_failure_loses_nothing;
+            shared_input_during_boot_waits_for_the_ready_prompt: input_during_boot_waits_for_the_ready_prompt;
+            shared_adopted_unknown_conversation_starts_fresh_with_the_initial_prompt:
+                adopted_unknown_conversation_starts_fresh_with_the_initial_prompt;
+            shared_killed_between_intent_and_spawn_runs_the_same_spawn: killed_between_intent_and_spawn_runs_the_same_spawn;
+            shared_killed_between_paste_and_status_pastes_once: killed_between_paste_and_status_pastes_once;
+            shared_idle_stops_and_an_event_wakes_the_same_conversation: idle_stops_and_an_event_wakes_the_same_conversation;
+            shared_workspaces_per_work_item_from_one_clone: workspace::workspaces_per_work_item_from_one_clone;
+            shared_a_workspace_that_cannot_be_prepared_says_what_git_printed:
+                workspace::a_workspace_that_cannot_be_prepared_says_what_git_printed;
+            shared_a_workspace_over_http_with_a_token: workspace::a_workspace_over_http_with_a_token;
+            shared_a_slow_preparation_never_holds_up_other_sessions: workspace::a_slow_preparation_never_holds_up_other_sessions;
+            shared_ids_discovered_after_the_start: discover::ids_discovered_after_the_start;
+            shared_the_gemini_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "gemini";
+            shared_the_copilot_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "copilot";
+            shared_the_opencode_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "opencode";
+            shared_the_codex_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "codex";
+            shared_prompts_are_text_never_harness_commands: front_door::prompts_are_text_never_harness_commands;
+            shared_two_sessions_of_one_work_item_never_contend: front_door::two_sessions_of_one_work_item_never_contend;
+            shared_a_conversation_another_session_records_is_not_adopted:
+                front_door::a_conversation_another_session_records_is_not_adopted;
+            shared_an_untagged_session_under_a_victims_name_gets_nothing:
+                front_door::an_untagged_session_under_a_victims_name_gets_nothing;
+            shared_the_git_token_goes_only_to_its_hosts: workspace::the_git_token_goes_only_to_its_hosts;
+            shared_a_repository_never_makes_the_agent_run_its_code: workspace::a_repository_never_makes_the_agent_run_its_code;
+            shared_a_namespace_checks_out_only_its_repositories: workspace::a_namespace_checks_out_only_its_repositories;
+        );
+    };
+    (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                #[allow(unused_mut)]
+                let mut rig = $rig;
+                scenarios::$($scenario)::+(&mut rig $(, $arg)?).await;
+                $after(&rig, stringify!($name)).await;
+            }
+        )*
+    };
+}
+
 /// What a scenario needs of an agent and its store.
 pub trait Rig {
     /// Creates a WorkSession `name` (work item `name`, harness `standin`, the rig's workdir) with `spec` merged in.
