@@ -73,8 +73,6 @@ async fn a_dead_pane_keeps_its_last_lines() {
     assert!(tmux.prompts().is_empty(), "an unknown conversation receives nothing");
 }
 
-
-
 #[tokio::test]
 async fn paste_reaches_a_live_pane_verbatim() {
     let tmux = TmuxServer::new();
@@ -195,7 +193,6 @@ async fn observations_and_screens_hold_without_a_utf8_locale() {
     until("the pane to read back in UTF-8", || async { runner.screen("loop-u").await.unwrap().contains("héllo ❯") })
         .await;
 }
-
 
 #[tokio::test]
 async fn stop_and_spawn_leave_another_owners_session_alone() {
