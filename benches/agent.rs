@@ -110,7 +110,9 @@ fn marker_profile_yaml(dir: &Path) -> String {
 
 fn config(server: &Server, markers: &Path, probe: u32) -> Arc<Config> {
     let yaml = format!(
-        "tmux:\n  socket: {}\ndefaults:\n  resumeProbeSeconds: {probe}\nharnesses:\n  marker:\n    {}\n",
+        // No settle window: (c) times the probe's verification; a resume's settle window would hold each
+        // boot event at Delivering for its 60 s default (the marker harness keeps no transcript).
+        "tmux:\n  socket: {}\ndefaults:\n  resumeProbeSeconds: {probe}\n  resumeSettleSeconds: 0\nharnesses:\n  marker:\n    {}\n",
         server.socket().display(),
         marker_profile_yaml(markers)
     );
@@ -247,6 +249,8 @@ async fn bench_respawn() {
         raw_times.push(t.elapsed());
         let target = format!("={id}:");
         server.tmux().args(["set-option", "-w", "-t", &target, "remain-on-exit", "on"]).status().unwrap();
+        // Tagged as the runner's spawn below tags it: the runner clears only a session of its own owner.
+        server.tmux().args(["set-option", "-t", &target, worksession::tmux::OWNER_TAG, "bench"]).status().unwrap();
     }
     // The tmux side alone: the runner's spawn over a dead session of that name (cleared in the same call).
     let runner = TmuxRunner::new(Some(server.socket()));

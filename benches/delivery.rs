@@ -43,7 +43,7 @@ async fn live_paste(profile: &str) {
     let w = World::new().await;
     w.create_session("bench", json!({"harness": profile})).await;
     w.await_phase("bench", Phase::Running).await;
-    w.tmux.await_output("loop-bench", "ready>").await;
+    w.tmux.await_output(&w.tmux_session("bench"), "ready>").await;
     let (mut pasted, mut delivered) = (Vec::new(), Vec::new());
     for i in 0..support::bench_size(20, 2) {
         let name = format!("bench-{i}");
