@@ -191,9 +191,11 @@ impl Rooms {
             .taken(config)
             .ok()
             .and_then(|t| t.as_ref()?.values().find(|c| c.uid == room.uid).map(|c| c.prepared && c.workdir == workdir));
-        // Done before: the top is changed last (owner, then mode), so a hand-over cut short is done again.
-        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == room.uid && m.mode() & 0o077 == 0) {
-            return Ok(());
+        // Done before: the top's owner is changed last, so a top that is the room's has everything in it handed over;
+        // only its mode may want closing again (a hand-over cut short before it, or the harness opened it).
+        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == room.uid) {
+            let close = |dir| rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(0o700)).map_err(io::Error::from);
+            return open_dir(workdir).and_then(close).map_err(|e| format!("cannot close {shown}: {e}"));
         }
         let empty = std::fs::read_dir(workdir).map_err(|e| format!("{shown}: {e}"))?.next().is_none();
         if !empty && prepared != Some(true) {
@@ -544,6 +546,9 @@ mod tests {
         assert_eq!((owner(&work), owner(&work.join("sub/f")), owner(&work.join("link"))), (a.uid, a.uid, a.uid));
         assert_eq!(owner(Path::new("/etc/hostname")), 0, "a link is never followed");
         assert_eq!(std::fs::metadata(&work).unwrap().mode() & 0o777, 0o700);
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o755)).unwrap();
+        rooms.hand_over(&c, &a, &work, &[]).unwrap();
+        assert_eq!(std::fs::metadata(&work).unwrap().mode() & 0o777, 0o700, "opened again (by its harness): closed");
         let (e, empty) = room("empty", &[], false);
         rooms.hand_over(&c, &e, &empty, &[]).unwrap();
         assert_eq!(owner(&empty), e.uid, "an empty directory is handed over");
