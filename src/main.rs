@@ -179,7 +179,7 @@ async fn run(cli: Cli) -> ExitCode {
             };
             let result = match local {
                 Some(dir) => match LocalStore::watching(dir) {
-                    Ok(store) => worksession::agent::run_periodic(store, options).await,
+                    Ok(store) => worksession::agent::run_on_changes(store, options).await,
                     Err(e) => Err(e),
                 },
                 None => {

@@ -48,7 +48,7 @@ impl Local {
                 admin_listening: None,
                 failpoint,
             };
-            worksession::agent::run_periodic(store, options).await.unwrap();
+            worksession::agent::run_on_changes(store, options).await.unwrap();
         })
     }
 

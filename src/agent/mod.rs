@@ -1,13 +1,13 @@
 //! The node agent: observe (one shared tmux call) → decide (the pure [`crate::core`]) → execute → status, for
 //! every WorkSession of its node. [`reconcile`] is one pass for one session, generic over the [`Store`] and
 //! [`crate::tmux::Tmux`] edges; two drivers run it: [`controller`] on Kubernetes (kube-runtime, woken by watches,
-//! requeues and the [`poll`]) and [`periodic`] on any store that lists its sessions (local mode).
+//! requeues and the [`poll`]) and [`on_changes`] on a store that reports its changes (local mode).
 
 pub mod controller;
 pub mod discovery;
 pub mod evidence;
 pub mod metrics;
-pub mod periodic;
+pub mod on_changes;
 pub mod poll;
 pub mod reconcile;
 pub mod workspaces;
@@ -25,7 +25,7 @@ use crate::telemetry::Admin;
 use crate::tmux::TmuxRunner;
 pub use controller::run;
 pub use metrics::AgentMetrics;
-pub use periodic::run_periodic;
+pub use on_changes::run_on_changes;
 pub use reconcile::{Failpoint, Observer, ReconcileError, Reconciler};
 
 /// How to run the agent.

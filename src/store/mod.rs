@@ -13,6 +13,9 @@ use crate::core::Notice;
 /// The agent's finalizer on each WorkSession it has started: its tmux session is stopped before the object goes.
 pub const FINALIZER: &str = "worksession.dev/agent";
 
+/// The namespace of an object whose manifest names none (local mode's, and what a driver assumes for it).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
 /// A store call that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

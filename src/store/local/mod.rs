@@ -24,7 +24,7 @@ use crate::core::Notice;
 use index::{Index, is_indexed, status_path};
 
 /// The namespace every local object lives in (a manifest may name another).
-pub const NAMESPACE: &str = "default";
+pub use super::DEFAULT_NAMESPACE as NAMESPACE;
 
 /// How often a watching store stats every file anyway, in case a notification was lost.
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);

@@ -1,4 +1,4 @@
-//! The local driver, for a store without watches (local mode's directory): like the Kubernetes driver it reconciles
+//! The driver for a store without watches that reports its changes (local mode's directory): like the Kubernetes driver it reconciles
 //! a session only when something woke it: a change the store reports ([`Changes`]: a file-system notification, or
 //! the slow rescan), its own requeue (verification deadlines, back-off), or the tmux [`poll`](super::poll) that
 //! notices panes dying. The reconciles one cause wakes run concurrently and share one tmux observation.
@@ -16,10 +16,10 @@ use super::Options;
 use super::controller::{ERROR_REQUEUE, RECONCILE_CONCURRENCY};
 use super::poll::{POLL_INTERVAL, Wakes};
 use crate::store::Changes;
-use crate::store::local::NAMESPACE;
+use crate::store::DEFAULT_NAMESPACE as NAMESPACE;
 
 /// Runs the agent over every session of `store` until the process is asked to stop.
-pub async fn run_periodic<S: Changes>(store: S, options: Options) -> std::io::Result<()> {
+pub async fn run_on_changes<S: Changes>(store: S, options: Options) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(true));
     let ctx = super::reconciler(store, None, options, ready).await?;
     if let Err(e) = ctx.seed_claims().await {
