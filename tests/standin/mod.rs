@@ -160,13 +160,7 @@ impl TmuxServer {
 
     /// The pid of the harness in `session`'s pane.
     pub fn pane_pid(&self, session: &str) -> u32 {
-        let out = std::process::Command::new("tmux")
-            .arg("-S")
-            .arg(self.socket())
-            .args(["list-panes", "-t", &format!("={session}:"), "-F", "#{pane_pid}"])
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap().trim().parse().expect("a pane pid")
+        self.pane_pid_if_any(session).expect("a pane pid")
     }
 
     /// Kills the harness of `session` (as a crash would), once it is up, and awaits its dead pane.
@@ -175,11 +169,29 @@ impl TmuxServer {
         self.kill_pane(session).await;
     }
 
-    /// Kills whatever runs in `session`'s pane, at once, and awaits its dead pane.
+    /// Kills whatever runs in `session`'s pane, at once, and awaits its end: a dead pane, or one the agent already
+    /// respawned (a prompt put back by the settle window wakes it at once; under load it can beat an observation).
     pub async fn kill_pane(&self, session: &str) {
         let pid = self.pane_pid(session);
         std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
-        self.await_liveness(session, Liveness::Dead).await;
+        until(&format!("the harness of {session} (pid {pid}) gone"), || async {
+            match self.runner.observe().await.unwrap().liveness(session) {
+                Liveness::Alive => self.pane_pid_if_any(session) != Some(pid),
+                Liveness::Dead | Liveness::Absent => true,
+            }
+        })
+        .await;
+    }
+
+    /// The pid of `session`'s pane, if it has one.
+    fn pane_pid_if_any(&self, session: &str) -> Option<u32> {
+        let out = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(self.socket())
+            .args(["list-panes", "-t", &format!("={session}:"), "-F", "#{pane_pid}"])
+            .output()
+            .ok()?;
+        String::from_utf8(out.stdout).ok()?.trim().parse().ok()
     }
 
     /// Kills the tmux server and every harness in it (as a restarted tmux container would); whether tmux said so.
