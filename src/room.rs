@@ -179,21 +179,21 @@ impl Rooms {
         Ok(())
     }
 
-    /// Gives `workdir` to `room` before its harness starts: every file in it becomes the room's (never following a
+    /// Gives `workdir` to the room of `uid` before its harness starts: every file in it becomes the room's (never following a
     /// link), the directory closed to others. Only what is this session's is handed over: an empty directory, or the
     /// checkout the agent prepared for it ([`Rooms::prepared`]); and only where [`place`] allows, with nothing in it
     /// of another room's and no file with a second name.
-    pub fn hand_over(&self, config: &RoomsConfig, room: &Room, workdir: &Path, keep: &[&Path]) -> Result<(), String> {
+    pub fn hand_over(&self, config: &RoomsConfig, uid: u32, workdir: &Path, keep: &[&Path]) -> Result<(), String> {
         let shown = workdir.display();
         place(config, workdir, keep)?;
         let rooms = config.first_uid..config.first_uid.saturating_add(config.count);
         let prepared = self
             .taken(config)
             .ok()
-            .and_then(|t| t.as_ref()?.values().find(|c| c.uid == room.uid).map(|c| c.prepared && c.workdir == workdir));
+            .and_then(|t| t.as_ref()?.values().find(|c| c.uid == uid).map(|c| c.prepared && c.workdir == workdir));
         // Done before: the top's owner is changed last, so a top that is the room's has everything in it handed over;
         // only its mode may want closing again (a hand-over cut short before it, or the harness opened it).
-        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == room.uid) {
+        if std::fs::symlink_metadata(workdir).is_ok_and(|m| m.uid() == uid) {
             let close = |dir| rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(0o700)).map_err(io::Error::from);
             return open_dir(workdir).and_then(close).map_err(|e| format!("cannot close {shown}: {e}"));
         }
@@ -207,7 +207,7 @@ impl Rooms {
         let handed = open_dir(workdir).and_then(|dir| {
             // Checked whole before anything changes: a tree holding another room's file is refused untouched.
             walk(&dir, &mut |_, stat| match stat.st_uid {
-                owner if owner != room.uid && rooms.contains(&owner) => {
+                owner if owner != uid && rooms.contains(&owner) => {
                     Err(io::Error::other(format!("it holds a file of another room (uid {owner})")))
                 }
                 // Another name of the file may be anywhere: handing it over would hand that over too.
@@ -216,10 +216,10 @@ impl Rooms {
                 }
                 _ => Ok(()),
             })?;
-            walk(&dir, &mut |at, _| at.chown(room.uid))?;
+            walk(&dir, &mut |at, _| at.chown(uid))?;
             rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(0o700)).map_err(io::Error::from)
         });
-        handed.map_err(|e| format!("cannot hand {shown} to uid {}: {e}", room.uid))
+        handed.map_err(|e| format!("cannot hand {shown} to uid {}: {e}", uid))
     }
 
     /// Forgets the room of `identity` (its WorkSession is gone; every process of its uid already killed): its
@@ -542,30 +542,30 @@ mod tests {
         };
         let (a, work) = room("w", &["sub/f"], true);
         symlink("/etc/hostname", work.join("link")).unwrap();
-        rooms.hand_over(&c, &a, &work, &[]).unwrap();
+        rooms.hand_over(&c, a.uid, &work, &[]).unwrap();
         assert_eq!((owner(&work), owner(&work.join("sub/f")), owner(&work.join("link"))), (a.uid, a.uid, a.uid));
         assert_eq!(owner(Path::new("/etc/hostname")), 0, "a link is never followed");
         assert_eq!(std::fs::metadata(&work).unwrap().mode() & 0o777, 0o700);
         std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o755)).unwrap();
-        rooms.hand_over(&c, &a, &work, &[]).unwrap();
+        rooms.hand_over(&c, a.uid, &work, &[]).unwrap();
         assert_eq!(std::fs::metadata(&work).unwrap().mode() & 0o777, 0o700, "opened again (by its harness): closed");
         let (e, empty) = room("empty", &[], false);
-        rooms.hand_over(&c, &e, &empty, &[]).unwrap();
+        rooms.hand_over(&c, e.uid, &empty, &[]).unwrap();
         assert_eq!(owner(&empty), e.uid, "an empty directory is handed over");
 
         let (b, theirs) = room("theirs", &["precious"], false);
-        let err = rooms.hand_over(&c, &b, &theirs, &[]).unwrap_err();
+        let err = rooms.hand_over(&c, b.uid, &theirs, &[]).unwrap_err();
         assert!(err.contains("did not prepare"), "{err}");
         assert_eq!(owner(&theirs.join("precious")), 0, "files nobody prepared for it stay where they are");
         let (m, mixed) = room("mixed", &["mine", "theirs"], true);
         std::os::unix::fs::lchown(mixed.join("theirs"), Some(a.uid), Some(a.uid)).unwrap();
-        assert!(rooms.hand_over(&c, &m, &mixed, &[]).unwrap_err().contains("another room"));
+        assert!(rooms.hand_over(&c, m.uid, &mixed, &[]).unwrap_err().contains("another room"));
         assert_eq!(owner(&mixed.join("mine")), 0, "nothing changed");
         let (l, linked) = room("linked", &[], true);
         std::fs::hard_link(mixed.join("mine"), linked.join("same")).unwrap();
-        assert!(rooms.hand_over(&c, &l, &linked, &[]).unwrap_err().contains("hard link"), "a second name elsewhere");
+        assert!(rooms.hand_over(&c, l.uid, &linked, &[]).unwrap_err().contains("hard link"), "a second name elsewhere");
         symlink(&empty, dir.join("via-link")).unwrap();
-        assert!(rooms.hand_over(&c, &l, &dir.join("via-link"), &[]).unwrap_err().contains("link"));
+        assert!(rooms.hand_over(&c, l.uid, &dir.join("via-link"), &[]).unwrap_err().contains("link"));
 
         let aside = rooms.release(&c, "ns/w").unwrap().expect("moved aside");
         assert!(!work.exists() && aside.join("sub/f").exists(), "moved aside whole");

@@ -207,9 +207,7 @@ impl Git {
             .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
         let partial_s = partial.to_string_lossy();
         self.run(None, &["init", "--quiet", "--", &partial_s]).await?;
-        let from = mirror.to_string_lossy();
-        let refs = ["+refs/remotes/origin/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"];
-        self.local(&partial, &["fetch", "--quiet", "--no-tags", "--", &from, refs[0], refs[1]]).await?;
+        self.fetch_from_clone(&partial, &mirror).await?;
         self.run(Some(&partial), &["checkout", "--quiet", "-b", &branch, &start]).await?;
         for (key, value) in [("remote.origin.url", redact(&spec.url)), ("remote.origin.fetch", ORIGIN_REFSPEC.into())] {
             self.run(Some(&partial), &["config", key, &value]).await?;
@@ -220,14 +218,14 @@ impl Git {
         Ok(Prepared { branch, commit: start, adopted: false })
     }
 
-    /// Runs git in `dir` reading the node's own clone: the local transport allowed for this one command.
-    async fn local(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+    /// Fetches the remote branches and tags of the node's clone `mirror` into the repository `dir`: the local
+    /// transport allowed for this one command, the clone trusted whoever made it.
+    async fn fetch_from_clone(&self, dir: &Path, mirror: &Path) -> Result<String, String> {
         let mut cmd = self.git();
-        let clone =
-            args.iter().find(|a| Path::new(a).starts_with(&self.mirrors)).map(|c| format!("safe.directory={c}"));
-        cmd.args(clone.iter().flat_map(|c| ["-c", c.as_str()]));
-        cmd.env("GIT_ALLOW_PROTOCOL", "file").arg("-C").arg(dir).args(args);
-        self.output(cmd, args[0]).await
+        cmd.arg("-c").arg(format!("safe.directory={}", mirror.display()));
+        cmd.env("GIT_ALLOW_PROTOCOL", "file").arg("-C").arg(dir).args(["fetch", "--quiet", "--no-tags", "--"]);
+        cmd.arg(mirror).args(["+refs/remotes/origin/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]);
+        self.output(cmd, "fetch").await
     }
 
     /// An existing `workdir`: a checkout of the repository (a worktree of its clone here, or a clone of its URL) is

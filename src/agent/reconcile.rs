@@ -393,9 +393,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::Spawn(spawn) => {
                     if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
                         // The workdir becomes the room's before its harness starts there.
-                        let room = crate::room::Room { uid: room.uid, home: room.home.clone() };
                         let keep = agent_dirs(config);
-                        self.rooms.hand_over(rooms, &room, &spawn.workdir, &keep).map_err(ExecError::Spawn)?;
+                        self.rooms.hand_over(rooms, room.uid, &spawn.workdir, &keep).map_err(ExecError::Spawn)?;
                     }
                     tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?
                 }
