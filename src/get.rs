@@ -2,6 +2,7 @@
 //! directory: `-n NS`, `-A` (with a NAMESPACE column), the kubeconfig context's namespace by default (`default` in
 //! local mode), `NAME` arguments, `-o wide|json|yaml`, and `-w` to keep printing a row per change.
 
+use crate::core::ConditionType;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -138,8 +139,8 @@ fn header(query: &Query) -> Vec<String> {
 pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<String> {
     let wide = query.output == Some(Output::Wide);
     let st = ws.status.clone().unwrap_or_default();
-    let resumed = st.conditions.iter().find(|c| c.type_ == "Resumed");
-    let ready = st.conditions.iter().find(|c| c.type_ == "Ready");
+    let resumed = st.conditions.iter().find(|c| c.type_ == ConditionType::Resumed.as_str());
+    let ready = st.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str());
     let mut id = st.harness_session_id.clone().unwrap_or_default();
     if !wide && id.len() > 8 {
         id.truncate(8);

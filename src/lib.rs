@@ -20,4 +20,5 @@ pub mod telemetry;
 pub mod terminal;
 pub mod tmux;
 pub mod transcript;
+pub mod words;
 pub mod workspace;

@@ -200,12 +200,13 @@ pub enum TmuxError {
 
 impl TmuxError {
     /// A short stable category for metrics and Events.
-    pub fn category(&self) -> &'static str {
+    pub fn category(&self) -> crate::words::ErrorCategory {
+        use crate::words::ErrorCategory;
         match self {
-            TmuxError::Exec(_) => "tmux_exec",
-            TmuxError::Timeout(_) => "tmux_timeout",
-            TmuxError::Failed { .. } => "tmux_failed",
-            TmuxError::Workdir(_) => "workdir",
+            TmuxError::Exec(_) => ErrorCategory::TmuxExec,
+            TmuxError::Timeout(_) => ErrorCategory::TmuxTimeout,
+            TmuxError::Failed { .. } => ErrorCategory::TmuxFailed,
+            TmuxError::Workdir(_) => ErrorCategory::Workdir,
         }
     }
 }

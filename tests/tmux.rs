@@ -133,14 +133,14 @@ async fn spawn_refuses_a_missing_workdir() {
     let mut spawn = tmux.spawn_of("loop-w", Mode::Fresh, "w", None, &[]);
     spawn.workdir = tmux.dir.path().join("missing");
     let err = tmux.runner.spawn(&spawn).await.unwrap_err();
-    assert_eq!(err.category(), "workdir");
+    assert_eq!(err.category().as_str(), "workdir");
     assert!(tmux.runner.observe().await.unwrap().is_empty());
     // A real directory whose name holds a tmux format: tmux would run it (`new-session -c` expands `#(...)`).
     let marker = tmux.dir.path().join("pwned");
     let hostile = tmux.dir.path().join(format!("x#(touch {})", marker.display()));
     std::fs::create_dir_all(&hostile).unwrap();
     spawn.workdir = hostile;
-    assert_eq!(tmux.runner.spawn(&spawn).await.unwrap_err().category(), "workdir");
+    assert_eq!(tmux.runner.spawn(&spawn).await.unwrap_err().category().as_str(), "workdir");
     assert!(!marker.exists(), "a workdir ran as a command");
 }
 

@@ -91,7 +91,7 @@ async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Ctx<S>>) -> Result<A
 }
 
 fn error_policy<S: Store>(ws: Arc<WorkSession>, error: &ReconcileError, _ctx: Arc<Ctx<S>>) -> Action {
-    tracing::warn!(event = "reconcile.failed", namespace = ws.namespace(), name = ws.name_any(), category = error.category(), error = %error, "reconcile failed; retrying");
+    tracing::warn!(event = "reconcile.failed", namespace = ws.namespace(), name = ws.name_any(), category = error.category().as_str(), error = %error, "reconcile failed; retrying");
     Action::requeue(ERROR_REQUEUE)
 }
 

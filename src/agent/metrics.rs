@@ -7,6 +7,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::api::{Phase, Via};
+use crate::words::ErrorCategory;
+
 /// `category="..."`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CategoryLabel {
@@ -42,9 +45,8 @@ pub struct PhaseLabel {
     pub phase: &'static str,
 }
 
-/// Every phase a WorkSession can be in, as the `sessions` gauge labels them (`None`: no status yet).
-pub const PHASES: [&str; 10] =
-    ["Pending", "Preparing", "Starting", "Verifying", "Running", "Suspended", "Idle", "BackOff", "Failed", "None"];
+/// The `sessions` gauge's label for a session with no status yet.
+pub const NO_PHASE: &str = "None";
 
 /// `transition="stop|wake"`: an idle harness stopped, or an idle session woken by a prompt.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,15 +90,17 @@ pub struct AgentMetrics {
 
 impl AgentMetrics {
     /// Sets the `sessions` gauge from the phases of every session of this agent.
-    pub fn count_sessions(&self, phases: impl IntoIterator<Item = Option<crate::api::Phase>>) {
-        let mut counts = [0i64; PHASES.len()];
+    pub fn count_sessions(&self, phases: impl IntoIterator<Item = Option<Phase>>) {
+        // Every phase is set, zero included, so a phase no session is in any more drops to zero.
+        let mut counts: Vec<(&'static str, i64)> = Phase::ALL.iter().map(|p| (p.as_str(), 0)).collect();
+        counts.push((NO_PHASE, 0));
         for phase in phases {
-            let name = phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "None".into());
-            if let Some(i) = PHASES.iter().position(|p| *p == name) {
-                counts[i] += 1;
+            let name = phase.map_or(NO_PHASE, Phase::as_str);
+            if let Some((_, n)) = counts.iter_mut().find(|(p, _)| *p == name) {
+                *n += 1;
             }
         }
-        for (phase, count) in PHASES.iter().zip(counts) {
+        for (phase, count) in counts {
             self.sessions.get_or_create(&PhaseLabel { phase }).set(count);
         }
     }
@@ -139,7 +143,7 @@ impl AgentMetrics {
         for resumed in ["true", "false"] {
             let _ = m.respawns.get_or_create(&ResumedLabel { resumed });
         }
-        for reason in crate::core::ResumeReason::ALL.into_iter().filter(|r| *r != crate::core::ResumeReason::Resumed) {
+        for reason in crate::core::ResumeReason::ALL.iter().filter(|r| **r != crate::core::ResumeReason::Resumed) {
             let _ = m.resume_failures.get_or_create(&ReasonLabel { reason: reason.as_str() });
         }
         for addressed in ["true", "false"] {
@@ -148,13 +152,11 @@ impl AgentMetrics {
         for transition in ["stop", "wake"] {
             let _ = m.idle.get_or_create(&IdleLabel { transition });
         }
-        for via in ["Pasted", "Resumed", "Fresh"] {
-            let _ = m.events_delivered.get_or_create(&ViaLabel { via });
+        for via in Via::ALL {
+            let _ = m.events_delivered.get_or_create(&ViaLabel { via: via.as_str() });
         }
-        for category in
-            ["api_refused", "api_unreachable", "local_store", "tmux_exec", "tmux_timeout", "tmux_failed", "workdir"]
-        {
-            let _ = m.reconcile_errors.get_or_create(&CategoryLabel { category });
+        for category in ErrorCategory::ALL {
+            let _ = m.reconcile_errors.get_or_create(&CategoryLabel { category: category.as_str() });
         }
         m.count_sessions([]);
         m

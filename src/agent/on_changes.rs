@@ -83,7 +83,7 @@ pub async fn run_on_changes<S: Changes>(store: S, options: Options) -> std::io::
                     match ctx.reconcile_observed_after(namespace, &name, woke.into_std()).await {
                         Ok(after) => (name, after),
                         Err(e) => {
-                            tracing::warn!(event = "reconcile.failed", name, category = e.category(), error = %e, "reconcile failed; retrying");
+                            tracing::warn!(event = "reconcile.failed", name, category = e.category().as_str(), error = %e, "reconcile failed; retrying");
                             (name, Some(ERROR_REQUEUE))
                         }
                     }

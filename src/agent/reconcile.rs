@@ -87,13 +87,13 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// A short stable category for metrics: the kind of source (never an object name).
-    pub fn category(&self) -> &'static str {
+    pub fn category(&self) -> crate::words::ErrorCategory {
         use ReconcileError::*;
         match self {
             Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) => e.category(),
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
             Observe(e) | Spawn(e) | Stop(e) | Paste { source: e, .. } => e.category(),
-            ReleaseRoom(_) => "room",
+            ReleaseRoom(_) => crate::words::ErrorCategory::Room,
         }
     }
 }
@@ -217,7 +217,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let result = self.reconcile_inner(namespace, name, observed_after).instrument(span).await;
         self.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {
-            let category = e.category();
+            let category = e.category().as_str();
             self.metrics.reconcile_errors.get_or_create(&CategoryLabel { category }).inc();
         }
         result
@@ -411,12 +411,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         other(ReconcileError::WriteEventStatus { event: update.event.clone(), source })
                     })?;
                     if let Some(via) = update.via.filter(|_| update.phase == crate::api::EventPhase::Delivered) {
-                        let via = match via {
-                            crate::api::Via::Pasted => "Pasted",
-                            crate::api::Via::Resumed => "Resumed",
-                            crate::api::Via::Fresh => "Fresh",
-                        };
-                        self.metrics.events_delivered.get_or_create(&ViaLabel { via }).inc();
+                        self.metrics.events_delivered.get_or_create(&ViaLabel { via: via.as_str() }).inc();
                     }
                 }
                 Op::Notice(notice) => {
@@ -572,7 +567,7 @@ mod tests {
         ];
         for (error, says, category) in cases {
             assert!(error.to_string().starts_with(says), "{error} does not start with {says:?}");
-            assert_eq!(error.category(), category);
+            assert_eq!(error.category().as_str(), category);
             let source = error.source().expect("a source");
             assert!(error.to_string().ends_with(&source.to_string()), "{error} hides its source {source}");
         }

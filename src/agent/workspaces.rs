@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::WorkSession;
 use crate::config::Config;
-use crate::core::{WORKSPACE_READY, Workspace};
+use crate::core::{Workspace, WorkspaceReason};
 use crate::workspace::{Git, Locks, Prepared, Removal};
 
 /// A workspace as a reconcile finds it; [`Found::as_input`] is what the core takes.
@@ -77,7 +77,7 @@ impl Workspaces {
             };
         }
         let conditions = ws.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let prepared = conditions.iter().any(|c| c.type_ == WORKSPACE_READY && c.status == "True");
+        let prepared = crate::core::condition::<WorkspaceReason>(conditions).is_some_and(|(ok, _)| ok);
         if prepared && Path::new(&ws.spec.workdir).join(".git").exists() { Found::Ready } else { Found::Missing }
     }
 

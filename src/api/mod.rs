@@ -55,7 +55,8 @@ pub struct WorkSessionSpec {
     #[schemars(length(min = 1, max = 253))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "nodeName is immutable"}]))]
     pub node_name: String,
-    /// A harness profile name: `claude`, `cursor`, or one defined in the agent config.
+    /// A harness profile name: a built-in one (`claude`, `codex`, `copilot`, `cursor`, `gemini`, `opencode`) or one
+    /// defined in the agent config.
     #[schemars(regex(pattern = HARNESS_PATTERN), length(min = 1, max = 63))]
     pub harness: String,
     /// Absolute path on the node where the harness runs (resume lookup is scoped to it); no `#`, which tmux would
@@ -166,7 +167,10 @@ pub struct WorkSessionStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` and `Resumed` conditions.
+    /// Conditions: `Ready` (whether the harness runs and takes prompts), `Resumed` (whether the last spawn resumed
+    /// the recorded conversation), `ConversationId` (whether a harness that shows its id after the start has shown
+    /// it), `Confined` (whether it runs in a room of its own) and `WorkspaceReady` (whether the checkout is
+    /// prepared); their reasons are in the README's status reference.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -222,27 +226,29 @@ pub struct PromptStatus {
     pub message: Option<String>,
 }
 
-/// Where a WorkSession is in its life cycle.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub enum Phase {
-    /// Not running; waiting for an event (or nothing spawned yet).
-    Pending,
-    /// The workspace (`spec.workspace`) is being prepared; see the `WorkspaceReady` condition.
-    Preparing,
-    /// A spawn is about to run.
-    Starting,
-    /// Spawned; waiting out the probe to verify it survived.
-    Verifying,
-    /// The harness is alive.
-    Running,
-    /// Stopped on request (`spec.suspend`).
-    Suspended,
-    /// Stopped after `spec.idle.suspendAfterSeconds` of quiet; the next prompt resumes it.
-    Idle,
-    /// Failing repeatedly; waiting until `nextRetryTime`.
-    BackOff,
-    /// Cannot run as specified; see the `Ready` condition.
-    Failed,
+crate::words::words! {
+    /// Where a WorkSession is in its life cycle.
+    #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+    pub enum Phase {
+        /// Not running; waiting for an event (or nothing spawned yet).
+        Pending,
+        /// The workspace (`spec.workspace`) is being prepared; see the `WorkspaceReady` condition.
+        Preparing,
+        /// A spawn is about to run.
+        Starting,
+        /// Spawned; waiting out the probe to verify it survived.
+        Verifying,
+        /// The harness is alive.
+        Running,
+        /// Stopped on request (`spec.suspend`).
+        Suspended,
+        /// Stopped after `spec.idle.suspendAfterSeconds` of quiet; the next prompt resumes it.
+        Idle,
+        /// Failing repeatedly; waiting until `nextRetryTime`.
+        BackOff,
+        /// Cannot run as specified; see the `Ready` condition.
+        Failed,
+    }
 }
 
 /// One completed respawn.
@@ -389,29 +395,33 @@ pub struct WorkEventStatus {
     pub message: Option<String>,
 }
 
-/// Where a WorkEvent's delivery is.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub enum EventPhase {
-    /// Waiting to be delivered.
-    Pending,
-    /// Sent to a harness, not yet known to have reached a conversation that lives on.
-    Delivering,
-    /// Known to have reached the conversation (the transcript shows it, or its pane outlived the settle window);
-    /// never taken back.
-    Delivered,
-    /// Cannot be delivered; see `message`.
-    Failed,
+crate::words::words! {
+    /// Where a WorkEvent's delivery is.
+    #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+    pub enum EventPhase {
+        /// Waiting to be delivered.
+        Pending,
+        /// Sent to a harness, not yet known to have reached a conversation that lives on.
+        Delivering,
+        /// Known to have reached the conversation (the transcript shows it, or its pane outlived the settle window);
+        /// never taken back.
+        Delivered,
+        /// Cannot be delivered; see `message`.
+        Failed,
+    }
 }
 
-/// How an event reached the harness.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub enum Via {
-    /// Pasted into a live pane.
-    Pasted,
-    /// Boot prompt of a respawn that resumed the conversation.
-    Resumed,
-    /// Boot prompt of a fresh conversation.
-    Fresh,
+crate::words::words! {
+    /// How an event reached the harness.
+    #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+    pub enum Via {
+        /// Pasted into a live pane.
+        Pasted,
+        /// Boot prompt of a respawn that resumed the conversation.
+        Resumed,
+        /// Boot prompt of a fresh conversation.
+        Fresh,
+    }
 }
 
 /// The `format`s the API server knows in a CRD schema; any other is dropped from the generated CRDs (the API server

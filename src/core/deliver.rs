@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Decision, HEALTHY_AFTER, INITIAL_PROMPT, Notice, NoticeKind, Op, Settings, later, until};
+use super::{Decision, HEALTHY_AFTER, INITIAL_PROMPT, Notice, NoticeKind, Op, ReadyReason, Settings, later, until};
 use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::harness::Profile;
 
@@ -81,7 +81,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let input = self.input;
         let now = input.now;
         self.status.phase = Some(Phase::Running);
-        self.ready(true, "Running", "the harness is running");
+        self.ready(true, ReadyReason::Running, "the harness is running");
         let started = self.status.last_respawn.as_ref().map(|r| r.time.0);
         if self.status.failure_count > 0 && started.is_some_and(|t| later(t, HEALTHY_AFTER) <= now) {
             self.status.failure_count = 0;

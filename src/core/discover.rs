@@ -8,24 +8,21 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Decision, set_condition};
+use super::{ConditionType, Decision, DiscoveryReason, ReadyReason, find, has_reason, set_condition};
 use crate::api::{Phase, WorkSessionStatus, is_valid_session_id};
 use crate::harness::Profile;
 
-/// The condition that says whether the conversation's id is known (for a harness that shows it after the start).
-pub const CONVERSATION_ID: &str = "ConversationId";
 /// How often a harness whose id is being discovered is looked at.
 pub const DISCOVERY_RECHECK: Duration = Duration::from_secs(2);
 
 /// Whether `status` waits for the id of its running conversation.
 pub fn discovering(status: &WorkSessionStatus) -> bool {
-    status.harness_session_id.is_none()
-        && status.conditions.iter().any(|c| c.type_ == CONVERSATION_ID && c.reason == "Discovering")
+    status.harness_session_id.is_none() && has_reason(&status.conditions, DiscoveryReason::Discovering)
 }
 
 /// When the conversation being discovered was spawned: only what the harness wrote since then is its.
 pub fn discovering_since(status: &WorkSessionStatus) -> Option<&Time> {
-    let c = status.conditions.iter().find(|c| c.type_ == CONVERSATION_ID && c.reason == "Discovering")?;
+    let c = find(&status.conditions, DiscoveryReason::Discovering)?;
     Some(&c.last_transition_time)
 }
 
@@ -39,8 +36,8 @@ impl Decision<'_, '_> {
         let message = format!("waiting for {} to show its conversation's id ({place})", self.input.spec.harness);
         let (generation, conditions) = (self.input.generation, &mut self.status.conditions);
         // Reset, with the spawn's time: the executor counts only what was written since.
-        conditions.retain(|c| c.type_ != CONVERSATION_ID);
-        set_condition(conditions, CONVERSATION_ID, false, "Discovering", &message, generation, spawned.0);
+        conditions.retain(|c| c.type_ != ConditionType::ConversationId.as_str());
+        set_condition(conditions, DiscoveryReason::Discovering, false, &message, generation, spawned.0);
         self.requeue(DISCOVERY_RECHECK);
     }
 
@@ -55,7 +52,7 @@ impl Decision<'_, '_> {
                 if let Some(r) = self.status.last_respawn.as_mut().filter(|r| r.harness_session_id.is_empty()) {
                     r.harness_session_id = id.to_string();
                 }
-                self.condition(CONVERSATION_ID, true, "Discovered", format!("the harness runs conversation {id}"));
+                self.condition(DiscoveryReason::Discovered, true, format!("the harness runs conversation {id}"));
             }
             None => self.requeue(DISCOVERY_RECHECK),
         }
@@ -70,7 +67,7 @@ impl Decision<'_, '_> {
             "WorkSession {other} in the same workdir is still discovering its conversation's id; starting now could \
              take each other's"
         );
-        self.ready(false, "WaitingForDiscovery", message);
+        self.ready(false, ReadyReason::WaitingForDiscovery, message);
         self.requeue(DISCOVERY_RECHECK);
         true
     }

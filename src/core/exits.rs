@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::ResumeReason;
-use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, RESUMED, Settings, backoff, later};
+use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, ReadyReason, Settings, backoff, later};
 use crate::api::Phase;
 use crate::harness::Profile;
 use crate::tmux::Liveness;
@@ -30,12 +30,12 @@ impl Decision<'_, '_> {
             message.push_str("; the harness cannot find it, so the next spawn is fresh");
         }
         message.push_str(&self.quote_last_output());
-        self.condition(RESUMED, false, ResumeReason::PaneDiedAfterProbe.as_str(), message.clone());
+        self.condition(ResumeReason::PaneDiedAfterProbe, false, message.clone());
         self.notice(Notice::resume_failed(ResumeReason::PaneDiedAfterProbe, message.clone()));
         self.return_unconfirmed(&message);
         self.status.phase = Some(Phase::Pending);
         let ready = "the resumed harness died after the probe; its prompts will be sent again";
-        self.ready(false, "HarnessNotRunning", ready);
+        self.ready(false, ReadyReason::HarnessNotRunning, ready);
         self.count_failure(); // a resume that keeps dying backs off like any crash (the first retry is immediate)
         self.requeue(Duration::ZERO); // its prompts are pending again: respawn with them next
         true
@@ -67,7 +67,7 @@ impl Decision<'_, '_> {
 
     /// A fresh spawn failed: its boot prompt goes back to `Pending` (unless its transcript shows it arrived), and the
     /// failure counts toward back-off.
-    pub(super) fn fresh_spawn_failed(&mut self, ready_reason: &'static str, notice: Notice) {
+    pub(super) fn fresh_spawn_failed(&mut self, ready_reason: ReadyReason, notice: Notice) {
         let message = notice.message.clone();
         // The boot prompt is the only one sent while a spawn is verified.
         self.return_unconfirmed(&message);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Decision, Notice, NoticeKind, Op, Settings, later, until};
+use super::{Decision, Notice, NoticeKind, Op, ReadyReason, Settings, later, until};
 use crate::api::Phase;
 
 impl Decision<'_, '_> {
@@ -35,7 +35,7 @@ impl Decision<'_, '_> {
         self.status.phase = Some(Phase::Idle);
         self.status.idle_since = Some(Time(input.now));
         let message = format!("stopped after {after}s without output; the next event resumes the conversation");
-        self.ready(false, "Idle", message.clone());
+        self.ready(false, ReadyReason::Idle, message.clone());
         self.notice(Notice::new(NoticeKind::IdleStopped, message));
     }
 
@@ -46,9 +46,9 @@ impl Decision<'_, '_> {
         }
         if waiting == 0 {
             // Said again only when something else (a tmux server that went away) took its place.
-            let said = self.status.conditions.iter().any(|c| c.type_ == super::READY && c.reason == "Idle");
+            let said = super::has_reason(&self.status.conditions, ReadyReason::Idle);
             if !said {
-                self.ready(false, "Idle", "stopped as idle; the next event resumes the conversation");
+                self.ready(false, ReadyReason::Idle, "stopped as idle; the next event resumes the conversation");
             }
             return true;
         }

@@ -33,15 +33,18 @@ mod room;
 mod spawn;
 mod verify;
 mod workspace;
-pub use conditions::{READY, RESUMED, set_condition};
+pub use conditions::{
+    ConditionType, ConfinedReason, DiscoveryReason, ReadyReason, Reason, WorkspaceReason, condition, find, has_reason,
+    set_condition,
+};
 pub use deliver::initial_prompt_owed;
-pub use discover::{CONVERSATION_ID, DISCOVERY_RECHECK};
+pub use discover::DISCOVERY_RECHECK;
 pub use plan::{
-    Confinement, EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity, Workspace,
+    Confinement, EventReason, EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity,
+    Workspace,
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
-pub use room::CONFINED;
-pub use workspace::{PREPARE_RECHECK, WORKSPACE_READY};
+pub use workspace::PREPARE_RECHECK;
 
 #[cfg(test)]
 mod tests;
@@ -139,13 +142,13 @@ impl<'a, 'i> Decision<'a, 'i> {
         Plan { intent: self.intent, ops: self.ops, status: self.status, requeue_after: self.requeue_after }
     }
 
-    fn condition(&mut self, type_: &str, ok: bool, reason: &str, message: impl Into<String>) {
+    fn condition<R: Reason>(&mut self, reason: R, ok: bool, message: impl Into<String>) {
         let (generation, now) = (self.input.generation, self.input.now);
-        set_condition(&mut self.status.conditions, type_, ok, reason, &message.into(), generation, now);
+        set_condition(&mut self.status.conditions, reason, ok, &message.into(), generation, now);
     }
 
-    fn ready(&mut self, ok: bool, reason: &str, message: impl Into<String>) {
-        self.condition(READY, ok, reason, message);
+    fn ready(&mut self, ok: bool, reason: ReadyReason, message: impl Into<String>) {
+        self.condition(reason, ok, message);
     }
 
     fn requeue(&mut self, after: Duration) {
@@ -202,8 +205,8 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.status.verification = None;
             let (reason, whose) = match other.owner.as_str() {
                 // Not made by a spawn of this agent (a harness can make sessions on its server): anyone's.
-                "" => ("TmuxSessionUntagged", "carries no owner tag".to_string()),
-                _ => ("TmuxSessionConflict", format!("belongs to WorkSession {}", other.owner_name)),
+                "" => (ReadyReason::TmuxSessionUntagged, "carries no owner tag".to_string()),
+                _ => (ReadyReason::TmuxSessionConflict, format!("belongs to WorkSession {}", other.owner_name)),
             };
             let message = format!(
                 "tmux session {} {whose}; it is never adopted, pasted into or stopped by this one",
@@ -231,7 +234,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.status.verification = None;
             let waiting = self.prompts().len();
             let prompts = if waiting == 1 { "prompt waits" } else { "prompts wait" };
-            self.ready(false, "Suspended", format!("spec.suspend is set; {waiting} {prompts}"));
+            self.ready(false, ReadyReason::Suspended, format!("spec.suspend is set; {waiting} {prompts}"));
             return self.plan();
         }
         if !self.room_ready() {
@@ -246,7 +249,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
             self.ready(
                 false,
-                "TmuxUnavailable",
+                ReadyReason::TmuxUnavailable,
                 "no tmux server answers on the socket, and the agent never starts one",
             );
             self.requeue(CONFLICT_RECHECK);
@@ -277,33 +280,33 @@ impl<'a, 'i> Decision<'a, 'i> {
     }
 
     /// What the CRD schema cannot check (or local mode has no schema for).
-    fn validate(&self) -> Result<&'a Profile, (&'static str, String)> {
+    fn validate(&self) -> Result<&'a Profile, (ReadyReason, String)> {
         let spec = self.input.spec;
         if let Err(e) = api::validate_spec(spec) {
-            return Err(("InvalidSpec", e.to_string()));
+            return Err((ReadyReason::InvalidSpec, e.to_string()));
         }
         let Some(profile) = self.input.config.harnesses.get(&spec.harness) else {
             let known: Vec<&str> = self.input.config.harnesses.keys().map(String::as_str).collect();
             return Err((
-                "UnknownHarness",
+                ReadyReason::UnknownHarness,
                 format!("no harness profile {:?} (known: {})", spec.harness, known.join(", ")),
             ));
         };
         if profile.interactive.is_none() {
-            return Err(("HarnessCannotBeHosted", ArgvError::NotHostable(spec.harness.clone()).to_string()));
+            return Err((ReadyReason::HarnessCannotBeHosted, ArgvError::NotHostable(spec.harness.clone()).to_string()));
         }
         let namespace = self.input.owner_name.split_once('/').map_or("", |(ns, _)| ns);
         if let Some(w) = spec.workspace.as_ref().filter(|w| !self.input.config.workspaces.allows(namespace, &w.url)) {
             // A tenant boundary: which repositories a namespace may have the agent clone (with the node's token).
             return Err((
-                "WorkspaceNotAllowed",
+                ReadyReason::WorkspaceNotAllowed,
                 format!("namespace {namespace} may not check out {} (workspaces.repositories)", w.url),
             ));
         }
         if let (Some(other), Some(id)) = (self.input.id_taken_by, &spec.harness_session_id) {
             // Two processes on one conversation write one transcript; and a tenant must not adopt another's.
             return Err((
-                "SessionIdTaken",
+                ReadyReason::SessionIdTaken,
                 format!("spec.harnessSessionId {id} is the conversation of WorkSession {other} on this node"),
             ));
         }

@@ -212,6 +212,39 @@ pub enum Severity {
     Warning,
 }
 
+crate::words::words! {
+    /// The reasons of the Kubernetes Events the agent records on a WorkSession.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum EventReason {
+        /// The first harness of the session survived its probe.
+        Started,
+        /// A later harness survived its probe.
+        Respawned,
+        /// A resume failed (the log line names the decision table's row).
+        ResumeFailed,
+        /// A running (or freshly started) harness exited.
+        HarnessExited,
+        /// tmux could not start a fresh harness.
+        SpawnFailed,
+        /// Respawning waits out a back-off.
+        BackOff,
+        /// An event reached the harness.
+        Delivered,
+        /// An event cannot be delivered by this harness.
+        DeliveryFailed,
+        /// An idle harness was stopped.
+        IdleStopped,
+        /// A prompt wakes an idle session.
+        Woken,
+        /// The workspace was prepared (or an existing checkout adopted).
+        WorkspacePrepared,
+        /// Preparing the workspace failed.
+        WorkspaceFailed,
+        /// The workspace was kept (moved aside, or left with work not pushed) when its session went.
+        WorkspaceKept,
+    }
+}
+
 /// What a [`Notice`] reports; it knows its Kubernetes Event reason, its log event name and its severity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoticeKind {
@@ -250,22 +283,22 @@ pub enum NoticeKind {
 }
 
 impl NoticeKind {
-    /// The Kubernetes Event reason (CamelCase).
-    pub fn reason(self) -> &'static str {
+    /// The Kubernetes Event reason.
+    pub fn reason(self) -> EventReason {
         match self {
-            NoticeKind::Started { .. } => "Started",
-            NoticeKind::Respawned { .. } => "Respawned",
-            NoticeKind::ResumeFailed(_) => "ResumeFailed",
-            NoticeKind::HarnessExited => "HarnessExited",
-            NoticeKind::SpawnFailed => "SpawnFailed",
-            NoticeKind::BackOff => "BackOff",
-            NoticeKind::Delivered => "Delivered",
-            NoticeKind::DeliveryFailed => "DeliveryFailed",
-            NoticeKind::IdleStopped => "IdleStopped",
-            NoticeKind::Woken => "Woken",
-            NoticeKind::WorkspacePrepared => "WorkspacePrepared",
-            NoticeKind::WorkspaceFailed => "WorkspaceFailed",
-            NoticeKind::WorkspaceKept => "WorkspaceKept",
+            NoticeKind::Started { .. } => EventReason::Started,
+            NoticeKind::Respawned { .. } => EventReason::Respawned,
+            NoticeKind::ResumeFailed(_) => EventReason::ResumeFailed,
+            NoticeKind::HarnessExited => EventReason::HarnessExited,
+            NoticeKind::SpawnFailed => EventReason::SpawnFailed,
+            NoticeKind::BackOff => EventReason::BackOff,
+            NoticeKind::Delivered => EventReason::Delivered,
+            NoticeKind::DeliveryFailed => EventReason::DeliveryFailed,
+            NoticeKind::IdleStopped => EventReason::IdleStopped,
+            NoticeKind::Woken => EventReason::Woken,
+            NoticeKind::WorkspacePrepared => EventReason::WorkspacePrepared,
+            NoticeKind::WorkspaceFailed => EventReason::WorkspaceFailed,
+            NoticeKind::WorkspaceKept => EventReason::WorkspaceKept,
         }
     }
 
@@ -300,7 +333,7 @@ impl NoticeKind {
     pub fn detail(self) -> &'static str {
         match self {
             NoticeKind::ResumeFailed(why) => why.as_str(),
-            other => other.reason(),
+            other => other.reason().as_str(),
         }
     }
 

@@ -4,72 +4,31 @@
 //! [`try_resume`] holds the rows decided before tmux runs anything; the rows after tmux (`ResumeSpawnFailed`,
 //! `PaneDied`, `PaneDiedAfterProbe`) are decided from their outcomes in [`super::verify`] and [`super::exits`].
 
-use std::fmt;
-
 use crate::api::{self, WorkSessionSpec, WorkSessionStatus};
 use crate::harness::Profile;
 
-/// The `Resumed` condition's reasons, one per row of the decision table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ResumeReason {
-    /// The recorded conversation was resumed and survived the probe.
-    Resumed,
-    /// `resumeOnRespawn` is off.
-    ResumeDisabled,
-    /// No conversation is recorded (nor given in `spec.harnessSessionId`).
-    NoRecordedSession,
-    /// The recorded id does not have the shape of a session id.
-    InvalidSessionId,
-    /// The harness profile has no resume argv.
-    HarnessCannotResume,
-    /// tmux could not start the resume.
-    ResumeSpawnFailed,
-    /// The resumed pane died within the probe.
-    PaneDied,
-    /// The resumed pane died after the probe, within the settle window.
-    PaneDiedAfterProbe,
-    /// The harness's store has no conversation under the recorded id: it is not resumed.
-    ConversationNotFound,
-}
-
-impl ResumeReason {
-    /// Every reason, in table order.
-    pub const ALL: [ResumeReason; 9] = [
-        ResumeReason::Resumed,
-        ResumeReason::ResumeDisabled,
-        ResumeReason::NoRecordedSession,
-        ResumeReason::InvalidSessionId,
-        ResumeReason::HarnessCannotResume,
-        ResumeReason::ResumeSpawnFailed,
-        ResumeReason::PaneDied,
-        ResumeReason::PaneDiedAfterProbe,
-        ResumeReason::ConversationNotFound,
-    ];
-
-    /// The name written in conditions, status and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResumeReason::Resumed => "Resumed",
-            ResumeReason::ResumeDisabled => "ResumeDisabled",
-            ResumeReason::NoRecordedSession => "NoRecordedSession",
-            ResumeReason::InvalidSessionId => "InvalidSessionId",
-            ResumeReason::HarnessCannotResume => "HarnessCannotResume",
-            ResumeReason::ResumeSpawnFailed => "ResumeSpawnFailed",
-            ResumeReason::PaneDied => "PaneDied",
-            ResumeReason::PaneDiedAfterProbe => "PaneDiedAfterProbe",
-            ResumeReason::ConversationNotFound => "ConversationNotFound",
-        }
-    }
-
-    /// The reason written as `name` (a status read back).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.as_str() == name)
-    }
-}
-
-impl fmt::Display for ResumeReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::words::words! {
+    /// The `Resumed` condition's reasons, one per row of the decision table.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum ResumeReason {
+        /// The recorded conversation was resumed and survived the probe.
+        Resumed,
+        /// `resumeOnRespawn` is off.
+        ResumeDisabled,
+        /// No conversation is recorded (nor given in `spec.harnessSessionId`).
+        NoRecordedSession,
+        /// The recorded id does not have the shape of a session id.
+        InvalidSessionId,
+        /// The harness profile has no resume argv.
+        HarnessCannotResume,
+        /// tmux could not start the resume.
+        ResumeSpawnFailed,
+        /// The resumed pane died within the probe.
+        PaneDied,
+        /// The resumed pane died after the probe, within the settle window.
+        PaneDiedAfterProbe,
+        /// The harness's store has no conversation under the recorded id: it is not resumed.
+        ConversationNotFound,
     }
 }
 
@@ -117,7 +76,7 @@ pub fn try_resume(
     }
     if status.unresumable_session_id.as_ref() == Some(id) {
         // The late failure's own message quotes what the dying pane printed: keep it.
-        let late = status.conditions.iter().find(|c| c.type_ == super::RESUMED && c.reason == "PaneDiedAfterProbe");
+        let late = super::conditions::find(&status.conditions, ResumeReason::PaneDiedAfterProbe);
         let message = match late {
             Some(c) => c.message.clone(),
             None => format!("the harness could not find conversation {id} after a resume"),
@@ -141,7 +100,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_through_their_names() {
-        for reason in ResumeReason::ALL {
+        for &reason in ResumeReason::ALL {
             assert_eq!(ResumeReason::from_name(reason.as_str()), Some(reason));
             assert_eq!(reason.to_string(), format!("{reason:?}"));
         }

@@ -1,13 +1,10 @@
 //! The room gate, part of decide: with rooms on (agent config `rooms`), a harness starts only in its own room (a
 //! Unix user of its own); the `Confined` condition says where it runs, and why not in a room where it cannot.
 
-use super::{CONFLICT_RECHECK, Decision};
+use super::{CONFLICT_RECHECK, ConfinedReason, Decision, ReadyReason};
 use crate::api::Phase;
 use crate::core::plan::Confinement;
 use crate::tmux::{Confine, Liveness};
-
-/// The condition that says whether the session's harness runs in a room of its own.
-pub const CONFINED: &str = "Confined";
 
 impl Decision<'_, '_> {
     /// Records where the harness runs; false when it cannot start (rooms are on and it has none).
@@ -16,22 +13,22 @@ impl Decision<'_, '_> {
             Confinement::Off => {
                 let message = "rooms are off in the agent config: the harness runs as the tmux server's user, with \
                                its HOME, beside every other session of the node";
-                self.condition(CONFINED, false, "RoomsOff", message);
+                self.condition(ConfinedReason::RoomsOff, false, message);
                 true
             }
             Confinement::Room(room) => {
                 let message = format!("runs as uid {} with HOME {}", room.uid, room.home.display());
-                self.condition(CONFINED, true, "OwnRoom", message);
+                self.condition(ConfinedReason::OwnRoom, true, message);
                 true
             }
             Confinement::Unavailable(why) => {
-                self.condition(CONFINED, false, "RoomUnavailable", why);
+                self.condition(ConfinedReason::RoomUnavailable, false, why);
                 // A harness started before rooms were turned on keeps its prompts coming; none starts outside one.
                 if self.input.liveness == Liveness::Alive {
                     return true;
                 }
                 self.status.phase = Some(Phase::Pending);
-                self.ready(false, "RoomUnavailable", format!("no harness starts outside a room: {why}"));
+                self.ready(false, ReadyReason::RoomUnavailable, format!("no harness starts outside a room: {why}"));
                 self.requeue(CONFLICT_RECHECK);
                 false
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, try_resume};
-use super::{ARGV_PROMPT_LIMIT, Decision, INITIAL_PROMPT, Notice, NoticeKind, Op, Settings, later, until};
+use super::{ARGV_PROMPT_LIMIT, Decision, INITIAL_PROMPT, Notice, NoticeKind, Op, ReadyReason, Settings, later, until};
 use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
 use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
 use crate::tmux::{Liveness, Spawn};
@@ -49,12 +49,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         if input.spec.restart_policy == RestartPolicy::Never && !first_start {
             self.status.phase = Some(Phase::Failed);
             let message = format!("the harness exited and restartPolicy is Never ({} prompts wait)", waiting.len());
-            self.ready(false, "HarnessExited", message);
+            self.ready(false, ReadyReason::HarnessExited, message);
             return;
         }
         if !wanted {
             self.status.phase = Some(Phase::Pending);
-            self.ready(false, "HarnessNotRunning", "the harness is not running; the next event respawns it");
+            self.ready(false, ReadyReason::HarnessNotRunning, "the harness is not running; the next event respawns it");
             return;
         }
         if let Some(retry) = self.status.next_retry_time.clone().filter(|t| t.0 > now) {
@@ -64,7 +64,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
             self.status.phase = Some(Phase::BackOff);
             let message = format!("back-off after {} quick failures until {}", self.status.failure_count, retry.0);
-            self.ready(false, "BackOff", message);
+            self.ready(false, ReadyReason::BackOff, message);
             self.requeue(until(now, retry.0));
             return;
         }
@@ -137,7 +137,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         self.status.tmux_session = Some(self.session.clone());
         self.status.phase = Some(Phase::Starting);
-        self.ready(false, "Starting", "spawning the harness");
+        self.ready(false, ReadyReason::Starting, "spawning the harness");
         self.intent = Some(self.status.clone());
         self.ops.push(op);
         // After the spawn: nothing waits on an API write between the decision and the harness starting.
@@ -146,7 +146,11 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.set_prompt(key, EventPhase::Delivering, Some(via), true, None);
         }
         self.status.phase = Some(Phase::Verifying);
-        self.ready(false, "Verifying", format!("waiting {}s to verify the harness survived", settings.probe));
+        self.ready(
+            false,
+            ReadyReason::Verifying,
+            format!("waiting {}s to verify the harness survived", settings.probe),
+        );
         self.requeue(Duration::from_secs(settings.probe.into()));
     }
 

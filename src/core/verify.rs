@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, ResumeReason};
 use super::spawn::boot_key;
-use super::{Decision, Notice, NoticeKind, RESUMED, Settings, later, until};
+use super::{Decision, Notice, NoticeKind, ReadyReason, Settings, later, until};
 use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
 use crate::harness::Profile;
 use crate::tmux::Liveness;
@@ -38,7 +38,7 @@ impl Decision<'_, '_> {
                 Err(e) => {
                     self.status.verification = None;
                     let message = format!("the recorded spawn cannot be built again: {e}");
-                    self.fresh_spawn_failed("SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
+                    self.fresh_spawn_failed(ReadyReason::SpawnFailed, Notice::new(NoticeKind::SpawnFailed, message));
                 }
             }
             return;
@@ -70,7 +70,7 @@ impl Decision<'_, '_> {
         }
         let message =
             format!("fresh conversation {} died within the {}s probe{said}", v.harness_session_id, settings.probe);
-        self.fresh_spawn_failed("PaneDied", Notice::new(NoticeKind::HarnessExited, message));
+        self.fresh_spawn_failed(ReadyReason::PaneDied, Notice::new(NoticeKind::HarnessExited, message));
     }
 
     /// The spawn survived its probe: record it. Its boot prompt stays `Delivering` until known delivered.
@@ -84,13 +84,14 @@ impl Decision<'_, '_> {
         let first = self.status.last_respawn.is_none();
         let reason = if v.resume {
             let message = format!("resumed the existing conversation {id}");
-            self.condition(RESUMED, true, ResumeReason::Resumed.as_str(), message);
+            self.condition(ResumeReason::Resumed, true, message);
             ResumeReason::Resumed.to_string()
         } else {
-            let reason = v.fresh_reason.clone().unwrap_or_else(|| ResumeReason::NoRecordedSession.to_string());
+            let why = v.fresh_reason.as_deref().and_then(ResumeReason::from_name);
+            let why = why.unwrap_or(ResumeReason::NoRecordedSession);
             let message = v.fresh_message.clone().unwrap_or_default();
-            self.condition(RESUMED, false, &reason, format!("started a fresh conversation {shown}: {message}"));
-            reason
+            self.condition(why, false, format!("started a fresh conversation {shown}: {message}"));
+            why.to_string()
         };
         if self.status.harness_session_id.as_ref() != Some(&id) {
             self.status.unresumable_session_id = None;
@@ -123,7 +124,7 @@ impl Decision<'_, '_> {
             return;
         }
         let message = format!("tmux could not start the harness: {failure}");
-        self.fresh_spawn_failed("SpawnFailed", Notice::new(NoticeKind::SpawnFailed, message));
+        self.fresh_spawn_failed(ReadyReason::SpawnFailed, Notice::new(NoticeKind::SpawnFailed, message));
     }
 
     /// A resume failed after tmux ran it: report it and fall back to a fresh conversation with the same boot prompt.
@@ -135,7 +136,7 @@ impl Decision<'_, '_> {
         why: ResumeReason,
         message: String,
     ) {
-        self.condition(RESUMED, false, why.as_str(), message.clone());
+        self.condition(why, false, message.clone());
         self.notice(Notice::resume_failed(why, message.clone()));
         self.respawn_fresh(profile, settings, boot, Fresh { reason: why, message, reported: true });
     }

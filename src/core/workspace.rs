@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{BACKOFF_BASE, Decision, Notice, NoticeKind, Op, Workspace, backoff, later, until};
+use super::{
+    BACKOFF_BASE, Decision, Notice, NoticeKind, Op, ReadyReason, Workspace, WorkspaceReason, backoff, later, until,
+};
 use crate::api::{Phase, WorkspaceSpec};
 
 /// The condition that says whether the workspace is prepared, with the commit.
-pub const WORKSPACE_READY: &str = "WorkspaceReady";
 /// How often a preparation is looked at while it runs.
 pub const PREPARE_RECHECK: Duration = Duration::from_secs(1);
 
@@ -26,7 +27,7 @@ impl Decision<'_, '_> {
                 (self.status.failure_count, self.status.next_retry_time) = (0, None);
                 let how = if adopted { "adopted the checkout" } else { "prepared a checkout" };
                 let message = format!("{how} {} on branch {branch} at {commit}", input.spec.workdir);
-                self.condition(WORKSPACE_READY, true, "Prepared", message.clone());
+                self.condition(WorkspaceReason::Prepared, true, message.clone());
                 self.notice(Notice::new(NoticeKind::WorkspacePrepared, message));
                 true
             }
@@ -52,8 +53,12 @@ impl Decision<'_, '_> {
                 self.status.next_retry_time = Some(Time(later(input.now, wait)));
                 self.status.phase = Some(Phase::BackOff);
                 let message = format!("git could not prepare {} from {}: {output}", input.spec.workdir, spec.url);
-                self.condition(WORKSPACE_READY, false, "PrepareFailed", message.clone());
-                self.ready(false, "WorkspaceNotReady", format!("the workspace is tried again in {}s", wait.as_secs()));
+                self.condition(WorkspaceReason::PrepareFailed, false, message.clone());
+                self.ready(
+                    false,
+                    ReadyReason::WorkspaceNotReady,
+                    format!("the workspace is tried again in {}s", wait.as_secs()),
+                );
                 self.notice(Notice::new(NoticeKind::WorkspaceFailed, message));
                 self.requeue(wait);
                 false
@@ -64,8 +69,8 @@ impl Decision<'_, '_> {
     fn preparing(&mut self, spec: &WorkspaceSpec) {
         self.status.phase = Some(Phase::Preparing);
         let message = format!("preparing {} from {}", self.input.spec.workdir, crate::workspace::redact(&spec.url));
-        self.condition(WORKSPACE_READY, false, "Preparing", message.clone());
-        self.ready(false, "Preparing", message);
+        self.condition(WorkspaceReason::Preparing, false, message.clone());
+        self.ready(false, ReadyReason::Preparing, message);
         self.requeue(PREPARE_RECHECK);
     }
 }

@@ -101,13 +101,13 @@ impl Store for KubeStore {
                 Severity::Normal => EventType::Normal,
                 Severity::Warning => EventType::Warning,
             },
-            reason: notice.kind.reason().into(),
+            reason: notice.kind.reason().as_str().into(),
             note: Some(note),
             action: notice.kind.log_event().into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, reason = notice.kind.reason(), "could not record a Kubernetes Event");
+            tracing::warn!(error = %e, reason = notice.kind.reason().as_str(), "could not record a Kubernetes Event");
         }
     }
 }

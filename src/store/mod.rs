@@ -5,6 +5,7 @@
 pub mod kube;
 pub mod local;
 
+use crate::words::ErrorCategory;
 use std::future::Future;
 
 use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
@@ -29,11 +30,11 @@ pub enum StoreError {
 
 impl StoreError {
     /// A short stable category for metrics.
-    pub fn category(&self) -> &'static str {
+    pub fn category(&self) -> ErrorCategory {
         match self {
-            StoreError::Kube(::kube::Error::Api(_)) => "api_refused",
-            StoreError::Kube(_) => "api_unreachable",
-            StoreError::Local(_) => "local_store",
+            StoreError::Kube(::kube::Error::Api(_)) => ErrorCategory::ApiRefused,
+            StoreError::Kube(_) => ErrorCategory::ApiUnreachable,
+            StoreError::Local(_) => ErrorCategory::LocalStore,
         }
     }
 }

@@ -79,7 +79,7 @@ fn a_late_death_returns_every_unconfirmed_prompt_in_order_and_the_next_spawn_sen
     let plan = case.step();
     assert_eq!(initial(&plan), Some(EventPhase::Pending));
     assert_eq!(ops(&plan), ["session.resume_failed PaneDiedAfterProbe", "event e1 Pending"]);
-    let message = &plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap().message;
+    let message = &plan.status.conditions.iter().find(|c| c.type_ == RESUMED.as_str()).unwrap().message;
     assert!(message.contains("No conversation found with session ID: 0a0b0c0d-old"), "quotes the pane: {message}");
     assert_eq!(plan.requeue_after, Some(Duration::ZERO), "respawns at once, without waiting for another event");
     // The next spawn: fresh (the harness said it cannot find it), the initial prompt first, on its command line.

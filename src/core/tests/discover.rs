@@ -4,7 +4,7 @@
 //! flight waits.
 
 use super::*;
-use crate::core::discover::{CONVERSATION_ID, DISCOVERY_RECHECK};
+use crate::core::discover::DISCOVERY_RECHECK;
 
 /// A first start of a `codex` session, its event waiting.
 fn codex() -> Case {
@@ -31,7 +31,7 @@ fn a_fresh_codex_is_discovering_until_its_id_shows() {
     assert_eq!(case.status.phase, Some(Phase::Running));
     assert_eq!(case.status.harness_session_id, None, "the spawn's placeholder is no conversation's id");
     assert_eq!(condition(&case.status, CONVERSATION_ID), Some(("False", "Discovering")));
-    let c = case.status.conditions.iter().find(|c| c.type_ == CONVERSATION_ID).unwrap();
+    let c = case.status.conditions.iter().find(|c| c.type_ == CONVERSATION_ID.as_str()).unwrap();
     assert_eq!(c.last_transition_time, Time(t(100)), "since the spawn: only what was written after it counts");
     assert_eq!(condition(&case.status, RESUMED), Some(("False", "NoRecordedSession")));
 

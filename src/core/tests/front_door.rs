@@ -84,7 +84,7 @@ fn a_conversation_another_session_records_is_not_adopted() {
     assert_eq!(spawned(&plan), "", "no spawn");
     assert_eq!(plan.status.phase, Some(Phase::Failed));
     assert_eq!(condition(&plan.status, READY), Some(("False", "SessionIdTaken")));
-    let ready = plan.status.conditions.iter().find(|c| c.type_ == READY).unwrap();
+    let ready = plan.status.conditions.iter().find(|c| c.type_ == READY.as_str()).unwrap();
     assert!(
         ready.message.contains("team-b/theirs") && ready.message.contains("their-conversation"),
         "{}",

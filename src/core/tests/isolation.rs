@@ -22,7 +22,7 @@ fn a_session_tagged_for_another_worksession_is_never_adopted_pasted_into_or_stop
         let plan = case.decide();
         assert_eq!(ops(&plan), Vec::<String>::new(), "{liveness:?}: no paste, no stop, no spawn");
         assert_eq!(condition(&plan.status, READY), Some(("False", "TmuxSessionConflict")));
-        let ready = plan.status.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        let ready = plan.status.conditions.iter().find(|c| c.type_ == READY.as_str()).unwrap();
         assert!(ready.message.contains("team-b/repo-12"), "names the other: {}", ready.message);
         // Deleting this one releases it and leaves the other's harness alone.
         case.deleting = true;
@@ -46,7 +46,7 @@ fn an_untagged_session_is_nobodys() {
         let plan = case.decide();
         assert_eq!(ops(&plan), Vec::<String>::new(), "{liveness:?}: no paste, no stop, no spawn");
         assert_eq!(condition(&plan.status, READY), Some(("False", "TmuxSessionUntagged")));
-        let ready = plan.status.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        let ready = plan.status.conditions.iter().find(|c| c.type_ == READY.as_str()).unwrap();
         assert!(ready.message.contains("loop-ns_repo-12"), "names it: {}", ready.message);
         case.deleting = true;
         assert_eq!(ops(&case.decide()), ["release finalizer"], "deleting leaves it alone");

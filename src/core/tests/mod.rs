@@ -14,6 +14,11 @@ mod workspace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+const READY: ConditionType = ConditionType::Ready;
+const RESUMED: ConditionType = ConditionType::Resumed;
+const CONFINED: ConditionType = ConditionType::Confined;
+const WORKSPACE_READY: ConditionType = ConditionType::WorkspaceReady;
+const CONVERSATION_ID: ConditionType = ConditionType::ConversationId;
 const NEW: &str = "11111111-2222-4333-8444-555555555555";
 /// The WorkSession's UID, its tag on the tmux sessions it spawns.
 const OWNER: &str = "uid-of-this-session";
@@ -221,8 +226,9 @@ fn spawned(plan: &Plan) -> String {
     ops(plan).into_iter().find(|o| o.starts_with("spawn")).unwrap_or_default()
 }
 
-fn condition<'s>(status: &'s WorkSessionStatus, type_: &str) -> Option<(&'s str, &'s str)> {
-    status.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.as_str(), c.reason.as_str()))
+/// The condition `type_` as written: its status and reason.
+fn condition(status: &WorkSessionStatus, type_: ConditionType) -> Option<(&str, &str)> {
+    status.conditions.iter().find(|c| c.type_ == type_.as_str()).map(|c| (c.status.as_str(), c.reason.as_str()))
 }
 
 /// The Claude Code CLI's screen once its input box is up.
@@ -321,7 +327,7 @@ fn try_resume_rows_after_tmux() {
     case.liveness = Liveness::Dead;
     let plan = case.step();
     assert_eq!(ops(&plan), ["session.resume_failed PaneDied", FRESH_E1, "event e1 Delivering via Fresh"]);
-    let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap();
+    let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED.as_str()).unwrap();
     assert_eq!(resumed.reason, "PaneDied");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"), "{}", resumed.message);
     // ... and once that fresh pane is alive at its deadline, the event is delivered via Fresh under the new id.
@@ -464,7 +470,7 @@ fn step5_resumed_pane_dying_within_settle() {
     let plan = case.step();
     assert_eq!(ops(&plan), ["session.resume_failed PaneDiedAfterProbe", "event e1 Pending"]);
     assert_eq!(plan.requeue_after, Some(Duration::ZERO));
-    let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED).unwrap();
+    let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED.as_str()).unwrap();
     assert_eq!(resumed.reason, "PaneDiedAfterProbe");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"));
     assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (1, None), "counts; retries at once");

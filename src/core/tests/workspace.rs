@@ -40,7 +40,7 @@ fn prepared_the_condition_names_the_commit_and_the_harness_spawns_with_the_event
     let mut case = with_workspace(prepared);
     case.status.failure_count = 2; // earlier failed preparations
     let plan = case.step();
-    let c = plan.status.conditions.iter().find(|c| c.type_ == WORKSPACE_READY).unwrap();
+    let c = plan.status.conditions.iter().find(|c| c.type_ == WORKSPACE_READY.as_str()).unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Prepared"));
     assert!(c.message.contains("worksession/repo-12") && c.message.contains("0123abc"), "{}", c.message);
     assert_eq!(ops(&plan)[0], "workspace.prepared");
@@ -62,7 +62,7 @@ fn a_failure_says_what_git_printed_and_backs_off_then_tries_again() {
     let plan = case.step();
     assert_eq!(ops(&plan), ["workspace.failed"]);
     assert_eq!(plan.status.phase, Some(Phase::BackOff));
-    let c = plan.status.conditions.iter().find(|c| c.type_ == WORKSPACE_READY).unwrap();
+    let c = plan.status.conditions.iter().find(|c| c.type_ == WORKSPACE_READY.as_str()).unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "PrepareFailed"));
     assert!(c.message.contains("not found"), "{}", c.message);
     assert_eq!(plan.requeue_after, Some(BACKOFF_BASE));

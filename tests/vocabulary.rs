@@ -1,0 +1,97 @@
+//! The status vocabulary in the docs is the code's: the README's status reference lists exactly the conditions,
+//! reasons, phases, Event reasons and error categories the code declares (one list each), and the generated CRD's
+//! descriptions (what `kubectl explain` prints) name every condition and every built-in harness.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use worksession::api::{EventPhase, Phase, Via};
+use worksession::core::{
+    ConditionType, ConfinedReason, DiscoveryReason, EventReason, ReadyReason, Reason, ResumeReason, WorkspaceReason,
+};
+use worksession::words::ErrorCategory;
+
+/// The README's tables in its "Status reference" section, by the header of their first column: each row's cells,
+/// with the backticks taken off.
+fn reference_tables() -> Vec<(String, Vec<Vec<String>>)> {
+    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
+    let start = readme.find("\n### Status reference\n").expect("README has a status reference");
+    let section = &readme[start + 1..];
+    let end = section[4..].find("\n#").map_or(section.len(), |i| i + 4);
+    let mut tables: Vec<(String, Vec<Vec<String>>)> = Vec::new();
+    let mut in_table = false;
+    for line in section[..end].lines() {
+        let Some(row) = line.strip_prefix('|') else {
+            in_table = false;
+            continue;
+        };
+        let cells: Vec<String> = row.split('|').map(|c| c.trim().trim_matches('`').to_string()).collect();
+        if cells[0].starts_with("---") {
+            continue;
+        }
+        if !in_table {
+            tables.push((cells[0].clone(), Vec::new()));
+            in_table = true;
+        } else {
+            tables.last_mut().unwrap().1.push(cells);
+        }
+    }
+    tables
+}
+
+fn column(tables: &[(String, Vec<Vec<String>>)], header: &str, at: usize) -> BTreeSet<String> {
+    let (_, rows) = tables.iter().find(|(h, _)| h == header).unwrap_or_else(|| panic!("no table {header:?}"));
+    rows.iter().map(|r| r[at].clone()).collect()
+}
+
+fn words(all: impl IntoIterator<Item = &'static str>) -> BTreeSet<String> {
+    all.into_iter().map(str::to_string).collect()
+}
+
+fn reasons<R: Reason>() -> BTreeSet<String> {
+    R::all().iter().map(|r| format!("{} {}", R::CONDITION, r.name())).collect()
+}
+
+#[test]
+fn the_readme_lists_every_word_of_the_status_and_no_other() {
+    let tables = reference_tables();
+    let (_, rows) = tables.iter().find(|(h, _)| h == "condition").expect("a table of conditions");
+    let listed: BTreeSet<String> = rows.iter().map(|r| format!("{} {}", r[0], r[2])).collect();
+    let mut declared = BTreeSet::new();
+    declared.extend(reasons::<ReadyReason>());
+    declared.extend(reasons::<ResumeReason>());
+    declared.extend(reasons::<DiscoveryReason>());
+    declared.extend(reasons::<ConfinedReason>());
+    declared.extend(reasons::<WorkspaceReason>());
+    assert_eq!(listed, declared, "README's conditions and reasons");
+    let types: BTreeSet<String> = rows.iter().map(|r| r[0].clone()).collect();
+    assert_eq!(types, words(ConditionType::ALL.iter().map(|c| c.as_str())), "every condition has its reasons");
+
+    let cases = [
+        ("phase", words(Phase::ALL.iter().map(|w| w.as_str()))),
+        ("WorkEvent phase", words(EventPhase::ALL.iter().map(|w| w.as_str()))),
+        ("via", words(Via::ALL.iter().map(|w| w.as_str()))),
+        ("Event reason", words(EventReason::ALL.iter().map(|w| w.as_str()))),
+        ("error category", words(ErrorCategory::ALL.iter().map(|w| w.as_str()))),
+    ];
+    for (header, declared) in cases {
+        assert_eq!(column(&tables, header, 0), declared, "README's table of {header}s");
+    }
+}
+
+#[test]
+fn the_crd_descriptions_name_every_condition_and_built_in_harness() {
+    let crds = worksession::api::crds();
+    let session = crds.iter().find(|c| c.spec.names.kind == "WorkSession").unwrap();
+    let session = serde_json::to_value(session).unwrap();
+    let schema = &session["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+    let conditions = schema["status"]["properties"]["conditions"]["description"].as_str().unwrap();
+    for c in ConditionType::ALL {
+        assert!(conditions.contains(&format!("`{c}`")), "status.conditions does not name {c}: {conditions}");
+    }
+    let harness = schema["spec"]["properties"]["harness"]["description"].as_str().unwrap();
+    for name in worksession::harness::builtin().keys() {
+        assert!(harness.contains(&format!("`{name}`")), "spec.harness does not name {name}: {harness}");
+    }
+}
