@@ -13,7 +13,7 @@ use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
 use crate::api::{WorkEvent, WorkSession};
-use crate::store::local::LocalStore;
+use crate::store::Listing;
 
 /// How to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -225,8 +225,8 @@ pub fn render_events(items: &[WorkEvent], query: &Query, now: Timestamp) -> Stri
 pub enum Source {
     /// The cluster of the kubeconfig.
     Cluster(Client),
-    /// A local-mode directory.
-    Local(Box<LocalStore>),
+    /// A local-mode directory (`main.rs` opens it).
+    Local(Box<dyn Listing>),
 }
 
 /// Prints what the query selects; with `watch`, then a row per change until interrupted.
@@ -240,18 +240,18 @@ pub async fn run(source: &Source, query: &Query, watch: bool) -> Result<(), Stri
             render_events(&query.select(list::<WorkEvent>(client, query).await?)?, query, now())
         }
         (Source::Local(store), Kind::Sessions) => {
-            let items = store.session_files().map_err(|e| e.to_string())?.into_iter().map(|(_, ws)| ws).collect();
+            let items = store.listed_sessions().map_err(|e| e.to_string())?;
             render_sessions(&query.select(items)?, query, now())
         }
         (Source::Local(store), Kind::Events) => {
-            let items = store.all_events().map_err(|e| e.to_string())?.into_iter().map(|(_, ev)| ev).collect();
+            let items = store.listed_events().map_err(|e| e.to_string())?;
             render_events(&query.select(items)?, query, now())
         }
     };
     print!("{printed}");
     if let Source::Local(store) = source {
         // A misspelt field must not make an object vanish from the listing without a word.
-        for (file, why) in store.refusals().map_err(|e| e.to_string())? {
+        for (file, why) in store.skipped().map_err(|e| e.to_string())? {
             eprintln!("worksession: skipped {}: {why}", file.display());
         }
     }
@@ -260,7 +260,7 @@ pub async fn run(source: &Source, query: &Query, watch: bool) -> Result<(), Stri
     }
     match source {
         Source::Cluster(client) => watch_cluster(client, query).await,
-        Source::Local(store) => watch_local(store, query).await,
+        Source::Local(store) => watch_local(store.as_ref(), query).await,
     }
 }
 
@@ -307,14 +307,13 @@ where
 }
 
 /// A row per change, from a scan of the directory every 250 ms.
-async fn watch_local(store: &LocalStore, query: &Query) -> Result<(), String> {
+async fn watch_local(store: &dyn Listing, query: &Query) -> Result<(), String> {
     let mut seen: HashMap<String, String> = HashMap::new();
     let mut first = true;
     loop {
         let rows: Vec<(String, String, Vec<String>)> = match query.kind {
             Kind::Sessions => {
-                let items = store.session_files().map_err(|e| e.to_string())?.into_iter().map(|(_, ws)| ws).collect();
-                let items = query.select(items).unwrap_or_default();
+                let items = query.select(store.listed_sessions().map_err(|e| e.to_string())?).unwrap_or_default();
                 items
                     .iter()
                     .map(|ws| {
@@ -327,7 +326,7 @@ async fn watch_local(store: &LocalStore, query: &Query) -> Result<(), String> {
                     .collect()
             }
             Kind::Events => {
-                let items = store.all_events().map_err(|e| e.to_string())?.into_iter().map(|(_, ev)| ev).collect();
+                let items = store.listed_events().map_err(|e| e.to_string())?;
                 let items = query.select(items).unwrap_or_default();
                 items
                     .iter()

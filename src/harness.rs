@@ -9,7 +9,12 @@ use std::collections::BTreeMap;
 use regex::Regex;
 
 /// Placeholder replaced by the harness session id.
-pub use crate::transcript::SESSION_ID;
+/// Placeholder for the conversation id, in a profile's argv templates and paths alike.
+pub const SESSION_ID: &str = "{sessionId}";
+/// Placeholder for the harnesses' `HOME`.
+pub const HOME: &str = "{home}";
+/// Placeholder for the working directory as a folder name.
+pub const CWD_SLUG: &str = "{cwdSlug}";
 /// Placeholder replaced by the prompt.
 pub const PROMPT: &str = "{prompt}";
 /// Placeholder expanded to the profile's extra args.
@@ -239,10 +244,7 @@ impl Profile {
                     }
                 }
                 if let Some(path) = &d.path {
-                    let rest = path
-                        .replace(SESSION_ID, "")
-                        .replace(crate::transcript::HOME, "")
-                        .replace(crate::transcript::CWD_SLUG, "");
+                    let rest = path.replace(SESSION_ID, "").replace(HOME, "").replace(CWD_SLUG, "");
                     if rest.contains('{') || rest.contains('}') || path.matches(SESSION_ID).count() != 1 {
                         return Err(err(
                             "discover.path",
@@ -260,12 +262,9 @@ impl Profile {
         }
         for (key, path) in [("conversationPath", &self.conversation_path), ("storePath", &self.store_path)] {
             let Some(path) = path else { continue };
-            let rest = path
-                .replace(SESSION_ID, "")
-                .replace(crate::transcript::HOME, "")
-                .replace(crate::transcript::CWD_SLUG, "");
+            let rest = path.replace(SESSION_ID, "").replace(HOME, "").replace(CWD_SLUG, "");
             if rest.contains('{') || rest.contains('}') || !path.contains(SESSION_ID) {
-                let known = format!("{}, {} and {SESSION_ID}", crate::transcript::HOME, crate::transcript::CWD_SLUG);
+                let known = format!("{}, {} and {SESSION_ID}", HOME, CWD_SLUG);
                 return Err(err(key, format!("{path:?} must name {SESSION_ID} and no placeholder but {known}")));
             }
         }

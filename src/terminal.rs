@@ -17,11 +17,10 @@ pub const POD_SOCKET: &str = "/run/worksession/tmux.sock";
 /// The labels of the chart's agent pods.
 pub const AGENT_POD_SELECTOR: &str = "app.kubernetes.io/name=worksession,app.kubernetes.io/component=agent";
 
-/// The tmux session a WorkSession's harness runs in: the recorded one, else the configured one
-/// ([`Config::tmux_session`]).
+/// The tmux session a WorkSession's harness runs in, as the agent recorded it ([`crate::core::tmux_session`], taking
+/// the recorded one as there: the agent records only one it observed).
 pub fn session_of(ws: &WorkSession, config: &Config) -> String {
-    let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
-    recorded.filter(|s| crate::tmux::is_tag(s)).unwrap_or_else(|| config.tmux_session(&crate::api::identity(ws)))
+    crate::core::tmux_session(ws, config, |_| true).current
 }
 
 /// The tmux arguments that print the last `lines` lines of `session`'s pane.

@@ -13,22 +13,13 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+pub use crate::core::{Confine, Liveness, SessionView, Spawn, is_tag};
+
 /// What the paste command prints when the pane turned out dead.
 const PANE_DEAD: &str = "worksession:pane-dead";
 
 /// How long one tmux call may take before it counts as failed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Whether a tmux session's harness is running, as one observation saw it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Liveness {
-    /// The session exists and a pane is not dead (an unreadable `pane_dead` counts as live).
-    Alive,
-    /// The session exists and every pane is dead (kept by `remain-on-exit`).
-    Dead,
-    /// There is no such session (or no tmux server).
-    Absent,
-}
 
 /// The session option a spawn tags its session with (the spawn's nonce), in the spawn's own tmux call.
 pub const SPAWN_TAG: &str = "@worksession-spawn";
@@ -54,31 +45,6 @@ const OBSERVED: [&str; 7] = [
 /// record for another session with a tab or a newline, since they cannot know the marks.
 pub fn observe_format(nonce: &str) -> String {
     format!("{nonce}R{}{nonce}E", OBSERVED.join(&format!("{nonce}F")))
-}
-
-/// What one observation saw of one tmux session.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SessionView {
-    /// A pane is not dead.
-    pub alive: bool,
-    /// The tag of the spawn that made it ([`SPAWN_TAG`]).
-    pub spawn: String,
-    /// The key of the last prompt pasted into it ([`PASTE_TAG`]).
-    pub pasted: String,
-    /// The UID of the object that owns it ([`OWNER_TAG`]; empty: spawned before owners were tagged).
-    pub owner: String,
-    /// That object's `namespace/name`.
-    pub owner_name: String,
-    /// When its window last printed anything (or was made), in seconds since the epoch; 0 when tmux did not say.
-    pub activity: i64,
-}
-
-impl SessionView {
-    /// Whether the session may be adopted, pasted into or stopped by the object with UID `owner`: only one its own
-    /// spawn tagged (a session nobody tagged may be anyone's, a harness's own included).
-    pub fn belongs_to(&self, owner: &str) -> bool {
-        !owner.is_empty() && self.owner == owner
-    }
 }
 
 /// Every tmux session, from one `list-panes -a` call.
@@ -141,39 +107,6 @@ impl Observation {
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }
-}
-
-/// A harness to start in a new tmux session.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Spawn {
-    /// The tmux session name.
-    pub session: String,
-    /// Working directory of the harness.
-    pub workdir: PathBuf,
-    /// The harness executable.
-    pub binary: String,
-    /// Its arguments, each one word.
-    pub argv: Vec<String>,
-    /// Tagged on the session as [`SPAWN_TAG`] in the same tmux call (letters, digits and `-` only).
-    pub tag: String,
-    /// The owner's UID, tagged as [`OWNER_TAG`] in the same call (letters, digits and `-` only).
-    pub owner: String,
-    /// The owner's `namespace/name`, tagged as [`OWNER_NAME_TAG`].
-    pub owner_name: String,
-    /// The room the harness runs in (`worksession room`), if rooms are on.
-    pub confine: Option<Confine>,
-}
-
-/// How a spawn enters its room: the tmux server runs `<helper> room --uid <uid> --home <home> --workdir <workdir> --
-/// <binary> <argv>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Confine {
-    /// The `worksession` binary where the tmux server runs.
-    pub helper: PathBuf,
-    /// The room's uid.
-    pub uid: u32,
-    /// The room's `HOME`.
-    pub home: PathBuf,
 }
 
 /// A tmux call that failed.
@@ -241,12 +174,6 @@ pub struct TmuxRunner {
     binary: PathBuf,
     socket: Option<PathBuf>,
     start_server: bool,
-}
-
-/// Whether `value` can go into a tmux format or command string as it is: letters, digits, `-`, `/`, `.`, `_` (no
-/// space, quote, `;`, `#`, `$`, `~` or brace that tmux's parser would act on).
-pub fn is_tag(value: &str) -> bool {
-    value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/' || b == b'.' || b == b'_')
 }
 
 /// Refuses a value that would sit inside a string tmux parses as commands unless it is a [`is_tag`] word: a name or

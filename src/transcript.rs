@@ -7,12 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// Placeholder for the conversation id, in a profile's argv templates and paths alike.
-pub const SESSION_ID: &str = "{sessionId}";
-/// Placeholder for the harnesses' `HOME`.
-pub const HOME: &str = "{home}";
-/// Placeholder for the working directory as a folder name.
-pub const CWD_SLUG: &str = "{cwdSlug}";
+pub use crate::harness::{CWD_SLUG, HOME, SESSION_ID};
 
 /// The working directory as the Claude Code CLI names its project folder.
 pub fn cwd_slug(workdir: &str) -> String {

@@ -37,8 +37,8 @@ fn module_of(src: &Path, file: &Path) -> String {
     parts.join("::")
 }
 
-#[test]
-fn no_two_modules_use_each_other() {
+/// Which modules each module of `src/` uses (the core counted as one).
+fn uses() -> BTreeMap<String, BTreeSet<String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut all = Vec::new();
     files(&src, &mut all);
@@ -48,7 +48,8 @@ fn no_two_modules_use_each_other() {
         let parts: Vec<&str> = path.split("::").collect();
         (1..=parts.len()).rev().map(|n| parts[..n].join("::")).find(|m| modules.contains(m))
     };
-    let path = Regex::new(r"\b(crate|super)((?:::[a-z_][a-z0-9_]*)+)").unwrap();
+    // `worksession::` is how `main.rs` names the library.
+    let path = Regex::new(r"\b(crate|super|worksession)((?:::[a-z_][a-z0-9_]*)+)").unwrap();
     let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &all {
         let module = module_of(&src, file);
@@ -59,7 +60,7 @@ fn no_two_modules_use_each_other() {
         let parent = module.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_string());
         // In a `mod.rs`, `super` is the directory's parent; in a file module, its directory.
         let base = |kind: &str| match kind {
-            "crate" => String::new(),
+            "crate" | "worksession" => String::new(),
             _ if file.ends_with("mod.rs") => module.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_string()),
             _ => parent.clone(),
         };
@@ -77,6 +78,12 @@ fn no_two_modules_use_each_other() {
             }
         }
     }
+    uses
+}
+
+#[test]
+fn no_two_modules_use_each_other() {
+    let uses = uses();
     // A circle: a path from a module back to itself.
     let mut circles = Vec::new();
     for start in uses.keys() {
@@ -95,4 +102,41 @@ fn no_two_modules_use_each_other() {
         }
     }
     assert!(circles.is_empty(), "modules that use each other:\n{}", circles.join("\n"));
+}
+
+/// The core decides from values: it uses the API's types, the config and the harness profiles it decides with, and
+/// the words of the status, never an edge (tmux, git, the store, the rooms, the agent) or a runtime.
+#[test]
+fn the_core_uses_no_edge() {
+    let uses = uses();
+    let core: BTreeSet<&str> = uses.get("core").into_iter().flatten().map(String::as_str).collect();
+    let allowed = BTreeSet::from(["api", "config", "config::rooms", "config::workspaces", "harness", "words"]);
+    assert!(core.is_subset(&allowed), "the core uses {:?}", core.difference(&allowed).collect::<Vec<_>>());
+    // Nor through them: what the core's vocabulary uses is vocabulary too (or the core).
+    for module in &allowed {
+        let used: BTreeSet<&str> = uses.get(*module).into_iter().flatten().map(String::as_str).collect();
+        let outside: Vec<&&str> = used.iter().filter(|m| !allowed.contains(**m) && **m != "core").collect();
+        assert!(outside.is_empty(), "{module}, which the core uses, uses {outside:?}");
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    for file in all {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for runtime in ["tokio", "kube::", "std::fs", "std::process", "std::net"] {
+            assert!(!text.contains(runtime), "{} names {runtime}", file.display());
+        }
+    }
+}
+
+/// Only `main.rs` chooses a backend: everything else reaches storage through the `Store`, `Sink` and `Listing` traits.
+#[test]
+fn only_main_names_a_backend() {
+    let backends = ["store::kube", "store::local"];
+    let naming: BTreeSet<String> = uses()
+        .into_iter()
+        .filter(|(module, used)| !module.starts_with("store") && used.iter().any(|u| backends.contains(&u.as_str())))
+        .map(|(module, _)| module)
+        .collect();
+    assert_eq!(naming, BTreeSet::from([String::new()]), "`` is main.rs (and lib.rs)");
 }

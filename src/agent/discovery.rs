@@ -12,6 +12,7 @@ use std::time::UNIX_EPOCH;
 use regex::Regex;
 
 use crate::api::WorkSessionStatus;
+use crate::core::Claim;
 use crate::core::discover::{discovering, discovering_since};
 use crate::harness::{Discover, SESSION_ID, WORKDIR};
 use crate::transcript::{CWD_SLUG, HOME, cwd_slug};
@@ -30,17 +31,39 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Discoveries {
-    /// Another session discovering in `workdir`, if any; else, when `reserve`, `workdir` is `owner`'s until its
-    /// plan is recorded (checked and taken under one lock: two reconciles deciding at once cannot both spawn).
-    pub fn busy_elsewhere(&self, workdir: &str, owner: &str, reserve: bool) -> Option<String> {
-        let mut busy = lock(&self.busy);
-        match busy.get(workdir) {
-            Some(other) if other != owner => Some(other.clone()),
-            _ => {
-                if reserve {
-                    busy.insert(workdir.to_string(), owner.to_string());
+    /// Another session than `owner` that holds `workdir` while it discovers its conversation's id, if any.
+    pub fn workdir_holder(&self, workdir: &str, owner: &str) -> Option<String> {
+        lock(&self.busy).get(workdir).filter(|other| *other != owner).cloned()
+    }
+
+    /// Another session than `owner` that runs or records the conversation `id`, if any.
+    pub fn conversation_holder(&self, id: &str, owner: &str) -> Option<String> {
+        let claimed = lock(&self.claimed);
+        claimed.iter().find(|(o, taken)| taken.as_str() == id && o.as_str() != owner).map(|(o, _)| o.clone())
+    }
+
+    /// Takes `claim` for `owner` until its recorded status lets it go (checked and taken under one lock: of two
+    /// reconciles that decided at once, one spawns); `Err` names the session that holds it.
+    pub fn take(&self, claim: &Claim, owner: &str) -> Result<(), String> {
+        match claim {
+            Claim::Workdir(workdir) => {
+                let mut busy = lock(&self.busy);
+                match busy.get(workdir) {
+                    Some(other) if other != owner => Err(other.clone()),
+                    _ => {
+                        busy.insert(workdir.clone(), owner.to_string());
+                        Ok(())
+                    }
                 }
-                None
+            }
+            Claim::Conversation(id) => {
+                let mut claimed = lock(&self.claimed);
+                let other = claimed.iter().find(|(o, taken)| *taken == id && o.as_str() != owner);
+                if let Some((other, _)) = other {
+                    return Err(other.clone());
+                }
+                claimed.insert(owner.to_string(), id.clone());
+                Ok(())
             }
         }
     }
@@ -65,19 +88,6 @@ impl Discoveries {
             Some(id) => claimed.insert(owner.to_string(), id.clone()),
             None => claimed.remove(owner),
         };
-    }
-
-    /// The session (`namespace/name`) other than `owner` that runs or records the conversation `id`, if any; else
-    /// `id` is `owner`'s until its plan is recorded (checked and taken under one lock, so two sessions adopting one
-    /// conversation at once cannot both spawn it).
-    pub fn claim(&self, id: &str, owner: &str) -> Option<String> {
-        let mut claimed = lock(&self.claimed);
-        let other =
-            claimed.iter().find(|(o, taken)| taken.as_str() == id && o.as_str() != owner).map(|(o, _)| o.clone());
-        if other.is_none() {
-            claimed.insert(owner.to_string(), id.to_string());
-        }
-        other
     }
 
     /// Records the conversation each of `sessions` runs, as their statuses say (the agent's start, before any of them
@@ -213,13 +223,17 @@ fn segment_regex(segment: &str) -> Regex {
 mod tests {
     use super::*;
 
-    /// Issue 23: a conversation is claimed by one session: checked and taken at once, kept while its spawn is in flight
-    /// and while its status records it, released when neither does.
+    /// Issue 23: a conversation (and a discovering workdir) is claimed by one session: checked and taken at once, kept
+    /// while its spawn is in flight and while its status records it, released when neither does.
     #[test]
     fn a_conversation_is_claimed_by_one_session_at_a_time() {
         let d = Discoveries::default();
-        assert_eq!(d.claim("conv-x", "a/one"), None, "free: taken");
-        assert_eq!(d.claim("conv-x", "b/two").as_deref(), Some("a/one"), "taken by the first");
+        let conv = |id: &str| Claim::Conversation(id.into());
+        assert_eq!(d.conversation_holder("conv-x", "a/one"), None, "free");
+        assert_eq!(d.take(&conv("conv-x"), "a/one"), Ok(()), "taken");
+        assert_eq!(d.take(&conv("conv-x"), "a/one"), Ok(()), "its own again");
+        assert_eq!(d.take(&conv("conv-x"), "b/two"), Err("a/one".into()), "taken by the first");
+        assert_eq!(d.conversation_holder("conv-x", "b/two").as_deref(), Some("a/one"));
         let verifying = WorkSessionStatus {
             verification: Some(crate::api::Verification {
                 started: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
@@ -237,11 +251,16 @@ mod tests {
             ..Default::default()
         };
         d.recorded("/w", "a/one", Some(&verifying), false);
-        assert_eq!(d.claim("conv-x", "b/two").as_deref(), Some("a/one"), "its spawn in flight keeps it");
+        assert_eq!(d.conversation_holder("conv-x", "b/two").as_deref(), Some("a/one"), "its spawn in flight keeps it");
         d.recorded("/w", "a/one", Some(&WorkSessionStatus::default()), false);
-        assert_eq!(d.claim("conv-x", "b/two"), None, "released: the second may take it");
+        assert_eq!(d.take(&conv("conv-x"), "b/two"), Ok(()), "released: the second may take it");
         d.seed([("c/three".to_string(), "conv-y")]);
-        assert_eq!(d.claim("conv-y", "b/two").as_deref(), Some("c/three"), "seeded at the agent's start");
+        assert_eq!(d.conversation_holder("conv-y", "b/two").as_deref(), Some("c/three"), "seeded at the agent's start");
+        let workdir = Claim::Workdir("/w".into());
+        assert_eq!((d.take(&workdir, "a/one"), d.take(&workdir, "b/two")), (Ok(()), Err("a/one".into())));
+        assert_eq!(d.workdir_holder("/w", "b/two").as_deref(), Some("a/one"));
+        d.recorded("/w", "a/one", Some(&WorkSessionStatus::default()), true);
+        assert_eq!(d.workdir_holder("/w", "b/two"), None, "its status no longer discovers: let go");
     }
 
     #[test]

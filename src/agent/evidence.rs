@@ -1,27 +1,44 @@
-//! What a decision needs to know beyond liveness, read only when it matters: a dead pane's last lines (for a
-//! death not yet explained), a live pane's visible text (while a prompt waits for the profile's `readyPattern`),
-//! the harness's transcript (whether a conversation to resume exists, and which sent prompts it shows), and the id a
-//! harness shows after its start (while it is being discovered).
+//! What a decision needs to know beyond the store's objects and the observation, gathered into the core's
+//! [`Input`]: which tmux session is the harness's, the room, the workspace, what the node's claims say, a spawn that
+//! failed, and, read only when it matters, a dead pane's last lines (for a death not yet explained), a live pane's
+//! visible text (while a prompt waits for the profile's `readyPattern`), the harness's transcript (whether a
+//! conversation to resume exists, and which sent prompts it shows), and the id a harness shows after its start.
 
 use std::path::Path;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::Reconciler;
+use super::workspaces::Found;
 use crate::api::{EventPhase, Phase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::discover::discovering;
-use crate::core::{INITIAL_PROMPT, PendingEvent, initial_prompt_owed};
+use crate::core::{
+    Confinement, Context, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Object, Observed, PendingEvent, Room,
+    TmuxSession, initial_prompt_owed, queue, resume,
+};
 use crate::harness::clean_prompt;
-use crate::tmux::{Liveness, Tmux};
+use crate::store::FINALIZER;
+use crate::tmux::{Liveness, Observation, Tmux};
 use crate::transcript;
 
 /// Lines of a dead pane's output kept for conditions and messages.
 const LAST_LINES: usize = 20;
 
-/// Everything read for one decision besides the store and the observation.
-#[derive(Debug, Default)]
-pub struct Evidence {
+/// Everything gathered for one decision, owned; lent to the core by [`Gathered::input`].
+#[derive(Debug)]
+pub struct Gathered {
+    /// The object's identity in tmux tags, and its `namespace/name` ([`owner_tags`]).
+    pub owner: (String, String),
+    /// Its events still to deliver, in order.
+    pub pending: Vec<PendingEvent>,
+    /// Its delivered and failed events.
+    pub finished: Vec<FinishedEvent>,
+    /// Which tmux session is its harness's.
+    pub session: TmuxSession,
+    /// That session's liveness.
+    pub liveness: Liveness,
     /// What a dead pane printed last.
     pub last_output: String,
     /// A live pane's visible text.
@@ -33,11 +50,74 @@ pub struct Evidence {
     pub conversation_found: Option<bool>,
     /// The id a live harness shows for the conversation being discovered, once it shows it.
     pub discovered: Option<String>,
+    /// The workspace.
+    pub workspace: Found,
+    /// Its room: `None` with rooms off, `Err(why)` when it has none.
+    pub room: Option<Result<Room, String>>,
+    /// Another session that holds its workdir while discovering.
+    pub discovering_here: Option<String>,
+    /// Another session that holds the conversation it would adopt.
+    pub id_taken_by: Option<String>,
+    /// Its last plan's spawn failed, with this message.
+    pub spawn_failure: Option<String>,
+    /// The clock, read once.
+    pub now: Timestamp,
+    /// A fresh uuid, for a fresh conversation.
+    pub new_session_id: String,
 }
 
-/// The undelivered WorkEvents as the core takes them, oldest first.
-pub fn pending_events(undelivered: &[WorkEvent]) -> Vec<PendingEvent> {
-    undelivered
+impl Gathered {
+    /// The core's input: `ws` as stored, `observation` and `config`, with what was gathered.
+    pub fn input<'a>(&'a self, ws: &'a WorkSession, observation: &'a Observation, config: &'a Config) -> Input<'a> {
+        static NO_STATUS: std::sync::LazyLock<WorkSessionStatus> = std::sync::LazyLock::new(Default::default);
+        Input {
+            object: Object {
+                spec: &ws.spec,
+                status: ws.status.as_ref().unwrap_or(&NO_STATUS),
+                generation: ws.metadata.generation,
+                created: ws.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default(),
+                deleting: ws.metadata.deletion_timestamp.is_some(),
+                finalized: ws.finalizers().iter().any(|f| f == FINALIZER),
+                owner: &self.owner.0,
+                owner_name: &self.owner.1,
+                events: &self.pending,
+                finished: &self.finished,
+            },
+            observed: Observed {
+                session: &self.session,
+                liveness: self.liveness,
+                view: observation.session(&self.session.current),
+                server: observation.server,
+                last_output: &self.last_output,
+                screen: self.screen.as_deref(),
+            },
+            evidence: Evidence {
+                confirmed: &self.confirmed,
+                conversation_found: self.conversation_found,
+                discovered: self.discovered.as_deref(),
+                workspace: self.workspace.as_input(),
+                room: match &self.room {
+                    None => Confinement::Off,
+                    Some(Ok(room)) => Confinement::Room(room),
+                    Some(Err(why)) => Confinement::Unavailable(why),
+                },
+                discovering_here: self.discovering_here.as_deref(),
+                id_taken_by: self.id_taken_by.as_deref(),
+                spawn_failure: self.spawn_failure.as_deref(),
+            },
+            context: Context { config, now: self.now, new_session_id: &self.new_session_id },
+        }
+    }
+}
+
+/// The agent's own directories on the workspace, never a room's workdir: the node's clones and the shared `HOME`.
+pub fn agent_dirs(config: &Config) -> Vec<&Path> {
+    config.workspaces.mirrors.as_deref().into_iter().chain(config.harness_home.as_deref()).collect()
+}
+
+/// The WorkEvents still to deliver as the core takes them, in the core's order.
+pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingEvent> {
+    let all = events
         .iter()
         .map(|e| {
             let status = e.status.clone().unwrap_or_default();
@@ -51,7 +131,22 @@ pub fn pending_events(undelivered: &[WorkEvent]) -> Vec<PendingEvent> {
                 ..PendingEvent::pending(&e.name_any(), &e.spec.prompt, created)
             }
         })
-        .collect()
+        .collect();
+    queue::ordered(all)
+}
+
+/// The delivered and failed WorkEvents, with when they finished (a failed one: its creation).
+pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedEvent> {
+    let finished = |e: &WorkEvent| {
+        let st = e.status.as_ref()?;
+        let at = match st.phase? {
+            EventPhase::Delivered => st.delivered_at.as_ref()?.0,
+            EventPhase::Failed => e.metadata.creation_timestamp.as_ref()?.0,
+            EventPhase::Pending | EventPhase::Delivering => return None,
+        };
+        Some(FinishedEvent { name: e.name_any(), at })
+    };
+    events.iter().filter_map(finished).collect()
 }
 
 /// The tag a WorkEvent's paste gives its tmux session: its UID (local mode makes one from its name and creation), or
@@ -75,9 +170,67 @@ pub fn owner_tags(ws: &WorkSession) -> (String, String) {
     (uid.unwrap_or_else(|| name.clone()), name)
 }
 
+/// What was read of the harness's side.
+#[derive(Debug, Default)]
+struct Reads {
+    last_output: String,
+    screen: Option<String>,
+    confirmed: Vec<String>,
+    conversation_found: Option<bool>,
+    discovered: Option<String>,
+}
+
 impl<S, T: Tmux> Reconciler<S, T> {
-    /// Reads what this decision needs, and nothing else.
+    /// Gathers what the decision about `ws` needs beyond `events` and `observation`, and nothing else.
     pub(super) async fn gather(
+        &self,
+        ws: &WorkSession,
+        events: &[WorkEvent],
+        observation: &Observation,
+        config: &Config,
+    ) -> Gathered {
+        let owner = owner_tags(ws);
+        let pending = pending_events(events);
+        let session = crate::core::tmux_session(ws, config, |s| observation.session(s).is_some());
+        let liveness = observation.liveness(&session.current);
+        // Its room (given out now if it has none): where its harness runs and where its HOME is.
+        let room = match &config.rooms {
+            Some(rooms) if ws.metadata.deletion_timestamp.is_some() => self.rooms.existing(rooms, &owner.1).map(Ok),
+            Some(rooms) => Some(self.rooms.room_of(rooms, &owner.1, Path::new(&ws.spec.workdir), &agent_dirs(config))),
+            None => None,
+        };
+        let home = match &room {
+            Some(Ok(room)) => Some(room.home.as_path()),
+            Some(Err(_)) => None,
+            None => config.harness_home.as_deref(),
+        };
+        let status = ws.status.clone().unwrap_or_default();
+        let read = self.read(ws, &status, &pending, (&session.current, liveness), home, config).await;
+        // A conversation to adopt that another session of this node holds is never taken over.
+        let adopting = ws.spec.harness_session_id.as_deref().filter(|_| status.harness_session_id.is_none());
+        Gathered {
+            pending,
+            finished: finished_events(events),
+            liveness,
+            last_output: read.last_output,
+            screen: read.screen,
+            confirmed: read.confirmed,
+            conversation_found: read.conversation_found,
+            discovered: read.discovered,
+            workspace: self.workspaces.state(&owner.1, ws),
+            room,
+            discovering_here: self.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
+            id_taken_by: adopting.and_then(|id| self.discoveries.conversation_holder(id, &owner.1)),
+            spawn_failure: self.spawn_failures.take(&owner.1),
+            now: Timestamp::now(),
+            new_session_id: uuid::Uuid::new_v4().to_string(),
+            session,
+            owner,
+        }
+    }
+
+    /// Reads the harness's side: its pane's last lines or screen, its store and transcript, its shown id.
+    async fn read(
         &self,
         ws: &WorkSession,
         status: &WorkSessionStatus,
@@ -85,10 +238,10 @@ impl<S, T: Tmux> Reconciler<S, T> {
         (session, liveness): (&str, Liveness),
         home: Option<&Path>,
         config: &Config,
-    ) -> Evidence {
+    ) -> Reads {
         let tmux = self.observer.tmux();
         let profile = config.harnesses.get(&ws.spec.harness);
-        let mut evidence = Evidence::default();
+        let mut evidence = Reads::default();
         // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
         let unexplained = status.verification.is_some() || status.phase == Some(Phase::Running);
         if liveness == Liveness::Dead && unexplained {
@@ -117,7 +270,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         let recorded = match &status.verification {
             Some(v) if !v.resume => Some(&v.harness_session_id),
             Some(_) => None,
-            None => status.harness_session_id.as_ref().or(ws.spec.harness_session_id.as_ref()),
+            None => resume::candidate(&ws.spec, status),
         };
         let store = profile.store_path.as_ref().or(profile.conversation_path.as_ref());
         if liveness != Liveness::Alive

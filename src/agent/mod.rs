@@ -79,5 +79,6 @@ async fn reconciler<S: Store>(
         rooms: Default::default(),
         rooms_at_start,
         rooms_reload_refused: Default::default(),
+        spawn_failures: Default::default(),
     })
 }

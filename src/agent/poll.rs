@@ -46,7 +46,7 @@ impl Wakes {
         let mut wake = Vec::new();
         for ws in sessions {
             let key = ObjectRef::from_obj(ws);
-            let liveness = obs.liveness(&super::reconcile::current_session(ws, obs, config));
+            let liveness = obs.liveness(&crate::core::tmux_session(ws, config, |s| obs.session(s).is_some()).current);
             let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
             if server_changed || self.seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
                 tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");

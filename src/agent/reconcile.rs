@@ -11,13 +11,13 @@ use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
 use tracing::Instrument;
 
-use super::evidence;
+use super::evidence::{self, agent_dirs};
 use super::metrics::{AgentMetrics, CategoryLabel, IdleLabel, ReasonLabel, ResumedLabel, ViaLabel};
 use crate::api::{WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::queue;
-use crate::core::{self, Input, NoticeKind, Op, Plan};
-use crate::store::{FINALIZER, Store, StoreError};
+use crate::core::{self, NoticeKind, Op, Plan};
+use crate::store::{Store, StoreError};
 use crate::tmux::{Observation, Tmux, TmuxError};
 
 /// A point where a reconcile can be made to stop forever, as if the agent were killed there (crash tests).
@@ -55,9 +55,6 @@ pub enum ReconcileError {
     /// Recording the intent before a spawn.
     #[error("writing the intent: {0}")]
     WriteIntent(#[source] StoreError),
-    /// Spawning the harness (after the core's fallback, if any, failed too).
-    #[error("spawning the harness: {0}")]
-    Spawn(#[source] TmuxError),
     /// Stopping the tmux session.
     #[error("stopping the tmux session: {0}")]
     Stop(#[source] TmuxError),
@@ -92,7 +89,7 @@ impl ReconcileError {
         match self {
             Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) => e.category(),
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
-            Observe(e) | Spawn(e) | Stop(e) | Paste { source: e, .. } => e.category(),
+            Observe(e) | Stop(e) | Paste { source: e, .. } => e.category(),
             ReleaseRoom(_) => crate::words::ErrorCategory::Room,
         }
     }
@@ -173,16 +170,31 @@ pub struct Reconciler<S, T> {
     pub rooms_at_start: Option<crate::room::RoomsConfig>,
     /// A reload's change of `rooms` was refused (and said so once).
     pub rooms_reload_refused: std::sync::atomic::AtomicBool,
+    /// Spawns tmux refused, for the next decision.
+    pub spawn_failures: SpawnFailures,
 }
 
-/// The agent's own directories on the workspace, never a room's workdir: the node's clones and the shared `HOME`.
-fn agent_dirs(config: &Config) -> Vec<&std::path::Path> {
-    config.workspaces.mirrors.as_deref().into_iter().chain(config.harness_home.as_deref()).collect()
+/// How far a plan ran.
+enum Executed {
+    /// Every op.
+    All,
+    /// Up to a claim another session took first, or a spawn tmux refused: reconcile again at once.
+    Stopped,
 }
 
-enum ExecError {
-    Spawn(String),
-    Other(ReconcileError),
+/// Spawns that failed, by session (`namespace/name`): told to that session's next decision, once.
+#[derive(Debug, Default)]
+pub struct SpawnFailures(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+impl SpawnFailures {
+    fn put(&self, session: &str, message: String) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(session.to_string(), message);
+    }
+
+    /// The failure of `session`'s last spawn, if any, forgotten once taken.
+    pub fn take(&self, session: &str) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(session)
+    }
 }
 
 impl<S: Store, T: Tmux> Reconciler<S, T> {
@@ -229,24 +241,40 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         name: &str,
         observed_after: Instant,
     ) -> Result<Option<Duration>, ReconcileError> {
-        // The three reads are independent: one round trip's wait instead of three.
+        // Observe: the object and its events fresh, and tmux (shared); the three reads wait one round trip together.
         let (ws, events, observation) = tokio::join!(
             self.store.session(namespace, name),
             self.store.events(namespace, name),
             self.observer.since(observed_after)
         );
-        let Some(mut ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
+        let Some(ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
         if self.node.as_ref().is_some_and(|node| &ws.spec.node_name != node) {
             return Ok(None); // another node's: never touched
         }
-        let deleting = ws.metadata.deletion_timestamp.is_some();
-        let has_finalizer = ws.finalizers().iter().any(|f| f == FINALIZER);
-        if deleting && !has_finalizer {
-            return Ok(None);
+        let events = events.map_err(ReconcileError::Read)?;
+        let observation = observation.map_err(ReconcileError::Observe)?;
+        let config = self.config_now();
+        let gathered = self.gather(&ws, &events, &observation, &config).await;
+        // Decide.
+        let plan = core::decide(&gathered.input(&ws, &observation, &config));
+        // Execute, then record.
+        let owner = (gathered.owner.0.as_str(), gathered.owner.1.as_str());
+        match self.execute(&ws, owner, &events, &plan, &config).await? {
+            Executed::All => {}
+            Executed::Stopped => return Ok(Some(Duration::ZERO)),
         }
-        if !deleting && !has_finalizer {
-            ws = self.store.set_finalizer(&ws, true).await.map_err(ReconcileError::AddFinalizer)?;
+        let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
+        let gone = plan.releases();
+        self.discoveries.recorded(&ws.spec.workdir, owner.1, (!gone).then_some(&plan.status), discovers);
+        let recorded = ws.status.clone().unwrap_or_default();
+        if plan.status != recorded && !gone {
+            self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
         }
+        Ok(plan.requeue_after)
+    }
+
+    /// The config now; `rooms` as at the agent's start.
+    fn config_now(&self) -> Arc<Config> {
         let mut config = self.config.borrow().clone();
         if config.rooms != self.rooms_at_start {
             // Rooms are what the pod was started for (a tmux server as root, holding SETUID): turned off by a reload
@@ -259,124 +287,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 );
             }
         }
-        // All of them: a delivered boot event can go back to Pending (the settle window).
-        let events = events.map_err(ReconcileError::Read)?;
-        let mut next_expiry = None;
-        if let Some(retention) = config.event_retention {
-            let (due, next) = queue::expired(&events, Timestamp::now(), retention);
-            for ev in due {
-                let expire = |source| ReconcileError::ExpireEvent { event: ev.name_any(), source };
-                self.store.delete_event(ev).await.map_err(expire)?;
-            }
-            next_expiry = next;
-        }
-        let pending = evidence::pending_events(&queue::undelivered(events.clone()));
-        let observation = observation.map_err(ReconcileError::Observe)?;
-        let recorded = ws.status.clone().unwrap_or_default();
-        let (owner, owner_name) = evidence::owner_tags(&ws);
-        let session = current_session(&ws, &observation, &config);
-        let liveness = observation.liveness(&session);
-        // Its room (given out now if it has none): where its harness runs and where its HOME is.
-        let keep = agent_dirs(&config);
-        let room = match &config.rooms {
-            Some(rooms) if deleting => self.rooms.existing(rooms, &owner_name).map(Ok),
-            Some(rooms) => Some(self.rooms.room_of(rooms, &owner_name, std::path::Path::new(&ws.spec.workdir), &keep)),
-            None => None,
-        };
-        let home = match &room {
-            Some(Ok(room)) => Some(room.home.as_path()),
-            Some(Err(_)) => None,
-            None => config.harness_home.as_deref(),
-        };
-        let evidence = self.gather(&ws, &recorded, &pending, (&session, liveness), home, &config).await;
-        let mut status = recorded.clone();
-        let mut spawn_failure: Option<String> = None;
-        let new_session_id = uuid::Uuid::new_v4().to_string();
-        let workspace = self.workspaces.state(&owner_name, &ws);
-        if let (super::workspaces::Found::Prepared(p), Some(rooms)) = (&workspace, &config.rooms)
-            && !p.adopted
-            && let Err(e) = self.rooms.prepared(rooms, &owner_name)
-        {
-            tracing::error!(event = "rooms.record_failed", error = %e, "the checkout will not be handed over");
-        }
-        let workdir = ws.spec.workdir.as_str();
-        let discover = config.harnesses.get(&ws.spec.harness).and_then(|p| p.discover.as_ref());
-        // A harness that may be spawned fresh here reserves its workdir until its plan is recorded.
-        let may_spawn = discover.is_some() && liveness != crate::tmux::Liveness::Alive;
-        let discovering_here = self.discoveries.busy_elsewhere(workdir, &owner_name, may_spawn);
-        // A conversation to adopt that another session of this node records is never taken over.
-        let adopting = ws.spec.harness_session_id.as_deref().filter(|_| recorded.harness_session_id.is_none());
-        let id_taken_by = adopting.and_then(|id| self.discoveries.claim(id, &owner_name));
-        for attempt in 0.. {
-            let input = Input {
-                spec: &ws.spec,
-                generation: ws.metadata.generation,
-                created: ws.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default(),
-                deleting,
-                status: &status,
-                events: &pending,
-                liveness,
-                last_output: &evidence.last_output,
-                tmux: observation.session(&session),
-                tmux_server: observation.server,
-                session: Some(session.as_str()),
-                owner: &owner,
-                owner_name: &owner_name,
-                screen: evidence.screen.as_deref(),
-                confirmed: &evidence.confirmed,
-                conversation_found: evidence.conversation_found,
-                workspace: workspace.as_input(),
-                discovered: evidence.discovered.as_deref(),
-                discovering_here: discovering_here.as_deref(),
-                id_taken_by: id_taken_by.as_deref(),
-                room: match &room {
-                    None => core::Confinement::Off,
-                    Some(Ok(room)) => core::Confinement::Room(room),
-                    Some(Err(why)) => core::Confinement::Unavailable(why),
-                },
-                spawn_failure: spawn_failure.as_deref(),
-                config: &config,
-                now: Timestamp::now(),
-                new_session_id: &new_session_id,
-            };
-            let plan = core::decide(&input);
-            if let Some(intent) = &plan.intent {
-                self.discoveries.recorded(workdir, &owner_name, Some(intent), discover.is_some());
-                self.store.write_status(&ws, intent).await.map_err(ReconcileError::WriteIntent)?;
-                self.failpoint(Failpoint::AfterIntent).await;
-            }
-            match self.execute(&ws, (&owner, &owner_name), &events, &plan, &config).await {
-                Ok(()) => {
-                    let gone = plan.ops.contains(&Op::ReleaseFinalizer);
-                    self.discoveries.recorded(
-                        workdir,
-                        &owner_name,
-                        (!gone).then_some(&plan.status),
-                        discover.is_some(),
-                    );
-                    if plan.status != recorded && !gone {
-                        self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
-                    }
-                    return Ok(match (plan.requeue_after, next_expiry) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    });
-                }
-                // The core decides what a failed spawn means: a failed resume falls back to one fresh spawn, a
-                // failed fresh spawn backs off (its plan spawns nothing), so this loops at most twice.
-                Err(ExecError::Spawn(message)) if attempt < 2 => {
-                    status = plan.intent.clone().unwrap_or(status);
-                    spawn_failure = Some(message);
-                }
-                Err(ExecError::Spawn(stderr)) => {
-                    return Err(ReconcileError::Spawn(TmuxError::Failed { command: "new-session", stderr }));
-                }
-                Err(ExecError::Other(e)) => return Err(e),
-            }
-        }
-        unreachable!("the loop returns")
+        config
     }
 
+    /// Runs the plan's ops in order, stopping at the first that fails; a lost claim or a spawn tmux refused stops
+    /// the plan too (the next reconcile decides what that means).
     async fn execute(
         &self,
         ws: &WorkSession,
@@ -384,49 +299,81 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         events: &[WorkEvent],
         plan: &Plan,
         config: &Config,
-    ) -> Result<(), ExecError> {
+    ) -> Result<Executed, ReconcileError> {
         let tmux = self.observer.tmux();
-        let other = |e: ReconcileError| ExecError::Other(e);
+        let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         for op in &plan.ops {
             match op {
-                Op::Stop { session } => tmux.stop(session, owner).await.map_err(|e| other(ReconcileError::Stop(e)))?,
-                Op::Spawn(spawn) => {
-                    if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
-                        // The workdir becomes the room's before its harness starts there.
-                        let keep = agent_dirs(config);
-                        self.rooms.hand_over(rooms, room.uid, &spawn.workdir, &keep).map_err(ExecError::Spawn)?;
+                Op::AddFinalizer => {
+                    self.store.set_finalizer(ws, true).await.map_err(ReconcileError::AddFinalizer)?;
+                }
+                Op::ExpireEvent { event } => {
+                    let Some(ev) = events.iter().find(|e| e.name_any() == *event) else { continue };
+                    let expire = |source| ReconcileError::ExpireEvent { event: event.clone(), source };
+                    self.store.delete_event(ev).await.map_err(expire)?;
+                }
+                Op::Claim(claim) => {
+                    if let Err(other) = self.discoveries.take(claim, owner_name) {
+                        tracing::info!(event = "claim.lost", ?claim, holder = other, "another session took it first");
+                        return Ok(Executed::Stopped);
                     }
-                    tmux.spawn(spawn).await.map_err(|e| ExecError::Spawn(e.to_string()))?
+                }
+                Op::RecordIntent(intent) => {
+                    self.discoveries.recorded(&ws.spec.workdir, owner_name, Some(intent), discovers);
+                    self.store.write_status(ws, intent).await.map_err(ReconcileError::WriteIntent)?;
+                    self.failpoint(Failpoint::AfterIntent).await;
+                }
+                Op::Stop { session } => tmux.stop(session, owner).await.map_err(ReconcileError::Stop)?,
+                Op::Spawn(spawn) => {
+                    let handed = match (&spawn.confine, &config.rooms) {
+                        // The workdir becomes the room's before its harness starts there.
+                        (Some(room), Some(rooms)) => {
+                            self.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))
+                        }
+                        _ => Ok(()),
+                    };
+                    let spawned = match handed {
+                        Ok(()) => tmux.spawn(spawn).await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(message) = spawned {
+                        // The recorded intent is the status the next decision starts from; it is told why.
+                        self.spawn_failures.put(owner_name, message);
+                        return Ok(Executed::Stopped);
+                    }
                 }
                 Op::Paste { session, key, tag, text } => {
                     tmux.paste(session, text, tag)
                         .await
-                        .map_err(|source| other(ReconcileError::Paste { event: key.clone(), source }))?;
+                        .map_err(|source| ReconcileError::Paste { event: key.clone(), source })?;
                     self.failpoint(Failpoint::AfterPaste).await;
                 }
                 Op::Event(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
-                    let status = queue::apply(ev, update, Time(Timestamp::now()));
-                    self.store.write_event_status(ev, &status).await.map_err(|source| {
-                        other(ReconcileError::WriteEventStatus { event: update.event.clone(), source })
-                    })?;
+                    let status = queue::apply(ev.status.as_ref(), update, Time(Timestamp::now()));
+                    self.store
+                        .write_event_status(ev, &status)
+                        .await
+                        .map_err(|source| ReconcileError::WriteEventStatus { event: update.event.clone(), source })?;
                     if let Some(via) = update.via.filter(|_| update.phase == crate::api::EventPhase::Delivered) {
                         self.metrics.events_delivered.get_or_create(&ViaLabel { via: via.as_str() }).inc();
                     }
                 }
-                Op::Notice(notice) => {
-                    self.log(ws, notice);
-                    self.store.record(ws, notice).await;
-                }
+                Op::Notice(notice) => self.report(ws, notice).await,
                 Op::PrepareWorkspace => self.workspaces.start(owner_name, ws, config),
+                Op::MarkPrepared => {
+                    let Some(rooms) = &config.rooms else { continue };
+                    if let Err(e) = self.rooms.prepared(rooms, owner_name) {
+                        // Not fatal: the hand-over refuses a checkout the record does not name, and says so.
+                        tracing::error!(event = "rooms.record_failed", error = %e, "the checkout will not be handed over");
+                    }
+                }
                 Op::RemoveWorkspace => match self.workspaces.remove(owner_name, ws, config).await {
                     crate::workspace::Removal::Removed => {
                         tracing::info!(event = "workspace.removed", workdir = ws.spec.workdir, "removed the checkout");
                     }
                     crate::workspace::Removal::Kept(why) => {
-                        let notice = core::Notice::new(NoticeKind::WorkspaceKept, why);
-                        self.log(ws, &notice);
-                        self.store.record(ws, &notice).await;
+                        self.report(ws, &core::Notice::new(NoticeKind::WorkspaceKept, why)).await;
                     }
                 },
                 Op::ReleaseRoom => {
@@ -434,30 +381,30 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     let Some(room) = self.rooms.existing(rooms, owner_name) else { continue };
                     let confine = crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
                     // Nothing of the uid may outlive the session (a harness's child that left its tmux session).
-                    tmux.evict(&confine).await.map_err(|e| other(ReconcileError::ReleaseRoom(e.to_string())))?;
+                    tmux.evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
                     // The finalizer stays on failure: the room is freed on the next try, never given out half-cleared.
-                    let kept =
-                        self.rooms.release(rooms, owner_name).map_err(|e| other(ReconcileError::ReleaseRoom(e)))?;
+                    let kept = self.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
                     if let Some(to) = kept {
                         let why = format!(
                             "{} was its harness's: moved aside to {} (the agent's alone; no room reaches it)",
                             ws.spec.workdir,
                             to.display()
                         );
-                        let notice = core::Notice::new(NoticeKind::WorkspaceKept, why);
-                        self.log(ws, &notice);
-                        self.store.record(ws, &notice).await;
+                        self.report(ws, &core::Notice::new(NoticeKind::WorkspaceKept, why)).await;
                     }
                 }
                 Op::ReleaseFinalizer => {
-                    self.store
-                        .set_finalizer(ws, false)
-                        .await
-                        .map_err(|e| other(ReconcileError::ReleaseFinalizer(e)))?;
+                    self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
                 }
             }
         }
-        Ok(())
+        Ok(Executed::All)
+    }
+
+    /// Logs `notice` (counting it where a metric counts it) and records it as a Kubernetes Event.
+    async fn report(&self, ws: &WorkSession, notice: &core::Notice) {
+        self.log(ws, notice);
+        self.store.record(ws, notice).await;
     }
 
     async fn failpoint(&self, here: Failpoint) {
@@ -492,60 +439,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     }
 }
 
-/// The tmux session the harness runs in: the recorded one while it still exists and is this object's (a changed
-/// `sessionPrefix`, or a release that named sessions `<prefix><workItem>`, never orphans a running harness: it is
-/// adopted until it dies), else the configured one ([`Config::tmux_session`]).
-pub fn current_session(ws: &WorkSession, observation: &Observation, config: &Config) -> String {
-    let configured = config.tmux_session(&crate::api::identity(ws));
-    let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.clone());
-    // Only a name of a shape the agent makes for this object is used (it goes to tmux as a target): the configured
-    // shape under another prefix, or the older `<prefix><workItem>` (the work item is immutable).
-    let suffix = configured.strip_prefix(config.tmux.session_prefix.as_str()).unwrap_or(&configured);
-    let ours = |s: &String| s.ends_with(suffix) || s.ends_with(&ws.spec.work_item);
-    let valid = |s: &String| s != &configured && ours(s) && crate::tmux::is_tag(s);
-    match recorded.filter(valid) {
-        // Still there: ours, it is adopted; another's or untagged (an older build's), the core reports it rather
-        // than start a second harness of the conversation under the new name.
-        Some(old) if observation.session(&old).is_some() => old,
-        _ => configured,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::error::Error;
 
     use super::*;
-
-    /// Issue 23: a WorkSession's tmux session is `<prefix><namespace>_<name>`; one recorded under the older
-    /// `<prefix><workItem>` is used while it lives and is this object's, never a session of another shape or owner.
-    #[test]
-    fn the_tmux_session_is_the_recorded_one_while_it_is_ours_else_the_configured_one() {
-        let config = Config::default();
-        let mut ws = WorkSession::new(
-            "repo-12",
-            crate::api::WorkSessionSpec { work_item: "item-12".into(), ..Default::default() },
-        );
-        ws.metadata.namespace = Some("agents".into());
-        ws.metadata.uid = Some("uid-1".into());
-        let observed = |line: &str| Observation::from_lines(line);
-        let with_recorded = |name: &str| {
-            let mut ws = ws.clone();
-            ws.status = Some(crate::api::WorkSessionStatus { tmux_session: Some(name.into()), ..Default::default() });
-            ws
-        };
-        let none = observed("");
-        assert_eq!(current_session(&ws, &none, &config), "loop-agents_repo-12");
-        let old = with_recorded("loop-item-12");
-        let alive = observed("loop-item-12\t0\t1\t\t\tuid-1\tagents/repo-12\n");
-        assert_eq!(current_session(&old, &alive, &config), "loop-item-12", "adopted while it lives");
-        assert_eq!(current_session(&old, &none, &config), "loop-agents_repo-12", "gone: the new name");
-        let theirs = observed("loop-item-12\t0\t1\t\t\tuid-2\tother/x\n");
-        assert_eq!(current_session(&old, &theirs, &config), "loop-item-12", "another's: the core reports it");
-        let elsewhere = with_recorded("loop-other-item");
-        let alive = observed("loop-other-item\t0\t1\t\t\tuid-1\tagents/repo-12\n");
-        assert_eq!(current_session(&elsewhere, &alive, &config), "loop-agents_repo-12", "not our shape");
-    }
 
     #[test]
     fn errors_name_their_step_and_keep_their_source() {
@@ -560,8 +458,8 @@ mod tests {
                 "local_store",
             ),
             (
-                ReconcileError::Spawn(TmuxError::Failed { command: "new-session", stderr: "no space".into() }),
-                "spawning the harness: ",
+                ReconcileError::Stop(TmuxError::Failed { command: "kill-session", stderr: "no server".into() }),
+                "stopping the tmux session: ",
                 "tmux_failed",
             ),
         ];

@@ -126,6 +126,14 @@ pub fn validate_name(kind: Kind, name: &str, namespace: Option<&str>) -> Result<
 const WORKDIR_DOT_SEGMENT_PATTERN: &str = "(^|/)[.][.]?(/|$)";
 /// The CEL rule of `spec.workdir` refusing them (see [`WORKDIR_DOT_SEGMENT_PATTERN`]).
 pub const WORKDIR_DOT_SEGMENT_RULE: &str = "!self.matches('(^|/)[.][.]?(/|$)')";
+static URL_USER_INFO: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s]*@").unwrap());
+
+/// `text` without the user info of any URL in it (`https://user:token@host` becomes `https://host`): what status,
+/// Events and logs may show of a repository URL or of git's output.
+pub fn redact(text: &str) -> String {
+    URL_USER_INFO.replace_all(text, "$1").into_owned()
+}
+
 static WORKDIR_DOT_SEGMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORKDIR_DOT_SEGMENT_PATTERN).unwrap());
 
 /// The shape of `spec.workspace.url` and `ref`: no leading `-` (never taken as a flag by git), no whitespace or

@@ -47,11 +47,11 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// until delivered), then the WorkEvents, oldest first.
     pub(super) fn prompts(&self) -> Vec<Prompt<'i>> {
         let input = self.input;
-        let mut prompts = Vec::with_capacity(input.events.len() + 1);
+        let mut prompts = Vec::with_capacity(input.object.events.len() + 1);
         if let (Some(phase), Some(text)) =
-            (initial_prompt_owed(input.spec, input.status), input.spec.initial_prompt.as_deref())
+            (initial_prompt_owed(input.object.spec, input.object.status), input.object.spec.initial_prompt.as_deref())
         {
-            let recorded = input.status.initial_prompt.as_ref();
+            let recorded = input.object.status.initial_prompt.as_ref();
             prompts.push(Prompt {
                 key: INITIAL_PROMPT,
                 tag: INITIAL_PROMPT,
@@ -59,11 +59,11 @@ impl<'a, 'i> Decision<'a, 'i> {
                 phase,
                 sent: recorded.and_then(|p| p.sent_time.as_ref()).map(|t| t.0),
                 via: recorded.and_then(|p| p.via),
-                created: input.created,
+                created: input.object.created,
                 command: false,
             });
         }
-        prompts.extend(input.events.iter().map(|e| Prompt {
+        prompts.extend(input.object.events.iter().map(|e| Prompt {
             key: &e.name,
             tag: &e.tag,
             text: &e.prompt,
@@ -79,7 +79,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// Alive and not verifying: confirm what was sent, then paste what waits, in order, once the harness is ready.
     pub(super) fn deliver_to_live_pane(&mut self, profile: &Profile, settings: Settings) {
         let input = self.input;
-        let now = input.now;
+        let now = input.context.now;
         self.status.phase = Some(Phase::Running);
         self.ready(true, ReadyReason::Running, "the harness is running");
         let started = self.status.last_respawn.as_ref().map(|r| r.time.0);
@@ -91,7 +91,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // prompts reached a conversation that lives on (a late "No conversation found" kills it within the window).
         let settled_at =
             self.status.last_respawn.as_ref().map(|r| later(r.time.0, Duration::from_secs(settings.settle.into())));
-        let ready = profile.ready(input.screen);
+        let ready = profile.ready(input.observed.screen);
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
@@ -102,7 +102,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     let proven_at =
                         later(sent, Duration::from_secs(settings.probe.into())).max(settled_at.unwrap_or(sent));
                     let known = match profile.conversation_path {
-                        Some(_) => input.confirmed.iter().any(|k| k == prompt.key),
+                        Some(_) => input.evidence.confirmed.iter().any(|k| k == prompt.key),
                         None => now >= proven_at,
                     };
                     if known {
@@ -114,7 +114,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     }
                 }
                 _ if blocked => {}
-                _ if input.tmux.is_some_and(|t| t.pasted == prompt.tag) => {
+                _ if input.observed.view.is_some_and(|t| t.pasted == prompt.tag) => {
                     // Pasted by an agent that stopped before recording it: never pasted twice.
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), false, None);
                     self.requeue(DELIVERY_RECHECK);
@@ -131,14 +131,14 @@ impl<'a, 'i> Decision<'a, 'i> {
                 _ => {
                     blocked = true; // later prompts keep their place behind this one
                     let since = started.unwrap_or(prompt.created).max(prompt.created);
-                    let deadline = later(since, input.config.ready_timeout);
+                    let deadline = later(since, input.context.config.ready_timeout);
                     if now < deadline {
                         self.requeue(DELIVERY_RECHECK);
                         continue;
                     }
                     let message = format!(
                         "the harness never showed its ready pattern within {}s; the prompt was not pasted",
-                        input.config.ready_timeout.as_secs()
+                        input.context.config.ready_timeout.as_secs()
                     );
                     self.set_prompt(prompt.key, EventPhase::Failed, None, false, Some(message.clone()));
                     self.notice(Notice::new(NoticeKind::DeliveryFailed, format!("{}: {message}", prompt.key)));
@@ -169,7 +169,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             if prompt.phase != EventPhase::Delivering {
                 continue;
             }
-            if self.input.confirmed.iter().any(|k| k == prompt.key) {
+            if self.input.evidence.confirmed.iter().any(|k| k == prompt.key) {
                 self.delivered(&prompt);
             } else {
                 self.set_prompt(prompt.key, EventPhase::Pending, None, false, Some(why.to_string()));

@@ -33,8 +33,8 @@ impl Decision<'_, '_> {
             Some(d) => d.path.clone().unwrap_or_else(|| "its screen".into()),
             None => return,
         };
-        let message = format!("waiting for {} to show its conversation's id ({place})", self.input.spec.harness);
-        let (generation, conditions) = (self.input.generation, &mut self.status.conditions);
+        let message = format!("waiting for {} to show its conversation's id ({place})", self.input.object.spec.harness);
+        let (generation, conditions) = (self.input.object.generation, &mut self.status.conditions);
         // Reset, with the spawn's time: the executor counts only what was written since.
         conditions.retain(|c| c.type_ != ConditionType::ConversationId.as_str());
         set_condition(conditions, DiscoveryReason::Discovering, false, &message, generation, spawned.0);
@@ -46,7 +46,7 @@ impl Decision<'_, '_> {
         if !discovering(&self.status) {
             return;
         }
-        match self.input.discovered.filter(|id| is_valid_session_id(id)) {
+        match self.input.evidence.discovered.filter(|id| is_valid_session_id(id)) {
             Some(id) => {
                 self.status.harness_session_id = Some(id.to_string());
                 if let Some(r) = self.status.last_respawn.as_mut().filter(|r| r.harness_session_id.is_empty()) {
@@ -61,7 +61,7 @@ impl Decision<'_, '_> {
     /// Before a fresh spawn of a discovering harness: whether another session of the workdir is still discovering
     /// (then this one waits, so neither can take the other's id).
     pub(super) fn waits_for_discovery(&mut self, profile: &Profile) -> bool {
-        let Some(other) = self.input.discovering_here.filter(|_| profile.discovers()) else { return false };
+        let Some(other) = self.input.evidence.discovering_here.filter(|_| profile.discovers()) else { return false };
         self.status.phase = Some(Phase::Pending);
         let message = format!(
             "WorkSession {other} in the same workdir is still discovering its conversation's id; starting now could \

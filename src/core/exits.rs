@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::Liveness;
 use super::resume::ResumeReason;
 use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, ReadyReason, Settings, backoff, later};
 use crate::api::Phase;
 use crate::harness::Profile;
-use crate::tmux::Liveness;
 
 impl Decision<'_, '_> {
     /// A resumed pane that dies within the settle window: its prompts go back to `Pending`, and when its last lines
@@ -19,13 +19,13 @@ impl Decision<'_, '_> {
     pub(super) fn resumed_pane_died_while_settling(&mut self, profile: &Profile, settings: Settings) -> bool {
         let input = self.input;
         let Some(r) = self.status.last_respawn.clone() else { return false };
-        let within = input.now < later(r.time.0, Duration::from_secs(settings.settle.into()));
-        if !(r.resumed && within && input.liveness == Liveness::Dead) {
+        let within = input.context.now < later(r.time.0, Duration::from_secs(settings.settle.into()));
+        if !(r.resumed && within && input.observed.liveness == Liveness::Dead) {
             return false;
         }
         let mut message =
             format!("resumed conversation {} died after the probe, within {}s", r.harness_session_id, settings.settle);
-        if profile.resume_failed(input.last_output.trim()) {
+        if profile.resume_failed(input.observed.last_output.trim()) {
             self.status.unresumable_session_id = Some(r.harness_session_id.clone());
             message.push_str("; the harness cannot find it, so the next spawn is fresh");
         }
@@ -43,7 +43,7 @@ impl Decision<'_, '_> {
 
     /// A running harness died: a failure unless it ran long enough to count as healthy.
     pub(super) fn record_exit(&mut self) {
-        let now = self.input.now;
+        let now = self.input.context.now;
         let started = self.status.last_respawn.as_ref().map(|r| r.time.0);
         let healthy = started.is_some_and(|t| later(t, HEALTHY_AFTER) <= now);
         let message = format!("the harness in {} exited{}", self.session, self.quote_last_output());
@@ -58,7 +58,7 @@ impl Decision<'_, '_> {
 
     /// Counts one quick failure and sets the next retry time.
     pub(super) fn count_failure(&mut self) {
-        let now = self.input.now;
+        let now = self.input.context.now;
         self.status.failure_count += 1;
         self.status.last_failure_time = Some(Time(now));
         let delay = backoff(self.status.failure_count);

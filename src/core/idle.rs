@@ -22,18 +22,18 @@ impl Decision<'_, '_> {
         }
         // tmux's clock of the window: its last output, or its creation. Unknown: never judged idle.
         let Some(quiet_since) =
-            input.tmux.map(|t| t.activity).filter(|a| *a > 0).and_then(|a| Timestamp::from_second(a).ok())
+            input.observed.view.map(|t| t.activity).filter(|a| *a > 0).and_then(|a| Timestamp::from_second(a).ok())
         else {
             return;
         };
         let due = later(quiet_since, Duration::from_secs(after.into()));
-        if input.now < due {
-            self.requeue(until(input.now, due));
+        if input.context.now < due {
+            self.requeue(until(input.context.now, due));
             return;
         }
         self.ops.push(Op::Stop { session: self.session.clone() });
         self.status.phase = Some(Phase::Idle);
-        self.status.idle_since = Some(Time(input.now));
+        self.status.idle_since = Some(Time(input.context.now));
         let message = format!("stopped after {after}s without output; the next event resumes the conversation");
         self.ready(false, ReadyReason::Idle, message.clone());
         self.notice(Notice::new(NoticeKind::IdleStopped, message));

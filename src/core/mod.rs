@@ -6,9 +6,12 @@
 //! without blocking (a deadline in status, requeued), fall back to a fresh conversation, put the boot event back
 //! when a resumed pane dies within the settle window, and back off like kubelet.
 //!
-//! The executor's contract: write [`Plan::intent`] (if any) first, then run [`Plan::ops`] in order, stopping at the
-//! first failure; when a [`Op::Spawn`] fails, decide again with [`Input::spawn_failure`] set and the intent as
-//! status; finally write [`Plan::status`] and requeue after [`Plan::requeue_after`].
+//! The [`Plan`] is the whole decision: every effect of a reconcile is an [`Op`] (the finalizer, expiring events,
+//! claims on the node, the intent recorded before a spawn, spawns, pastes, stops, event updates, notices, the
+//! workspace and the room). The executor's contract: run [`Plan::ops`] in order, stopping at the first failure (a
+//! lost [`Op::Claim`] stops it too, and the session is reconciled again); when an [`Op::Spawn`] fails, tell the next
+//! decision ([`Evidence::spawn_failure`]), whose status is then the recorded intent; finally write [`Plan::status`]
+//! and requeue after [`Plan::requeue_after`].
 
 use std::time::Duration;
 
@@ -19,7 +22,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::{self, EventPhase, Phase, PromptStatus, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 use crate::harness::{ArgvError, Profile};
-use crate::tmux::Liveness;
 
 mod conditions;
 mod deliver;
@@ -30,6 +32,7 @@ mod plan;
 pub mod queue;
 pub mod resume;
 mod room;
+mod session;
 mod spawn;
 mod verify;
 mod workspace;
@@ -40,10 +43,11 @@ pub use conditions::{
 pub use deliver::initial_prompt_owed;
 pub use discover::DISCOVERY_RECHECK;
 pub use plan::{
-    Confinement, EventReason, EventUpdate, INITIAL_PROMPT, Input, Notice, NoticeKind, Op, PendingEvent, Plan, Severity,
-    Workspace,
+    Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
+    NoticeKind, Object, Observed, Op, PendingEvent, Plan, Room, Severity, Workspace,
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
+pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, is_tag, tmux_session};
 pub use workspace::PREPARE_RECHECK;
 
 #[cfg(test)]
@@ -112,6 +116,14 @@ fn until(now: Timestamp, then: Timestamp) -> Duration {
 
 /// Decides what to do for one WorkSession.
 pub fn decide(input: &Input) -> Plan {
+    let object = &input.object;
+    if !object.finalized {
+        // The finalizer comes before anything it guards (a harness, a room, a checkout), in a plan of its own: the
+        // change wakes the next reconcile, which decides the rest. Without it a deleted object is no longer ours.
+        let (ops, requeue_after) =
+            if object.deleting { (Vec::new(), None) } else { (vec![Op::AddFinalizer], Some(Duration::ZERO)) };
+        return Plan { ops, status: object.status.clone(), requeue_after };
+    }
     Decision::new(input).run()
 }
 
@@ -123,6 +135,9 @@ struct Decision<'a, 'i> {
     /// The tmux session a spawn uses: `<prefix><namespace>_<name>` under the current config.
     configured: String,
     status: WorkSessionStatus,
+    /// What the spawn needs of the node before it runs.
+    claims: Vec<Claim>,
+    /// The status to record before the ops (a spawn is about to happen).
     intent: Option<WorkSessionStatus>,
     ops: Vec<Op>,
     requeue_after: Option<Duration>,
@@ -130,20 +145,32 @@ struct Decision<'a, 'i> {
 
 impl<'a, 'i> Decision<'a, 'i> {
     fn new(input: &'i Input<'a>) -> Self {
-        let mut status = input.status.clone();
-        status.observed_generation = input.generation;
-        let configured = input.config.tmux_session(input.owner_name);
-        let session = input.session.map_or_else(|| configured.clone(), str::to_string);
+        let mut status = input.object.status.clone();
+        status.observed_generation = input.object.generation;
+        let TmuxSession { current: session, configured } = input.observed.session.clone();
         status.tmux_session = Some(session.clone());
-        Self { input, session, configured, status, intent: None, ops: Vec::new(), requeue_after: None }
+        let (claims, intent, ops) = (Vec::new(), None, Vec::new());
+        Self { input, session, configured, status, claims, intent, ops, requeue_after: None }
     }
 
-    fn plan(self) -> Plan {
-        Plan { intent: self.intent, ops: self.ops, status: self.status, requeue_after: self.requeue_after }
+    /// The plan in the executor's order: expired events go, claims are taken, the intent is recorded, then the rest.
+    fn plan(mut self) -> Plan {
+        let mut ops = Vec::new();
+        if let Some(retention) = self.input.context.config.event_retention {
+            let (due, next) = queue::expired(self.input.object.finished, self.input.context.now, retention);
+            ops.extend(due.into_iter().map(|event| Op::ExpireEvent { event: event.to_string() }));
+            if let Some(next) = next {
+                self.requeue(next);
+            }
+        }
+        ops.extend(self.claims.into_iter().map(Op::Claim));
+        ops.extend(self.intent.map(|intent| Op::RecordIntent(Box::new(intent))));
+        ops.extend(self.ops);
+        Plan { ops, status: self.status, requeue_after: self.requeue_after }
     }
 
     fn condition<R: Reason>(&mut self, reason: R, ok: bool, message: impl Into<String>) {
-        let (generation, now) = (self.input.generation, self.input.now);
+        let (generation, now) = (self.input.object.generation, self.input.context.now);
         set_condition(&mut self.status.conditions, reason, ok, &message.into(), generation, now);
     }
 
@@ -157,7 +184,7 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     /// Moves the prompt `key` to `phase`: a WorkEvent by an op, `initialPrompt` in status.
     fn set_prompt(&mut self, key: &str, phase: EventPhase, via: Option<Via>, attempt: bool, message: Option<String>) {
-        let now = self.input.now;
+        let now = self.input.context.now;
         let delivered = phase == EventPhase::Delivered;
         let harness_session_id = delivered.then(|| self.status.harness_session_id.clone()).flatten();
         let sent = (phase == EventPhase::Delivering).then_some(now);
@@ -185,16 +212,16 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn run(mut self) -> Plan {
         let input = self.input;
         // A tmux session tagged for another object is never adopted, pasted into, stopped or replaced.
-        let conflict = input.tmux.filter(|t| !t.belongs_to(input.owner));
-        if input.deleting {
+        let conflict = input.observed.view.filter(|t| !t.belongs_to(input.object.owner));
+        if input.object.deleting {
             if conflict.is_none() {
                 self.ops.push(Op::Stop { session: self.session.clone() });
                 // A room's checkout was its harness's: it goes aside with the room, never read by the agent's git.
-                if input.spec.workspace.is_some() && !matches!(input.room, Confinement::Room(_)) {
+                if input.object.spec.workspace.is_some() && !matches!(input.evidence.room, Confinement::Room(_)) {
                     self.ops.push(Op::RemoveWorkspace);
                 }
             }
-            if matches!(input.room, Confinement::Room(_)) {
+            if matches!(input.evidence.room, Confinement::Room(_)) {
                 self.ops.push(Op::ReleaseRoom);
             }
             self.ops.push(Op::ReleaseFinalizer);
@@ -226,8 +253,8 @@ impl<'a, 'i> Decision<'a, 'i> {
                 return self.plan();
             }
         };
-        if input.spec.suspend {
-            if input.liveness != Liveness::Absent {
+        if input.object.spec.suspend {
+            if input.observed.liveness != Liveness::Absent {
                 self.ops.push(Op::Stop { session: self.session.clone() });
             }
             self.status.phase = Some(Phase::Suspended);
@@ -240,7 +267,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         if !self.room_ready() {
             return self.plan();
         }
-        if !input.tmux_server && !input.config.tmux.start_server {
+        if !input.observed.server && !input.context.config.tmux.start_server {
             // tmux runs in a container of its own: never start a server here; wait for it to come back.
             self.return_unconfirmed("the tmux server is gone; it will be sent again");
             // An idle session stays idle: it was stopped on purpose, and only a prompt wakes it.
@@ -255,8 +282,8 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.requeue(CONFLICT_RECHECK);
             return self.plan();
         }
-        let settings = Settings::of(input.spec, input.config);
-        if let Some(failure) = input.spawn_failure
+        let settings = Settings::of(input.object.spec, input.context.config);
+        if let Some(failure) = input.evidence.spawn_failure
             && let Some(v) = self.status.verification.take()
         {
             self.tmux_refused_spawn(profile, settings, v, failure);
@@ -266,13 +293,13 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.verify(profile, settings, v);
             return self.plan();
         }
-        if input.liveness != Liveness::Alive && !self.workspace_ready() {
+        if input.observed.liveness != Liveness::Alive && !self.workspace_ready() {
             return self.plan();
         }
-        if input.liveness == Liveness::Alive {
+        if input.observed.liveness == Liveness::Alive {
             self.discover();
         }
-        match input.liveness {
+        match input.observed.liveness {
             Liveness::Alive => self.deliver_to_live_pane(profile, settings),
             Liveness::Dead | Liveness::Absent => self.not_running(profile, settings),
         }
@@ -281,12 +308,12 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     /// What the CRD schema cannot check (or local mode has no schema for).
     fn validate(&self) -> Result<&'a Profile, (ReadyReason, String)> {
-        let spec = self.input.spec;
+        let spec = self.input.object.spec;
         if let Err(e) = api::validate_spec(spec) {
             return Err((ReadyReason::InvalidSpec, e.to_string()));
         }
-        let Some(profile) = self.input.config.harnesses.get(&spec.harness) else {
-            let known: Vec<&str> = self.input.config.harnesses.keys().map(String::as_str).collect();
+        let Some(profile) = self.input.context.config.harnesses.get(&spec.harness) else {
+            let known: Vec<&str> = self.input.context.config.harnesses.keys().map(String::as_str).collect();
             return Err((
                 ReadyReason::UnknownHarness,
                 format!("no harness profile {:?} (known: {})", spec.harness, known.join(", ")),
@@ -295,15 +322,17 @@ impl<'a, 'i> Decision<'a, 'i> {
         if profile.interactive.is_none() {
             return Err((ReadyReason::HarnessCannotBeHosted, ArgvError::NotHostable(spec.harness.clone()).to_string()));
         }
-        let namespace = self.input.owner_name.split_once('/').map_or("", |(ns, _)| ns);
-        if let Some(w) = spec.workspace.as_ref().filter(|w| !self.input.config.workspaces.allows(namespace, &w.url)) {
+        let namespace = self.input.object.owner_name.split_once('/').map_or("", |(ns, _)| ns);
+        if let Some(w) =
+            spec.workspace.as_ref().filter(|w| !self.input.context.config.workspaces.allows(namespace, &w.url))
+        {
             // A tenant boundary: which repositories a namespace may have the agent clone (with the node's token).
             return Err((
                 ReadyReason::WorkspaceNotAllowed,
                 format!("namespace {namespace} may not check out {} (workspaces.repositories)", w.url),
             ));
         }
-        if let (Some(other), Some(id)) = (self.input.id_taken_by, &spec.harness_session_id) {
+        if let (Some(other), Some(id)) = (self.input.evidence.id_taken_by, &spec.harness_session_id) {
             // Two processes on one conversation write one transcript; and a tenant must not adopt another's.
             return Err((
                 ReadyReason::SessionIdTaken,

@@ -6,9 +6,9 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::ResumeReason;
+use super::session::{Liveness, SessionView, Spawn, TmuxSession};
 use crate::api::{EventPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
-use crate::tmux::{Liveness, SessionView, Spawn};
 
 /// The key of `spec.initialPrompt` among the prompts (WorkEvents are keyed by name, which is never camelCase), and
 /// the tag its paste gives the tmux session (a WorkEvent's is its UID).
@@ -67,67 +67,116 @@ pub enum Workspace<'a> {
     Failed(&'a str),
 }
 
+/// A session's room (agent config `rooms`): a Unix user of its own and its `HOME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Room {
+    /// Its uid (and gid).
+    pub uid: u32,
+    /// Its `HOME`.
+    pub home: std::path::PathBuf,
+}
+
 /// Where the harness runs (agent config `rooms`), as the executor finds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Confinement<'a> {
     /// Rooms are off: the harness runs as the tmux server's user, with its `HOME`.
     Off,
     /// Its own room.
-    Room(&'a crate::room::Room),
+    Room(&'a Room),
     /// Rooms are on, and this session has none: why.
     Unavailable(&'a str),
 }
 
-/// Everything one decision is made from.
+/// A delivered or failed WorkEvent of the session, which expires `delivery.retentionSeconds` after it finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishedEvent {
+    /// The WorkEvent's name.
+    pub name: String,
+    /// When it was delivered (a failed one: when it was created).
+    pub at: Timestamp,
+}
+
+/// Everything one decision is made from, in four parts: the object, what tmux shows, what else the executor found,
+/// and the surroundings.
 #[derive(Clone, Debug)]
 pub struct Input<'a> {
+    /// The WorkSession as stored, and its WorkEvents.
+    pub object: Object<'a>,
+    /// What the shared tmux observation saw of its session.
+    pub observed: Observed<'a>,
+    /// What the executor read beyond tmux: the harness's files, the workspace, the room and the node's claims.
+    pub evidence: Evidence<'a>,
+    /// The agent config, the clock, and fresh values a decision may use.
+    pub context: Context<'a>,
+}
+
+/// The WorkSession as stored, and its WorkEvents.
+#[derive(Clone, Debug)]
+pub struct Object<'a> {
     /// The desired state.
     pub spec: &'a WorkSessionSpec,
+    /// The recorded status.
+    pub status: &'a WorkSessionStatus,
     /// `metadata.generation`.
     pub generation: Option<i64>,
     /// `metadata.creationTimestamp` (when `initialPrompt` started waiting).
     pub created: Timestamp,
     /// The object is being deleted.
     pub deleting: bool,
-    /// The recorded status.
-    pub status: &'a WorkSessionStatus,
-    /// Undelivered events of this session (`Pending` or `Delivering`), oldest first.
-    pub events: &'a [PendingEvent],
-    /// The tmux session's liveness.
-    pub liveness: Liveness,
-    /// What a dead pane printed last (empty unless the pane is dead).
-    pub last_output: &'a str,
-    /// What the observation saw of the tmux session (its tags), if it exists.
-    pub tmux: Option<&'a SessionView>,
-    /// Whether a tmux server answered the observation.
-    pub tmux_server: bool,
-    /// The tmux session the harness runs in, when not the configured one (a prefix changed while it ran, or a session
-    /// named by an older release).
-    pub session: Option<&'a str>,
-    /// This object's identity in tmux tags: its UID (or `namespace/name` where objects have no UID).
+    /// The agent's finalizer is on it.
+    pub finalized: bool,
+    /// Its identity in tmux tags: its UID (or `namespace/name` where objects have no UID).
     pub owner: &'a str,
     /// Its `namespace/name`.
     pub owner_name: &'a str,
+    /// Undelivered events of this session (`Pending` or `Delivering`), oldest first ([`super::queue::ordered`]).
+    pub events: &'a [PendingEvent],
+    /// Its delivered and failed events.
+    pub finished: &'a [FinishedEvent],
+}
+
+/// What the shared tmux observation saw of the session.
+#[derive(Clone, Debug)]
+pub struct Observed<'a> {
+    /// Which tmux session is the harness's ([`super::tmux_session`]).
+    pub session: &'a TmuxSession,
+    /// Its liveness.
+    pub liveness: Liveness,
+    /// What the observation saw of it (its tags), if it exists.
+    pub view: Option<&'a SessionView>,
+    /// Whether a tmux server answered the observation.
+    pub server: bool,
+    /// What a dead pane printed last (empty unless the pane is dead and its death is not yet explained).
+    pub last_output: &'a str,
     /// The live pane's visible text, read when a prompt waits for the profile's `readyPattern`.
     pub screen: Option<&'a str>,
+}
+
+/// What the executor read beyond tmux.
+#[derive(Clone, Debug)]
+pub struct Evidence<'a> {
     /// Keys of the prompts the harness's transcript shows (where the profile names it).
     pub confirmed: &'a [String],
     /// Whether the conversation a resume would take exists in the harness's store (`None`: the profile names no
     /// store, or there is nothing to resume).
     pub conversation_found: Option<bool>,
-    /// The workspace's state.
-    pub workspace: Workspace<'a>,
     /// The id the harness shows for the conversation being discovered, once the executor found it.
     pub discovered: Option<&'a str>,
-    /// Another session of this workdir whose conversation's id is being discovered (`namespace/name`).
-    pub discovering_here: Option<&'a str>,
-    /// Another WorkSession of this node (`namespace/name`) whose recorded conversation is the `spec.harnessSessionId`
-    /// this one would adopt.
-    pub id_taken_by: Option<&'a str>,
+    /// The workspace's state.
+    pub workspace: Workspace<'a>,
     /// Where its harness runs.
     pub room: Confinement<'a>,
-    /// The spawn of the plan decided just before failed, with this message.
+    /// Another session (`namespace/name`) that holds this workdir while it discovers its conversation's id.
+    pub discovering_here: Option<&'a str>,
+    /// Another WorkSession of this node (`namespace/name`) that holds the conversation `spec.harnessSessionId` names.
+    pub id_taken_by: Option<&'a str>,
+    /// The spawn of this session's last plan failed, with this message (told by the executor once).
     pub spawn_failure: Option<&'a str>,
+}
+
+/// The agent config, the clock, and fresh values a decision may use.
+#[derive(Clone, Debug)]
+pub struct Context<'a> {
     /// The agent config.
     pub config: &'a Config,
     /// The clock.
@@ -139,9 +188,7 @@ pub struct Input<'a> {
 /// What to do, and the status to record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// Status to persist before the ops run (a spawn is about to happen), so a restart can finish it.
-    pub intent: Option<WorkSessionStatus>,
-    /// Operations, in order.
+    /// Operations, in order; the executor stops at the first that fails.
     pub ops: Vec<Op>,
     /// Status to record once the ops ran.
     pub status: WorkSessionStatus,
@@ -149,15 +196,53 @@ pub struct Plan {
     pub requeue_after: Option<Duration>,
 }
 
+impl Plan {
+    /// The status recorded before a spawn ([`Op::RecordIntent`]), if the plan spawns.
+    pub fn intent(&self) -> Option<&WorkSessionStatus> {
+        self.ops.iter().find_map(|op| match op {
+            Op::RecordIntent(status) => Some(status.as_ref()),
+            _ => None,
+        })
+    }
+
+    /// Whether the plan lets the object go (its finalizer is released).
+    pub fn releases(&self) -> bool {
+        self.ops.contains(&Op::ReleaseFinalizer)
+    }
+}
+
+/// Something of the node that one session holds at a time, taken before its spawn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The workdir, while a harness that shows its conversation's id after the start discovers it (two started at
+    /// once in one workdir could take each other's).
+    Workdir(String),
+    /// A conversation this session adopts (`spec.harnessSessionId`): two processes on one conversation would write
+    /// one transcript.
+    Conversation(String),
+}
+
 /// One effect for the executor.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
+    /// Put the agent's finalizer on the object (a plan of its own: the next reconcile decides the rest).
+    AddFinalizer,
+    /// Delete a WorkEvent whose retention ran out.
+    ExpireEvent {
+        /// The WorkEvent.
+        event: String,
+    },
+    /// Take `claim` for this session; if another session took it since the evidence was read, stop here (nothing
+    /// after it runs) and reconcile again.
+    Claim(Claim),
+    /// Record this status before the ops that follow (a spawn is about to happen), so a restart can finish it.
+    RecordIntent(Box<WorkSessionStatus>),
     /// Stop the tmux session.
     Stop {
         /// The tmux session.
         session: String,
     },
-    /// Clear a stale session and spawn the harness.
+    /// Clear a stale session and spawn the harness (first handing the workdir to its room, if it has one).
     Spawn(Spawn),
     /// Paste a prompt into the live pane (bracketed paste, then Enter), tagging the session with its tag.
     Paste {
@@ -176,11 +261,15 @@ pub enum Op {
     Notice(Notice),
     /// Drop the agent's finalizer.
     ReleaseFinalizer,
-    /// Start preparing the workspace beside the reconcile (its result is a later [`Input::workspace`]).
+    /// Start preparing the workspace beside the reconcile (its result is a later [`Evidence::workspace`]).
     PrepareWorkspace,
+    /// Note in the room's record that the agent prepared this checkout, so the room may be given it (a checkout the
+    /// agent did not make is never handed over).
+    MarkPrepared,
     /// Remove the workspace's checkout unless a removal would lose something (the session is going).
     RemoveWorkspace,
-    /// Free the session's room (the session is going): its home goes, its uid can be given again.
+    /// Free the session's room (the session is going): its processes killed, its workdir moved aside, its home
+    /// gone, its uid free again.
     ReleaseRoom,
 }
 

@@ -1,53 +1,41 @@
-//! The event queue, pure: which WorkEvents wait (in order), which expired, and the status a decision gives one.
-//! The reconcile reads events from the store and hands them through here to [`super::decide`].
+//! The event queue, part of decide: the order prompts are delivered in, which finished WorkEvents expired, and the
+//! status a decision gives one. The executor turns WorkEvents into [`PendingEvent`]s and [`FinishedEvent`]s.
+
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::api::{EventPhase, WorkEvent, WorkEventStatus};
+use super::{EventUpdate, FinishedEvent, PendingEvent};
+use crate::api::{EventPhase, WorkEventStatus};
 
-/// Undelivered events (`Pending` or `Delivering`, or no status yet), oldest first.
+/// The events still to deliver (`Pending` or `Delivering`), oldest first.
 ///
 /// Creation time has one-second resolution, so ties are broken by the name: something that never changes (the
 /// resourceVersion moves with every status write, so an event going back to `Pending` would change places).
-pub fn undelivered(mut events: Vec<WorkEvent>) -> Vec<WorkEvent> {
-    events.retain(|e| {
-        let phase = e.status.as_ref().and_then(|s| s.phase);
-        !matches!(phase, Some(EventPhase::Delivered | EventPhase::Failed))
-    });
-    let key = |e: &WorkEvent| (e.metadata.creation_timestamp.clone().map(|t| t.0), e.name_any());
-    events.sort_by_cached_key(key);
+pub fn ordered(mut events: Vec<PendingEvent>) -> Vec<PendingEvent> {
+    events.retain(|e| matches!(e.phase, EventPhase::Pending | EventPhase::Delivering));
+    events.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
     events
 }
 
-/// Delivered or failed events finished `retention` ago or longer, and how long until the next one is.
-pub fn expired(
-    events: &[WorkEvent],
-    now: k8s_openapi::jiff::Timestamp,
-    retention: std::time::Duration,
-) -> (Vec<&WorkEvent>, Option<std::time::Duration>) {
-    use k8s_openapi::jiff::SignedDuration;
+/// The finished events `retention` old or older, and how long until the next one is.
+pub fn expired(finished: &[FinishedEvent], now: Timestamp, retention: Duration) -> (Vec<&str>, Option<Duration>) {
     let retention = SignedDuration::try_from(retention).unwrap_or(SignedDuration::MAX);
-    let (mut due, mut next) = (Vec::new(), None::<std::time::Duration>);
-    for e in events {
-        let Some(st) = &e.status else { continue };
-        let finished = match st.phase {
-            Some(EventPhase::Delivered) => st.delivered_at.as_ref().map(|t| t.0),
-            Some(EventPhase::Failed) => e.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            _ => None,
-        };
-        let Some(end) = finished.and_then(|t| t.checked_add(retention).ok()) else { continue };
-        match std::time::Duration::try_from(end.duration_since(now)) {
+    let (mut due, mut next) = (Vec::new(), None::<Duration>);
+    for e in finished {
+        let Ok(end) = e.at.checked_add(retention) else { continue };
+        match Duration::try_from(end.duration_since(now)) {
             Ok(left) if !left.is_zero() => next = Some(next.map_or(left, |n| n.min(left))),
-            _ => due.push(e),
+            _ => due.push(e.name.as_str()),
         }
     }
     (due, next)
 }
 
-/// The status an [`super::EventUpdate`] gives an event.
-pub fn apply(ev: &WorkEvent, update: &super::EventUpdate, now: Time) -> WorkEventStatus {
-    let old = ev.status.clone().unwrap_or_default();
+/// The status an [`EventUpdate`] gives an event whose status was `old`.
+pub fn apply(old: Option<&WorkEventStatus>, update: &EventUpdate, now: Time) -> WorkEventStatus {
+    let old = old.cloned().unwrap_or_default();
     let pending = update.phase == EventPhase::Pending;
     WorkEventStatus {
         phase: Some(update.phase),
@@ -63,30 +51,38 @@ pub fn apply(ev: &WorkEvent, update: &super::EventUpdate, now: Time) -> WorkEven
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::WorkEventSpec;
 
-    fn event(name: &str, created: i64, rv: &str, phase: Option<EventPhase>) -> WorkEvent {
-        let mut e = WorkEvent::new(
-            name,
-            WorkEventSpec { session: "s".into(), prompt: "p".into(), source: None, ..Default::default() },
-        );
-        e.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(created).unwrap()));
-        e.metadata.resource_version = Some(rv.into());
-        e.status = phase.map(|phase| WorkEventStatus { phase: Some(phase), ..Default::default() });
-        e
+    fn event(name: &str, created: i64, phase: EventPhase) -> PendingEvent {
+        let created = Timestamp::from_second(created).unwrap();
+        PendingEvent { phase, ..PendingEvent::pending(name, "p", created) }
     }
 
     #[test]
     fn order_is_creation_then_name_and_never_moves() {
-        let names = |events: Vec<WorkEvent>| undelivered(events).iter().map(|e| e.name_any()).collect::<Vec<_>>();
-        let before = vec![event("b", 10, "5", None), event("a", 10, "9", None), event("c", 9, "7", None)];
+        let names = |events: Vec<PendingEvent>| ordered(events).into_iter().map(|e| e.name).collect::<Vec<_>>();
+        let before = vec![
+            event("b", 10, EventPhase::Pending),
+            event("a", 10, EventPhase::Pending),
+            event("c", 9, EventPhase::Pending),
+        ];
         assert_eq!(names(before), ["c", "a", "b"]);
-        // "a" went to Delivering and back to Pending: its resourceVersion moved on, its place did not.
+        // "a" went to Delivering and back to Pending: its place did not move; "c" was delivered and left.
         let after = vec![
-            event("b", 10, "5", None),
-            event("a", 10, "42", Some(EventPhase::Pending)),
-            event("c", 9, "7", Some(EventPhase::Delivered)),
+            event("b", 10, EventPhase::Pending),
+            event("a", 10, EventPhase::Delivering),
+            event("c", 9, EventPhase::Delivered),
         ];
         assert_eq!(names(after), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_finished_event_expires_its_retention_after_it_finished() {
+        let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let finished =
+            [FinishedEvent { name: "old".into(), at: at(0) }, FinishedEvent { name: "new".into(), at: at(50) }];
+        let (due, next) = expired(&finished, at(100), Duration::from_secs(60));
+        assert_eq!((due, next), (vec!["old"], Some(Duration::from_secs(10))));
+        let (due, next) = expired(&finished, at(110), Duration::from_secs(60));
+        assert_eq!((due, next), (vec!["old", "new"], None));
     }
 }

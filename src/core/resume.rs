@@ -54,6 +54,11 @@ impl Fresh {
     }
 }
 
+/// The conversation a respawn would resume: the recorded one, else the one `spec.harnessSessionId` gives to adopt.
+pub fn candidate<'s>(spec: &'s WorkSessionSpec, status: &'s WorkSessionStatus) -> Option<&'s String> {
+    status.harness_session_id.as_ref().or(spec.harness_session_id.as_ref())
+}
+
 /// The seed's `_try_resume`, before tmux: the recorded id to resume, or why the spawn is fresh.
 ///
 /// `found` is whether the harness's store holds the conversation (`None`: the profile names no store).
@@ -67,7 +72,7 @@ pub fn try_resume(
     if !enabled {
         return Err(Fresh::silent(ResumeReason::ResumeDisabled, "resumeOnRespawn is off".into()));
     }
-    let Some(id) = status.harness_session_id.as_ref().or(spec.harness_session_id.as_ref()) else {
+    let Some(id) = candidate(spec, status) else {
         return Err(Fresh::silent(ResumeReason::NoRecordedSession, "no conversation is recorded to resume".into()));
     };
     if !api::is_valid_session_id(id) {

@@ -1,15 +1,15 @@
 //! The room gate, part of decide: with rooms on (agent config `rooms`), a harness starts only in its own room (a
 //! Unix user of its own); the `Confined` condition says where it runs, and why not in a room where it cannot.
 
+use super::Confinement;
 use super::{CONFLICT_RECHECK, ConfinedReason, Decision, ReadyReason};
+use super::{Confine, Liveness};
 use crate::api::Phase;
-use crate::core::plan::Confinement;
-use crate::tmux::{Confine, Liveness};
 
 impl Decision<'_, '_> {
     /// Records where the harness runs; false when it cannot start (rooms are on and it has none).
     pub(super) fn room_ready(&mut self) -> bool {
-        match self.input.room {
+        match self.input.evidence.room {
             Confinement::Off => {
                 let message = "rooms are off in the agent config: the harness runs as the tmux server's user, with \
                                its HOME, beside every other session of the node";
@@ -24,7 +24,7 @@ impl Decision<'_, '_> {
             Confinement::Unavailable(why) => {
                 self.condition(ConfinedReason::RoomUnavailable, false, why);
                 // A harness started before rooms were turned on keeps its prompts coming; none starts outside one.
-                if self.input.liveness == Liveness::Alive {
+                if self.input.observed.liveness == Liveness::Alive {
                     return true;
                 }
                 self.status.phase = Some(Phase::Pending);
@@ -37,7 +37,10 @@ impl Decision<'_, '_> {
 
     /// How a spawn enters the session's room, if it has one.
     pub(super) fn confine(&self) -> Option<Confine> {
-        let (Confinement::Room(room), Some(rooms)) = (self.input.room, &self.input.config.rooms) else { return None };
+        let (Confinement::Room(room), Some(rooms)) = (self.input.evidence.room, &self.input.context.config.rooms)
+        else {
+            return None;
+        };
         Some(Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone() })
     }
 }

@@ -8,10 +8,12 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, try_resume};
-use super::{ARGV_PROMPT_LIMIT, Decision, INITIAL_PROMPT, Notice, NoticeKind, Op, ReadyReason, Settings, later, until};
+use super::session::{Liveness, Spawn};
+use super::{
+    ARGV_PROMPT_LIMIT, Claim, Decision, INITIAL_PROMPT, Notice, NoticeKind, Op, ReadyReason, Settings, later, until,
+};
 use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
 use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
-use crate::tmux::{Liveness, Spawn};
 
 /// One spawn to plan.
 pub(super) struct SpawnRequest<'p> {
@@ -29,7 +31,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// Dead or absent, nothing in flight: record a death, then respawn if there is a reason to.
     pub(super) fn not_running(&mut self, profile: &Profile, settings: Settings) {
         let input = self.input;
-        let now = input.now;
+        let now = input.context.now;
         if self.status.phase == Some(Phase::Running) {
             if self.resumed_pane_died_while_settling(profile, settings) {
                 return;
@@ -41,12 +43,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         let first_start = self.status.last_respawn.is_none();
         let mut waiting = self.prompts();
         // Those the transcript showed were just recorded delivered.
-        waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.confirmed.iter().any(|k| k == p.key)));
+        waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key)));
         if self.stays_idle(waiting.len()) {
             return;
         }
-        let wanted = !waiting.is_empty() || first_start || input.spec.restart_policy == RestartPolicy::Always;
-        if input.spec.restart_policy == RestartPolicy::Never && !first_start {
+        let wanted = !waiting.is_empty() || first_start || input.object.spec.restart_policy == RestartPolicy::Always;
+        if input.object.spec.restart_policy == RestartPolicy::Never && !first_start {
             self.status.phase = Some(Phase::Failed);
             let message = format!("the harness exited and restartPolicy is Never ({} prompts wait)", waiting.len());
             self.ready(false, ReadyReason::HarnessExited, message);
@@ -72,14 +74,14 @@ impl<'a, 'i> Decision<'a, 'i> {
         // person made a harness command (`spec.command`: it goes as it is, into the input box).
         let on_argv = |p: &&super::deliver::Prompt<'_>| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command;
         let boot = waiting.first().filter(on_argv).map(|p| (p.key, p.text));
-        let found = input.conversation_found;
-        match try_resume(input.spec, &self.status, profile, settings.enabled, found) {
+        let found = input.evidence.conversation_found;
+        match try_resume(input.object.spec, &self.status, profile, settings.enabled, found) {
             Ok(id) => self.spawn(profile, settings, SpawnRequest { mode: Mode::Resume, id, boot, fresh: None }),
             Err(fresh) => {
                 if fresh.reported {
                     self.notice(Notice::resume_failed(fresh.reason, fresh.message.clone()));
                 }
-                let id = input.new_session_id.to_string();
+                let id = input.context.new_session_id.to_string();
                 self.spawn(profile, settings, SpawnRequest { mode: Mode::Fresh, id, boot, fresh: Some(fresh) });
             }
         }
@@ -89,14 +91,14 @@ impl<'a, 'i> Decision<'a, 'i> {
     pub(super) fn respawn_fresh(&mut self, profile: &Profile, settings: Settings, boot: Option<&str>, fresh: Fresh) {
         let input = self.input;
         let boot = boot.and_then(|key| self.prompt(key)).map(|p| (p.key, p.text));
-        let id = input.new_session_id.to_string();
+        let id = input.context.new_session_id.to_string();
         self.spawn(profile, settings, SpawnRequest { mode: Mode::Fresh, id, boot, fresh: Some(fresh) });
     }
 
     /// Plans a spawn: the intent (with its verification) is recorded first.
     pub(super) fn spawn(&mut self, profile: &Profile, settings: Settings, request: SpawnRequest<'_>) {
         let input = self.input;
-        let now = input.now;
+        let now = input.context.now;
         if request.mode == Mode::Fresh && self.waits_for_discovery(profile) {
             return;
         }
@@ -114,7 +116,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             fresh_reason,
             fresh_message,
             initial_prompt: boot.is_some_and(|(key, _)| key == INITIAL_PROMPT),
-            spawn: input.new_session_id.to_string(),
+            spawn: input.context.new_session_id.to_string(),
         };
         let op = match self.spawn_op(profile, &v, boot.map(|(_, text)| text)) {
             Ok(op) => op,
@@ -129,6 +131,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
         };
         let boot_key = boot.map(|(key, _)| key);
+        self.claim_for(profile, &v);
         self.status.verification = Some(v);
         if self.session != self.configured {
             // The dead harness of an older session name: cleared, and the spawn takes the configured name.
@@ -154,21 +157,35 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.requeue(Duration::from_secs(settings.probe.into()));
     }
 
+    /// What a spawn of `v` must hold on the node before it runs: the workdir while a fresh harness discovers its id,
+    /// and a conversation it adopts.
+    pub(super) fn claim_for(&mut self, profile: &Profile, v: &Verification) {
+        let spec = self.input.object.spec;
+        if !v.resume && profile.discovers() {
+            self.claims.push(Claim::Workdir(spec.workdir.clone()));
+        }
+        let adopting =
+            self.status.harness_session_id.is_none() && spec.harness_session_id.as_ref() == Some(&v.harness_session_id);
+        if v.resume && adopting {
+            self.claims.push(Claim::Conversation(v.harness_session_id.clone()));
+        }
+    }
+
     /// The spawn a verification stands for (also to run it again when it never ran).
     pub(super) fn spawn_op(&self, profile: &Profile, v: &Verification, boot: Option<&str>) -> Result<Op, ArgvError> {
         let input = self.input;
         let mode = if v.resume { Mode::Resume } else { Mode::Fresh };
         // Text, whatever it starts with: a webhook's `/clear` on the command line would switch conversations.
         let prompt = boot.map(|text| profile.as_sent(text, false));
-        let argv = profile.argv(&input.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
+        let argv = profile.argv(&input.object.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),
-            workdir: input.spec.workdir.clone().into(),
+            workdir: input.object.spec.workdir.clone().into(),
             binary: profile.binary.clone(),
             argv,
             tag: v.spawn.clone(),
-            owner: input.owner.to_string(),
-            owner_name: input.owner_name.to_string(),
+            owner: input.object.owner.to_string(),
+            owner_name: input.object.owner_name.to_string(),
             confine: self.confine(),
         }))
     }
@@ -177,15 +194,15 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// the harness's store): run the same spawn again, so a resume stays a resume.
     pub(super) fn spawn_never_ran(&self, v: &Verification) -> bool {
         let input = self.input;
-        input.liveness != Liveness::Alive
-            && input.tmux.is_none_or(|t| t.spawn != v.spawn)
+        input.observed.liveness != Liveness::Alive
+            && input.observed.view.is_none_or(|t| t.spawn != v.spawn)
             && !self.made_its_conversation(v)
     }
 
     /// A fresh spawn's conversation is in the harness's store: it ran, even when no tmux session carries its tag (the
     /// tmux server restarted meanwhile), and running it again would reuse an id the harness says is in use.
     pub(super) fn made_its_conversation(&self, v: &Verification) -> bool {
-        !v.resume && self.input.conversation_found == Some(true)
+        !v.resume && self.input.evidence.conversation_found == Some(true)
     }
 
     /// The boot prompt's text of a verification.

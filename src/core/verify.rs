@@ -7,24 +7,25 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::Liveness;
 use super::resume::{Fresh, ResumeReason};
 use super::spawn::boot_key;
 use super::{Decision, Notice, NoticeKind, ReadyReason, Settings, later, until};
 use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
 use crate::harness::Profile;
-use crate::tmux::Liveness;
 
 impl Decision<'_, '_> {
     /// A spawn is in flight: wait for its deadline, then judge it by the pane's liveness.
     pub(super) fn verify(&mut self, profile: &Profile, settings: Settings, mut v: Verification) {
         let input = self.input;
-        let now = input.now;
+        let now = input.context.now;
         if self.spawn_never_ran(&v) {
             // The agent stopped between recording the intent and spawning: the same spawn, not a failure.
             v.started = Time(now);
             v.deadline = Time(later(now, Duration::from_secs(settings.probe.into())));
             match self.spawn_op(profile, &v, self.boot_text(&v)) {
                 Ok(op) => {
+                    self.claim_for(profile, &v);
                     self.status.verification = Some(v.clone());
                     self.intent = Some(self.status.clone());
                     self.ops.push(op);
@@ -43,7 +44,7 @@ impl Decision<'_, '_> {
             }
             return;
         }
-        if input.liveness == Liveness::Alive {
+        if input.observed.liveness == Liveness::Alive {
             if now < v.deadline.0 {
                 self.status.phase = Some(Phase::Verifying);
                 self.requeue(until(now, v.deadline.0));
@@ -75,7 +76,7 @@ impl Decision<'_, '_> {
 
     /// The spawn survived its probe: record it. Its boot prompt stays `Delivering` until known delivered.
     fn survived_probe(&mut self, profile: &Profile, v: Verification) {
-        let now = self.input.now;
+        let now = self.input.context.now;
         self.status.verification = None;
         // A harness that shows its id after the start: the spawn's placeholder is no conversation's id.
         let discovers = !v.resume && profile.discovers();
@@ -143,7 +144,7 @@ impl Decision<'_, '_> {
 
     /// `: <the dead pane's last lines>`, or nothing when it printed nothing.
     pub(super) fn quote_last_output(&self) -> String {
-        let output = self.input.last_output.trim();
+        let output = self.input.observed.last_output.trim();
         if output.is_empty() { String::new() } else { format!(": {output}") }
     }
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{
-    BACKOFF_BASE, Decision, Notice, NoticeKind, Op, ReadyReason, Workspace, WorkspaceReason, backoff, later, until,
+    BACKOFF_BASE, Confinement, Decision, Notice, NoticeKind, Op, ReadyReason, Workspace, WorkspaceReason, backoff,
+    later, until,
 };
 use crate::api::{Phase, WorkspaceSpec};
 
-/// The condition that says whether the workspace is prepared, with the commit.
 /// How often a preparation is looked at while it runs.
 pub const PREPARE_RECHECK: Duration = Duration::from_secs(1);
 
@@ -20,15 +20,19 @@ impl Decision<'_, '_> {
     /// Before a spawn: whether the workspace lets it go ahead (else the plan says what waits).
     pub(super) fn workspace_ready(&mut self) -> bool {
         let input = self.input;
-        let Some(spec) = &input.spec.workspace else { return true };
-        match input.workspace {
+        let Some(spec) = &input.object.spec.workspace else { return true };
+        match input.evidence.workspace {
             Workspace::Ready => true,
             Workspace::Prepared { branch, commit, adopted } => {
                 (self.status.failure_count, self.status.next_retry_time) = (0, None);
                 let how = if adopted { "adopted the checkout" } else { "prepared a checkout" };
-                let message = format!("{how} {} on branch {branch} at {commit}", input.spec.workdir);
+                let message = format!("{how} {} on branch {branch} at {commit}", input.object.spec.workdir);
                 self.condition(WorkspaceReason::Prepared, true, message.clone());
                 self.notice(Notice::new(NoticeKind::WorkspacePrepared, message));
+                if !adopted && matches!(input.evidence.room, Confinement::Room(_)) {
+                    // Only a checkout the agent made for this very session is ever handed to its room.
+                    self.ops.push(Op::MarkPrepared);
+                }
                 true
             }
             Workspace::Preparing => {
@@ -36,10 +40,10 @@ impl Decision<'_, '_> {
                 false
             }
             Workspace::Missing => {
-                if let Some(retry) = self.status.next_retry_time.as_ref().filter(|t| input.now < t.0) {
+                if let Some(retry) = self.status.next_retry_time.as_ref().filter(|t| input.context.now < t.0) {
                     let retry = retry.0;
                     self.status.phase = Some(Phase::BackOff);
-                    self.requeue(until(input.now, retry));
+                    self.requeue(until(input.context.now, retry));
                     return false;
                 }
                 self.ops.push(Op::PrepareWorkspace);
@@ -49,10 +53,11 @@ impl Decision<'_, '_> {
             Workspace::Failed(output) => {
                 self.status.failure_count += 1;
                 let wait = backoff(self.status.failure_count).max(BACKOFF_BASE);
-                self.status.last_failure_time = Some(Time(input.now));
-                self.status.next_retry_time = Some(Time(later(input.now, wait)));
+                self.status.last_failure_time = Some(Time(input.context.now));
+                self.status.next_retry_time = Some(Time(later(input.context.now, wait)));
                 self.status.phase = Some(Phase::BackOff);
-                let message = format!("git could not prepare {} from {}: {output}", input.spec.workdir, spec.url);
+                let message =
+                    format!("git could not prepare {} from {}: {output}", input.object.spec.workdir, spec.url);
                 self.condition(WorkspaceReason::PrepareFailed, false, message.clone());
                 self.ready(
                     false,
@@ -68,7 +73,7 @@ impl Decision<'_, '_> {
 
     fn preparing(&mut self, spec: &WorkspaceSpec) {
         self.status.phase = Some(Phase::Preparing);
-        let message = format!("preparing {} from {}", self.input.spec.workdir, crate::workspace::redact(&spec.url));
+        let message = format!("preparing {} from {}", self.input.object.spec.workdir, crate::api::redact(&spec.url));
         self.condition(WorkspaceReason::Preparing, false, message.clone());
         self.ready(false, ReadyReason::Preparing, message);
         self.requeue(PREPARE_RECHECK);

@@ -5,11 +5,12 @@
 pub mod kube;
 pub mod local;
 
-use crate::words::ErrorCategory;
 use std::future::Future;
+use std::path::PathBuf;
 
 use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
 use crate::core::Notice;
+use crate::words::ErrorCategory;
 
 /// The agent's finalizer on each WorkSession it has started: its tmux session is stopped before the object goes.
 pub const FINALIZER: &str = "worksession.dev/agent";
@@ -125,4 +126,15 @@ pub trait Sink: Send + Sync + 'static {
     fn create_event(&self, namespace: &str, event: &WorkEvent) -> impl Future<Output = Result<bool, SinkError>> + Send;
     /// Whether the API server answers (for `/readyz`).
     fn ready(&self) -> impl Future<Output = bool> + Send;
+}
+
+/// What `worksession get` lists of a store that is not the API server (local mode's directory): everything it holds,
+/// and the files it skipped with why (on a cluster, `get` reads the API server with the user's own credentials).
+pub trait Listing: Send + Sync {
+    /// Every WorkSession.
+    fn listed_sessions(&self) -> Result<Vec<WorkSession>, StoreError>;
+    /// Every WorkEvent.
+    fn listed_events(&self) -> Result<Vec<WorkEvent>, StoreError>;
+    /// The files that hold no object it could read, with why.
+    fn skipped(&self) -> Result<Vec<(PathBuf, String)>, StoreError>;
 }

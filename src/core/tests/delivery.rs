@@ -125,7 +125,10 @@ fn look_before_resuming_a_missing_conversation_is_not_resumed() {
     let mut case = Case::new(ran_old());
     case.found = Some(false);
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.resume_failed ConversationNotFound", FRESH_E1, "event e1 Delivering via Fresh"]);
+    assert_eq!(
+        ops(&plan),
+        ["record intent", "session.resume_failed ConversationNotFound", FRESH_E1, "event e1 Delivering via Fresh"]
+    );
     assert_eq!(plan.status.verification.as_ref().unwrap().fresh_reason.as_deref(), Some("ConversationNotFound"));
     case.found = Some(true);
     case.status = ran_old();
@@ -135,17 +138,21 @@ fn look_before_resuming_a_missing_conversation_is_not_resumed() {
 #[test]
 fn crash_safe_a_spawn_that_never_ran_is_run_again_the_same() {
     let mut case = Case::new(ran_old());
-    let intent = case.decide().intent.unwrap(); // the agent stopped after writing this, before spawning
+    let intent = case.decide().intent().unwrap().clone(); // the agent stopped after writing this, before spawning
     case.status = intent;
     case.tmux = Some(SessionView { alive: false, spawn: "an-older-spawn".into(), ..ours() });
     case.now = t(105);
     let plan = case.step();
-    assert_eq!(ops(&plan), [RESUME_E1, "event e1 Delivering via Resumed"], "the same resume, not a failure");
+    assert_eq!(
+        ops(&plan),
+        ["record intent", RESUME_E1, "event e1 Delivering via Resumed"],
+        "the same resume, not a failure (its intent recorded again, with the new deadline)"
+    );
     assert_eq!(plan.status.failure_count, 0);
     // Once it ran, a death within the probe is a failed resume as usual.
     case.liveness = Liveness::Dead;
     let plan = case.step();
-    assert_eq!(ops(&plan)[0], "session.resume_failed PaneDied");
+    assert_eq!(ops(&plan)[..2], ["record intent", "session.resume_failed PaneDied"]);
 }
 
 #[test]

@@ -103,6 +103,6 @@ fn a_session_under_an_older_releases_name_is_adopted_until_it_dies() {
     assert_eq!(ops(&plan)[0], "paste e1 into loop-repo-12: please fix the bug");
     case.liveness = Liveness::Dead;
     let plan = case.decide();
-    assert_eq!(ops(&plan)[..2], ["stop loop-repo-12", RESUME_E1]);
+    assert_eq!(ops(&plan)[..3], ["record intent", "stop loop-repo-12", RESUME_E1]);
     assert_eq!(plan.status.tmux_session.as_deref(), Some("loop-ns_repo-12"));
 }

@@ -77,7 +77,7 @@ fn an_idle_session_stays_stopped_whatever_its_policy_until_a_prompt_wakes_it_res
     // A prompt wakes it: the recorded conversation is resumed with the prompt as its boot prompt.
     case.events = vec![ev("e1", "please fix the bug")];
     let plan = case.step();
-    assert_eq!(ops(&plan)[0], "session.woken");
+    assert_eq!(ops(&plan)[..2], ["record intent", "session.woken"]);
     assert_eq!(spawned(&plan), RESUME_E1);
     assert_eq!(plan.status.idle_since, None);
     assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (0, None), "not a failure");

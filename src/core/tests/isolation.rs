@@ -66,8 +66,12 @@ fn a_prefix_change_keeps_a_live_harness_and_respawns_under_the_new_name() {
     case.liveness = Liveness::Dead;
     let plan = case.decide();
     assert_eq!(
-        ops(&plan)[..2],
-        ["stop loop-ns_repo-12", "spawn ws-ns_repo-12 claude --resume 0a0b0c0d-old -- please fix the bug"]
+        ops(&plan)[..3],
+        [
+            "record intent",
+            "stop loop-ns_repo-12",
+            "spawn ws-ns_repo-12 claude --resume 0a0b0c0d-old -- please fix the bug"
+        ]
     );
     assert_eq!(plan.status.tmux_session.as_deref(), Some("ws-ns_repo-12"));
 }
@@ -89,8 +93,8 @@ fn no_tmux_server_where_the_agent_must_not_start_one() {
     assert_eq!(spawned(&case.decide()), RESUME_E1, "local mode starts its own server");
 }
 
-fn room() -> crate::room::Room {
-    crate::room::Room { uid: 200_007, home: "/srv/ws/.rooms/200007".into() }
+fn room() -> Room {
+    Room { uid: 200_007, home: "/srv/ws/.rooms/200007".into() }
 }
 
 fn rooms_on(case: &mut Case) {

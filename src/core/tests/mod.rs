@@ -3,13 +3,13 @@
 
 use super::*;
 use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
-use crate::tmux::SessionView;
 
 mod delivery;
 mod discover;
 mod front_door;
 mod idle;
 mod isolation;
+mod whole;
 mod workspace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -90,7 +90,9 @@ struct Case {
     discovering_here: Option<&'static str>,
     id_taken_by: Option<&'static str>,
     /// `None`: rooms off; `Some(Err(why))`: on, and none to be had.
-    room: Option<Result<crate::room::Room, &'static str>>,
+    room: Option<Result<Room, &'static str>>,
+    finalized: bool,
+    finished: Vec<FinishedEvent>,
 }
 
 impl Case {
@@ -120,40 +122,51 @@ impl Case {
             discovering_here: None,
             id_taken_by: None,
             room: None,
+            finalized: true,
+            finished: Vec::new(),
         }
     }
 
     fn decide(&self) -> Plan {
+        let configured = self.config.tmux_session("ns/repo-12");
+        let current = self.session.map_or_else(|| configured.clone(), str::to_string);
+        let session = TmuxSession { current, configured };
         decide(&Input {
-            spec: &self.spec,
-            generation: Some(3),
-            created: t(-1000),
-            deleting: self.deleting,
-            status: &self.status,
-            events: &self.events,
-            liveness: self.liveness,
-            last_output: self.output,
-            spawn_failure: self.spawn_failure,
-            config: &self.config,
-            now: self.now,
-            new_session_id: NEW,
-            tmux: self.tmux.as_ref(),
-            tmux_server: self.server,
-            session: self.session,
-            owner: OWNER,
-            owner_name: "ns/repo-12",
-            screen: self.screen,
-            confirmed: &self.confirmed,
-            conversation_found: self.found,
-            workspace: self.workspace,
-            discovered: self.discovered,
-            discovering_here: self.discovering_here,
-            id_taken_by: self.id_taken_by,
-            room: match &self.room {
-                None => Confinement::Off,
-                Some(Ok(room)) => Confinement::Room(room),
-                Some(Err(why)) => Confinement::Unavailable(why),
+            object: Object {
+                spec: &self.spec,
+                status: &self.status,
+                generation: Some(3),
+                created: t(-1000),
+                deleting: self.deleting,
+                finalized: self.finalized,
+                owner: OWNER,
+                owner_name: "ns/repo-12",
+                events: &self.events,
+                finished: &self.finished,
             },
+            observed: Observed {
+                session: &session,
+                liveness: self.liveness,
+                view: self.tmux.as_ref(),
+                server: self.server,
+                last_output: self.output,
+                screen: self.screen,
+            },
+            evidence: Evidence {
+                confirmed: &self.confirmed,
+                conversation_found: self.found,
+                discovered: self.discovered,
+                workspace: self.workspace,
+                room: match &self.room {
+                    None => Confinement::Off,
+                    Some(Ok(room)) => Confinement::Room(room),
+                    Some(Err(why)) => Confinement::Unavailable(why),
+                },
+                discovering_here: self.discovering_here,
+                id_taken_by: self.id_taken_by,
+                spawn_failure: self.spawn_failure,
+            },
+            context: Context { config: &self.config, now: self.now, new_session_id: NEW },
         })
     }
 
@@ -200,6 +213,12 @@ fn ops(plan: &Plan) -> Vec<String> {
     plan.ops
         .iter()
         .map(|op| match op {
+            Op::AddFinalizer => "add finalizer".into(),
+            Op::ExpireEvent { event } => format!("expire {event}"),
+            Op::Claim(Claim::Workdir(w)) => format!("claim workdir {w}"),
+            Op::Claim(Claim::Conversation(id)) => format!("claim conversation {id}"),
+            Op::RecordIntent(_) => "record intent".into(),
+            Op::MarkPrepared => "mark prepared".into(),
             Op::Stop { session } => format!("stop {session}"),
             Op::ReleaseRoom => "release room".into(),
             Op::Spawn(s) => format!("spawn {} {} {}", s.session, s.binary, s.argv.join(" ")),
@@ -263,11 +282,12 @@ fn try_resume_rows_before_tmux() {
         let mut case = Case::new(ran_old());
         setup(&mut case);
         let plan = case.decide();
-        let mut want: Vec<String> = notices.iter().map(|s| s.to_string()).collect();
+        let mut want = vec!["record intent".to_string()];
+        want.extend(notices.iter().map(|s| s.to_string()));
         let via = if spawn == RESUME_E1 { "Resumed" } else { "Fresh" };
         want.extend([spawn.to_string(), format!("event e1 Delivering via {via}")]);
         assert_eq!(ops(&plan), want, "{row}");
-        let intent = plan.intent.as_ref().expect("a spawn records its intent first");
+        let intent = plan.intent().expect("a spawn records its intent first");
         assert_eq!(intent.phase, Some(Phase::Starting), "{row}");
         assert_eq!(plan.status.phase, Some(Phase::Verifying), "{row}");
         assert_eq!(plan.requeue_after, Some(Duration::from_secs(2)), "{row}: probe deadline");
@@ -312,11 +332,14 @@ fn try_resume_rows_after_tmux() {
 
     // tmux could not start the resume: fresh at once, same event.
     let mut case = Case::new(ran_old());
-    let intent = case.decide().intent.unwrap();
+    let intent = case.decide().intent().unwrap().clone();
     case.status = intent;
     case.spawn_failure = Some("tmux new-session failed: boom");
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.resume_failed ResumeSpawnFailed", FRESH_E1, "event e1 Delivering via Fresh"]);
+    assert_eq!(
+        ops(&plan),
+        ["record intent", "session.resume_failed ResumeSpawnFailed", FRESH_E1, "event e1 Delivering via Fresh"]
+    );
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "ResumeSpawnFailed")));
 
     // The resumed pane died within the probe: PaneDied, fresh under a new uuid with the same prompt.
@@ -326,7 +349,10 @@ fn try_resume_rows_after_tmux() {
     case.now = t(100);
     case.liveness = Liveness::Dead;
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.resume_failed PaneDied", FRESH_E1, "event e1 Delivering via Fresh"]);
+    assert_eq!(
+        ops(&plan),
+        ["record intent", "session.resume_failed PaneDied", FRESH_E1, "event e1 Delivering via Fresh"]
+    );
     let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED.as_str()).unwrap();
     assert_eq!(resumed.reason, "PaneDied");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"), "{}", resumed.message);
@@ -374,7 +400,7 @@ fn step2_live_pane_gets_events_pasted_in_order() {
         ]
     );
     assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Running), Some(("True", "Running"))));
-    assert_eq!(plan.intent, None);
+    assert_eq!(plan.intent(), None);
     // Known delivered once the pane outlived the probe since the paste (no transcript here; the settle window of
     // the respawn at t(0) is long over).
     case.now = t(102);
@@ -541,7 +567,7 @@ fn restart_adopts_live_sessions_and_finishes_verifications() {
     assert_eq!((ops(&plan), plan.status.phase), (vec![], Some(Phase::Running)));
     // Agent restarted mid-verification: the status carries it, and it finishes.
     let mut case = Case::new(ran_old());
-    case.status = case.decide().intent.unwrap();
+    case.status = case.decide().intent().unwrap().clone();
     case.liveness = Liveness::Alive;
     case.now = t(105);
     assert_eq!(ops(&case.decide())[0], "session.respawned resumed=true");

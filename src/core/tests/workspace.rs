@@ -43,7 +43,7 @@ fn prepared_the_condition_names_the_commit_and_the_harness_spawns_with_the_event
     let c = plan.status.conditions.iter().find(|c| c.type_ == WORKSPACE_READY.as_str()).unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Prepared"));
     assert!(c.message.contains("worksession/repo-12") && c.message.contains("0123abc"), "{}", c.message);
-    assert_eq!(ops(&plan)[0], "workspace.prepared");
+    assert_eq!(ops(&plan)[..2], ["record intent", "workspace.prepared"]);
     assert!(spawned(&plan).contains("please fix the bug"), "{:?}", ops(&plan));
     assert_eq!(plan.status.failure_count, 0);
 }

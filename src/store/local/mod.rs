@@ -311,6 +311,20 @@ pub fn create_exclusive(path: &Path, value: &impl serde::Serialize) -> std::io::
     }
 }
 
+impl super::Listing for LocalStore {
+    fn listed_sessions(&self) -> Result<Vec<WorkSession>, StoreError> {
+        Ok(self.session_files()?.into_iter().map(|(_, ws)| ws).collect())
+    }
+
+    fn listed_events(&self) -> Result<Vec<WorkEvent>, StoreError> {
+        Ok(self.all_events()?.into_iter().map(|(_, ev)| ev).collect())
+    }
+
+    fn skipped(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
+        self.refusals()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,9 @@
 //! message naming the key. [`Reloader`] picks up a changed file without a restart and keeps the last good config
 //! when an edit is bad (the seed's hot reload).
 
+pub mod rooms;
+pub mod workspaces;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +17,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::harness::{self, Profile};
-pub use crate::workspace::WorkspacesConfig;
+pub use workspaces::WorkspacesConfig;
 
 /// The tmux session prefix when the config names none.
 pub const DEFAULT_SESSION_PREFIX: &str = "loop-";
@@ -38,7 +41,7 @@ pub struct Config {
     /// Where work items' checkouts come from (`workspaces`).
     pub workspaces: WorkspacesConfig,
     /// A Unix user of its own for each session's harness (`rooms`); `None`: all share the tmux server's.
-    pub rooms: Option<crate::room::RoomsConfig>,
+    pub rooms: Option<rooms::RoomsConfig>,
 }
 
 /// The default `delivery.readyTimeoutSeconds`.
@@ -138,8 +141,8 @@ struct File {
     delivery: DeliveryFile,
     harness_home: Option<PathBuf>,
     #[serde(default)]
-    workspaces: crate::workspace::WorkspacesFile,
-    rooms: Option<crate::room::RoomsFile>,
+    workspaces: workspaces::WorkspacesFile,
+    rooms: Option<rooms::RoomsFile>,
 }
 
 #[derive(Deserialize, Default)]

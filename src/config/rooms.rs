@@ -1,0 +1,60 @@
+//! `rooms` in the agent config: how the agent gives each session a room of its own ([`crate::room`]).
+
+use std::path::PathBuf;
+
+/// The lowest uid a room may have: below it are the system's and the image's accounts.
+pub const MIN_UID: u32 = 10_000;
+
+/// How the agent gives each session a room (`rooms` in the agent config); `None` there: every harness runs as the
+/// tmux server's user, sharing its `HOME` (`harnessHome`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoomsConfig {
+    /// Where the rooms' homes and owner files live (`rooms.root`): a directory the agent owns, on the workspace.
+    pub root: PathBuf,
+    /// The first uid given out (`rooms.firstUid`, default 200000).
+    pub first_uid: u32,
+    /// How many rooms a node holds (`rooms.count`, default 1000): one per WorkSession of the node.
+    pub count: u32,
+    /// The `worksession` binary in the tmux server's container, which enters the room (`rooms.helper`; default: the
+    /// agent's own executable path, the same image's).
+    pub helper: PathBuf,
+}
+
+/// The default first uid: far above any account an image or a node has.
+pub const DEFAULT_FIRST_UID: u32 = 200_000;
+/// The default number of rooms per node.
+pub const DEFAULT_COUNT: u32 = 1000;
+
+/// `rooms` in the agent config file.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RoomsFile {
+    root: PathBuf,
+    first_uid: Option<u32>,
+    count: Option<u32>,
+    helper: Option<PathBuf>,
+}
+
+impl RoomsFile {
+    /// The validated config; `invalid(key, problem)` makes the error naming the key.
+    pub(crate) fn into_config<E>(self, invalid: &dyn Fn(String, String) -> E) -> Result<RoomsConfig, E> {
+        if !self.root.is_absolute() {
+            return Err(invalid("rooms.root".into(), format!("{} is not an absolute path", self.root.display())));
+        }
+        let first_uid = self.first_uid.unwrap_or(DEFAULT_FIRST_UID);
+        let count = self.count.unwrap_or(DEFAULT_COUNT);
+        // uid 0..999 are the system's and the image's own (the agent's user is 1000); u32::MAX is "no uid".
+        if first_uid < MIN_UID || count == 0 || first_uid.checked_add(count).is_none_or(|end| end == u32::MAX) {
+            return Err(invalid(
+                "rooms".into(),
+                format!("firstUid {first_uid} and count {count}: uids from 10000 on, at least one, below 2^32-1"),
+            ));
+        }
+        let helper = match self.helper {
+            Some(h) if h.is_absolute() => h,
+            Some(h) => return Err(invalid("rooms.helper".into(), format!("{} is not an absolute path", h.display()))),
+            None => std::env::current_exe().unwrap_or_else(|_| "/usr/local/bin/worksession".into()),
+        };
+        Ok(RoomsConfig { root: self.root, first_uid, count, helper })
+    }
+}

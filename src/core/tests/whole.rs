@@ -1,0 +1,74 @@
+//! The plan is the whole decision (issue 25): the finalizer, expiring events, the claims a spawn needs on the node
+//! and the room's record of a prepared checkout are ops the core decides, in the executor's order.
+
+use super::*;
+
+#[test]
+fn without_the_finalizer_the_plan_adds_it_and_nothing_else() {
+    let mut case = Case::new(ran_old());
+    case.finalized = false;
+    let plan = case.decide();
+    assert_eq!(ops(&plan), ["add finalizer"], "not the spawn the event asks for: the next reconcile decides it");
+    assert_eq!((plan.status, plan.requeue_after), (ran_old(), Some(Duration::ZERO)), "status as recorded");
+    case.deleting = true;
+    let plan = case.decide();
+    assert_eq!((ops(&plan), plan.requeue_after), (Vec::<String>::new(), None), "going without it: not ours");
+    assert_eq!(plan.status, ran_old());
+}
+
+#[test]
+fn finished_events_expire_their_retention_after_they_finished_first_in_the_plan() {
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(ours());
+    case.config.event_retention = Some(Duration::from_secs(60));
+    case.finished = vec![
+        FinishedEvent { name: "done-long-ago".into(), at: t(0) },
+        FinishedEvent { name: "done-lately".into(), at: t(90) },
+    ];
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[..2], ["expire done-long-ago", "paste e1 into loop-ns_repo-12: please fix the bug"]);
+    assert!(plan.requeue_after.is_some_and(|d| d <= Duration::from_secs(50)), "wakes for the next: {plan:?}");
+    case.config.event_retention = None;
+    assert!(!ops(&case.decide()).iter().any(|op| op.starts_with("expire")), "no retention: kept");
+}
+
+#[test]
+fn a_spawn_claims_what_it_needs_of_the_node_before_its_intent() {
+    // A fresh harness that shows its id after the start holds its workdir while it discovers it.
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.spec.harness = "codex".into();
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[..2], ["claim workdir /srv/work/repo", "record intent"]);
+    // Adopting a conversation claims it; resuming its own recorded one claims nothing.
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.spec.harness_session_id = Some(OLD.into());
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[..3], [&format!("claim conversation {OLD}"), "record intent", RESUME_E1]);
+    let plan = Case::new(ran_old()).decide();
+    assert_eq!(ops(&plan)[..2], ["record intent", RESUME_E1]);
+}
+
+#[test]
+fn a_checkout_the_agent_prepared_is_marked_for_the_room_before_the_spawn() {
+    let prepared = Workspace::Prepared { branch: "worksession/repo-12", commit: "0123abc", adopted: false };
+    let mut case = Case::new(ran_old());
+    case.spec.workspace = Some(crate::api::WorkspaceSpec { url: "https://example.com/o/r.git".into(), r#ref: None });
+    case.workspace = prepared;
+    case.room = Some(Ok(Room { uid: 200_001, home: "/srv/ws/.rooms/200001".into() }));
+    case.config.rooms = Some(crate::room::RoomsConfig {
+        root: "/srv/ws/.rooms".into(),
+        first_uid: 200_000,
+        count: 10,
+        helper: "/usr/local/bin/worksession".into(),
+    });
+    let plan = case.decide();
+    let at = |op: &str| ops(&plan).iter().position(|o| o.starts_with(op));
+    assert!(at("mark prepared") < at("spawn") && at("mark prepared").is_some(), "{:?}", ops(&plan));
+    let Workspace::Prepared { branch, commit, .. } = prepared else { unreachable!() };
+    case.workspace = Workspace::Prepared { branch, commit, adopted: true };
+    assert!(!ops(&case.decide()).contains(&"mark prepared".to_string()), "an adopted checkout is never handed over");
+    case.workspace = prepared;
+    case.room = None;
+    assert!(!ops(&case.decide()).contains(&"mark prepared".to_string()), "no room: nothing to hand over");
+}
