@@ -55,7 +55,7 @@ async fn world() -> World {
 /// Claude Code's transcript of conversation `id` run in `workdir`, under `home`.
 fn transcript(home: &Path, workdir: &Path, id: &str) -> String {
     let path = worksession::transcript::locate(
-        worksession::harness::CLAUDE_CONVERSATION_PATH,
+        &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
         home,
         &workdir.display().to_string(),
         id,
@@ -159,7 +159,7 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     assert!(!marker.exists(), "no shell command ran");
     // The CLI's own word: one conversation in this workdir, and its live process runs the recorded one.
     let project = worksession::transcript::locate(
-        worksession::harness::CLAUDE_CONVERSATION_PATH,
+        &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
         &w.tmux.state(),
         &w.tmux.workdir().display().to_string(),
         &id,

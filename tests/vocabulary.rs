@@ -95,3 +95,38 @@ fn the_crd_descriptions_name_every_condition_and_built_in_harness() {
         assert!(harness.contains(&format!("`{name}`")), "spec.harness does not name {name}: {harness}");
     }
 }
+
+/// A README table's rows under the heading `heading`, the backticks taken off each cell.
+fn table_under(heading: &str) -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
+    let start = readme.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("README has {heading}"));
+    let rows = readme[start..].lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
+    let cells = |l: &str| l[1..].split('|').map(|c| c.trim().trim_matches('`').to_string()).collect::<Vec<_>>();
+    rows.skip(2).map(cells).collect()
+}
+
+/// An argv template as the README writes it: `{sessionId}` is `<id>`, `{prompt}` is `<prompt>`, `{extraArgs}` left out.
+fn written(words: &[String]) -> String {
+    let word = |w: &String| w.replace("{sessionId}", "<id>").replace("{prompt}", "<prompt>");
+    words.iter().filter(|w| *w != "{extraArgs}").map(word).collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn the_readme_table_of_built_in_profiles_is_the_catalogue() {
+    let rows = table_under("### Built-in harness profiles");
+    let catalogue = worksession::harness::builtin();
+    let listed: BTreeSet<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(listed, catalogue.keys().map(String::as_str).collect(), "the README's profiles");
+    for row in &rows {
+        let profile = &catalogue[&row[0]];
+        let Some(interactive) = &profile.interactive else {
+            assert!(row[1].contains("cannot be hosted"), "{}: {}", row[0], row[1]);
+            continue;
+        };
+        assert_eq!(row[1], format!("{} {}", profile.binary, written(interactive)), "{}'s start", row[0]);
+        // Its resume as far as the words that tell it from a start (what follows `{extraArgs}` is the start's).
+        let resume = profile.resume.as_deref().unwrap_or_default();
+        let head: Vec<String> = resume.iter().take_while(|w| *w != "{extraArgs}").cloned().collect();
+        assert_eq!(row[2], written(&head), "{}'s resume", row[0]);
+    }
+}

@@ -300,7 +300,14 @@ mod tests {
             "timestamp=2026-11-30T19:49:58.000Z level=INFO message=loop session.id=ses_mine step=0\n".to_string(),
         ];
         std::fs::write(&log, text.concat()).unwrap();
-        let pattern = crate::harness::OPENCODE_CREATED_PATTERN.replace(WORKDIR, &regex::escape("/srv/a"));
+        let pattern = crate::harness::builtin()["opencode"]
+            .discover
+            .clone()
+            .unwrap()
+            .log
+            .unwrap()
+            .pattern
+            .replace(WORKDIR, &regex::escape("/srv/a"));
         let since = "2026-11-30T19:49:50Z".parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_second();
         let found = announced(dir.path(), &log, &Regex::new(&pattern).unwrap(), since);
         assert_eq!(found.iter().map(|(_, id)| id.as_str()).collect::<Vec<_>>(), ["ses_mine"]);

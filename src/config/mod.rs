@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use regex::Regex;
 use serde::Deserialize;
 use tokio::sync::watch;
 
@@ -136,7 +135,7 @@ struct File {
     #[serde(default)]
     defaults: DefaultsFile,
     #[serde(default)]
-    harnesses: BTreeMap<String, ProfileFile>,
+    harnesses: BTreeMap<String, harness::ProfileFile>,
     #[serde(default)]
     delivery: DeliveryFile,
     harness_home: Option<PathBuf>,
@@ -168,38 +167,6 @@ struct DefaultsFile {
     resume_probe_seconds: Option<u32>,
     resume_settle_seconds: Option<u32>,
     idle_suspend_after_seconds: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ProfileFile {
-    binary: Option<String>,
-    extra_args: Option<Vec<String>>,
-    interactive: Option<Vec<String>>,
-    resume: Option<Vec<String>>,
-    resume_failed_pattern: Option<String>,
-    ready_pattern: Option<String>,
-    conversation_path: Option<String>,
-    store_path: Option<String>,
-    discover: Option<DiscoverFile>,
-    command_prefixes: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DiscoverFile {
-    path: Option<String>,
-    #[serde(default)]
-    names_workdir: bool,
-    screen_pattern: Option<String>,
-    log: Option<LogLineFile>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct LogLineFile {
-    path: String,
-    pattern: String,
 }
 
 impl Config {
@@ -255,57 +222,7 @@ impl Config {
         config.rooms = file.rooms.map(|r| r.into_config(&invalid)).transpose()?;
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);
-            let binary = p.binary.or_else(|| base.as_ref().map(|b| b.binary.clone()));
-            let binary = binary.ok_or_else(|| {
-                invalid(format!("harnesses.{name}.binary"), "is required for a profile that is not built in".into())
-            })?;
-            // An empty pattern turns off what a built-in profile has.
-            let regex = |pattern: Option<String>, key: &str, inherited: Option<Regex>| match pattern {
-                Some(p) if p.is_empty() => Ok(None),
-                Some(p) => {
-                    Regex::new(&p).map(Some).map_err(|e| invalid(format!("harnesses.{name}.{key}"), e.to_string()))
-                }
-                None => Ok(inherited),
-            };
-            let resume_failed_pattern = regex(
-                p.resume_failed_pattern,
-                "resumeFailedPattern",
-                base.as_ref().and_then(|b| b.resume_failed_pattern.clone()),
-            )?;
-            let ready_pattern =
-                regex(p.ready_pattern, "readyPattern", base.as_ref().and_then(|b| b.ready_pattern.clone()))?;
-            let discover = match p.discover {
-                Some(d) => Some(crate::harness::Discover {
-                    path: d.path,
-                    names_workdir: d.names_workdir,
-                    screen_pattern: regex(d.screen_pattern, "discover.screenPattern", None)?,
-                    log: d.log.map(|l| crate::harness::LogLine { path: l.path, pattern: l.pattern }),
-                }),
-                None => base.as_ref().and_then(|b| b.discover.clone()),
-            };
-            let profile = Profile {
-                binary,
-                extra_args: p.extra_args.or_else(|| base.as_ref().map(|b| b.extra_args.clone())).unwrap_or_default(),
-                interactive: p.interactive.or_else(|| base.as_ref().and_then(|b| b.interactive.clone())),
-                resume: p.resume.or_else(|| base.as_ref().and_then(|b| b.resume.clone())),
-                resume_failed_pattern,
-                ready_pattern,
-                // An empty path turns a built-in profile's transcript off.
-                conversation_path: match p.conversation_path {
-                    Some(path) => Some(path).filter(|p| !p.is_empty()),
-                    None => base.as_ref().and_then(|b| b.conversation_path.clone()),
-                },
-                store_path: match p.store_path {
-                    Some(path) => Some(path).filter(|p| !p.is_empty()),
-                    None => base.as_ref().and_then(|b| b.store_path.clone()),
-                },
-                discover,
-                command_prefixes: p
-                    .command_prefixes
-                    .or_else(|| base.as_ref().map(|b| b.command_prefixes.clone()))
-                    .unwrap_or_else(|| crate::harness::COMMAND_PREFIXES.iter().map(|p| p.to_string()).collect()),
-            };
-            profile.validate(&name).map_err(|e| invalid(e.key, e.problem))?;
+            let profile = p.into_profile(&name, base).map_err(|e| invalid(e.key, e.problem))?;
             config.harnesses.insert(name, profile);
         }
         Ok(config)
@@ -419,7 +336,7 @@ mod tests {
             c.harnesses.keys().collect::<Vec<_>>(),
             ["claude", "codex", "copilot", "cursor", "gemini", "opencode"]
         );
-        assert_eq!(c.harnesses["copilot"].store_path.as_deref(), Some(crate::harness::COPILOT_STORE_PATH));
+        assert_eq!(c.harnesses["copilot"].store_path.as_deref(), Some("{home}/.copilot/session-state/{sessionId}"));
         assert_eq!(c.tmux_session("agents/repo-12"), "loop-agents_repo-12");
         assert_eq!(c.event_retention, Some(Duration::from_secs(3_600)));
         assert_eq!(parse("delivery:\n  retentionSeconds: 0\n").unwrap().event_retention, None);

@@ -42,7 +42,7 @@ fn tracked_until_known_the_initial_prompt_like_any_other() {
 /// The built-in claude profile as it ships, with its transcript.
 fn with_transcript(mut case: Case) -> Case {
     case.config.harnesses.get_mut("claude").unwrap().conversation_path =
-        Some(crate::harness::CLAUDE_CONVERSATION_PATH.into());
+        crate::harness::builtin()["claude"].conversation_path.clone();
     case
 }
 

@@ -2,13 +2,18 @@
 //!
 //! A profile names a binary, extra args, an interactive argv and optionally a resume argv (flags first, prompt
 //! last, as in the seed). `{sessionId}` and `{prompt}` are replaced inside one argument each; `{extraArgs}` is a
-//! whole argument that expands to the list. Built in: `claude` and `cursor` (which cannot be tmux-hosted).
+//! whole argument that expands to the list. Built in: the catalogue `catalogue.yaml` ([`builtin`]): `claude`, `codex`,
+//! `copilot`, `cursor` (which cannot be tmux-hosted), `gemini` and `opencode`.
+
+mod file;
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// Placeholder replaced by the harness session id.
+pub use file::ProfileFile;
+
 /// Placeholder for the conversation id, in a profile's argv templates and paths alike.
 pub const SESSION_ID: &str = "{sessionId}";
 /// Placeholder for the harnesses' `HOME`.
@@ -131,26 +136,6 @@ pub const LITERAL_PREFIX: &str = "Prompt: ";
 /// attaches the file, as a person's mention would). The other CLIs have slash commands and a `!` shell mode of their
 /// own, so they get the same prefixes.
 pub const COMMAND_PREFIXES: &[&str] = &["/", "!"];
-
-/// The input box of the Claude Code CLI: a line starting with `❯` between two horizontal rules, at the bottom of
-/// its screen (measured with 2.1.x, offline and online). The banner's echo of an argv prompt starts with `❯` too, but
-/// is not followed by a rule.
-pub const CLAUDE_READY_PATTERN: &str = r"(?m)^─{10,}\s*\n❯.*\n─{10,}";
-
-/// The Claude Code CLI's conversation store.
-pub const CLAUDE_CONVERSATION_PATH: &str = "{home}/.claude/projects/{cwdSlug}/{sessionId}.jsonl";
-
-/// Codex CLI's rollout of a conversation (under `$CODEX_HOME`, by default `~/.codex`).
-pub const CODEX_ROLLOUT_PATH: &str = "{home}/.codex/sessions/*/*/*/rollout-*-{sessionId}.jsonl";
-
-/// Copilot CLI's directory of a session.
-pub const COPILOT_STORE_PATH: &str = "{home}/.copilot/session-state/{sessionId}";
-
-/// opencode's log files.
-pub const OPENCODE_LOG_PATH: &str = "{home}/.local/share/opencode/log/*.log";
-/// opencode's log line for a session it created in a directory.
-pub const OPENCODE_CREATED_PATTERN: &str =
-    r"^timestamp=(?P<time>\S+) .*\bmessage=created id=(?P<id>ses_[A-Za-z0-9]+) .*\bdirectory={workdir} ";
 
 /// Which argv of a profile to build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,121 +323,30 @@ pub fn clean_prompt(prompt: &str) -> std::borrow::Cow<'_, str> {
     prompt.replace("\r\n", "\n").replace('\r', "\n").chars().filter(|c| keep(*c)).collect::<String>().into()
 }
 
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
+/// The built-in catalogue, as written ([`builtin`] parses it).
+pub const CATALOGUE: &str = include_str!("catalogue.yaml");
 
-/// The built-in profiles: `claude`, `gemini`, `copilot` and `cursor`.
+/// The built-in profiles: the one catalogue (`src/harness/catalogue.yaml`, embedded), parsed as the agent config's
+/// `harnesses:` are. A profile the config names overrides the built-in one key by key.
 pub fn builtin() -> BTreeMap<String, Profile> {
-    let claude = Profile {
-        binary: "claude".into(),
-        extra_args: Vec::new(),
-        interactive: Some(strings(&["--session-id", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
-        resume: Some(strings(&["--resume", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
-        resume_failed_pattern: Some(Regex::new("No conversation found").unwrap()),
-        ready_pattern: Some(Regex::new(CLAUDE_READY_PATTERN).unwrap()),
-        conversation_path: Some(CLAUDE_CONVERSATION_PATH.into()),
-        store_path: None,
-        discover: None,
-        command_prefixes: strings(COMMAND_PREFIXES),
-    };
-    let cursor = Profile {
-        binary: "cursor-agent".into(),
-        extra_args: Vec::new(),
-        interactive: None,
-        resume: None,
-        resume_failed_pattern: None,
-        ready_pattern: None,
-        conversation_path: None,
-        store_path: None,
-        discover: None,
-        command_prefixes: strings(COMMAND_PREFIXES),
-    };
-    // Gemini CLI (measured with 0.61.0, offline, no account): `--session-id` names a fresh conversation; `-r` of an
-    // unknown id prints "Error resuming session: No previous sessions found for this project." (or "Invalid session
-    // identifier" where other sessions exist) and exits 42. Its store names files by time and a short id, so no
-    // transcript template: the probe and the settle window tell.
-    let gemini = Profile {
-        binary: "gemini".into(),
-        extra_args: Vec::new(),
-        interactive: Some(strings(&["--session-id", SESSION_ID, EXTRA_ARGS, "--prompt-interactive={prompt}"])),
-        resume: Some(strings(&["--resume", SESSION_ID, EXTRA_ARGS, "--prompt-interactive={prompt}"])),
-        resume_failed_pattern: Some(Regex::new("Error resuming session|Invalid session identifier").unwrap()),
-        ready_pattern: None,
-        conversation_path: None,
-        store_path: None,
-        discover: None,
-        command_prefixes: strings(COMMAND_PREFIXES),
-    };
-    // GitHub Copilot CLI (measured with 1.0.102, offline, no login): `--session-id=<uuid>` names a fresh session;
-    // `--resume=<unknown id>` prints "Error: No session, task, or name matched '<id>'." and exits 1; older versions
-    // started an empty session under the id instead, so a resume is only trusted with its store: the session's
-    // directory, made as it starts.
-    let copilot = Profile {
-        binary: "copilot".into(),
-        extra_args: Vec::new(),
-        interactive: Some(strings(&["--session-id={sessionId}", EXTRA_ARGS, "--interactive={prompt}"])),
-        resume: Some(strings(&["--resume={sessionId}", EXTRA_ARGS, "--interactive={prompt}"])),
-        resume_failed_pattern: Some(Regex::new("No session, task, or name matched").unwrap()),
-        ready_pattern: None,
-        conversation_path: None,
-        store_path: Some(COPILOT_STORE_PATH.into()),
-        discover: None,
-        command_prefixes: strings(COMMAND_PREFIXES),
-    };
-    // Codex CLI: no id at start (openai/codex#13242); it writes its rollout, named by the conversation's uuid and
-    // naming the workdir in its first line, once the first turn ran. Without an account it stops at a sign-in
-    // screen (measured with 0.171.0), so only its stand-in is tested.
-    let codex = Profile {
-        binary: "codex".into(),
-        extra_args: Vec::new(),
-        interactive: Some(strings(&[EXTRA_ARGS, "--", PROMPT])),
-        resume: Some(strings(&["resume", SESSION_ID, EXTRA_ARGS, "--", PROMPT])),
-        resume_failed_pattern: Some(Regex::new("No saved session found|no rollout found").unwrap()),
-        ready_pattern: None,
-        conversation_path: None,
-        store_path: None,
-        discover: Some(Discover {
-            path: Some(CODEX_ROLLOUT_PATH.into()),
-            names_workdir: true,
-            screen_pattern: None,
-            log: None,
-        }),
-        command_prefixes: strings(COMMAND_PREFIXES),
-    };
-    // opencode (measured with 1.18.33, offline, no account: its TUI stays up, retrying its API): no id at start;
-    // `--session` of an unknown id prints "Error: Session not found: <id>" and exits 1; its log says
-    // `message=created id=ses_...` with the directory when it creates a session (its store is SQLite).
-    let opencode = Profile {
-        binary: "opencode".into(),
-        extra_args: Vec::new(),
-        interactive: Some(strings(&[EXTRA_ARGS, "--prompt={prompt}"])),
-        resume: Some(strings(&["--session={sessionId}", EXTRA_ARGS, "--prompt={prompt}"])),
-        resume_failed_pattern: Some(Regex::new("Session not found").unwrap()),
-        ready_pattern: None,
-        conversation_path: None,
-        store_path: None,
-        discover: Some(Discover {
-            path: None,
-            names_workdir: false,
-            screen_pattern: None,
-            log: Some(LogLine { path: OPENCODE_LOG_PATH.into(), pattern: OPENCODE_CREATED_PATTERN.into() }),
-        }),
-        command_prefixes: strings(COMMAND_PREFIXES),
-    };
-    BTreeMap::from([
-        ("claude".to_string(), claude),
-        ("codex".to_string(), codex),
-        ("copilot".to_string(), copilot),
-        ("cursor".to_string(), cursor),
-        ("gemini".to_string(), gemini),
-        ("opencode".to_string(), opencode),
-    ])
+    static PROFILES: LazyLock<BTreeMap<String, Profile>> = LazyLock::new(|| {
+        let written: BTreeMap<String, ProfileFile> = serde_yaml_ng::from_str(CATALOGUE).expect("the catalogue parses");
+        let profile = |(name, p): (String, ProfileFile)| {
+            let profile = p.into_profile(&name, None).unwrap_or_else(|e| panic!("built-in profile {name}: {e}"));
+            (name, profile)
+        };
+        written.into_iter().map(profile).collect()
+    });
+    PROFILES.clone()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
 
     fn claude() -> Profile {
         Profile { extra_args: strings(&["--model", "opus"]), ..builtin().remove("claude").unwrap() }
