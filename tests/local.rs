@@ -15,6 +15,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use standin::{TmuxServer, seed_conversation};
 use support::until;
+use worksession::api::{WorkEventStatus, WorkSessionStatus};
 use worksession::config::Config;
 use worksession::tmux::{Liveness, Tmux};
 
@@ -210,12 +211,12 @@ impl scenarios::Rig for Local {
         worksession::store::local::write_atomic(&self.dir.join(format!("{name}.yaml")), &manifest).unwrap();
     }
 
-    async fn session_status(&self, name: &str) -> Value {
-        self.status(name)
+    async fn session_status(&self, name: &str) -> WorkSessionStatus {
+        serde_json::from_value(self.status(name)).unwrap_or_default()
     }
 
-    async fn event_status(&self, name: &str) -> Value {
-        self.status(name)
+    async fn event_status(&self, name: &str) -> WorkEventStatus {
+        serde_json::from_value(self.status(name)).unwrap_or_default()
     }
 
     async fn session_gone(&self, name: &str) -> bool {

@@ -3,16 +3,21 @@
 
 use serde_json::json;
 
-use super::{Rig, await_delivered, await_value, conversation_of, status_reason as condition};
+use super::{
+    ConditionType, Phase, Rig, Via, await_delivered, await_value, conversation_of, id, status_reason as condition,
+};
 
 async fn await_discovered(rig: &impl Rig, name: &str) -> String {
     let st = await_value(
         &format!("{name}: ConversationId discovered"),
         || rig.session_status(name),
-        |s| condition(s, "ConversationId") == ("True".into(), "Discovered".into()) && s["harnessSessionId"].is_string(),
+        |s| {
+            condition(s, ConditionType::ConversationId) == ("True".into(), "Discovered".into())
+                && s.harness_session_id.is_some()
+        },
     )
     .await;
-    st["harnessSessionId"].as_str().unwrap().to_string()
+    id(&st)
 }
 
 /// A harness that shows its id only after the start: the session is `Discovering` until its rollout appears, then
@@ -29,10 +34,10 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     // Its respawn resumes the discovered conversation (the event rides on it, or is pasted once it runs, when the
     // settle window had already put the boot prompt back and respawned it first).
     let ev = await_delivered(rig, "cx-1").await;
-    assert!(ev["via"] == "Resumed" || ev["via"] == "Pasted", "{ev}");
+    assert!(ev.via == Some(Via::Resumed) || ev.via == Some(Via::Pasted), "{ev:?}");
     assert_eq!(conversation_of(rig, "after the crash").await, id, "the discovered conversation, resumed");
     let st = rig.session_status("cx").await;
-    assert_eq!(condition(&st, "Resumed"), ("True".into(), "Resumed".into()), "{st}");
+    assert_eq!(condition(&st, ConditionType::Resumed), ("True".into(), "Resumed".into()), "{st:?}");
 
     // Two at once in one workdir: the second waits until the first showed its id; each records its own.
     rig.create_session("cy", codex("first turn of cy")).await;
@@ -46,15 +51,18 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     let st = await_value(
         "cw Discovering",
         || rig.session_status("cw"),
-        |s| s["phase"] == "Running" && condition(s, "ConversationId") == ("False".into(), "Discovering".into()),
+        |s| {
+            s.phase == Some(Phase::Running)
+                && condition(s, ConditionType::ConversationId) == ("False".into(), "Discovering".into())
+        },
     )
     .await;
-    assert!(st["harnessSessionId"].is_null(), "{st}");
+    assert!(st.harness_session_id.is_none(), "{st:?}");
     rig.tmux().kill_harness(&rig.tmux_session("cw")).await;
     rig.send("cw", "cw-1", "start again").await;
     let ev = await_delivered(rig, "cw-1").await;
-    assert_eq!(ev["via"], "Fresh");
+    assert_eq!(ev.via, Some(Via::Fresh));
     let st = rig.session_status("cw").await;
-    assert_eq!(condition(&st, "Resumed"), ("False".into(), "NoRecordedSession".into()), "{st}");
+    assert_eq!(condition(&st, ConditionType::Resumed), ("False".into(), "NoRecordedSession".into()), "{st:?}");
     assert_eq!(await_discovered(rig, "cw").await, conversation_of(rig, "start again").await);
 }

@@ -2,13 +2,16 @@
 //! in), and two WorkSessions of one work item never contend for a tmux session, whatever order they reconcile in
 //! after the tmux server restarts.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Rig, await_delivered, await_phase, await_value, conversation_of};
+use super::{
+    ConditionType, EventPhase, Phase, Rig, WorkSessionStatus, await_delivered, await_phase, await_value,
+    conversation_of,
+};
 use worksession::tmux::{Liveness, Tmux};
 
-fn recorded(status: &Value) -> String {
-    status["harnessSessionId"].as_str().expect("a recorded id").to_string()
+fn recorded(status: &WorkSessionStatus) -> String {
+    status.harness_session_id.as_deref().expect("a recorded id").to_string()
 }
 
 /// Events saying `/clear` and `!touch <marker>` (Claude Code runs both, on its command line and pasted alike, as the
@@ -18,7 +21,7 @@ fn recorded(status: &Value) -> String {
 pub async fn prompts_are_text_never_harness_commands(rig: &impl Rig) {
     let marker = rig.tmux().state().join("pwned-by-a-prompt");
     rig.create_session("lit", json!({})).await;
-    let id = recorded(&await_phase(rig, "lit", "Running").await);
+    let id = recorded(&await_phase(rig, "lit", Phase::Running).await);
     rig.tmux().await_output(&rig.tmux_session("lit"), "ready>").await;
 
     rig.tmux().kill_harness(&rig.tmux_session("lit")).await;
@@ -29,7 +32,7 @@ pub async fn prompts_are_text_never_harness_commands(rig: &impl Rig) {
     rig.send("lit", "lit-3", "  /clear").await;
     rig.send("lit", "lit-4", "the next prompt").await;
     let status = await_delivered(rig, "lit-4").await;
-    assert_eq!(status["harnessSessionId"], id.as_str(), "delivered to the recorded conversation");
+    assert_eq!(status.harness_session_id.as_ref(), Some(&id), "delivered to the recorded conversation");
     let mark = worksession::harness::LITERAL_PREFIX;
     let sent = [("/clear", "argv"), (touch.as_str(), "paste"), ("  /clear", "paste"), ("the next prompt", "paste")];
     for (prompt, via) in sent {
@@ -44,8 +47,7 @@ pub async fn prompts_are_text_never_harness_commands(rig: &impl Rig) {
     // Opting in, by hand: the prompt goes as it is and the harness runs it.
     let opted = rig.tmux().state().join("ran-by-choice");
     rig.send_command("lit", "lit-5", &format!("!touch {}", opted.display())).await;
-    await_value("the opted-in command to run", || async { Value::Bool(opted.exists()) }, |v| v == &Value::Bool(true))
-        .await;
+    await_value("the opted-in command to run", || async { opted.exists() }, |ran| *ran).await;
 }
 
 /// Two WorkSessions of one work item on one node each run in a tmux session of their own: after the tmux server
@@ -53,15 +55,15 @@ pub async fn prompts_are_text_never_harness_commands(rig: &impl Rig) {
 pub async fn two_sessions_of_one_work_item_never_contend(rig: &impl Rig) {
     rig.create_session("twin-a", json!({"workItem": "twin"})).await;
     rig.create_session("twin-b", json!({"workItem": "twin"})).await;
-    let a = recorded(&await_phase(rig, "twin-a", "Running").await);
-    let b = recorded(&await_phase(rig, "twin-b", "Running").await);
+    let a = recorded(&await_phase(rig, "twin-a", Phase::Running).await);
+    let b = recorded(&await_phase(rig, "twin-b", Phase::Running).await);
     assert_ne!(a, b);
     assert_ne!(rig.tmux_session("twin-a"), rig.tmux_session("twin-b"));
     assert!(rig.tmux().kill_server(), "the tmux server was running");
     rig.send("twin-b", "twin-b-1", "for b").await;
     rig.send("twin-a", "twin-a-1", "for a").await;
-    assert_eq!(await_delivered(rig, "twin-a-1").await["harnessSessionId"], a.as_str());
-    assert_eq!(await_delivered(rig, "twin-b-1").await["harnessSessionId"], b.as_str());
+    assert_eq!(await_delivered(rig, "twin-a-1").await.harness_session_id.as_ref(), Some(&a));
+    assert_eq!(await_delivered(rig, "twin-b-1").await.harness_session_id.as_ref(), Some(&b));
     assert_eq!(conversation_of(rig, "for a").await, a, "each resumed its own conversation");
     assert_eq!(conversation_of(rig, "for b").await, b);
 }
@@ -71,21 +73,21 @@ pub async fn two_sessions_of_one_work_item_never_contend(rig: &impl Rig) {
 /// must not adopt another's conversation. The owner's harness and conversation go on untouched.
 pub async fn a_conversation_another_session_records_is_not_adopted(rig: &impl Rig) {
     rig.create_session("owner", json!({})).await;
-    let theirs = recorded(&await_phase(rig, "owner", "Running").await);
+    let theirs = recorded(&await_phase(rig, "owner", Phase::Running).await);
     rig.tmux().await_output(&rig.tmux_session("owner"), "ready>").await;
     let pid = rig.tmux().pane_pid(&rig.tmux_session("owner"));
     rig.create_session("thief", json!({"harnessSessionId": theirs})).await;
     let status = await_value(
         "the second session refused",
         || rig.session_status("thief"),
-        |s| super::status_reason(s, "Ready").1 == "SessionIdTaken",
+        |s| super::status_reason(s, ConditionType::Ready).1 == "SessionIdTaken",
     )
     .await;
-    assert!(super::ready_message(&status).contains(&format!("{}/owner", rig.namespace())), "{status}");
-    assert_eq!(status["phase"], "Failed");
+    assert!(super::ready_message(&status).contains(&format!("{}/owner", rig.namespace())), "{status:?}");
+    assert_eq!(status.phase, Some(Phase::Failed));
     rig.send("thief", "thief-1", "whose conversation is this?").await;
     rig.send("owner", "owner-1", "still mine").await;
-    assert_eq!(await_delivered(rig, "owner-1").await["harnessSessionId"], theirs.as_str());
+    assert_eq!(await_delivered(rig, "owner-1").await.harness_session_id.as_ref(), Some(&theirs));
     let observed = rig.tmux().runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&rig.tmux_session("thief")), Liveness::Absent, "never spawned");
     assert_eq!(rig.tmux().pane_pid(&rig.tmux_session("owner")), pid, "the owner's harness is untouched");
@@ -97,7 +99,7 @@ pub async fn a_conversation_another_session_records_is_not_adopted(rig: &impl Ri
 /// attacker's program, the session is reported naming it, and the attacker's session is left alone (it is nobody's).
 pub async fn an_untagged_session_under_a_victims_name_gets_nothing(rig: &impl Rig) {
     rig.create_session("vic", json!({})).await;
-    await_phase(rig, "vic", "Running").await;
+    await_phase(rig, "vic", Phase::Running).await;
     let name = rig.tmux_session("vic");
     rig.tmux().await_output(&name, "ready>").await;
     let tmux = |args: &[&str]| {
@@ -113,12 +115,12 @@ pub async fn an_untagged_session_under_a_victims_name_gets_nothing(rig: &impl Ri
     let status = await_value(
         "the untagged session reported",
         || rig.session_status("vic"),
-        |s| super::status_reason(s, "Ready").1 == "TmuxSessionUntagged",
+        |s| super::status_reason(s, ConditionType::Ready).1 == "TmuxSessionUntagged",
     )
     .await;
-    assert!(super::ready_message(&status).contains(&name), "names it: {status}");
+    assert!(super::ready_message(&status).contains(&name), "names it: {status:?}");
     let event = rig.event_status("vic-1").await;
-    assert!(event.is_null() || event["phase"] == "Pending", "held, never sent: {event}");
+    assert!(event.phase.is_none() || event.phase == Some(EventPhase::Pending), "held, never sent: {event:?}");
     assert!(!std::fs::read_to_string(&stolen).unwrap_or_default().contains("victim"), "nothing pasted into it");
     let observed = rig.tmux().runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&name), Liveness::Alive, "left alone: not the agent's to stop");

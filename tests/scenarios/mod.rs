@@ -8,6 +8,8 @@ pub mod shapes;
 pub mod workspace;
 
 use serde_json::Value;
+use worksession::api::{EventPhase, Phase, Via, WorkEventStatus, WorkSessionStatus};
+use worksession::core::ConditionType;
 
 use crate::standin::TmuxServer;
 use crate::support::{WAIT, poll};
@@ -77,10 +79,10 @@ pub trait Rig {
     fn send(&self, session: &str, name: &str, prompt: &str) -> impl Future<Output = ()>;
     /// Sends a WorkEvent `name` to `session` that opts in to being a harness command (`spec.command`).
     fn send_command(&self, session: &str, name: &str, prompt: &str) -> impl Future<Output = ()>;
-    /// A WorkSession's status as JSON (`Null` when it has none or is gone).
-    fn session_status(&self, name: &str) -> impl Future<Output = Value>;
-    /// A WorkEvent's status as JSON (`Null` when it has none).
-    fn event_status(&self, name: &str) -> impl Future<Output = Value>;
+    /// A WorkSession's status (empty when it has none or is gone).
+    fn session_status(&self, name: &str) -> impl Future<Output = WorkSessionStatus>;
+    /// A WorkEvent's status (empty when it has none).
+    fn event_status(&self, name: &str) -> impl Future<Output = WorkEventStatus>;
     /// Whether the WorkSession is gone altogether (deleted and released).
     fn session_gone(&self, name: &str) -> impl Future<Output = bool>;
     /// Sets `spec.suspend`.
@@ -104,27 +106,33 @@ pub trait Rig {
 }
 
 /// Awaits `get()` satisfying `pred`, failing the test after [`WAIT`] with the last value seen.
-pub async fn await_value<F: Future<Output = Value>>(
+pub async fn await_value<T: std::fmt::Debug, F: Future<Output = T>>(
     what: &str,
     mut get: impl FnMut() -> F,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
+    pred: impl Fn(&T) -> bool,
+) -> T {
     poll(what, WAIT, || {
         let value = get();
         async {
             let last = value.await;
-            if pred(&last) { Ok(last) } else { Err(last.to_string()) }
+            if pred(&last) { Ok(last) } else { Err(format!("{last:?}")) }
         }
     })
     .await
 }
 
-async fn await_phase(rig: &impl Rig, name: &str, phase: &str) -> Value {
-    await_value(&format!("{name} {phase}"), || rig.session_status(name), |s| s["phase"] == phase).await
+async fn await_phase(rig: &impl Rig, name: &str, phase: Phase) -> WorkSessionStatus {
+    await_value(&format!("{name} {phase}"), || rig.session_status(name), |s| s.phase == Some(phase)).await
 }
 
-async fn await_delivered(rig: &impl Rig, event: &str) -> Value {
-    await_value(&format!("{event} Delivered"), || rig.event_status(event), |s| s["phase"] == "Delivered").await
+async fn await_delivered(rig: &impl Rig, event: &str) -> WorkEventStatus {
+    let delivered = |s: &WorkEventStatus| s.phase == Some(EventPhase::Delivered);
+    await_value(&format!("{event} Delivered"), || rig.event_status(event), delivered).await
+}
+
+/// Awaits the WorkSession `name` gone altogether.
+pub async fn await_gone(rig: &impl Rig, name: &str) {
+    await_value(&format!("{name} gone"), || rig.session_gone(name), |gone| *gone).await;
 }
 
 /// The conversation the stand-in recorded `prompt` in, once it did (a pane is alive, and Running, before the
@@ -132,52 +140,58 @@ async fn await_delivered(rig: &impl Rig, event: &str) -> Value {
 pub async fn conversation_of(rig: &impl Rig, prompt: &str) -> String {
     let get = || async {
         let prompts = rig.tmux().prompts();
-        prompts.iter().find(|p| p.prompt == prompt).map_or(Value::Null, |p| Value::String(p.conversation.clone()))
+        prompts.iter().find(|p| p.prompt == prompt).map(|p| p.conversation.clone())
     };
-    let found = await_value(&format!("{prompt:?} received"), get, |v| v.is_string()).await;
-    found.as_str().unwrap().to_string()
+    await_value(&format!("{prompt:?} received"), get, Option::is_some).await.unwrap()
+}
+
+/// The recorded conversation's id (empty when none is).
+pub fn id(status: &WorkSessionStatus) -> String {
+    status.harness_session_id.clone().unwrap_or_default()
+}
+
+/// A condition's status, reason and message, empty when it is absent.
+pub fn condition(status: &WorkSessionStatus, type_: ConditionType) -> (String, String, String) {
+    match status.conditions.iter().find(|c| c.type_ == type_.as_str()) {
+        Some(c) => (c.status.clone(), c.reason.clone(), c.message.clone()),
+        None => Default::default(),
+    }
 }
 
 /// A condition's status and reason, empty when it is absent.
-pub fn status_reason(status: &Value, type_: &str) -> (String, String) {
-    let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
-    let c = c.unwrap_or_default();
-    (c["status"].as_str().unwrap_or_default().to_string(), c["reason"].as_str().unwrap_or_default().to_string())
+pub fn status_reason(status: &WorkSessionStatus, type_: ConditionType) -> (String, String) {
+    let (status, reason, _) = condition(status, type_);
+    (status, reason)
 }
 
-pub fn ready_message(status: &Value) -> String {
-    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
-    let ready = conditions.into_iter().find(|c| c["type"] == "Ready").unwrap_or_default();
-    ready["message"].as_str().unwrap_or_default().to_string()
+pub fn ready_message(status: &WorkSessionStatus) -> String {
+    condition(status, ConditionType::Ready).2
 }
 
-fn resumed(status: &Value) -> (String, String, String) {
-    let c = status["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Resumed")
-        .cloned()
-        .unwrap_or_default();
-    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-    (s("status"), s("reason"), s("message"))
+fn resumed(status: &WorkSessionStatus) -> (String, String, String) {
+    condition(status, ConditionType::Resumed)
+}
+
+/// The phase of `spec.initialPrompt`'s delivery.
+fn initial_phase(status: &WorkSessionStatus) -> Option<EventPhase> {
+    status.initial_prompt.as_ref().and_then(|p| p.phase)
 }
 
 /// First spawn; the pane killed; an event resumes the same conversation; then a paste into the live pane.
 pub async fn resume_the_same_conversation(rig: &impl Rig) {
     rig.create_session("alpha", serde_json::json!({"initialPrompt": "hello"})).await;
-    let st = await_phase(rig, "alpha", "Running").await;
-    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    let st = await_phase(rig, "alpha", Phase::Running).await;
+    let id = id(&st);
     let tmux = rig.tmux();
     assert_eq!(tmux.await_prompts(1).await[0].prompt, "hello");
 
     tmux.kill_harness(&rig.tmux_session("alpha")).await;
-    await_phase(rig, "alpha", "Pending").await;
+    await_phase(rig, "alpha", Phase::Pending).await;
     rig.send("alpha", "alpha-1", "the reviewer asked for tests").await;
     let ev = await_delivered(rig, "alpha-1").await;
-    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some(id.as_str())));
-    let st = await_phase(rig, "alpha", "Running").await;
-    assert_eq!(st["harnessSessionId"].as_str(), Some(id.as_str()), "same conversation");
+    assert_eq!((ev.via.map(Via::as_str), ev.harness_session_id.as_deref()), (Some("Resumed"), Some(id.as_str())));
+    let st = await_phase(rig, "alpha", Phase::Running).await;
+    assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()), "same conversation");
     assert_eq!(resumed(&st).0, "True");
     let prompts = tmux.await_prompts(2).await;
     assert_eq!(
@@ -187,7 +201,7 @@ pub async fn resume_the_same_conversation(rig: &impl Rig) {
 
     tmux.await_output(&rig.tmux_session("alpha"), "ready>").await;
     rig.send("alpha", "alpha-2", "and a changelog entry").await;
-    assert_eq!(await_delivered(rig, "alpha-2").await["via"], "Pasted");
+    assert_eq!(await_delivered(rig, "alpha-2").await.via, Some(Via::Pasted));
     let prompts = tmux.await_prompts(3).await;
     assert_eq!((prompts[2].via.as_str(), prompts[2].pid), ("paste", prompts[1].pid));
 }
@@ -200,13 +214,13 @@ pub async fn fast_resume_failure_falls_back(rig: &impl Rig) {
     let spec = serde_json::json!({"harness": "standin-blind", "harnessSessionId": "ghost-conversation", "resume": {"probeSeconds": 4}});
     rig.create_session("beta", spec).await;
     let ev = await_delivered(rig, "beta-1").await;
-    let st = await_phase(rig, "beta", "Running").await;
+    let st = await_phase(rig, "beta", Phase::Running).await;
     let (status, reason, message) = resumed(&st);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "PaneDied"));
     assert!(message.contains("No conversation found with session ID: ghost-conversation"), "{message}");
-    let id = st["harnessSessionId"].as_str().unwrap();
+    let id = st.harness_session_id.as_deref().unwrap();
     assert!(uuid::Uuid::parse_str(id).is_ok(), "a new uuid: {id}");
-    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Fresh"), Some(id)));
+    assert_eq!((ev.via.map(Via::as_str), ev.harness_session_id.as_deref()), (Some("Fresh"), Some(id)));
 }
 
 /// A resume that dies after the probe: the event goes back to `Pending`, then a fresh conversation gets it.
@@ -218,14 +232,14 @@ pub async fn slow_resume_failure_falls_back(rig: &impl Rig) {
         || rig.session_status("gamma"),
         |s| {
             let (_, reason, message) = resumed(s);
-            s["phase"] == "Running" && reason == "PaneDiedAfterProbe" && message.starts_with("started a fresh")
+            s.phase == Some(Phase::Running) && reason == "PaneDiedAfterProbe" && message.starts_with("started a fresh")
         },
     )
     .await;
-    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    let id = id(&st);
     let ev = await_delivered(rig, "gamma-1").await;
-    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Fresh"), Some(id.as_str())));
-    assert!(ev["attempts"].as_u64().unwrap() >= 2, "{ev}");
+    assert_eq!((ev.via.map(Via::as_str), ev.harness_session_id.as_deref()), (Some("Fresh"), Some(id.as_str())));
+    assert!(ev.attempts >= 2, "{ev:?}");
     let prompts = rig.tmux().prompts();
     assert_eq!(
         prompts.iter().map(|p| (p.conversation.as_str(), p.prompt.as_str())).collect::<Vec<_>>(),
@@ -236,9 +250,9 @@ pub async fn slow_resume_failure_falls_back(rig: &impl Rig) {
 /// Suspend stops the session and holds events; unsuspend delivers them; delete stops it and releases it.
 pub async fn suspend_then_delete(rig: &impl Rig) {
     rig.create_session("zeta", serde_json::json!({})).await;
-    await_phase(rig, "zeta", "Running").await;
+    await_phase(rig, "zeta", Phase::Running).await;
     rig.suspend("zeta", true).await;
-    await_phase(rig, "zeta", "Suspended").await;
+    await_phase(rig, "zeta", Phase::Suspended).await;
     assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness(&rig.tmux_session("zeta")), Liveness::Absent);
     rig.send("zeta", "zeta-1", "wait for it").await;
     // The agent saw the event (its Ready condition counts it) and held it.
@@ -248,36 +262,35 @@ pub async fn suspend_then_delete(rig: &impl Rig) {
         |s| ready_message(s).contains("1 prompt waits"),
     )
     .await;
-    assert_eq!(rig.session_status("zeta").await["phase"], "Suspended");
-    assert_eq!(rig.event_status("zeta-1").await, Value::Null, "events wait while suspended");
+    assert_eq!(rig.session_status("zeta").await.phase, Some(Phase::Suspended));
+    assert_eq!(rig.event_status("zeta-1").await, WorkEventStatus::default(), "events wait while suspended");
     rig.suspend("zeta", false).await;
     await_delivered(rig, "zeta-1").await;
 
     rig.delete_session("zeta").await;
-    await_value("zeta released", || async { Value::Bool(rig.session_gone("zeta").await) }, |v| v == &Value::Bool(true))
-        .await;
+    await_gone(rig, "zeta").await;
     assert_eq!(rig.tmux().runner.observe().await.unwrap().liveness(&rig.tmux_session("zeta")), Liveness::Absent);
 }
 
 /// A restarted agent adopts a live session (nothing respawned) and finishes a verification in flight.
 pub async fn restart_adopts_and_finishes_verifications(rig: &mut impl Rig) {
     rig.create_session("theta", serde_json::json!({})).await;
-    let id = await_phase(rig, "theta", "Running").await["harnessSessionId"].as_str().unwrap().to_string();
+    let id = await_phase(rig, "theta", Phase::Running).await.harness_session_id.clone().unwrap();
     rig.create_session("iota", serde_json::json!({"resume": {"probeSeconds": 4}})).await;
-    await_phase(rig, "iota", "Running").await;
+    await_phase(rig, "iota", Phase::Running).await;
     let theta_pid = rig.tmux().pane_pid(&rig.tmux_session("theta"));
 
     rig.tmux().kill_harness(&rig.tmux_session("iota")).await;
     rig.send("iota", "iota-1", "during verification").await;
-    await_phase(rig, "iota", "Verifying").await;
+    await_phase(rig, "iota", Phase::Verifying).await;
     rig.restart_agent();
 
-    assert_eq!(await_delivered(rig, "iota-1").await["via"], "Resumed");
+    assert_eq!(await_delivered(rig, "iota-1").await.via, Some(Via::Resumed));
     rig.tmux().await_output(&rig.tmux_session("theta"), "ready>").await;
     rig.send("theta", "theta-1", "still you?").await;
-    assert_eq!(await_delivered(rig, "theta-1").await["via"], "Pasted", "adopted, not respawned");
+    assert_eq!(await_delivered(rig, "theta-1").await.via, Some(Via::Pasted), "adopted, not respawned");
     let st = rig.session_status("theta").await;
-    assert_eq!((st["harnessSessionId"].as_str(), st["respawnCount"].as_u64()), (Some(id.as_str()), Some(0)));
+    assert_eq!((st.harness_session_id.as_deref(), st.respawn_count), (Some(id.as_str()), 0));
     assert_eq!(rig.tmux().pane_pid(&rig.tmux_session("theta")), theta_pid);
     let prompts = rig.tmux().await_prompts(2).await;
     assert_eq!(prompts.iter().filter(|p| p.prompt == "during verification").count(), 1, "one spawn for the event");
@@ -294,19 +307,15 @@ pub async fn without_a_transcript_the_settle_window_confirms(rig: &impl Rig) {
     crate::standin::seed_conversation(&rig.tmux().state(), "known-eps");
     rig.send("eps", "eps-1", "boot prompt").await;
     rig.create_session("eps", serde_json::json!({"harness": "standin-blind", "harnessSessionId": "known-eps"})).await;
-    let running = await_phase(rig, "eps", "Running").await;
+    let running = await_phase(rig, "eps", Phase::Running).await;
     let ev = rig.event_status("eps-1").await;
-    assert_eq!((ev["phase"].as_str(), ev["via"].as_str()), (Some("Delivering"), Some("Resumed")), "{ev}");
+    assert_eq!((ev.phase, ev.via), (Some(EventPhase::Delivering), Some(Via::Resumed)), "{ev:?}");
     let ev = await_delivered(rig, "eps-1").await;
-    let at = |v: &Value| v.as_str().unwrap().parse::<k8s_openapi::jiff::Timestamp>().unwrap();
-    let respawned = at(&running["lastRespawn"]["time"]);
+    let respawned = running.last_respawn.as_ref().unwrap().time.0;
     let settled = respawned + k8s_openapi::jiff::SignedDuration::from_secs(10);
-    assert!(
-        at(&ev["deliveredAt"]) >= settled,
-        "Delivered at {} before the settle window ended ({settled})",
-        ev["deliveredAt"]
-    );
-    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some("known-eps")));
+    let delivered = ev.delivered_at.as_ref().unwrap().0;
+    assert!(delivered >= settled, "Delivered at {delivered} before the settle window ended ({settled})");
+    assert_eq!((ev.via.map(Via::as_str), ev.harness_session_id.as_deref()), (Some("Resumed"), Some("known-eps")));
 }
 
 /// A resume that fails late, with its TUI up: the boot prompt (`initialPrompt`) and an event pasted into the doomed
@@ -318,19 +327,23 @@ pub async fn late_resume_failure_loses_nothing(rig: &impl Rig) {
     await_value("kappa's resume to survive its probe", || rig.session_status("kappa"), |s| resumed(s).1 == "Resumed")
         .await;
     rig.send("kappa", "kappa-1", "while it boots").await;
-    await_value("kappa-1 pasted into the doomed pane", || rig.event_status("kappa-1"), |e| e["phase"] == "Delivering")
-        .await;
+    await_value(
+        "kappa-1 pasted into the doomed pane",
+        || rig.event_status("kappa-1"),
+        |e| e.phase == Some(EventPhase::Delivering),
+    )
+    .await;
     let st = await_value(
         "kappa fresh after the late failure",
         || rig.session_status("kappa"),
-        |s| s["initialPrompt"]["phase"] == "Delivered" && s["harnessSessionId"] != "ghost",
+        |s| initial_phase(s) == Some(EventPhase::Delivered) && s.harness_session_id.as_deref() != Some("ghost"),
     )
     .await;
-    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    let id = id(&st);
     let ev = await_delivered(rig, "kappa-1").await;
-    assert_eq!(ev["harnessSessionId"].as_str(), Some(id.as_str()));
-    assert!(ev["attempts"].as_u64().unwrap() >= 2, "pasted into the doomed pane, then again: {ev}");
-    assert_eq!(st["initialPrompt"]["harnessSessionId"].as_str(), Some(id.as_str()));
+    assert_eq!(ev.harness_session_id.as_deref(), Some(id.as_str()));
+    assert!(ev.attempts >= 2, "pasted into the doomed pane, then again: {ev:?}");
+    assert_eq!(st.initial_prompt.as_ref().unwrap().harness_session_id.as_deref(), Some(id.as_str()));
     let (_, reason, message) = resumed(&st);
     assert_eq!(reason, "PaneDiedAfterProbe");
     assert!(message.contains("No conversation found with session ID: ghost"), "the dead pane quoted: {message}");
@@ -344,13 +357,13 @@ pub async fn late_resume_failure_loses_nothing(rig: &impl Rig) {
 /// An event that arrives while the harness boots waits for its ready prompt: pasted earlier, it would be lost.
 pub async fn input_during_boot_waits_for_the_ready_prompt(rig: &impl Rig) {
     rig.create_session("lam", serde_json::json!({"harness": "standin-boot"})).await;
-    await_phase(rig, "lam", "Running").await; // the probe passed; the harness still boots (for 4 s)
+    await_phase(rig, "lam", Phase::Running).await; // the probe passed; the harness still boots (for 4 s)
     rig.tmux().await_output(&rig.tmux_session("lam"), "booting").await;
     let screen = rig.tmux().runner.screen(&rig.tmux_session("lam")).await.unwrap();
     assert!(!screen.contains("ready>"), "still booting when the event comes: {screen}");
     rig.send("lam", "lam-1", "are you up?").await;
     let ev = await_delivered(rig, "lam-1").await;
-    assert_eq!(ev["via"], "Pasted");
+    assert_eq!(ev.via, Some(Via::Pasted));
     let got = received(rig);
     assert_eq!(got.iter().filter(|(_, p)| p == "are you up?").count(), 1, "{got:?}");
 }
@@ -363,13 +376,13 @@ pub async fn adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(r
     let st = await_value(
         "mu's initial prompt delivered",
         || rig.session_status("mu"),
-        |s| s["initialPrompt"]["phase"] == "Delivered",
+        |s| initial_phase(s) == Some(EventPhase::Delivered),
     )
     .await;
     let (status, reason, _) = resumed(&st);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "ConversationNotFound"));
-    let id = st["harnessSessionId"].as_str().unwrap();
-    assert_eq!(st["initialPrompt"]["harnessSessionId"].as_str(), Some(id));
+    let id = st.harness_session_id.as_deref().unwrap();
+    assert_eq!(st.initial_prompt.as_ref().unwrap().harness_session_id.as_deref(), Some(id));
     let transcript = std::fs::read_to_string(crate::standin::transcript_of(&rig.tmux().state(), id)).unwrap();
     assert!(transcript.contains("start here"), "{transcript}");
     assert!(received(rig).iter().all(|(c, _)| c != "never-was"), "nothing was sent to the unknown id");
@@ -380,11 +393,11 @@ pub async fn adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(r
 pub async fn killed_between_intent_and_spawn_runs_the_same_spawn(rig: &mut impl Rig) {
     crate::standin::seed_conversation(&rig.tmux().state(), "known-nu");
     rig.create_session("nu", serde_json::json!({"harnessSessionId": "known-nu"})).await;
-    await_phase(rig, "nu", "Running").await;
+    await_phase(rig, "nu", Phase::Running).await;
     rig.tmux().kill_harness(&rig.tmux_session("nu")).await;
     rig.restart_agent_with(Some(Failpoint::AfterIntent));
     rig.send("nu", "nu-1", "after the crash").await;
-    await_phase(rig, "nu", "Starting").await; // the intent is written; the agent stops there for good
+    await_phase(rig, "nu", Phase::Starting).await; // the intent is written; the agent stops there for good
     assert_eq!(
         rig.tmux().runner.observe().await.unwrap().liveness(&rig.tmux_session("nu")),
         Liveness::Dead,
@@ -392,11 +405,11 @@ pub async fn killed_between_intent_and_spawn_runs_the_same_spawn(rig: &mut impl 
     );
     rig.restart_agent();
     let ev = await_delivered(rig, "nu-1").await;
-    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some("known-nu")));
+    assert_eq!((ev.via.map(Via::as_str), ev.harness_session_id.as_deref()), (Some("Resumed"), Some("known-nu")));
     // The event's status is written before the session's: wait for the session to say how it went.
-    let st = await_value("nu Running", || rig.session_status("nu"), |s| s["phase"] == "Running").await;
-    assert_eq!(resumed(&st).1, "Resumed", "the same resume, not a failure: {st}");
-    assert_eq!(st["failureCount"].as_u64(), Some(1), "only the crash counts");
+    let st = await_value("nu Running", || rig.session_status("nu"), |s| s.phase == Some(Phase::Running)).await;
+    assert_eq!(resumed(&st).1, "Resumed", "the same resume, not a failure: {st:?}");
+    assert_eq!(st.failure_count, 1, "only the crash counts");
     let got = received(rig);
     assert_eq!(got.iter().filter(|(_, p)| p == "after the crash").count(), 1, "{got:?}");
 }
@@ -405,15 +418,15 @@ pub async fn killed_between_intent_and_spawn_runs_the_same_spawn(rig: &mut impl 
 /// again.
 pub async fn killed_between_paste_and_status_pastes_once(rig: &mut impl Rig) {
     rig.create_session("xi", serde_json::json!({})).await;
-    await_phase(rig, "xi", "Running").await;
+    await_phase(rig, "xi", Phase::Running).await;
     rig.tmux().await_output(&rig.tmux_session("xi"), "ready>").await;
     rig.restart_agent_with(Some(Failpoint::AfterPaste));
     rig.send("xi", "xi-1", "exactly once").await;
     rig.tmux().await_prompts(1).await; // pasted; the agent stops before recording it
-    assert_ne!(rig.event_status("xi-1").await["phase"], "Delivering", "not recorded by the stopped agent");
+    assert_ne!(rig.event_status("xi-1").await.phase, Some(EventPhase::Delivering), "not recorded by the stopped agent");
     rig.restart_agent();
     let ev = await_delivered(rig, "xi-1").await;
-    assert_eq!(ev["via"], "Pasted");
+    assert_eq!(ev.via, Some(Via::Pasted));
     let got = received(rig);
     assert_eq!(got.iter().filter(|(_, p)| p == "exactly once").count(), 1, "{got:?}");
 }
@@ -424,33 +437,28 @@ pub async fn idle_stops_and_an_event_wakes_the_same_conversation(rig: &impl Rig)
     let idle = serde_json::json!({"suspendAfterSeconds": 2});
     let tmux = rig.tmux();
     rig.create_session("chatty", serde_json::json!({"harness": "standin-chatty", "idle": idle})).await;
-    await_phase(rig, "chatty", "Running").await;
+    await_phase(rig, "chatty", Phase::Running).await;
     tmux.await_output(&rig.tmux_session("chatty"), "working 8").await; // 4 s of output: twice the idle period
-    assert_eq!(rig.session_status("chatty").await["phase"], "Running", "output keeps it");
+    assert_eq!(rig.session_status("chatty").await.phase, Some(Phase::Running), "output keeps it");
 
     // The blind stand-in's initial prompt stays Delivering for its 10 s settle window, while the pane is quiet.
     rig.create_session("quiet", serde_json::json!({"harness": "standin-blind", "idle": idle, "initialPrompt": "hi"}))
         .await;
-    let st = await_phase(rig, "quiet", "Idle").await;
-    let time = |v: &Value| v.as_str().unwrap().parse::<k8s_openapi::jiff::Timestamp>().unwrap();
-    assert_eq!(st["initialPrompt"]["phase"], "Delivered");
-    assert!(time(&st["idleSince"]) >= time(&st["initialPrompt"]["deliveredAt"]), "not stopped while delivering: {st}");
-    let ready = st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
-    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("Idle")));
-    assert_eq!((st["failureCount"].as_u64(), st["respawnCount"].as_u64()), (Some(0), Some(0)), "no failure");
+    let st = await_phase(rig, "quiet", Phase::Idle).await;
+    assert_eq!(initial_phase(&st), Some(EventPhase::Delivered));
+    let delivered = st.initial_prompt.as_ref().and_then(|p| p.delivered_at.as_ref()).unwrap().0;
+    assert!(st.idle_since.as_ref().unwrap().0 >= delivered, "not stopped while delivering: {st:?}");
+    assert_eq!(status_reason(&st, ConditionType::Ready), ("False".into(), "Idle".into()));
+    assert_eq!((st.failure_count, st.respawn_count), (0, 0), "no failure");
     assert_eq!(tmux.runner.observe().await.unwrap().liveness(&rig.tmux_session("quiet")), Liveness::Absent, "stopped");
-    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    let id = id(&st);
 
     rig.send("quiet", "quiet-1", "wake up").await;
     let ev = await_delivered(rig, "quiet-1").await;
-    assert_eq!((ev["via"].as_str(), ev["harnessSessionId"].as_str()), (Some("Resumed"), Some(id.as_str())));
+    assert_eq!((ev.via.map(Via::as_str), ev.harness_session_id.as_deref()), (Some("Resumed"), Some(id.as_str())));
     let st = rig.session_status("quiet").await;
-    assert_eq!(resumed(&st).0, "True", "{st}");
-    assert_eq!(
-        (st["failureCount"].as_u64(), st["respawnCount"].as_u64()),
-        (Some(0), Some(1)),
-        "an idle stop is no failure"
-    );
+    assert_eq!(resumed(&st).0, "True", "{st:?}");
+    assert_eq!((st.failure_count, st.respawn_count), (0, 1), "an idle stop is no failure");
     let prompts = tmux.prompts();
     let last = prompts.last().unwrap();
     assert_eq!((last.conversation.as_str(), last.prompt.as_str()), (id.as_str(), "wake up"));

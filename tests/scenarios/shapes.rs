@@ -1,15 +1,18 @@
 //! The built-in profiles' shapes (issue 14), shared by both modes: the stand-in speaking each CLI's flags, failure
 //! text, exit code and store (`--shape`), driven by a profile with the built-in one's argv and patterns.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Rig, await_delivered, await_value, conversation_of, status_reason as condition};
+use super::{
+    ConditionType, EventPhase, Phase, Rig, WorkSessionStatus, await_delivered, await_value, conversation_of, id,
+    initial_phase, resumed, status_reason as condition,
+};
 
-async fn await_id(rig: &impl Rig, name: &str) -> Value {
+async fn await_id(rig: &impl Rig, name: &str) -> WorkSessionStatus {
     await_value(
         &format!("{name}: Running with its conversation's id"),
         || rig.session_status(name),
-        |s| s["phase"] == "Running" && s["harnessSessionId"].is_string(),
+        |s| s.phase == Some(Phase::Running) && s.harness_session_id.is_some(),
     )
     .await
 }
@@ -21,14 +24,14 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
     let first = format!("first for {shape}");
     rig.create_session(&a, json!({"harness": harness, "initialPrompt": first, "workdir": rig.tmux().state()})).await;
     let st = await_id(rig, &a).await;
-    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    let id = id(&st);
     assert_eq!(id, conversation_of(rig, &first).await, "{shape}: the conversation it runs");
 
     // Known delivered first (the settle window): a death before that would put the prompt back and respawn at once.
     await_value(
         &format!("{a}: initial prompt Delivered"),
         || rig.session_status(&a),
-        |s| s["initialPrompt"]["phase"] == "Delivered",
+        |s| initial_phase(s) == Some(EventPhase::Delivered),
     )
     .await;
     rig.tmux().kill_harness(&rig.tmux_session(&a)).await;
@@ -46,23 +49,26 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
     let st = await_value(
         &format!("{b}: fell back"),
         || rig.session_status(&b),
-        |s| s["phase"] == "Running" && condition(s, "Resumed").0 == "False",
+        |s| s.phase == Some(Phase::Running) && condition(s, ConditionType::Resumed).0 == "False",
     )
     .await;
-    let message =
-        st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Resumed").unwrap()["message"].clone();
+    let message = resumed(&st).2;
     if shape == "copilot" {
         // Its store tells first (older Copilot CLIs started an empty session for an unknown id): nothing spawned.
-        assert_eq!(condition(&st, "Resumed"), ("False".into(), "ConversationNotFound".into()), "{shape}: {st}");
-        assert!(message.as_str().unwrap().contains("in its store"), "{message}");
-        let fresh = await_id(rig, &b).await["harnessSessionId"].as_str().unwrap().to_string();
+        assert_eq!(
+            condition(&st, ConditionType::Resumed),
+            ("False".into(), "ConversationNotFound".into()),
+            "{shape}: {st:?}"
+        );
+        assert!(message.contains("in its store"), "{message}");
+        let fresh = await_id(rig, &b).await.harness_session_id.clone().unwrap();
         assert_eq!(conversation_of(rig, &third).await, fresh);
         return;
     }
-    assert_eq!(condition(&st, "Resumed"), ("False".into(), "PaneDied".into()), "{shape}: {st}");
+    assert_eq!(condition(&st, ConditionType::Resumed), ("False".into(), "PaneDied".into()), "{shape}: {st:?}");
     let builtin = &worksession::harness::builtin()[shape];
-    assert!(builtin.resume_failed(message.as_str().unwrap()), "{shape}: its words, known to the profile: {message}");
-    let fresh = await_id(rig, &b).await["harnessSessionId"].as_str().unwrap().to_string();
+    assert!(builtin.resume_failed(&message), "{shape}: its words, known to the profile: {message}");
+    let fresh = await_id(rig, &b).await.harness_session_id.clone().unwrap();
     assert_ne!(fresh, unknown);
     assert_eq!(conversation_of(rig, &third).await, fresh, "{shape}: the fresh conversation got the prompt");
 }

@@ -5,26 +5,21 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Rig, await_delivered, await_phase, await_value};
+use super::{
+    ConditionType, Phase, Rig, WorkSessionStatus, await_delivered, await_gone, await_phase, await_value, condition,
+};
 use worksession::tmux::{Liveness, Tmux};
 
 #[path = "../fixtures/repos.rs"]
 mod repos;
 pub use repos::{git, origin};
 
-fn condition(status: &Value, type_: &str) -> (String, String, String) {
-    let c = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_).cloned();
-    let c = c.unwrap_or_default();
-    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-    (s("status"), s("reason"), s("message"))
-}
-
-async fn await_workspace(rig: &impl Rig, name: &str, status: &str, reason: &str) -> Value {
+async fn await_workspace(rig: &impl Rig, name: &str, status: &str, reason: &str) -> WorkSessionStatus {
     let what = format!("{name}: WorkspaceReady {status} {reason}");
-    let wanted = |s: &Value| {
-        let (s_, r, _) = condition(s, "WorkspaceReady");
+    let wanted = |s: &WorkSessionStatus| {
+        let (s_, r, _) = condition(s, ConditionType::WorkspaceReady);
         s_ == status && r == reason
     };
     await_value(&what, || rig.session_status(name), wanted).await
@@ -45,8 +40,8 @@ pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
     rig.create_session("wa", session("wa", None)).await;
     rig.create_session("wb", session("wb", Some("feature"))).await;
     for (name, commit) in [("wa", &main), ("wb", &feature)] {
-        let st = await_phase(rig, name, "Running").await;
-        let (_, _, message) = condition(&st, "WorkspaceReady");
+        let st = await_phase(rig, name, Phase::Running).await;
+        let (_, _, message) = condition(&st, ConditionType::WorkspaceReady);
         assert!(message.contains(commit.as_str()) && message.contains(&format!("worksession/{name}")), "{message}");
         assert_eq!(git(&workdir(name), &["rev-parse", "--abbrev-ref", "HEAD"]), format!("worksession/{name}"));
         assert_eq!(git(&workdir(name), &["rev-parse", "HEAD"]), *commit);
@@ -73,13 +68,13 @@ pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
     std::fs::write(workdir("wc").join("mine.txt"), "by hand\n").unwrap();
     rig.create_session("wc", session("wc", None)).await;
     let st = await_workspace(rig, "wc", "True", "Prepared").await;
-    assert!(condition(&st, "WorkspaceReady").2.contains("adopted"), "{st}");
+    assert!(condition(&st, ConditionType::WorkspaceReady).2.contains("adopted"), "{st:?}");
     assert!(workdir("wc").join("mine.txt").exists());
     std::fs::create_dir_all(workdir("wd")).unwrap();
     std::fs::write(workdir("wd").join("precious.txt"), "keep me\n").unwrap();
     rig.create_session("wd", session("wd", None)).await;
     let st = await_workspace(rig, "wd", "False", "PrepareFailed").await;
-    assert!(condition(&st, "WorkspaceReady").2.contains("is not a checkout"), "{st}");
+    assert!(condition(&st, ConditionType::WorkspaceReady).2.contains("is not a checkout"), "{st:?}");
     assert_eq!(std::fs::read_to_string(workdir("wd").join("precious.txt")).unwrap(), "keep me\n");
 
     // A commit in a checkout is its own: the node's clone never sees it.
@@ -92,17 +87,17 @@ pub async fn workspaces_per_work_item_from_one_clone(rig: &impl Rig) {
 
     // Deleting: a clean checkout goes; one with uncommitted work, or a commit on no remote branch, stays.
     rig.delete_session("wb").await;
-    await_value("wb gone", || async { Value::Bool(rig.session_gone("wb").await) }, |g| g == true).await;
+    await_gone(rig, "wb").await;
     assert!(!workdir("wb").exists(), "the clean checkout is removed");
     assert_eq!(git(&clone, &["rev-parse", "refs/remotes/origin/feature"]), feature, "the clone is untouched");
     rig.delete_session("wa").await;
-    await_value("wa gone", || async { Value::Bool(rig.session_gone("wa").await) }, |g| g == true).await;
+    await_gone(rig, "wa").await;
     assert!(workdir("wa").join("notes.txt").exists(), "a checkout with uncommitted work is kept");
     std::fs::remove_file(workdir("wa").join("notes.txt")).unwrap();
     rig.create_session("wa", session("wa", None)).await;
-    await_phase(rig, "wa", "Running").await;
+    await_phase(rig, "wa", Phase::Running).await;
     rig.delete_session("wa").await;
-    await_value("wa gone again", || async { Value::Bool(rig.session_gone("wa").await) }, |g| g == true).await;
+    await_gone(rig, "wa").await;
     assert!(workdir("wa").join("done.txt").exists(), "a checkout with a commit on no remote branch is kept");
 }
 
@@ -113,10 +108,10 @@ pub async fn a_workspace_that_cannot_be_prepared_says_what_git_printed(rig: &imp
     let workdir = tmux.state().join("checkouts/bad");
     rig.create_session("wbad", json!({"workdir": workdir, "workspace": {"url": url}})).await;
     let st = await_workspace(rig, "wbad", "False", "PrepareFailed").await;
-    let (_, _, message) = condition(&st, "WorkspaceReady");
+    let (_, _, message) = condition(&st, ConditionType::WorkspaceReady);
     assert!(message.contains("does not appear to be a git repository") || message.contains("not found"), "{message}");
-    assert_eq!(st["phase"], "BackOff");
-    assert!(st["nextRetryTime"].is_string(), "{st}");
+    assert_eq!(st.phase, Some(Phase::BackOff));
+    assert!(st.next_retry_time.is_some(), "{st:?}");
     let observed = tmux.runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&rig.tmux_session("wbad")), Liveness::Absent, "nothing spawned");
 }
@@ -130,16 +125,16 @@ pub async fn a_slow_preparation_never_holds_up_other_sessions(rig: &impl Rig) {
     let workdir = tmux.state().join("checkouts/slow");
     rig.create_session("wslow", json!({"workdir": workdir, "workspace": {"url": url}})).await;
     let st = await_workspace(rig, "wslow", "False", "Preparing").await;
-    assert_eq!(st["phase"], "Preparing");
+    assert_eq!(st.phase, Some(Phase::Preparing));
 
     rig.create_session("wfast", json!({})).await;
-    await_phase(rig, "wfast", "Running").await;
+    await_phase(rig, "wfast", Phase::Running).await;
     rig.send("wfast", "wfast-1", "not held up").await;
     await_delivered(rig, "wfast-1").await;
-    assert_eq!(rig.session_status("wslow").await["phase"], "Preparing", "still waiting on its own git");
+    assert_eq!(rig.session_status("wslow").await.phase, Some(Phase::Preparing), "still waiting on its own git");
 
     rig.delete_session("wslow").await;
-    await_value("wslow gone", || async { Value::Bool(rig.session_gone("wslow").await) }, |g| g == true).await;
+    await_gone(rig, "wslow").await;
     drop(silent);
 }
 
@@ -159,14 +154,14 @@ pub async fn a_workspace_over_http_with_a_token(rig: &impl Rig) {
     let spec = |name: &str| json!({"workdir": tmux.state().join("checkouts").join(name), "workspace": {"url": url}});
     rig.create_session("wdenied", spec("wdenied")).await;
     let st = await_workspace(rig, "wdenied", "False", "PrepareFailed").await;
-    assert!(condition(&st, "WorkspaceReady").2.contains("Authentication failed"), "{st}");
-    assert!(!st.to_string().contains("wrong-token"), "the token is in no status: {st}");
+    assert!(condition(&st, ConditionType::WorkspaceReady).2.contains("Authentication failed"), "{st:?}");
+    assert!(!serde_json::to_string(&st).unwrap().contains("wrong-token"), "the token is in no status: {st:?}");
 
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
     rig.create_session("wprivate", spec("wprivate")).await;
-    let st = await_phase(rig, "wprivate", "Running").await;
-    assert!(condition(&st, "WorkspaceReady").2.contains(main.as_str()), "{st}");
-    assert!(!st.to_string().contains(&token), "the token is in no status");
+    let st = await_phase(rig, "wprivate", Phase::Running).await;
+    assert!(condition(&st, ConditionType::WorkspaceReady).2.contains(main.as_str()), "{st:?}");
+    assert!(!serde_json::to_string(&st).unwrap().contains(&token), "the token is in no status");
     let remote = git(&tmux.state().join("checkouts/wprivate"), &["config", "--get", "remote.origin.url"]);
     assert!(!remote.contains(&token), "nor in the clone's config: {remote}");
 }
@@ -291,7 +286,7 @@ pub async fn the_git_token_goes_only_to_its_hosts(rig: &impl Rig) {
     rig.create_session("wphish", json!({"workdir": workdir, "workspace": {"url": url}})).await;
     let st = await_workspace(rig, "wphish", "False", "PrepareFailed").await;
     let seen = seen.lock().unwrap().clone();
-    assert!(!seen.is_empty(), "git asked the server: {st}");
+    assert!(!seen.is_empty(), "git asked the server: {st:?}");
     assert!(seen.iter().all(|a| a == "none"), "no credential was sent: {seen:?}");
 }
 
@@ -319,7 +314,7 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
     let session = |name: &str| json!({"workdir": work.join(name), "workspace": {"url": url}});
     for name in ["hx", "hz"] {
         rig.create_session(name, session(name)).await;
-        await_phase(rig, name, "Running").await;
+        await_phase(rig, name, Phase::Running).await;
     }
 
     // The attack, written where a harness can write: the checkout's config, hooks and attributes, and the clone's.
@@ -374,11 +369,11 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
 
     // The next work item of the repository: a fetch and a checkout from the spec's URL, with no code of either's.
     rig.create_session("hy", session("hy")).await;
-    let st = await_phase(rig, "hy", "Running").await;
+    let st = await_phase(rig, "hy", Phase::Running).await;
     // Removing (git reads the checkout's state) runs none of it either; the `.git` file is not followed.
     for name in ["hx", "hz"] {
         rig.delete_session(name).await;
-        await_value("gone", || async { Value::Bool(rig.session_gone(name).await) }, |g| g == true).await;
+        await_gone(rig, name).await;
     }
     assert!(checkout.join("README.md").exists(), "a changed checkout is kept");
     assert!(work.join("hz/.git").is_file(), "a checkout whose .git is a file is kept, not followed");
@@ -386,7 +381,10 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
         std::fs::read_dir(&markers).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(ran.is_empty(), "the repository's code ran in the agent: {ran:?}");
     // Checked last: this test's own git reads the planted config too.
-    assert!(condition(&st, "WorkspaceReady").2.contains(main.as_str()), "fetched from the spec's URL: {st}");
+    assert!(
+        condition(&st, ConditionType::WorkspaceReady).2.contains(main.as_str()),
+        "fetched from the spec's URL: {st:?}"
+    );
 }
 
 /// Issue 24, point 5: a namespace checks out only the repositories the agent config lists for it (the tests' config
@@ -399,11 +397,11 @@ pub async fn a_namespace_checks_out_only_its_repositories(rig: &impl Rig) {
     let st = await_value(
         "wnot refused",
         || rig.session_status("wnot"),
-        |s| super::status_reason(s, "Ready").1 == "WorkspaceNotAllowed",
+        |s| super::status_reason(s, ConditionType::Ready).1 == "WorkspaceNotAllowed",
     )
     .await;
-    assert!(super::ready_message(&st).contains(url), "{st}");
-    assert_eq!(st["phase"], "Failed");
+    assert!(super::ready_message(&st).contains(url), "{st:?}");
+    assert_eq!(st.phase, Some(Phase::Failed));
     assert!(!workdir.exists(), "nothing prepared");
     let observed = tmux.runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&rig.tmux_session("wnot")), Liveness::Absent, "nothing spawned");

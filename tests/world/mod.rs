@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::standin::{Prompt, TmuxServer};
 use crate::support::{TestNamespace, eventually};
-use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
+use worksession::api::{EventPhase, Phase, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
 use worksession::config::Config;
 
 pub struct World {
@@ -226,14 +226,14 @@ impl crate::scenarios::Rig for World {
         self.events().create(&PostParams::default(), &ev).await.unwrap();
     }
 
-    async fn session_status(&self, name: &str) -> serde_json::Value {
+    async fn session_status(&self, name: &str) -> WorkSessionStatus {
         let ws = self.sessions().get_opt(name).await.unwrap();
-        serde_json::to_value(ws.and_then(|ws| ws.status)).unwrap()
+        ws.and_then(|ws| ws.status).unwrap_or_default()
     }
 
-    async fn event_status(&self, name: &str) -> serde_json::Value {
+    async fn event_status(&self, name: &str) -> WorkEventStatus {
         let ev = self.events().get_opt(name).await.unwrap();
-        serde_json::to_value(ev.and_then(|ev| ev.status)).unwrap()
+        ev.and_then(|ev| ev.status).unwrap_or_default()
     }
 
     async fn session_gone(&self, name: &str) -> bool {
