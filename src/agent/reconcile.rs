@@ -16,7 +16,7 @@ use super::metrics::{AgentMetrics, CategoryLabel, IdleLabel, ReasonLabel, Resume
 use crate::api::{WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::queue;
-use crate::core::{self, NoticeKind, Op, Plan};
+use crate::core::{self, EventReason, Op, Plan};
 use crate::store::{Store, StoreError};
 use crate::tmux::{Observation, Tmux, TmuxError};
 
@@ -373,7 +373,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         tracing::info!(event = "workspace.removed", workdir = ws.spec.workdir, "removed the checkout");
                     }
                     crate::workspace::Removal::Kept(why) => {
-                        self.report(ws, &core::Notice::new(NoticeKind::WorkspaceKept, why)).await;
+                        self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
                     }
                 },
                 Op::ReleaseRoom => {
@@ -390,7 +390,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                             ws.spec.workdir,
                             to.display()
                         );
-                        self.report(ws, &core::Notice::new(NoticeKind::WorkspaceKept, why)).await;
+                        self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
                     }
                 }
                 Op::ReleaseFinalizer => {
@@ -416,23 +416,24 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
 
     fn log(&self, ws: &WorkSession, notice: &core::Notice) {
         let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
-        let kind = notice.kind;
-        match kind {
-            NoticeKind::Respawned { resumed } => {
+        let reason = notice.reason;
+        match (reason, notice.resumed, notice.row) {
+            (EventReason::Respawned, Some(resumed), _) => {
                 let resumed = if resumed { "true" } else { "false" };
                 self.metrics.respawns.get_or_create(&ResumedLabel { resumed }).inc();
             }
-            NoticeKind::ResumeFailed(why) => {
+            (EventReason::ResumeFailed, _, Some(why)) => {
                 self.metrics.resume_failures.get_or_create(&ReasonLabel { reason: why.as_str() }).inc();
             }
-            NoticeKind::IdleStopped | NoticeKind::Woken => {
-                let transition = if kind == NoticeKind::IdleStopped { "stop" } else { "wake" };
+            (EventReason::IdleStopped | EventReason::Woken, ..) => {
+                let transition = if reason == EventReason::IdleStopped { "stop" } else { "wake" };
                 self.metrics.idle.get_or_create(&IdleLabel { transition }).inc();
             }
             _ => {}
         }
-        let (event, reason, resumed) = (kind.log_event(), kind.detail(), kind.resumed());
-        match kind.severity() {
+        let (event, resumed, severity) = (reason.log_event(), notice.resumed, reason.severity());
+        let reason = notice.detail();
+        match severity {
             core::Severity::Normal => tracing::info!(event, namespace, name, resumed, reason, "{}", notice.message),
             core::Severity::Warning => tracing::warn!(event, namespace, name, reason, "{}", notice.message),
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Decision, HEALTHY_AFTER, INITIAL_PROMPT, Notice, NoticeKind, Op, ReadyReason, Settings, later, until};
+use super::{Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings, later, until};
 use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::harness::Profile;
 
@@ -141,7 +141,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         input.context.config.ready_timeout.as_secs()
                     );
                     self.set_prompt(prompt.key, EventPhase::Failed, None, false, Some(message.clone()));
-                    self.notice(Notice::new(NoticeKind::DeliveryFailed, format!("{}: {message}", prompt.key)));
+                    self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
                     blocked = false;
                     self.requeue(Duration::ZERO);
                 }
@@ -159,7 +159,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn delivered(&mut self, prompt: &Prompt<'_>) {
         self.set_prompt(prompt.key, EventPhase::Delivered, prompt.via, false, None);
         let via = prompt.via.map(|v| format!(" ({v:?})")).unwrap_or_default();
-        self.notice(Notice::new(NoticeKind::Delivered, format!("{} reached the conversation{via}", prompt.key)));
+        self.notice(Notice::new(EventReason::Delivered, format!("{} reached the conversation{via}", prompt.key)));
     }
 
     /// The pane is gone: a prompt its transcript already shows was delivered all the same; every other prompt sent to

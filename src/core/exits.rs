@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Liveness;
 use super::resume::ResumeReason;
-use super::{Decision, HEALTHY_AFTER, Notice, NoticeKind, ReadyReason, Settings, backoff, later};
+use super::{Decision, EventReason, HEALTHY_AFTER, Notice, ReadyReason, Settings, backoff, later};
 use crate::api::Phase;
 use crate::harness::Profile;
 
@@ -47,7 +47,7 @@ impl Decision<'_, '_> {
         let started = self.status.last_respawn.as_ref().map(|r| r.time.0);
         let healthy = started.is_some_and(|t| later(t, HEALTHY_AFTER) <= now);
         let message = format!("the harness in {} exited{}", self.session, self.quote_last_output());
-        self.notice(Notice::new(NoticeKind::HarnessExited, message));
+        self.notice(Notice::new(EventReason::HarnessExited, message));
         if healthy {
             self.status.failure_count = 0;
             self.status.next_retry_time = None;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Decision, Notice, NoticeKind, Op, ReadyReason, Settings, later, until};
+use super::{Decision, EventReason, Notice, Op, ReadyReason, Settings, later, until};
 use crate::api::Phase;
 
 impl Decision<'_, '_> {
@@ -36,7 +36,7 @@ impl Decision<'_, '_> {
         self.status.idle_since = Some(Time(input.context.now));
         let message = format!("stopped after {after}s without output; the next event resumes the conversation");
         self.ready(false, ReadyReason::Idle, message.clone());
-        self.notice(Notice::new(NoticeKind::IdleStopped, message));
+        self.notice(Notice::new(EventReason::IdleStopped, message));
     }
 
     /// Not running: whether the session stays idle (nothing waits for it). A prompt that waits wakes it.
@@ -54,7 +54,7 @@ impl Decision<'_, '_> {
         }
         self.status.idle_since = None;
         let message = format!("{waiting} prompt(s) wake the idle harness");
-        self.notice(Notice::new(NoticeKind::Woken, message));
+        self.notice(Notice::new(EventReason::Woken, message));
         false
     }
 }

@@ -44,7 +44,7 @@ pub use deliver::initial_prompt_owed;
 pub use discover::DISCOVERY_RECHECK;
 pub use plan::{
     Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
-    NoticeKind, Object, Observed, Op, PendingEvent, Plan, Room, Severity, Workspace,
+    Object, Observed, Op, PendingEvent, Plan, Room, Severity, Workspace,
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
 pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, is_tag, tmux_session};

@@ -334,107 +334,35 @@ crate::words::words! {
     }
 }
 
-/// What a [`Notice`] reports; it knows its Kubernetes Event reason, its log event name and its severity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NoticeKind {
-    /// The first harness of the session survived its probe.
-    Started {
-        /// Whether it resumed a recorded conversation.
-        resumed: bool,
-    },
-    /// A later harness survived its probe.
-    Respawned {
-        /// Whether it resumed the recorded conversation.
-        resumed: bool,
-    },
-    /// A resume failed: a row of the decision table.
-    ResumeFailed(ResumeReason),
-    /// A running (or freshly started) harness exited.
-    HarnessExited,
-    /// tmux could not start a fresh harness.
-    SpawnFailed,
-    /// Respawning waits out a back-off.
-    BackOff,
-    /// An event reached the harness.
-    Delivered,
-    /// An event cannot be delivered by this harness.
-    DeliveryFailed,
-    /// An idle harness was stopped.
-    IdleStopped,
-    /// A prompt wakes an idle session (its respawn follows).
-    Woken,
-    /// The workspace was prepared (or an existing checkout adopted).
-    WorkspacePrepared,
-    /// Preparing the workspace failed.
-    WorkspaceFailed,
-    /// The workspace was kept when its session went (uncommitted work).
-    WorkspaceKept,
-}
-
-impl NoticeKind {
-    /// The Kubernetes Event reason.
-    pub fn reason(self) -> EventReason {
-        match self {
-            NoticeKind::Started { .. } => EventReason::Started,
-            NoticeKind::Respawned { .. } => EventReason::Respawned,
-            NoticeKind::ResumeFailed(_) => EventReason::ResumeFailed,
-            NoticeKind::HarnessExited => EventReason::HarnessExited,
-            NoticeKind::SpawnFailed => EventReason::SpawnFailed,
-            NoticeKind::BackOff => EventReason::BackOff,
-            NoticeKind::Delivered => EventReason::Delivered,
-            NoticeKind::DeliveryFailed => EventReason::DeliveryFailed,
-            NoticeKind::IdleStopped => EventReason::IdleStopped,
-            NoticeKind::Woken => EventReason::Woken,
-            NoticeKind::WorkspacePrepared => EventReason::WorkspacePrepared,
-            NoticeKind::WorkspaceFailed => EventReason::WorkspaceFailed,
-            NoticeKind::WorkspaceKept => EventReason::WorkspaceKept,
-        }
-    }
-
+impl EventReason {
     /// The log event name, in the seed's words.
     pub fn log_event(self) -> &'static str {
         match self {
-            NoticeKind::Started { .. } => "session.started",
-            NoticeKind::Respawned { .. } => "session.respawned",
-            NoticeKind::ResumeFailed(_) => "session.resume_failed",
-            NoticeKind::HarnessExited => "session.exited",
-            NoticeKind::SpawnFailed => "session.spawn_failed",
-            NoticeKind::BackOff => "session.backoff",
-            NoticeKind::Delivered => "event.delivered",
-            NoticeKind::DeliveryFailed => "event.failed",
-            NoticeKind::IdleStopped => "session.idle",
-            NoticeKind::Woken => "session.woken",
-            NoticeKind::WorkspacePrepared => "workspace.prepared",
-            NoticeKind::WorkspaceFailed => "workspace.failed",
-            NoticeKind::WorkspaceKept => "workspace.kept",
-        }
-    }
-
-    /// For a start or respawn: whether it resumed the conversation.
-    pub fn resumed(self) -> Option<bool> {
-        match self {
-            NoticeKind::Started { resumed } | NoticeKind::Respawned { resumed } => Some(resumed),
-            _ => None,
-        }
-    }
-
-    /// The reason to log: the decision table's row for a resume failure, else the Event reason.
-    pub fn detail(self) -> &'static str {
-        match self {
-            NoticeKind::ResumeFailed(why) => why.as_str(),
-            other => other.reason().as_str(),
+            EventReason::Started => "session.started",
+            EventReason::Respawned => "session.respawned",
+            EventReason::ResumeFailed => "session.resume_failed",
+            EventReason::HarnessExited => "session.exited",
+            EventReason::SpawnFailed => "session.spawn_failed",
+            EventReason::BackOff => "session.backoff",
+            EventReason::Delivered => "event.delivered",
+            EventReason::DeliveryFailed => "event.failed",
+            EventReason::IdleStopped => "session.idle",
+            EventReason::Woken => "session.woken",
+            EventReason::WorkspacePrepared => "workspace.prepared",
+            EventReason::WorkspaceFailed => "workspace.failed",
+            EventReason::WorkspaceKept => "workspace.kept",
         }
     }
 
     /// Normal or Warning.
     pub fn severity(self) -> Severity {
         match self {
-            NoticeKind::Started { .. }
-            | NoticeKind::Respawned { .. }
-            | NoticeKind::Delivered
-            | NoticeKind::IdleStopped
-            | NoticeKind::Woken
-            | NoticeKind::WorkspacePrepared => Severity::Normal,
+            EventReason::Started
+            | EventReason::Respawned
+            | EventReason::Delivered
+            | EventReason::IdleStopped
+            | EventReason::Woken
+            | EventReason::WorkspacePrepared => Severity::Normal,
             _ => Severity::Warning,
         }
     }
@@ -443,18 +371,33 @@ impl NoticeKind {
 /// Something to report in logs and as a Kubernetes Event on the WorkSession.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notice {
-    /// What happened.
-    pub kind: NoticeKind,
+    /// What happened: the Event's reason.
+    pub reason: EventReason,
+    /// For [`EventReason::Started`] and [`EventReason::Respawned`]: whether it resumed the conversation.
+    pub resumed: Option<bool>,
+    /// For [`EventReason::ResumeFailed`]: the decision table's row.
+    pub row: Option<ResumeReason>,
     /// Human-readable.
     pub message: String,
 }
 
 impl Notice {
-    pub(crate) fn new(kind: NoticeKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+    pub(crate) fn new(reason: EventReason, message: impl Into<String>) -> Self {
+        Self { reason, resumed: None, row: None, message: message.into() }
+    }
+
+    /// A harness survived its probe: the session's first (`Started`) or a later one (`Respawned`).
+    pub(crate) fn survived(first: bool, resumed: bool, message: impl Into<String>) -> Self {
+        let reason = if first { EventReason::Started } else { EventReason::Respawned };
+        Self { resumed: Some(resumed), ..Self::new(reason, message) }
     }
 
     pub(crate) fn resume_failed(why: ResumeReason, message: impl Into<String>) -> Self {
-        Self::new(NoticeKind::ResumeFailed(why), message)
+        Self { row: Some(why), ..Self::new(EventReason::ResumeFailed, message) }
+    }
+
+    /// The reason to log: the decision table's row for a resume failure, else the Event reason.
+    pub fn detail(&self) -> &'static str {
+        self.row.map_or(self.reason.as_str(), ResumeReason::as_str)
     }
 }

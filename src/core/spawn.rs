@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::resume::{Fresh, try_resume};
 use super::session::{Liveness, Spawn};
 use super::{
-    ARGV_PROMPT_LIMIT, Claim, Decision, INITIAL_PROMPT, Notice, NoticeKind, Op, ReadyReason, Settings, later, until,
+    ARGV_PROMPT_LIMIT, Claim, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings, later, until,
 };
 use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
 use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
@@ -62,7 +62,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         if let Some(retry) = self.status.next_retry_time.clone().filter(|t| t.0 > now) {
             if self.status.phase != Some(Phase::BackOff) {
                 let message = format!("{} quick failures; respawning at {}", self.status.failure_count, retry.0);
-                self.notice(Notice::new(NoticeKind::BackOff, message));
+                self.notice(Notice::new(EventReason::BackOff, message));
             }
             self.status.phase = Some(Phase::BackOff);
             let message = format!("back-off after {} quick failures until {}", self.status.failure_count, retry.0);
@@ -125,7 +125,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 self.status.phase = Some(Phase::Pending);
                 let key = boot.map(|(key, _)| key).unwrap_or(INITIAL_PROMPT);
                 self.set_prompt(key, EventPhase::Failed, None, true, Some(e.to_string()));
-                self.notice(Notice::new(NoticeKind::DeliveryFailed, format!("{key}: {e}")));
+                self.notice(Notice::new(EventReason::DeliveryFailed, format!("{key}: {e}")));
                 self.requeue(Duration::ZERO);
                 return;
             }

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::Liveness;
 use super::resume::{Fresh, ResumeReason};
 use super::spawn::boot_key;
-use super::{Decision, Notice, NoticeKind, ReadyReason, Settings, later, until};
+use super::{Decision, EventReason, Notice, ReadyReason, Settings, later, until};
 use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
 use crate::harness::Profile;
 
@@ -39,7 +39,7 @@ impl Decision<'_, '_> {
                 Err(e) => {
                     self.status.verification = None;
                     let message = format!("the recorded spawn cannot be built again: {e}");
-                    self.fresh_spawn_failed(ReadyReason::SpawnFailed, Notice::new(NoticeKind::SpawnFailed, message));
+                    self.fresh_spawn_failed(ReadyReason::SpawnFailed, Notice::new(EventReason::SpawnFailed, message));
                 }
             }
             return;
@@ -71,7 +71,7 @@ impl Decision<'_, '_> {
         }
         let message =
             format!("fresh conversation {} died within the {}s probe{said}", v.harness_session_id, settings.probe);
-        self.fresh_spawn_failed(ReadyReason::PaneDied, Notice::new(NoticeKind::HarnessExited, message));
+        self.fresh_spawn_failed(ReadyReason::PaneDied, Notice::new(EventReason::HarnessExited, message));
     }
 
     /// The spawn survived its probe: record it. Its boot prompt stays `Delivering` until known delivered.
@@ -112,9 +112,7 @@ impl Decision<'_, '_> {
             event: v.event.clone(),
         });
         let what = if v.resume { "resumed the existing conversation" } else { "started a fresh conversation" };
-        let kind =
-            if first { NoticeKind::Started { resumed: v.resume } } else { NoticeKind::Respawned { resumed: v.resume } };
-        self.notice(Notice::new(kind, format!("{what} {shown} in {}", self.session)));
+        self.notice(Notice::survived(first, v.resume, format!("{what} {shown} in {}", self.session)));
     }
 
     /// The spawn just planned failed.
@@ -125,7 +123,7 @@ impl Decision<'_, '_> {
             return;
         }
         let message = format!("tmux could not start the harness: {failure}");
-        self.fresh_spawn_failed(ReadyReason::SpawnFailed, Notice::new(NoticeKind::SpawnFailed, message));
+        self.fresh_spawn_failed(ReadyReason::SpawnFailed, Notice::new(EventReason::SpawnFailed, message));
     }
 
     /// A resume failed after tmux ran it: report it and fall back to a fresh conversation with the same boot prompt.

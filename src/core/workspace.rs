@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{
-    BACKOFF_BASE, Confinement, Decision, Notice, NoticeKind, Op, ReadyReason, Workspace, WorkspaceReason, backoff,
+    BACKOFF_BASE, Confinement, Decision, EventReason, Notice, Op, ReadyReason, Workspace, WorkspaceReason, backoff,
     later, until,
 };
 use crate::api::{Phase, WorkspaceSpec};
@@ -28,7 +28,7 @@ impl Decision<'_, '_> {
                 let how = if adopted { "adopted the checkout" } else { "prepared a checkout" };
                 let message = format!("{how} {} on branch {branch} at {commit}", input.object.spec.workdir);
                 self.condition(WorkspaceReason::Prepared, true, message.clone());
-                self.notice(Notice::new(NoticeKind::WorkspacePrepared, message));
+                self.notice(Notice::new(EventReason::WorkspacePrepared, message));
                 if !adopted && matches!(input.evidence.room, Confinement::Room(_)) {
                     // Only a checkout the agent made for this very session is ever handed to its room.
                     self.ops.push(Op::MarkPrepared);
@@ -64,7 +64,7 @@ impl Decision<'_, '_> {
                     ReadyReason::WorkspaceNotReady,
                     format!("the workspace is tried again in {}s", wait.as_secs()),
                 );
-                self.notice(Notice::new(NoticeKind::WorkspaceFailed, message));
+                self.notice(Notice::new(EventReason::WorkspaceFailed, message));
                 self.requeue(wait);
                 false
             }

@@ -97,17 +97,17 @@ impl Store for KubeStore {
             note.truncate(cut);
         }
         let event = Event {
-            type_: match notice.kind.severity() {
+            type_: match notice.reason.severity() {
                 Severity::Normal => EventType::Normal,
                 Severity::Warning => EventType::Warning,
             },
-            reason: notice.kind.reason().as_str().into(),
+            reason: notice.reason.as_str().into(),
             note: Some(note),
-            action: notice.kind.log_event().into(),
+            action: notice.reason.log_event().into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, reason = notice.kind.reason().as_str(), "could not record a Kubernetes Event");
+            tracing::warn!(error = %e, reason = notice.reason.as_str(), "could not record a Kubernetes Event");
         }
     }
 }

@@ -227,12 +227,10 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::Event(u) => {
                 format!("event {} {:?}{}", u.event, u.phase, u.via.map(|v| format!(" via {v:?}")).unwrap_or_default())
             }
-            Op::Notice(n) => match n.kind {
-                NoticeKind::Started { resumed: r } | NoticeKind::Respawned { resumed: r } => {
-                    format!("{} resumed={r}", n.kind.log_event())
-                }
-                NoticeKind::ResumeFailed(why) => format!("{} {why}", n.kind.log_event()),
-                _ => n.kind.log_event().to_string(),
+            Op::Notice(n) => match (n.resumed, n.row) {
+                (Some(r), _) => format!("{} resumed={r}", n.reason.log_event()),
+                (_, Some(why)) => format!("{} {why}", n.reason.log_event()),
+                _ => n.reason.log_event().to_string(),
             },
             Op::ReleaseFinalizer => "release finalizer".into(),
             Op::PrepareWorkspace => "prepare workspace".into(),
