@@ -90,15 +90,6 @@ impl Discoveries {
         };
     }
 
-    /// Records the conversation each of `sessions` runs, as their statuses say (the agent's start, before any of them
-    /// reconciled: a session adopting `spec.harnessSessionId` then sees every other's).
-    pub fn seed<'s>(&self, sessions: impl IntoIterator<Item = (String, &'s str)>) {
-        let mut claimed = lock(&self.claimed);
-        for (owner, id) in sessions {
-            claimed.entry(owner).or_insert_with(|| id.to_string());
-        }
-    }
-
     /// The id `owner`'s harness shows, when its status is discovering one.
     pub fn find(
         &self,
@@ -254,7 +245,8 @@ mod tests {
         assert_eq!(d.conversation_holder("conv-x", "b/two").as_deref(), Some("a/one"), "its spawn in flight keeps it");
         d.recorded("/w", "a/one", Some(&WorkSessionStatus::default()), false);
         assert_eq!(d.take(&conv("conv-x"), "b/two"), Ok(()), "released: the second may take it");
-        d.seed([("c/three".to_string(), "conv-y")]);
+        let records = WorkSessionStatus { harness_session_id: Some("conv-y".into()), ..Default::default() };
+        d.recorded("/v", "c/three", Some(&records), false); // as the agent's start does for every session
         assert_eq!(d.conversation_holder("conv-y", "b/two").as_deref(), Some("c/three"), "seeded at the agent's start");
         let workdir = Claim::Workdir("/w".into());
         assert_eq!((d.take(&workdir, "a/one"), d.take(&workdir, "b/two")), (Ok(()), Err("a/one".into())));

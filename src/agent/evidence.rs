@@ -194,8 +194,10 @@ impl<S, T: Tmux> Reconciler<S, T> {
         let session = crate::core::tmux_session(ws, config, |s| observation.session(s).is_some());
         let liveness = observation.liveness(&session.current);
         // Its room (given out now if it has none): where its harness runs and where its HOME is.
+        // Only an object the finalizer guards gets a room: one deleted before that would keep its uid for good.
+        let guarded = ws.finalizers().iter().any(|f| f == FINALIZER) && ws.metadata.deletion_timestamp.is_none();
         let room = match &config.rooms {
-            Some(rooms) if ws.metadata.deletion_timestamp.is_some() => self.rooms.existing(rooms, &owner.1).map(Ok),
+            Some(rooms) if !guarded => self.rooms.existing(rooms, &owner.1).map(Ok),
             Some(rooms) => Some(self.rooms.room_of(rooms, &owner.1, Path::new(&ws.spec.workdir), &agent_dirs(config))),
             None => None,
         };
@@ -221,7 +223,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             room,
             discovering_here: self.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
             id_taken_by: adopting.and_then(|id| self.discoveries.conversation_holder(id, &owner.1)),
-            spawn_failure: self.spawn_failures.take(&owner.1),
+            spawn_failure: status.verification.as_ref().and_then(|v| self.spawn_failures.of(&owner.1, &v.spawn)),
             now: Timestamp::now(),
             new_session_id: uuid::Uuid::new_v4().to_string(),
             session,

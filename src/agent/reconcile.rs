@@ -178,22 +178,37 @@ pub struct Reconciler<S, T> {
 enum Executed {
     /// Every op.
     All,
-    /// Up to a claim another session took first, or a spawn tmux refused: reconcile again at once.
-    Stopped,
+    /// Up to a spawn tmux refused.
+    SpawnRefused,
+    /// Up to a claim another session took first.
+    ClaimLost,
 }
 
-/// Spawns that failed, by session (`namespace/name`): told to that session's next decision, once.
+/// Spawns tmux refused, by session (`namespace/name`): the spawn's tag and what tmux said, told to that session's
+/// decisions while its recorded intent is that spawn's.
 #[derive(Debug, Default)]
-pub struct SpawnFailures(std::sync::Mutex<std::collections::HashMap<String, String>>);
+pub struct SpawnFailures(std::sync::Mutex<std::collections::HashMap<String, (String, String)>>);
 
 impl SpawnFailures {
-    fn put(&self, session: &str, message: String) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(session.to_string(), message);
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, String)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The failure of `session`'s last spawn, if any, forgotten once taken.
-    pub fn take(&self, session: &str) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(session)
+    fn put(&self, session: &str, spawn: &str, message: String) {
+        self.lock().insert(session.to_string(), (spawn.to_string(), message));
+    }
+
+    /// What tmux said when it refused `session`'s spawn tagged `spawn`, if it did.
+    pub fn of(&self, session: &str, spawn: &str) -> Option<String> {
+        self.lock().get(session).filter(|(tag, _)| tag == spawn).map(|(_, message)| message.clone())
+    }
+
+    /// Forgets a failure once `session`'s recorded status verifies another spawn (`verifying`) or none.
+    fn settle(&self, session: &str, verifying: Option<&str>) {
+        let mut failures = self.lock();
+        if failures.get(session).is_some_and(|(tag, _)| Some(tag.as_str()) != verifying) {
+            failures.remove(session);
+        }
     }
 }
 
@@ -203,9 +218,15 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     pub async fn seed_claims(&self) -> Result<(), StoreError> {
         let sessions = self.store.sessions().await?;
         let mine = sessions.iter().filter(|ws| self.node.as_ref().is_none_or(|node| &ws.spec.node_name == node));
-        let recorded = mine
-            .filter_map(|ws| Some((evidence::owner_tags(ws).1, ws.status.as_ref()?.harness_session_id.as_deref()?)));
-        self.discoveries.seed(recorded);
+        let config = self.config.borrow().clone();
+        for ws in mine {
+            // What each records: the conversation it runs, and its workdir while a fresh harness discovers its id.
+            let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
+            let owner = evidence::owner_tags(ws).1;
+            if let Some(status) = &ws.status {
+                self.discoveries.recorded(&ws.spec.workdir, &owner, Some(status), discovers);
+            }
+        }
         Ok(())
     }
 
@@ -261,11 +282,17 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let owner = (gathered.owner.0.as_str(), gathered.owner.1.as_str());
         match self.execute(&ws, owner, &events, &plan, &config).await? {
             Executed::All => {}
-            Executed::Stopped => return Ok(Some(Duration::ZERO)),
+            // The next decision is told (its status is the recorded intent): a resume falls back at once.
+            Executed::SpawnRefused => return Ok(Some(Duration::ZERO)),
+            // The holder's status lets it go when its harness shows its id; look again then, not at once.
+            Executed::ClaimLost => return Ok(Some(core::DISCOVERY_RECHECK)),
         }
         let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         let gone = plan.releases();
         self.discoveries.recorded(&ws.spec.workdir, owner.1, (!gone).then_some(&plan.status), discovers);
+        // A refused spawn is told until a recorded status no longer waits on it.
+        let verifying = plan.status.verification.as_ref().map(|v| v.spawn.as_str()).filter(|_| !gone);
+        self.spawn_failures.settle(owner.1, verifying);
         let recorded = ws.status.clone().unwrap_or_default();
         if plan.status != recorded && !gone {
             self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
@@ -315,7 +342,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::Claim(claim) => {
                     if let Err(other) = self.discoveries.take(claim, owner_name) {
                         tracing::info!(event = "claim.lost", ?claim, holder = other, "another session took it first");
-                        return Ok(Executed::Stopped);
+                        return Ok(Executed::ClaimLost);
                     }
                 }
                 Op::RecordIntent(intent) => {
@@ -338,8 +365,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     };
                     if let Err(message) = spawned {
                         // The recorded intent is the status the next decision starts from; it is told why.
-                        self.spawn_failures.put(owner_name, message);
-                        return Ok(Executed::Stopped);
+                        self.spawn_failures.put(owner_name, &spawn.tag, message);
+                        return Ok(Executed::SpawnRefused);
                     }
                 }
                 Op::Paste { session, key, tag, text } => {
@@ -393,6 +420,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
                     }
                 }
+                Op::Forget => self.spawn_failures.settle(owner_name, None),
                 Op::ReleaseFinalizer => {
                     self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
                 }
@@ -445,6 +473,23 @@ mod tests {
     use std::error::Error;
 
     use super::*;
+
+    /// A refused spawn is told to every decision while the recorded intent is that spawn's (one that returned early,
+    /// the tmux server gone, still finds it), and forgotten once a status verifies another spawn or none.
+    #[test]
+    fn a_refused_spawn_is_told_until_a_status_moves_past_it() {
+        let failures = SpawnFailures::default();
+        failures.put("ns/a", "spawn-1", "no server".into());
+        assert_eq!(failures.of("ns/a", "spawn-1").as_deref(), Some("no server"));
+        assert_eq!(failures.of("ns/a", "spawn-2"), None, "another spawn's intent: not this failure");
+        failures.settle("ns/a", Some("spawn-1"));
+        assert_eq!(failures.of("ns/a", "spawn-1").as_deref(), Some("no server"), "still that intent: kept");
+        failures.settle("ns/a", Some("spawn-2"));
+        assert_eq!(failures.of("ns/a", "spawn-1"), None, "moved past it: forgotten");
+        failures.put("ns/b", "spawn-3", "no server".into());
+        failures.settle("ns/b", None);
+        assert_eq!(failures.of("ns/b", "spawn-3"), None, "gone or verifying nothing: forgotten");
+    }
 
     #[test]
     fn errors_name_their_step_and_keep_their_source() {

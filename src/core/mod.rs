@@ -121,7 +121,7 @@ pub fn decide(input: &Input) -> Plan {
         // The finalizer comes before anything it guards (a harness, a room, a checkout), in a plan of its own: the
         // change wakes the next reconcile, which decides the rest. Without it a deleted object is no longer ours.
         let (ops, requeue_after) =
-            if object.deleting { (Vec::new(), None) } else { (vec![Op::AddFinalizer], Some(Duration::ZERO)) };
+            if object.deleting { (vec![Op::Forget], None) } else { (vec![Op::AddFinalizer], Some(Duration::ZERO)) };
         return Plan { ops, status: object.status.clone(), requeue_after };
     }
     Decision::new(input).run()
@@ -153,9 +153,17 @@ impl<'a, 'i> Decision<'a, 'i> {
         Self { input, session, configured, status, claims, intent, ops, requeue_after: None }
     }
 
-    /// The plan in the executor's order: expired events go, claims are taken, the intent is recorded, then the rest.
+    /// The plan in the executor's order: the room's record of a checkout prepared just now, expired events, claims,
+    /// the intent, then the rest.
     fn plan(mut self) -> Plan {
         let mut ops = Vec::new();
+        let evidence = &self.input.evidence;
+        if let (Workspace::Prepared { adopted: false, .. }, Confinement::Room(_)) = (evidence.workspace, evidence.room)
+        {
+            // Whatever this decision does, and before anything that can fail: the preparation's result is read once,
+            // and only a checkout the agent made for this very session is ever handed to its room.
+            ops.push(Op::MarkPrepared);
+        }
         if let Some(retention) = self.input.context.config.event_retention {
             let (due, next) = queue::expired(self.input.object.finished, self.input.context.now, retention);
             ops.extend(due.into_iter().map(|event| Op::ExpireEvent { event: event.to_string() }));

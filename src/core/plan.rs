@@ -205,9 +205,10 @@ impl Plan {
         })
     }
 
-    /// Whether the plan lets the object go (its finalizer is released).
+    /// Whether the plan lets the object go (its finalizer released, or it is going without one): its status is not
+    /// written and the node holds nothing for it.
     pub fn releases(&self) -> bool {
-        self.ops.contains(&Op::ReleaseFinalizer)
+        self.ops.iter().any(|op| matches!(op, Op::ReleaseFinalizer | Op::Forget))
     }
 }
 
@@ -261,6 +262,9 @@ pub enum Op {
     Notice(Notice),
     /// Drop the agent's finalizer.
     ReleaseFinalizer,
+    /// The object is going without the agent's finalizer: it is no longer this agent's, and nothing of the node is
+    /// held for it any more (its claims, a spawn failure kept for it).
+    Forget,
     /// Start preparing the workspace beside the reconcile (its result is a later [`Evidence::workspace`]).
     PrepareWorkspace,
     /// Note in the room's record that the agent prepared this checkout, so the room may be given it (a checkout the

@@ -20,7 +20,11 @@ impl Decision<'_, '_> {
         let input = self.input;
         let now = input.context.now;
         if self.spawn_never_ran(&v) {
-            // The agent stopped between recording the intent and spawning: the same spawn, not a failure.
+            // The agent stopped between recording the intent and spawning: the same spawn, not a failure; a fresh
+            // one of a discovering harness waits, as any would, while another session of its workdir discovers.
+            if !v.resume && self.waits_for_discovery(profile) {
+                return;
+            }
             v.started = Time(now);
             v.deadline = Time(later(now, Duration::from_secs(settings.probe.into())));
             match self.spawn_op(profile, &v, self.boot_text(&v)) {

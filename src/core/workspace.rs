@@ -8,8 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{
-    BACKOFF_BASE, Confinement, Decision, EventReason, Notice, Op, ReadyReason, Workspace, WorkspaceReason, backoff,
-    later, until,
+    BACKOFF_BASE, Decision, EventReason, Notice, Op, ReadyReason, Workspace, WorkspaceReason, backoff, later, until,
 };
 use crate::api::{Phase, WorkspaceSpec};
 
@@ -29,10 +28,6 @@ impl Decision<'_, '_> {
                 let message = format!("{how} {} on branch {branch} at {commit}", input.object.spec.workdir);
                 self.condition(WorkspaceReason::Prepared, true, message.clone());
                 self.notice(Notice::new(EventReason::WorkspacePrepared, message));
-                if !adopted && matches!(input.evidence.room, Confinement::Room(_)) {
-                    // Only a checkout the agent made for this very session is ever handed to its room.
-                    self.ops.push(Op::MarkPrepared);
-                }
                 true
             }
             Workspace::Preparing => {

@@ -233,6 +233,7 @@ fn ops(plan: &Plan) -> Vec<String> {
                 _ => n.reason.log_event().to_string(),
             },
             Op::ReleaseFinalizer => "release finalizer".into(),
+            Op::Forget => "forget".into(),
             Op::PrepareWorkspace => "prepare workspace".into(),
             Op::RemoveWorkspace => "remove workspace".into(),
         })

@@ -12,7 +12,8 @@ fn without_the_finalizer_the_plan_adds_it_and_nothing_else() {
     assert_eq!((plan.status, plan.requeue_after), (ran_old(), Some(Duration::ZERO)), "status as recorded");
     case.deleting = true;
     let plan = case.decide();
-    assert_eq!((ops(&plan), plan.requeue_after), (Vec::<String>::new(), None), "going without it: not ours");
+    assert_eq!((ops(&plan), plan.requeue_after), (vec!["forget".to_string()], None), "going without it: not ours");
+    assert!(plan.releases(), "nothing of the node is held for it, and its status is not written");
     assert_eq!(plan.status, ran_old());
 }
 
@@ -63,12 +64,37 @@ fn a_checkout_the_agent_prepared_is_marked_for_the_room_before_the_spawn() {
         helper: "/usr/local/bin/worksession".into(),
     });
     let plan = case.decide();
-    let at = |op: &str| ops(&plan).iter().position(|o| o.starts_with(op));
-    assert!(at("mark prepared") < at("spawn") && at("mark prepared").is_some(), "{:?}", ops(&plan));
+    assert_eq!(ops(&plan)[0], "mark prepared", "first: before anything that can fail");
+    assert!(spawned(&plan).contains("--resume"), "{:?}", ops(&plan));
+    // Whatever the decision: the preparation's result is read once, so it is recorded even when nothing spawns.
+    case.spec.suspend = true;
+    assert_eq!(ops(&case.decide())[0], "mark prepared");
+    case.spec.suspend = false;
     let Workspace::Prepared { branch, commit, .. } = prepared else { unreachable!() };
     case.workspace = Workspace::Prepared { branch, commit, adopted: true };
     assert!(!ops(&case.decide()).contains(&"mark prepared".to_string()), "an adopted checkout is never handed over");
     case.workspace = prepared;
     case.room = None;
     assert!(!ops(&case.decide()).contains(&"mark prepared".to_string()), "no room: nothing to hand over");
+}
+
+/// A recorded intent whose spawn never ran (the agent was killed between the two) is run again, but a fresh harness
+/// that discovers its id waits, as a first spawn would, while another session of its workdir discovers (a second
+/// agent's reconcile may have taken the workdir meanwhile).
+#[test]
+fn a_spawn_run_again_waits_for_another_discovery_in_its_workdir() {
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.spec.harness = "codex".into();
+    let intent = case.decide().intent().unwrap().clone();
+    case.status = intent;
+    case.liveness = Liveness::Absent;
+    case.discovering_here = Some("ns/other");
+    let plan = case.decide();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "no claim it would lose, no spawn");
+    assert_eq!(condition(&plan.status, READY), Some(("False", "WaitingForDiscovery")));
+    assert!(plan.status.verification.is_some(), "the intent stays, to be run once the workdir is free");
+    case.discovering_here = None;
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[..2], ["claim workdir /srv/work/repo", "record intent"]);
+    assert!(spawned(&plan).contains("codex"), "{:?}", ops(&plan));
 }
