@@ -12,6 +12,7 @@ pub mod config;
 pub mod core;
 pub mod get;
 pub mod harness;
+pub mod hook;
 pub mod labeler;
 pub mod room;
 pub mod signal;

@@ -101,6 +101,20 @@ enum Command {
         #[command(flatten)]
         at: Where,
     },
+    /// Append what a harness's hook hands over on stdin to a hook file, as one line (run by the harness: a
+    /// hook-backed profile's hooks call it).
+    #[command(hide = true)]
+    Hook {
+        /// The session's hook file.
+        #[arg(long)]
+        out: PathBuf,
+        /// The tag of the spawn whose harness runs the hook.
+        #[arg(long)]
+        spawn: String,
+        /// The hook's event (`SessionStart`, `UserPromptSubmit`, ...).
+        #[arg(long)]
+        event: String,
+    },
     /// Run a harness in its room (the tmux server runs this, as root holding SETUID and SETGID): become the room's
     /// uid and gid with no other group and no capability, HOME and TMPDIR in the room, then exec the command.
     #[command(hide = true)]
@@ -142,13 +156,23 @@ fn main() -> ExitCode {
         eprintln!("worksession room: {e}");
         return ExitCode::from(126);
     }
+    if let Command::Hook { out, spawn, event } = &cli.command {
+        // Run by a harness for each of its hooks: one line appended, nothing else, and quickly.
+        return match worksession::hook::receive(out, event, spawn, std::io::stdin().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("worksession hook: {}: {e}", out.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     runtime.block_on(run(cli))
 }
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Room { .. } => unreachable!("handled before the runtime"),
+        Command::Room { .. } | Command::Hook { .. } => unreachable!("handled before the runtime"),
         Command::Get { args, namespace, all_namespaces, output, watch, local } => {
             get(args, namespace, all_namespaces, output, watch, local).await
         }

@@ -28,28 +28,94 @@ fn claude_bin() -> PathBuf {
     bin
 }
 
-/// A world whose `claude` profile runs the real CLI offline, its `HOME` being the harnesses' home.
+/// A world whose `claude` profile runs the real CLI offline, its `HOME` being the harnesses' home, and whose hooks
+/// run this build's `worksession hook`.
 async fn world() -> World {
-    World::with_config_for(|tmux| {
-        let home = tmux.state();
-        let workdir = tmux.workdir();
-        let config = json!({
-            "hasCompletedOnboarding": true,
-            "projects": {workdir.display().to_string(): {"hasTrustDialogAccepted": true}},
-            "customApiKeyResponses": {"approved": [&KEY[KEY.len() - 20..]], "rejected": []},
-        });
-        std::fs::write(home.join(".claude.json"), config.to_string()).unwrap();
-        let wrapper = home.join("claude-offline");
-        let script = format!(
-            "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}' DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
-            home = home.display(),
-            bin = claude_bin().display(),
-        );
-        std::fs::write(&wrapper, script).unwrap();
-        std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
-        format!("  claude:\n    binary: {}\n", wrapper.display())
+    World::with_yaml(|tmux, yaml| {
+        let receiver = format!("hookReceiver: {}\n", env!("CARGO_BIN_EXE_worksession"));
+        receiver + &yaml + &claude_profile(tmux)
     })
     .await
+}
+
+/// The `claude` profile's binary: a wrapper that runs the installed CLI offline.
+fn claude_profile(tmux: &standin::TmuxServer) -> String {
+    let home = tmux.state();
+    let workdir = tmux.workdir();
+    let config = json!({
+        "hasCompletedOnboarding": true,
+        "projects": {workdir.display().to_string(): {"hasTrustDialogAccepted": true}},
+        "customApiKeyResponses": {"approved": [&KEY[KEY.len() - 20..]], "rejected": []},
+    });
+    std::fs::write(home.join(".claude.json"), config.to_string()).unwrap();
+    let wrapper = home.join("claude-offline");
+    let script = format!(
+        "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}' DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
+        home = home.display(),
+        bin = claude_bin().display(),
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
+    format!("  claude:\n    binary: {}\n", wrapper.display())
+}
+
+/// Types `keys` into `session`'s pane as a person attached to it would, then Enter.
+fn type_in(w: &World, session: &str, keys: &str) {
+    let target = format!("={session}:");
+    for args in [vec!["send-keys", "-t", &target, "-l", keys], vec!["send-keys", "-t", &target, "Enter"]] {
+        let status = std::process::Command::new("tmux").arg("-S").arg(w.tmux.socket()).args(&args).status().unwrap();
+        assert!(status.success(), "tmux {args:?}");
+    }
+}
+
+/// Issue 26, point 3, with the real CLI: a person attached to the idle harness types `/clear` and an instruction; Claude
+/// Code moves to a new conversation under a new id, and its `SessionStart` hook (given per run with `--settings`,
+/// received by `worksession hook`) says so. The status records the new id and keeps the old one; after a crash the
+/// next event lands in the conversation the person was in, not the one before the clear.
+#[tokio::test]
+async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_were() {
+    let w = world().await;
+    // No prompt of its own: offline the CLI retries the unreachable API after one, and a `/clear` typed meanwhile
+    // waits in its queue (measured); idle, it runs at once.
+    w.create_session("cl", json!({"harness": "claude"})).await;
+    let old = recorded_id(&w.await_phase("cl", Phase::Running).await);
+    let session = w.tmux_session("cl");
+    w.tmux.await_output(&session, "for shortcuts").await;
+    type_in(&w, &session, "/clear");
+    let ws = w
+        .await_session("cl", "the conversation after the clear recorded", |ws| {
+            ws.status.as_ref().and_then(|s| s.harness_session_id.as_deref()).is_some_and(|id| id != old)
+        })
+        .await;
+    let new = recorded_id(&ws);
+    assert_eq!(ws.status.as_ref().unwrap().previous_session_ids, [old.as_str()], "the way back is kept");
+    type_in(&w, &session, "the person's own instruction");
+    let (home, workdir) = (w.tmux.state(), w.tmux.workdir());
+    support::eventually("the instruction in the new conversation", || async {
+        let path = worksession::transcript::locate(
+            &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
+            &home,
+            &workdir.display().to_string(),
+            &new,
+        );
+        std::fs::read_to_string(path).ok().filter(|t| t.contains("the person's own instruction"))
+    })
+    .await;
+
+    w.tmux.kill_pane(&session).await;
+    w.send("cl", "cl-1", "after the crash").await;
+    let st = w.await_event("cl-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(new.as_str())));
+    assert!(transcript(&home, &workdir, &new).contains("after the crash"), "resumed where the person was");
+    // The conversation they cleared (idle, it never wrote a transcript) did not get it.
+    let cleared = worksession::transcript::locate(
+        &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
+        &home,
+        &workdir.display().to_string(),
+        &old,
+    );
+    let cleared = std::fs::read_to_string(cleared).unwrap_or_default();
+    assert!(!cleared.contains("after the crash"), "not in the conversation they cleared");
 }
 
 /// Claude Code's transcript of conversation `id` run in `workdir`, under `home`.

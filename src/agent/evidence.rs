@@ -50,6 +50,8 @@ pub struct Gathered {
     pub conversation_found: Option<bool>,
     /// The id a live harness shows for the conversation being discovered, once it shows it.
     pub discovered: Option<String>,
+    /// The conversation the live harness's hooks say it runs, when no other session holds it.
+    pub hooked: Option<String>,
     /// The workspace.
     pub workspace: Found,
     /// Its room: `None` with rooms off, `Err(why)` when it has none.
@@ -95,6 +97,7 @@ impl Gathered {
                 confirmed: &self.confirmed,
                 conversation_found: self.conversation_found,
                 discovered: self.discovered.as_deref(),
+                hooked: self.hooked.as_deref(),
                 workspace: self.workspace.as_input(),
                 room: match &self.room {
                     None => Confinement::Off,
@@ -173,6 +176,7 @@ pub fn owner_tags(ws: &WorkSession) -> (String, String) {
 /// What was read of the harness's side.
 #[derive(Debug, Default)]
 struct Reads {
+    hooked: Option<String>,
     last_output: String,
     screen: Option<String>,
     confirmed: Vec<String>,
@@ -181,6 +185,17 @@ struct Reads {
 }
 
 impl<S, T: Tmux> Reconciler<S, T> {
+    /// How long the hook file of `ws`'s harness is, for a hook-backed profile (`None`: no hooks, or no file yet).
+    pub(super) fn hook_len(&self, ws: &WorkSession, config: &Config) -> Option<u64> {
+        config.harnesses.get(&ws.spec.harness)?.hooks?;
+        let identity = crate::api::identity(ws);
+        let home = match &config.rooms {
+            Some(rooms) => self.rooms.existing(rooms, &identity)?.home,
+            None => config.harness_home.clone()?,
+        };
+        std::fs::symlink_metadata(crate::hook::file_of(&home, &identity)).ok().map(|m| m.len())
+    }
+
     /// Gathers what the decision about `ws` needs beyond `events` and `observation`, and nothing else.
     pub(super) async fn gather(
         &self,
@@ -207,7 +222,8 @@ impl<S, T: Tmux> Reconciler<S, T> {
             None => config.harness_home.as_deref(),
         };
         let status = ws.status.clone().unwrap_or_default();
-        let read = self.read(ws, &status, &pending, (&session.current, liveness), home, config).await;
+        let spawn = observation.session(&session.current).map(|v| v.spawn.as_str());
+        let read = self.read(ws, &status, &pending, (&session.current, liveness, spawn), home, config).await;
         // A conversation to adopt that another session of this node holds is never taken over.
         let adopting = ws.spec.harness_session_id.as_deref().filter(|_| status.harness_session_id.is_none());
         Gathered {
@@ -219,6 +235,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             confirmed: read.confirmed,
             conversation_found: read.conversation_found,
             discovered: read.discovered,
+            hooked: read.hooked.filter(|id| self.discoveries.conversation_holder(id, &owner.1).is_none()),
             workspace: self.workspaces.state(&owner.1, ws),
             room,
             discovering_here: self.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
@@ -237,7 +254,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         ws: &WorkSession,
         status: &WorkSessionStatus,
         events: &[PendingEvent],
-        (session, liveness): (&str, Liveness),
+        (session, liveness, spawn): (&str, Liveness, Option<&str>),
         home: Option<&Path>,
         config: &Config,
     ) -> Reads {
@@ -266,6 +283,14 @@ impl<S, T: Tmux> Reconciler<S, T> {
             evidence.discovered = self.discoveries.find(d, status, place, screen.as_deref(), &owner);
         }
         let Some(home) = home else { return evidence };
+        // What the live harness's hooks said of this spawn: the conversation it runs now (its latest SessionStart).
+        if let (Some(_), Liveness::Alive, Some(spawn)) = (profile.hooks, liveness, spawn) {
+            let (home, identity, spawn) = (home.to_path_buf(), owner_tags(ws).1, spawn.to_string());
+            let read = move || crate::hook::read(&home, &identity);
+            let lines = tokio::task::spawn_blocking(read).await.unwrap_or_default();
+            let started = lines.iter().rev().filter(|l| l.spawn == spawn && l.hook == "SessionStart");
+            evidence.hooked = started.filter_map(|l| l.data["session_id"].as_str()).next().map(str::to_string);
+        }
         let workdir = &ws.spec.workdir;
         // The conversation a respawn would resume; while a fresh spawn is verified, the one it made (if it is in the
         // store, the spawn ran, whatever tmux shows: a restarted tmux server has no session of it).

@@ -69,7 +69,10 @@ pub async fn run_on_changes<S: Changes>(store: S, options: Options) -> std::io::
                 Ok(obs) => {
                     let config = ctx.config.borrow().clone();
                     let server_changes = ctx.observer.server_changes();
-                    wake.extend(wakes.after(&obs, server_changes, &sessions, &config).into_iter().map(|key| key.name));
+                    let hook_len = |ws: &crate::api::WorkSession| ctx.hook_len(ws, &config);
+                    wake.extend(
+                        wakes.after(&obs, server_changes, &sessions, &config, hook_len).into_iter().map(|key| key.name),
+                    );
                 }
                 Err(e) => tracing::warn!(event = "tmux.observe_failed", error = %e, "cannot observe tmux"),
             }

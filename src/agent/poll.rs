@@ -23,6 +23,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub struct Wakes {
     seen: HashMap<ObjectRef<WorkSession>, Liveness>,
+    /// How long each live hook-backed harness's hook file was.
+    hooks: HashMap<ObjectRef<WorkSession>, u64>,
     server_changes_seen: Option<u64>,
 }
 
@@ -37,12 +39,14 @@ impl Wakes {
         server_changes: u64,
         sessions: impl IntoIterator<Item = &'a WorkSession>,
         config: &Config,
+        hook_len: impl Fn(&WorkSession) -> Option<u64>,
     ) -> Vec<ObjectRef<WorkSession>> {
         // The server going away (or coming back) changes every session's Ready, whether or not its liveness changed
         // (an absent harness stays absent when the server goes: found on a node, where status kept saying
         // HarnessNotRunning while the tmux container was down).
         let server_changed = self.server_changes_seen.replace(server_changes).is_some_and(|was| was != server_changes);
         let mut now_seen = HashMap::with_capacity(self.seen.len());
+        let mut hooks = HashMap::with_capacity(self.hooks.len());
         let mut wake = Vec::new();
         for ws in sessions {
             let key = ObjectRef::from_obj(ws);
@@ -51,10 +55,18 @@ impl Wakes {
             if server_changed || self.seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
                 tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");
                 wake.push(key.clone());
+            } else if let Some(len) = hook_len(ws).filter(|_| liveness == Liveness::Alive) {
+                // A live harness's hooks said something (it moved to another conversation, say): one stat a second.
+                if self.hooks.get(&key).is_some_and(|was| *was != len) {
+                    tracing::debug!(event = "hooks.appended", session = %key, "waking the session");
+                    wake.push(key.clone());
+                }
+                hooks.insert(key.clone(), len);
             }
             now_seen.insert(key, liveness);
         }
         self.seen = now_seen;
+        self.hooks = hooks;
         wake
     }
 }
@@ -85,7 +97,8 @@ pub async fn run<S: Store, T: Tmux>(
         tracing::trace!(event = "tmux.polled", server = obs.server, panes = obs.len(), sessions = sessions.len());
         ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
         let server_changes = ctx.observer.server_changes();
-        for key in wakes.after(&obs, server_changes, sessions.iter().map(|ws| &**ws), &config) {
+        let hook_len = |ws: &WorkSession| ctx.hook_len(ws, &config);
+        for key in wakes.after(&obs, server_changes, sessions.iter().map(|ws| &**ws), &config, hook_len) {
             if poke.unbounded_send(key).is_err() {
                 return;
             }
@@ -116,12 +129,16 @@ mod tests {
     fn a_server_that_came_back_and_went_again_between_two_polls_wakes_its_sessions() {
         let (config, ws) = (Config::default(), session(Phase::Pending));
         let mut wakes = Wakes::default();
-        assert_eq!(wakes.after(&server(false), 1, [&ws], &config).len(), 1, "the first poll wakes every session");
-        assert!(wakes.after(&server(false), 1, [&ws], &config).is_empty(), "nothing changed");
+        assert_eq!(
+            wakes.after(&server(false), 1, [&ws], &config, |_| None).len(),
+            1,
+            "the first poll wakes every session"
+        );
+        assert!(wakes.after(&server(false), 1, [&ws], &config, |_| None).is_empty(), "nothing changed");
         // A reconcile saw the server back (and wrote so in status); it went again before this poll: the poll's own
         // looks both say "no server", the count says twice changed.
-        assert_eq!(wakes.after(&server(false), 3, [&ws], &config).len(), 1);
-        assert!(wakes.after(&server(false), 3, [&ws], &config).is_empty());
+        assert_eq!(wakes.after(&server(false), 3, [&ws], &config, |_| None).len(), 1);
+        assert!(wakes.after(&server(false), 3, [&ws], &config, |_| None).is_empty());
     }
 
     #[test]
@@ -129,7 +146,7 @@ mod tests {
         let (config, ws) = (Config::default(), session(Phase::Running));
         let mut wakes = Wakes::default();
         for _ in 0..3 {
-            assert_eq!(wakes.after(&server(true), 0, [&ws], &config).len(), 1);
+            assert_eq!(wakes.after(&server(true), 0, [&ws], &config, |_| None).len(), 1);
         }
     }
 }

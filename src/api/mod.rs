@@ -195,6 +195,11 @@ pub struct WorkSessionStatus {
     /// A recorded conversation that the harness said it cannot find: the next spawn is fresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unresumable_session_id: Option<String>,
+    /// The conversations this session ran before the recorded one, newest first (at most ten): the way back after the
+    /// harness moved to a new conversation (its `/clear`, its compaction) or a fallback started one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub previous_session_ids: Vec<String>,
     /// The delivery of `spec.initialPrompt`, tracked like a WorkEvent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_prompt: Option<PromptStatus>,

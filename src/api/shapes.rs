@@ -126,6 +126,12 @@ pub fn validate_name(kind: Kind, name: &str, namespace: Option<&str>) -> Result<
 const WORKDIR_DOT_SEGMENT_PATTERN: &str = "(^|/)[.][.]?(/|$)";
 /// The CEL rule of `spec.workdir` refusing them (see [`WORKDIR_DOT_SEGMENT_PATTERN`]).
 pub const WORKDIR_DOT_SEGMENT_RULE: &str = "!self.matches('(^|/)[.][.]?(/|$)')";
+/// Whether `value` can go into a tmux format or command string (or a hook's shell command) as it is: letters, digits,
+/// `-`, `/`, `.`, `_` (no space, quote, `;`, `#`, `$`, `~` or brace that a parser would act on).
+pub fn is_tag(value: &str) -> bool {
+    value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/' || b == b'.' || b == b'_')
+}
+
 static URL_USER_INFO: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s]*@").unwrap());
 
 /// `text` without the user info of any URL in it (`https://user:token@host` becomes `https://host`): what status,

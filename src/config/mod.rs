@@ -41,6 +41,17 @@ pub struct Config {
     pub workspaces: WorkspacesConfig,
     /// A Unix user of its own for each session's harness (`rooms`); `None`: all share the tmux server's.
     pub rooms: Option<rooms::RoomsConfig>,
+    /// The `worksession` binary a hook-backed harness runs as its hooks' receiver, where the tmux server runs
+    /// (`hookReceiver`; default: `rooms.helper` with rooms, else this executable when it is `worksession`); `None`:
+    /// no harness is given hooks.
+    pub hook_receiver: Option<PathBuf>,
+}
+
+impl Config {
+    /// The receiver of a hook-backed harness's hooks ([`Config::hook_receiver`], or the rooms' helper).
+    pub fn hook_receiver(&self) -> Option<&Path> {
+        self.hook_receiver.as_deref().or(self.rooms.as_ref().map(|r| r.helper.as_path()))
+    }
 }
 
 /// The default `delivery.readyTimeoutSeconds`.
@@ -92,6 +103,8 @@ impl Default for Config {
             harness_home: std::env::var_os("HOME").map(PathBuf::from),
             workspaces: WorkspacesConfig::default(),
             rooms: None,
+            // A test or a bench binary is no receiver: it names one in its config.
+            hook_receiver: std::env::current_exe().ok().filter(|p| p.file_name().is_some_and(|n| n == "worksession")),
         }
     }
 }
@@ -139,6 +152,7 @@ struct File {
     #[serde(default)]
     delivery: DeliveryFile,
     harness_home: Option<PathBuf>,
+    hook_receiver: Option<PathBuf>,
     #[serde(default)]
     workspaces: workspaces::WorkspacesFile,
     rooms: Option<rooms::RoomsFile>,
@@ -217,6 +231,13 @@ impl Config {
                 return Err(invalid("harnessHome".into(), format!("{} is not an absolute path", home.display())));
             }
             config.harness_home = Some(home);
+        }
+        if let Some(receiver) = file.hook_receiver {
+            if !receiver.is_absolute() {
+                let problem = format!("{} is not an absolute path", receiver.display());
+                return Err(invalid("hookReceiver".into(), problem));
+            }
+            config.hook_receiver = Some(receiver);
         }
         config.workspaces = file.workspaces.into_config(&invalid)?;
         config.rooms = file.rooms.map(|r| r.into_config(&invalid)).transpose()?;

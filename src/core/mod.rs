@@ -27,6 +27,7 @@ mod conditions;
 mod deliver;
 pub mod discover;
 mod exits;
+mod hooks;
 mod idle;
 mod plan;
 pub mod queue;
@@ -36,6 +37,7 @@ mod session;
 mod spawn;
 mod verify;
 mod workspace;
+pub use crate::api::is_tag;
 pub use conditions::{
     ConditionType, ConfinedReason, DiscoveryReason, ReadyReason, Reason, WorkspaceReason, condition, find, has_reason,
     set_condition,
@@ -47,7 +49,7 @@ pub use plan::{
     Object, Observed, Op, PendingEvent, Plan, Room, Severity, Workspace,
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
-pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, is_tag, tmux_session};
+pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, tmux_session};
 pub use workspace::PREPARE_RECHECK;
 
 #[cfg(test)]
@@ -306,6 +308,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         if input.observed.liveness == Liveness::Alive {
             self.discover();
+            self.follow_the_conversation();
         }
         match input.observed.liveness {
             Liveness::Alive => self.deliver_to_live_pane(profile, settings),

@@ -162,6 +162,9 @@ pub struct Evidence<'a> {
     pub conversation_found: Option<bool>,
     /// The id the harness shows for the conversation being discovered, once the executor found it.
     pub discovered: Option<&'a str>,
+    /// The conversation the live harness says it runs (its hooks' latest `SessionStart` of this spawn), when no other
+    /// session of the node holds that id.
+    pub hooked: Option<&'a str>,
     /// The workspace's state.
     pub workspace: Workspace<'a>,
     /// Where its harness runs.
@@ -335,6 +338,8 @@ crate::words::words! {
         WorkspaceFailed,
         /// The workspace was kept (moved aside, or left with work not pushed) when its session went.
         WorkspaceKept,
+        /// The harness moved to another conversation of its own (its hooks said so): the new id is recorded.
+        ConversationChanged,
     }
 }
 
@@ -355,6 +360,7 @@ impl EventReason {
             EventReason::WorkspacePrepared => "workspace.prepared",
             EventReason::WorkspaceFailed => "workspace.failed",
             EventReason::WorkspaceKept => "workspace.kept",
+            EventReason::ConversationChanged => "session.conversation_changed",
         }
     }
 
@@ -366,7 +372,8 @@ impl EventReason {
             | EventReason::Delivered
             | EventReason::IdleStopped
             | EventReason::Woken
-            | EventReason::WorkspacePrepared => Severity::Normal,
+            | EventReason::WorkspacePrepared
+            | EventReason::ConversationChanged => Severity::Normal,
             _ => Severity::Warning,
         }
     }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::api::WorkSession;
+use crate::api::{WorkSession, is_tag};
 use crate::config::Config;
 
 /// Whether a tmux session's harness is running, as one observation saw it.
@@ -75,12 +75,6 @@ pub struct Confine {
     pub uid: u32,
     /// The room's `HOME`.
     pub home: PathBuf,
-}
-
-/// Whether `value` can go into a tmux format or command string as it is: letters, digits, `-`, `/`, `.`, `_` (no
-/// space, quote, `;`, `#`, `$`, `~` or brace that tmux's parser would act on).
-pub fn is_tag(value: &str) -> bool {
-    value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/' || b == b'.' || b == b'_')
 }
 
 /// The tmux sessions of one WorkSession.

@@ -10,7 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::resume::{Fresh, try_resume};
 use super::session::{Liveness, Spawn};
 use super::{
-    ARGV_PROMPT_LIMIT, Claim, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings, later, until,
+    ARGV_PROMPT_LIMIT, Claim, Confinement, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings,
+    later, until,
 };
 use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
 use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
@@ -177,7 +178,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         let mode = if v.resume { Mode::Resume } else { Mode::Fresh };
         // Text, whatever it starts with: a webhook's `/clear` on the command line would switch conversations.
         let prompt = boot.map(|text| profile.as_sent(text, false));
-        let argv = profile.argv(&input.object.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
+        let mut argv = profile.argv(&input.object.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
+        if let Some(mut hooks) = self.hook_args(profile, &v.spawn) {
+            // In front: after the prompt's `--` they would be the prompt.
+            hooks.append(&mut argv);
+            argv = hooks;
+        }
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),
             workdir: input.object.spec.workdir.clone().into(),
@@ -188,6 +194,19 @@ impl<'a, 'i> Decision<'a, 'i> {
             owner_name: input.object.owner_name.to_string(),
             confine: self.confine(),
         }))
+    }
+
+    /// The arguments that give a hook-backed harness its hooks, reporting to the session's hook file in its `HOME`
+    /// (`None`: the profile has none, no receiver is configured, or the harness has no known `HOME`).
+    fn hook_args(&self, profile: &Profile, spawn: &str) -> Option<Vec<String>> {
+        let (style, config) = (profile.hooks?, self.input.context.config);
+        let home = match self.input.evidence.room {
+            Confinement::Room(room) => room.home.as_path(),
+            Confinement::Off => config.harness_home.as_deref()?,
+            Confinement::Unavailable(_) => return None,
+        };
+        let out = crate::harness::hooks::file_of(home, self.input.object.owner_name);
+        crate::harness::hooks::args(style, config.hook_receiver()?, &out, spawn)
     }
 
     /// A recorded intent whose spawn never ran (no session carries its tag, and a fresh one left no conversation in

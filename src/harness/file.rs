@@ -21,6 +21,8 @@ pub struct ProfileFile {
     store_path: Option<String>,
     discover: Option<DiscoverFile>,
     command_prefixes: Option<Vec<String>>,
+    /// `claude`, or empty to turn a built-in profile's off.
+    hooks: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -74,7 +76,16 @@ impl ProfileFile {
             Some(path) => Some(path).filter(|p| !p.is_empty()),
             None => inherited,
         };
+        let hooks = match self.hooks.as_deref() {
+            None => base.as_ref().and_then(|b| b.hooks),
+            Some("") => None,
+            Some(name) => Some(
+                super::hooks::Hooks::from_name(name)
+                    .ok_or_else(|| invalid("hooks", format!("unknown hooks {name:?} (known: claude)")))?,
+            ),
+        };
         let profile = Profile {
+            hooks,
             binary,
             extra_args: self.extra_args.or_else(|| base.as_ref().map(|b| b.extra_args.clone())).unwrap_or_default(),
             interactive: self.interactive.or_else(|| base.as_ref().and_then(|b| b.interactive.clone())),

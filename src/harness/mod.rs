@@ -6,6 +6,7 @@
 //! `copilot`, `cursor` (which cannot be tmux-hosted), `gemini` and `opencode`.
 
 mod file;
+pub mod hooks;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -51,6 +52,8 @@ pub struct Profile {
     /// How the id of a conversation is found once the harness runs, for a harness that cannot be told one at start
     /// (its `interactive` argv has no `{sessionId}`).
     pub discover: Option<Discover>,
+    /// How the harness is given hooks that report what it accepted ([`hooks`]); `None`: it reports nothing.
+    pub hooks: Option<hooks::Hooks>,
     /// What, leading a prompt (after any whitespace), makes the harness run it as one of its own commands (Claude
     /// Code runs a `/clear` given on its command line or pasted, and a pasted `!touch x` in its shell mode): such a
     /// prompt is sent with [`LITERAL_PREFIX`] in front (see [`Profile::literal`]).

@@ -239,6 +239,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         store_path: None,
         discover: None,
         command_prefixes: strings(worksession::harness::COMMAND_PREFIXES),
+        hooks: None,
     }
 }
 

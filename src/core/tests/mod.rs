@@ -7,6 +7,7 @@ use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSp
 mod delivery;
 mod discover;
 mod front_door;
+mod hooks;
 mod idle;
 mod isolation;
 mod resume;
@@ -88,6 +89,7 @@ struct Case {
     found: Option<bool>,
     workspace: Workspace<'static>,
     discovered: Option<&'static str>,
+    hooked: Option<&'static str>,
     discovering_here: Option<&'static str>,
     id_taken_by: Option<&'static str>,
     /// `None`: rooms off; `Some(Err(why))`: on, and none to be had.
@@ -120,6 +122,7 @@ impl Case {
             found: None,
             workspace: Workspace::Ready,
             discovered: None,
+            hooked: None,
             discovering_here: None,
             id_taken_by: None,
             room: None,
@@ -157,6 +160,7 @@ impl Case {
                 confirmed: &self.confirmed,
                 conversation_found: self.found,
                 discovered: self.discovered,
+                hooked: self.hooked,
                 workspace: self.workspace,
                 room: match &self.room {
                     None => Confinement::Off,

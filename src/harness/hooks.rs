@@ -1,0 +1,81 @@
+//! A profile's hooks, as the core uses them: which events a hook-backed harness reports, where its reports go, and the
+//! settings that make it run the receiver (`worksession hook`, [`crate::hook`]) on each.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How a profile's harness is given hooks (`hooks` in a profile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hooks {
+    /// Claude Code: `--settings <json>` in front of its argv, a command hook per event.
+    Claude,
+}
+
+impl Hooks {
+    /// The style written as `name` in a profile.
+    pub fn from_name(name: &str) -> Option<Self> {
+        (name == "claude").then_some(Hooks::Claude)
+    }
+}
+
+/// The events a hook-backed profile asks the harness to report (Claude Code's names).
+pub const EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "Notification", "SessionEnd"];
+
+/// The hook file of the WorkSession `identity` (`namespace/name`) under the harness's `home`.
+pub fn file_of(home: &Path, identity: &str) -> PathBuf {
+    home.join(".worksession/hooks").join(format!("{}.jsonl", identity.replacen('/', "_", 1)))
+}
+
+/// One line of a hook file.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Line {
+    /// The hook's event name (`SessionStart`, ...), as the settings named it.
+    pub hook: String,
+    /// The tag of the spawn whose harness ran the hook: only the live spawn's lines speak of the live harness.
+    pub spawn: String,
+    /// What the harness handed over, as it did (its JSON object), or `null` when that was not JSON.
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// The arguments that make the harness of the spawn tagged `spawn` run the receiver `helper` on each of [`EVENTS`],
+/// appending to `out`; `None` when a value could not go into a hook's command as a plain word (Claude Code runs it
+/// through a shell).
+pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Vec<String>> {
+    let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
+    let (helper, out, spawn) = (plain(helper.to_str()?)?, plain(out.to_str()?)?, plain(spawn)?);
+    match style {
+        Hooks::Claude => {
+            let hooks: serde_json::Map<String, serde_json::Value> = EVENTS
+                .iter()
+                .map(|event| {
+                    let command = format!("{helper} hook --out {out} --spawn {spawn} --event {event}");
+                    (event.to_string(), serde_json::json!([{"hooks": [{"type": "command", "command": command}]}]))
+                })
+                .collect();
+            Some(vec!["--settings".into(), serde_json::json!({ "hooks": hooks }).to_string()])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_settings_name_the_receiver_for_each_event_as_plain_words() {
+        let (helper, out) = (Path::new("/usr/local/bin/worksession"), Path::new("/h/.worksession/hooks/a_b.jsonl"));
+        let args = args(Hooks::Claude, helper, out, "spawn-1").unwrap();
+        assert_eq!(args[0], "--settings");
+        let v: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
+        let command = v["hooks"]["SessionStart"][0]["hooks"][0]["command"].as_str().unwrap();
+        assert_eq!(
+            command,
+            "/usr/local/bin/worksession hook --out /h/.worksession/hooks/a_b.jsonl --spawn spawn-1 --event SessionStart"
+        );
+        assert_eq!(v["hooks"].as_object().unwrap().len(), EVENTS.len());
+        assert_eq!(super::args(Hooks::Claude, Path::new("/bin/x;rm"), out, "s"), None, "never a shell word");
+        assert_eq!(super::args(Hooks::Claude, helper, out, "s $(id)"), None);
+    }
+}
