@@ -42,10 +42,46 @@ pub fn receive(out: &Path, event: &str, spawn: &str, stdin: impl Read) -> std::i
     file.write_all(&line)
 }
 
-/// The lines of the hook file of `identity` under `home`, oldest first (a line that does not parse is skipped).
-pub fn read(home: &Path, identity: &str) -> Vec<Line> {
-    let text = crate::transcript::read_tail(home, &file_of(home, identity), READ_LIMIT).unwrap_or_default();
-    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+/// The longest hook line read back: a `SessionStart` is a few hundred bytes; a longer line (a hostile harness's
+/// padding, say) is skipped unparsed.
+const LINE_LIMIT: usize = 64 << 10;
+
+/// What is read of a line: its hook, its spawn and the conversation it names; everything else is skipped without
+/// being kept (a harness writes the file, so what it holds costs the agent no more than this).
+#[derive(serde::Deserialize)]
+struct Said<'a> {
+    #[serde(borrow)]
+    hook: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    spawn: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    data: Data,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct Data {
+    session_id: Option<String>,
+    source: Option<String>,
+}
+
+/// The conversation the harness of the spawn tagged `spawn` moved to, by the latest `SessionStart` of that spawn in
+/// the hook file of `identity` under `home` whose `source` says it moved (`clear`, `compact`, `resume`): read from
+/// the end of the file's last MiB, one line at a time, stopping at the first.
+pub fn conversation_started(home: &Path, identity: &str, spawn: &str) -> Option<String> {
+    let text = crate::transcript::read_tail(home, &file_of(home, identity), READ_LIMIT)?;
+    let moved = |source: &str| matches!(source, "clear" | "compact" | "resume");
+    text.lines()
+        .rev()
+        .filter(|l| l.len() <= LINE_LIMIT && l.contains("SessionStart") && l.contains(spawn))
+        .filter_map(|l| serde_json::from_str::<Said>(l).ok())
+        .find(|s| s.hook == "SessionStart" && s.spawn == spawn && s.data.source.as_deref().is_some_and(moved))
+        .and_then(|s| s.data.session_id)
+}
+
+/// How long the hook file of `identity` under `home` is (opened as [`crate::transcript::open`] does: below `home`,
+/// through no link), to tell that it grew.
+pub fn length(home: &Path, identity: &str) -> Option<u64> {
+    crate::transcript::open(home, &file_of(home, identity))?.metadata().ok().map(|m| m.len())
 }
 
 #[cfg(test)]
@@ -56,13 +92,22 @@ mod tests {
     fn a_hook_appends_one_line_of_its_own_and_never_through_a_link() {
         let home = tempfile::tempdir().unwrap();
         let out = file_of(home.path(), "agents/repo-12");
+        receive(&out, "SessionStart", "spawn-1", &br#"{"session_id":"first","source":"startup"}"#[..]).unwrap();
+        let started = |spawn| conversation_started(home.path(), "agents/repo-12", spawn);
+        assert_eq!(started("spawn-1"), None, "the start is the spawn's own conversation, no move");
         receive(&out, "SessionStart", "spawn-1", &br#"{"session_id":"abc","source":"clear"}"#[..]).unwrap();
         receive(&out, "UserPromptSubmit", "spawn-1", &b"not json"[..]).unwrap();
-        let lines = read(home.path(), "agents/repo-12");
-        assert_eq!(lines.len(), 2);
-        assert_eq!((lines[0].hook.as_str(), lines[0].spawn.as_str()), ("SessionStart", "spawn-1"));
-        assert_eq!(lines[0].data["session_id"].as_str(), Some("abc"));
-        assert_eq!(lines[1].data, serde_json::Value::Null, "what is not JSON is not passed on");
+        assert_eq!(started("spawn-1").as_deref(), Some("abc"));
+        assert_eq!(started("spawn-2"), None, "another spawn's lines say nothing of this one");
+        let len = length(home.path(), "agents/repo-12").unwrap();
+        let last = std::fs::read_to_string(&out).unwrap().lines().nth(2).unwrap().to_string();
+        assert!(last.contains(r#""data":null"#), "what is not JSON is not passed on: {last}");
+        // Padding a harness appends is skipped unparsed, and the latest move is still found.
+        let padding =
+            format!("{{\"hook\":\"SessionStart\",\"spawn\":\"spawn-1\",\"data\":[{}0]}}\n", "0,".repeat(100_000));
+        std::fs::OpenOptions::new().append(true).open(&out).unwrap().write_all(padding.as_bytes()).unwrap();
+        assert_eq!(started("spawn-1").as_deref(), Some("abc"));
+        assert!(length(home.path(), "agents/repo-12").unwrap() > len, "it grew");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::metadata(out.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);

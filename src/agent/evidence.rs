@@ -193,7 +193,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             Some(rooms) => self.rooms.existing(rooms, &identity)?.home,
             None => config.harness_home.clone()?,
         };
-        std::fs::symlink_metadata(crate::hook::file_of(&home, &identity)).ok().map(|m| m.len())
+        crate::hook::length(&home, &identity)
     }
 
     /// Gathers what the decision about `ws` needs beyond `events` and `observation`, and nothing else.
@@ -286,10 +286,8 @@ impl<S, T: Tmux> Reconciler<S, T> {
         // What the live harness's hooks said of this spawn: the conversation it runs now (its latest SessionStart).
         if let (Some(_), Liveness::Alive, Some(spawn)) = (profile.hooks, liveness, spawn) {
             let (home, identity, spawn) = (home.to_path_buf(), owner_tags(ws).1, spawn.to_string());
-            let read = move || crate::hook::read(&home, &identity);
-            let lines = tokio::task::spawn_blocking(read).await.unwrap_or_default();
-            let started = lines.iter().rev().filter(|l| l.spawn == spawn && l.hook == "SessionStart");
-            evidence.hooked = started.filter_map(|l| l.data["session_id"].as_str()).next().map(str::to_string);
+            let read = move || crate::hook::conversation_started(&home, &identity, &spawn);
+            evidence.hooked = tokio::task::spawn_blocking(read).await.ok().flatten();
         }
         let workdir = &ws.spec.workdir;
         // The conversation a respawn would resume; while a fresh spawn is verified, the one it made (if it is in the

@@ -42,15 +42,16 @@ pub struct Config {
     /// A Unix user of its own for each session's harness (`rooms`); `None`: all share the tmux server's.
     pub rooms: Option<rooms::RoomsConfig>,
     /// The `worksession` binary a hook-backed harness runs as its hooks' receiver, where the tmux server runs
-    /// (`hookReceiver`; default: `rooms.helper` with rooms, else this executable when it is `worksession`); `None`:
-    /// no harness is given hooks.
+    /// (`hookReceiver`, used without rooms; with rooms `rooms.helper` is; default: this executable when it is
+    /// `worksession`); `None`: no harness is given hooks. It must be root's and writable by no harness.
     pub hook_receiver: Option<PathBuf>,
 }
 
 impl Config {
-    /// The receiver of a hook-backed harness's hooks ([`Config::hook_receiver`], or the rooms' helper).
+    /// The receiver of a hook-backed harness's hooks: with rooms their helper, else [`Config::hook_receiver`].
     pub fn hook_receiver(&self) -> Option<&Path> {
-        self.hook_receiver.as_deref().or(self.rooms.as_ref().map(|r| r.helper.as_path()))
+        // With rooms, the helper: the path where the tmux server runs, which the rooms already trust.
+        self.rooms.as_ref().map(|r| r.helper.as_path()).or(self.hook_receiver.as_deref())
     }
 }
 
