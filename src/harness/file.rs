@@ -79,10 +79,10 @@ impl ProfileFile {
         let hooks = match self.hooks.as_deref() {
             None => base.as_ref().and_then(|b| b.hooks),
             Some("") => None,
-            Some(name) => Some(
-                super::hooks::Hooks::from_name(name)
-                    .ok_or_else(|| invalid("hooks", format!("unknown hooks {name:?} (known: claude)")))?,
-            ),
+            Some(name) => Some(super::hooks::Hooks::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = super::hooks::Hooks::ALL.iter().map(|h| h.as_str()).collect();
+                invalid("hooks", format!("unknown hooks {name:?} (known: {})", known.join(", ")))
+            })?),
         };
         let profile = Profile {
             hooks,

@@ -5,17 +5,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// How a profile's harness is given hooks (`hooks` in a profile).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hooks {
-    /// Claude Code: `--settings <json>` in front of its argv, a command hook per event.
-    Claude,
-}
-
-impl Hooks {
-    /// The style written as `name` in a profile.
-    pub fn from_name(name: &str) -> Option<Self> {
-        (name == "claude").then_some(Hooks::Claude)
+crate::words::words! {
+    /// How a profile's harness is given hooks (`hooks` in a profile).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Hooks {
+        /// Claude Code: `--settings <json>` in front of its argv, a command hook per event.
+        Claude = "claude",
     }
 }
 
