@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-pub use crate::harness::hooks::{Line, file_of};
+pub use crate::harness::hooks::{Line, Turn, file_of};
 
 /// The most a hook may hand over on stdin: a prompt is at most what the API allows, far below this.
 const STDIN_LIMIT: u64 = 1 << 20;
@@ -27,7 +27,8 @@ pub fn receive(out: &Path, event: &str, spawn: &str, stdin: impl Read) -> std::i
     let mut input = Vec::new();
     stdin.take(STDIN_LIMIT).read_to_end(&mut input)?;
     let data = serde_json::from_slice(&input).unwrap_or(serde_json::Value::Null);
-    let mut line = serde_json::to_vec(&Line { hook: event.to_string(), spawn: spawn.to_string(), data })?;
+    let (hook, spawn, at) = (event.to_string(), spawn.to_string(), k8s_openapi::jiff::Timestamp::now().to_string());
+    let mut line = serde_json::to_vec(&Line { hook, spawn, at, data })?;
     line.push(b'\n');
     if let Some(dir) = out.parent() {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
@@ -42,46 +43,110 @@ pub fn receive(out: &Path, event: &str, spawn: &str, stdin: impl Read) -> std::i
     file.write_all(&line)
 }
 
-/// The longest hook line read back: a `SessionStart` is a few hundred bytes; a longer line (a hostile harness's
-/// padding, say) is skipped unparsed.
-const LINE_LIMIT: usize = 64 << 10;
+/// The longest hook line read back: a `UserPromptSubmit` carries its prompt (at most [`STDIN_LIMIT`] handed over,
+/// escaped as JSON); a longer line (a hostile harness's padding, say) is skipped unparsed.
+const LINE_LIMIT: usize = 2 * STDIN_LIMIT as usize + 4096;
 
-/// What is read of a line: its hook, its spawn and the conversation it names; everything else is skipped without
-/// being kept (a harness writes the file, so what it holds costs the agent no more than this).
+/// What is read of a line: its hook, spawn and time, and of what the harness handed over only the fields below;
+/// everything else is skipped without being kept (a harness writes the file, so what it holds costs the agent no
+/// more than this).
 #[derive(serde::Deserialize)]
 struct Said<'a> {
     #[serde(borrow)]
     hook: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     spawn: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    at: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
-    data: Data,
+    data: Option<Data>,
 }
 
 #[derive(Default, serde::Deserialize)]
 struct Data {
     session_id: Option<String>,
     source: Option<String>,
+    prompt: Option<String>,
+    message: Option<String>,
+    notification_type: Option<String>,
 }
 
-/// The conversation the harness of the spawn tagged `spawn` moved to, by the latest `SessionStart` of that spawn in
-/// the hook file of `identity` under `home` whose `source` says it moved (`clear`, `compact`, `resume`): read from
-/// the end of the file's last MiB, one line at a time, stopping at the first.
-pub fn conversation_started(home: &Path, identity: &str, spawn: &str) -> Option<String> {
-    let text = crate::transcript::read_tail(home, &file_of(home, identity), READ_LIMIT)?;
+/// A line of the spawn tagged `spawn`, parsed; `None` for any other (or one too long to parse).
+fn said<'l>(line: &'l str, spawn: &str) -> Option<Said<'l>> {
+    if line.len() > LINE_LIMIT || !line.contains(spawn) {
+        return None;
+    }
+    serde_json::from_str::<Said>(line).ok().filter(|s| s.spawn == spawn)
+}
+
+/// What the hooks of one spawn said, read from the session's hook file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// The conversation the harness moved to: its latest `SessionStart` whose `source` says it moved (`clear`,
+    /// `compact`, `resume`).
+    pub moved_to: Option<String>,
+    /// Its latest turn event ([`TURN_EVENTS`]).
+    pub turn: Option<Turn>,
+    /// The prompts it reported taking (`UserPromptSubmit`) from the mark asked for on, each with where its line
+    /// starts in the file.
+    pub prompts: Vec<(u64, String)>,
+    /// How long the file was.
+    pub len: u64,
+}
+
+/// The hooks that say where a harness is in its turn.
+pub const TURN_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "Notification"];
+
+/// Reads what the hooks of the spawn tagged `spawn` said in the hook file of `identity` under `home` (through
+/// [`crate::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end; and from
+/// `mark` on (at most [`crate::transcript::AFTER_MARK_LIMIT`]), the prompts it took.
+pub fn hear(home: &Path, identity: &str, spawn: &str, mark: Option<u64>) -> Option<Heard> {
+    use crate::transcript::{AFTER_MARK_LIMIT, lines, read_from};
+    let path = file_of(home, identity);
+    let len = crate::transcript::length(home, &path)?;
+    let tail_start = len.saturating_sub(READ_LIMIT);
+    let (tail, len) = read_from(home, &path, tail_start, READ_LIMIT)?;
+    let said = |line| said(line, spawn);
     let moved = |source: &str| matches!(source, "clear" | "compact" | "resume");
-    text.lines()
-        .rev()
-        .filter(|l| l.len() <= LINE_LIMIT && l.contains("SessionStart") && l.contains(spawn))
-        .filter_map(|l| serde_json::from_str::<Said>(l).ok())
-        .find(|s| s.hook == "SessionStart" && s.spawn == spawn && s.data.source.as_deref().is_some_and(moved))
-        .and_then(|s| s.data.session_id)
+    let mut heard = Heard { len, ..Heard::default() };
+    let tail_lines: Vec<(u64, &str)> = lines(&tail, tail_start, tail_start > 0).collect();
+    for (_, line) in tail_lines.iter().rev() {
+        if heard.moved_to.is_some() && heard.turn.is_some() {
+            break;
+        }
+        let Some(s) = said(line) else { continue };
+        let data = s.data.unwrap_or_default();
+        if heard.moved_to.is_none() && s.hook == "SessionStart" && data.source.as_deref().is_some_and(moved) {
+            heard.moved_to = data.session_id.clone();
+        }
+        if heard.turn.is_none() && TURN_EVENTS.contains(&s.hook.as_ref()) {
+            let message = data.message.filter(|m| m.len() <= 1024);
+            let at = s.at.and_then(|at| at.parse().ok());
+            heard.turn = Some(Turn { hook: s.hook.into_owned(), at, message, kind: data.notification_type });
+        }
+    }
+    let Some(mark) = mark else { return Some(heard) };
+    let far;
+    let after: Vec<(u64, &str)> = if mark >= tail_start {
+        tail_lines.into_iter().filter(|(at, _)| *at >= mark).collect()
+    } else {
+        far = read_from(home, &path, mark, AFTER_MARK_LIMIT)?.0;
+        lines(&far, mark, false).collect()
+    };
+    heard.prompts = after
+        .into_iter()
+        .filter(|(_, line)| line.contains("UserPromptSubmit"))
+        .filter_map(|(at, line)| Some((at, said(line)?)))
+        .filter(|(_, s)| s.hook == "UserPromptSubmit")
+        .filter_map(|(at, s)| Some((at, s.data?.prompt?)))
+        .collect();
+    Some(heard)
 }
 
 /// How long the hook file of `identity` under `home` is (opened as [`crate::transcript::open`] does: below `home`,
 /// through no link), to tell that it grew.
 pub fn length(home: &Path, identity: &str) -> Option<u64> {
-    crate::transcript::open(home, &file_of(home, identity))?.metadata().ok().map(|m| m.len())
+    crate::transcript::length(home, &file_of(home, identity))
 }
 
 #[cfg(test)]
@@ -93,7 +158,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let out = file_of(home.path(), "agents/repo-12");
         receive(&out, "SessionStart", "spawn-1", &br#"{"session_id":"first","source":"startup"}"#[..]).unwrap();
-        let started = |spawn| conversation_started(home.path(), "agents/repo-12", spawn);
+        let started = |spawn| hear(home.path(), "agents/repo-12", spawn, None).and_then(|h| h.moved_to);
         assert_eq!(started("spawn-1"), None, "the start is the spawn's own conversation, no move");
         receive(&out, "SessionStart", "spawn-1", &br#"{"session_id":"abc","source":"clear"}"#[..]).unwrap();
         receive(&out, "UserPromptSubmit", "spawn-1", &b"not json"[..]).unwrap();
@@ -108,6 +173,28 @@ mod tests {
         std::fs::OpenOptions::new().append(true).open(&out).unwrap().write_all(padding.as_bytes()).unwrap();
         assert_eq!(started("spawn-1").as_deref(), Some("abc"));
         assert!(length(home.path(), "agents/repo-12").unwrap() > len, "it grew");
+        // The latest turn event, and the prompts taken from a mark on.
+        let heard = hear(home.path(), "agents/repo-12", "spawn-1", Some(0)).unwrap();
+        assert_eq!(heard.turn.as_ref().map(|t| t.hook.as_str()), Some("UserPromptSubmit"), "padding is no turn");
+        assert!(heard.turn.unwrap().at.is_some(), "the receiver's time");
+        assert!(heard.prompts.is_empty(), "a prompt that was not JSON is none");
+        let mark = length(home.path(), "agents/repo-12").unwrap();
+        receive(&out, "UserPromptSubmit", "spawn-1", &br#"{"prompt":"yes"}"#[..]).unwrap();
+        receive(&out, "UserPromptSubmit", "spawn-2", &br#"{"prompt":"not this spawn"}"#[..]).unwrap();
+        receive(
+            &out,
+            "Notification",
+            "spawn-1",
+            &br#"{"message":"Claude needs your permission","notification_type":"permission_prompt"}"#[..],
+        )
+        .unwrap();
+        let heard = hear(home.path(), "agents/repo-12", "spawn-1", Some(mark)).unwrap();
+        assert_eq!(heard.prompts, [(mark, "yes".to_string())]);
+        let turn = heard.turn.unwrap();
+        assert_eq!((turn.hook.as_str(), turn.kind.as_deref()), ("Notification", Some("permission_prompt")));
+        assert_eq!(turn.message.as_deref(), Some("Claude needs your permission"));
+        let later = hear(home.path(), "agents/repo-12", "spawn-1", Some(mark + 1)).unwrap();
+        assert!(later.prompts.is_empty(), "only what comes from the mark on");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::metadata(out.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);

@@ -52,8 +52,68 @@ pub fn read_tail(home: &Path, path: &Path, limit: u64) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// How much of a transcript is read: its last 64 MiB (a prompt just sent is at its end).
-pub const TRANSCRIPT_LIMIT: u64 = 64 << 20;
+/// How much of a harness's record is read after a mark (where it stood when a prompt was sent): the harness writes
+/// the prompt within its next few lines.
+pub const AFTER_MARK_LIMIT: u64 = 4 << 20;
+
+/// At most `limit` bytes of a file a harness wrote ([`open`]) from `start`, and how long the file is.
+pub fn read_from(home: &Path, path: &Path, start: u64, limit: u64) -> Option<(Vec<u8>, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = open(home, path)?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(start.min(len))).ok()?;
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes).ok()?;
+    Some((bytes, len))
+}
+
+/// How long a file a harness wrote ([`open`]) is.
+pub fn length(home: &Path, path: &Path) -> Option<u64> {
+    open(home, path)?.metadata().ok().map(|m| m.len())
+}
+
+/// The whole lines of `bytes` (read from `start` of a file), each with where it starts in the file: a first line
+/// cut by the read (`cut_first`) and a last one not yet ended by its newline (being written) are left out, and so is
+/// a line that is not UTF-8.
+pub fn lines(bytes: &[u8], start: u64, cut_first: bool) -> impl Iterator<Item = (u64, &str)> {
+    let mut at = start;
+    let mut pieces = bytes.split_inclusive(|b| *b == b'\n').peekable();
+    if cut_first {
+        at += pieces.next().map_or(0, |p| p.len() as u64);
+    }
+    pieces.filter_map(move |piece| {
+        let offset = at;
+        at += piece.len() as u64;
+        let line = piece.strip_suffix(b"\n")?;
+        Some((offset, std::str::from_utf8(line).ok()?))
+    })
+}
+
+/// A prompt's words: its text with every run of whitespace one space, none at its ends. A harness may store a prompt
+/// with its whitespace altered (Claude Code expands a tab to four spaces, in its transcript and its hooks alike).
+pub fn words(prompt: &str) -> String {
+    prompt.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether the JSON line `line` holds a string whose [`words`] are `words` (not empty): a prompt as the harness
+/// recorded it, whole, not a mention of it inside other text.
+pub fn holds(line: &str, words: &str) -> bool {
+    // Parsed only when the prompt's first word is there as JSON writes it.
+    let Some(first) = words.split(' ').next().filter(|w| !w.is_empty()) else { return false };
+    let quoted = serde_json::to_string(first).expect("a string serializes");
+    if !line.contains(&quoted[1..quoted.len() - 1]) {
+        return false;
+    }
+    fn any(value: &serde_json::Value, words: &str) -> bool {
+        match value {
+            serde_json::Value::String(s) => s.len() >= words.len() && self::words(s) == words,
+            serde_json::Value::Array(items) => items.iter().any(|v| any(v, words)),
+            serde_json::Value::Object(map) => map.values().any(|v| any(v, words)),
+            _ => false,
+        }
+    }
+    serde_json::from_str(line).is_ok_and(|value| any(&value, words))
+}
 
 /// Whether `transcript` holds `prompt` as a harness writes it: JSON-escaped inside a line. Tabs are also looked for
 /// as the Claude Code CLI writes a prompt typed while it is busy (expanded to four spaces).
@@ -102,6 +162,31 @@ mod tests {
         assert_eq!(read("zero.jsonl"), None, "a device");
         assert_eq!(read("../secret"), None, "out of the home");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_prompt_is_held_whole_and_by_its_words_not_mentioned() {
+        let line = r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"say \"hi\"\n  then    stop "}]}}"#;
+        assert!(holds(line, &words("say \"hi\"\nthen\tstop")), "whitespace altered");
+        assert!(!holds(line, &words("say \"hi\"")), "a part is not the prompt");
+        let mention = r#"{"type":"assistant","message":{"content":"you said yes"}}"#;
+        assert!(!holds(mention, "yes"), "a mention inside other text");
+        assert!(holds(r#"{"content":"yes"}"#, "yes"));
+        assert!(!holds(r#"{"content":""}"#, ""), "an empty prompt is never evidence");
+        assert!(!holds("not json yes", "yes"));
+    }
+
+    #[test]
+    fn only_whole_lines_are_read_each_with_its_offset() {
+        let bytes = b"cut}\n{\"a\":1}\n\xff\n{\"b\":2}\n{\"c\"";
+        let read: Vec<(u64, &str)> = lines(bytes, 100, true).collect();
+        assert_eq!(
+            read,
+            [(105, r#"{"a":1}"#), (115, r#"{"b":2}"#)],
+            "no cut line, no bad UTF-8, no line being written"
+        );
+        let read: Vec<(u64, &str)> = lines(b"x\ny\n", 0, false).collect();
+        assert_eq!(read, [(0, "x"), (2, "y")]);
     }
 
     #[test]

@@ -207,7 +207,7 @@ async fn reports_events_metrics_and_health() {
 
 #[tokio::test]
 async fn delivered_events_are_deleted_after_the_retention() {
-    let w = World::with_config("delivery:\n  retentionSeconds: 2\n").await;
+    let w = World::with_yaml(|_, yaml| yaml.replace("delivery:\n", "delivery:\n  retentionSeconds: 2\n")).await;
     w.create_session("pi", json!({})).await;
     w.await_phase("pi", Phase::Running).await;
     w.send("pi", "pi-1", "short-lived").await;

@@ -32,8 +32,9 @@ fn claude_bin() -> PathBuf {
 /// run this build's `worksession hook`.
 async fn world() -> World {
     World::with_yaml(|tmux, yaml| {
-        let receiver = format!("hookReceiver: {}\n", env!("CARGO_BIN_EXE_worksession"));
-        receiver + &yaml + &claude_profile(tmux)
+        // Offline, the CLI takes its command-line prompt some 12 s after it starts (measured): room to spare.
+        let yaml = yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 120");
+        yaml + &claude_profile(tmux)
     })
     .await
 }

@@ -15,10 +15,10 @@ use crate::api::{EventPhase, Phase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::discover::discovering;
 use crate::core::{
-    Confinement, Context, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Object, Observed, PendingEvent, Room,
+    Confinement, Context, Evidence, FinishedEvent, Input, Object, Observed, PendingEvent, Proof, Record, Room,
     TmuxSession, initial_prompt_owed, queue, resume,
 };
-use crate::harness::clean_prompt;
+use crate::harness::hooks::Turn;
 use crate::store::FINALIZER;
 use crate::tmux::{Liveness, Observation, Tmux};
 use crate::transcript;
@@ -43,8 +43,12 @@ pub struct Gathered {
     pub last_output: String,
     /// A live pane's visible text.
     pub screen: Option<String>,
-    /// Keys of sent prompts the transcript shows.
+    /// Keys of sent prompts the harness's record shows it took.
     pub confirmed: Vec<String>,
+    /// That record.
+    pub record: Record,
+    /// The live spawn's latest turn event.
+    pub turn: Option<Turn>,
     /// Whether the conversation a respawn would resume (while a fresh spawn is verified: the one it made) is in the
     /// harness's store.
     pub conversation_found: Option<bool>,
@@ -95,6 +99,8 @@ impl Gathered {
             },
             evidence: Evidence {
                 confirmed: &self.confirmed,
+                record: self.record,
+                turn: self.turn.as_ref(),
                 conversation_found: self.conversation_found,
                 discovered: self.discovered.as_deref(),
                 hooked: self.hooked.as_deref(),
@@ -131,6 +137,8 @@ pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingEvent> {
                 phase: status.phase.unwrap_or(EventPhase::Pending),
                 sent: status.sent_time.map(|t| t.0),
                 via: status.via,
+                offset: status.sent_offset,
+                attempts: status.attempts,
                 ..PendingEvent::pending(&e.name_any(), &e.spec.prompt, created)
             }
         })
@@ -177,6 +185,8 @@ pub fn owner_tags(ws: &WorkSession) -> (String, String) {
 #[derive(Debug, Default)]
 struct Reads {
     hooked: Option<String>,
+    turn: Option<Turn>,
+    record: Record,
     last_output: String,
     screen: Option<String>,
     confirmed: Vec<String>,
@@ -185,7 +195,8 @@ struct Reads {
 }
 
 impl<S, T: Tmux> Reconciler<S, T> {
-    /// How long the hook file of `ws`'s harness is, for a hook-backed profile (`None`: no hooks, or no file yet).
+    /// How long the hook file of `ws`'s harness is (0 while there is none), for a hook-backed profile (`None`: no
+    /// hooks, or no `HOME` for them).
     pub(super) fn hook_len(&self, ws: &WorkSession, config: &Config) -> Option<u64> {
         config.harnesses.get(&ws.spec.harness)?.hooks?;
         let identity = crate::api::identity(ws);
@@ -193,7 +204,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             Some(rooms) => self.rooms.existing(rooms, &identity)?.home,
             None => config.harness_home.clone()?,
         };
-        crate::hook::length(&home, &identity)
+        Some(crate::hook::length(&home, &identity).unwrap_or(0))
     }
 
     /// Gathers what the decision about `ws` needs beyond `events` and `observation`, and nothing else.
@@ -233,6 +244,8 @@ impl<S, T: Tmux> Reconciler<S, T> {
             last_output: read.last_output,
             screen: read.screen,
             confirmed: read.confirmed,
+            record: read.record,
+            turn: read.turn,
             conversation_found: read.conversation_found,
             discovered: read.discovered,
             hooked: read.hooked.filter(|id| self.discoveries.conversation_holder(id, &owner.1).is_none()),
@@ -283,12 +296,6 @@ impl<S, T: Tmux> Reconciler<S, T> {
             evidence.discovered = self.discoveries.find(d, status, place, screen.as_deref(), &owner);
         }
         let Some(home) = home else { return evidence };
-        // What the live harness's hooks said of this spawn: the conversation it runs now (its latest SessionStart).
-        if let (Some(_), Liveness::Alive, Some(spawn)) = (profile.hooks, liveness, spawn) {
-            let (home, identity, spawn) = (home.to_path_buf(), owner_tags(ws).1, spawn.to_string());
-            let read = move || crate::hook::conversation_started(&home, &identity, &spawn);
-            evidence.hooked = tokio::task::spawn_blocking(read).await.ok().flatten();
-        }
         let workdir = &ws.spec.workdir;
         // The conversation a respawn would resume; while a fresh spawn is verified, the one it made (if it is in the
         // store, the spawn ran, whatever tmux shows: a restarted tmux server has no session of it).
@@ -303,35 +310,28 @@ impl<S, T: Tmux> Reconciler<S, T> {
         {
             evidence.conversation_found = Some(transcript::locate(store, home, workdir, id).exists());
         }
-        let Some(template) = &profile.conversation_path else { return evidence };
-        let current =
-            status.verification.as_ref().map(|v| &v.harness_session_id).or(status.harness_session_id.as_ref());
-        let mut sent: Vec<(&str, &str)> = events
-            .iter()
-            .filter(|e| e.phase == EventPhase::Delivering)
-            .map(|e| (e.name.as_str(), e.prompt.as_str()))
-            .collect();
-        if initial == Some(EventPhase::Delivering) {
-            sent.insert(0, (INITIAL_PROMPT, ws.spec.initial_prompt.as_deref().unwrap_or_default()));
-        }
-        if let (Some(id), false) = (current, sent.is_empty()) {
-            let path = transcript::locate(template, home, workdir, id);
-            let home = home.to_path_buf();
-            // Read off the runtime's threads: a transcript grows to megabytes.
-            let text =
-                tokio::task::spawn_blocking(move || transcript::read_tail(&home, &path, transcript::TRANSCRIPT_LIMIT))
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
-            // As sent: a prompt that starts with a command prefix went with the literal mark in front.
-            let shows = |prompt: &str| {
-                transcript::contains(&text, &clean_prompt(prompt))
-                    || transcript::contains(&text, &profile.as_sent(prompt, false))
-            };
-            evidence.confirmed =
-                sent.iter().filter(|(_, prompt)| shows(prompt)).map(|(key, _)| key.to_string()).collect();
-        }
+        // What the harness's own record says of the prompts sent to it.
+        let sent = super::record::sent(&ws.spec, status, events);
+        let identity = owner_tags(ws).1;
+        let place = super::record::Place { home, identity: &identity, workdir, spawn };
+        let proof = crate::core::Proof::of(profile, config, Some(home), &identity);
+        let said = match proof {
+            Proof::Hooks => super::record::hooks(&place, &sent, profile).await,
+            Proof::Transcript => {
+                // The conversation running (a spawn verified: the one it runs), or the one a resume would take.
+                let running = status.verification.as_ref().map(|v| v.harness_session_id.as_str());
+                let id = match liveness {
+                    Liveness::Alive => running.or(status.harness_session_id.as_deref()),
+                    Liveness::Dead | Liveness::Absent => {
+                        running.or(resume::candidate(&ws.spec, status).map(|s| s.as_str()))
+                    }
+                };
+                super::record::transcript(&place, id, &sent, profile).await
+            }
+            Proof::Settle => super::record::Said::default(),
+        };
+        evidence.record = Record { proof, len: said.len };
+        (evidence.confirmed, evidence.hooked, evidence.turn) = (said.confirmed, said.moved_to, said.turn);
         evidence
     }
 }

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod on_changes;
 pub mod poll;
 pub mod reconcile;
+pub mod record;
 pub mod workspaces;
 
 use std::net::SocketAddr;

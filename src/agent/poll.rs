@@ -52,16 +52,19 @@ impl Wakes {
             let key = ObjectRef::from_obj(ws);
             let liveness = obs.liveness(&crate::core::tmux_session(ws, config, |s| obs.session(s).is_some()).current);
             let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
+            // A live harness's hooks said something (it took a prompt, finished its turn, moved to another
+            // conversation): one stat a second. A file not seen before grew from nothing.
+            let hooked = hook_len(ws).filter(|_| liveness == Liveness::Alive);
+            let said = hooked.is_some_and(|len| self.hooks.get(&key).copied().unwrap_or(0) != len);
+            if let Some(len) = hooked {
+                hooks.insert(key.clone(), len);
+            }
             if server_changed || self.seen.get(&key) != Some(&liveness) || (running && liveness != Liveness::Alive) {
                 tracing::debug!(event = "tmux.liveness_changed", session = %key, ?liveness, "waking the session");
                 wake.push(key.clone());
-            } else if let Some(len) = hook_len(ws).filter(|_| liveness == Liveness::Alive) {
-                // A live harness's hooks said something (it moved to another conversation, say): one stat a second.
-                if self.hooks.get(&key).is_some_and(|was| *was != len) {
-                    tracing::debug!(event = "hooks.appended", session = %key, "waking the session");
-                    wake.push(key.clone());
-                }
-                hooks.insert(key.clone(), len);
+            } else if said {
+                tracing::debug!(event = "hooks.appended", session = %key, "waking the session");
+                wake.push(key.clone());
             }
             now_seen.insert(key, liveness);
         }

@@ -217,9 +217,16 @@ pub struct PromptStatus {
     /// When it was sent to the pane it is `Delivering` to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_time: Option<Time>,
+    /// How long the harness's record (its hook file with hooks, else its transcript) was when it was sent: only what
+    /// the harness writes after that point confirms it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_offset: Option<u64>,
     /// When it was known delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_at: Option<Time>,
+    /// Delivery attempts so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
     /// How it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<Via>,
@@ -229,6 +236,10 @@ pub struct PromptStatus {
     /// Why it is where it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 crate::words::words! {
@@ -380,12 +391,17 @@ pub struct WorkEventStatus {
     /// Where the delivery is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<EventPhase>,
-    /// When delivery was known: the harness's transcript showed the prompt, or its pane outlived the settle window.
+    /// When delivery was known: the harness's hooks reported it, its transcript showed it, or its pane outlived the
+    /// settle window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_at: Option<Time>,
     /// When it was sent to the pane it is `Delivering` to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_time: Option<Time>,
+    /// How long the harness's record (its hook file with hooks, else its transcript) was when it was sent: only what
+    /// the harness writes after that point confirms it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_offset: Option<u64>,
     /// How it reached the harness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<Via>,
@@ -408,8 +424,8 @@ crate::words::words! {
         Pending,
         /// Sent to a harness, not yet known to have reached a conversation that lives on.
         Delivering,
-        /// Known to have reached the conversation (the transcript shows it, or its pane outlived the settle window);
-        /// never taken back.
+        /// Known to have reached the conversation (the harness's hooks reported it, its transcript shows it, or its
+        /// pane outlived the settle window); never taken back.
         Delivered,
         /// Cannot be delivered; see `message`.
         Failed,

@@ -34,6 +34,9 @@ pub struct Config {
     pub event_retention: Option<std::time::Duration>,
     /// How long a prompt waits for its pane to show the profile's `readyPattern` before it fails.
     pub ready_timeout: Duration,
+    /// How long a sent prompt waits for the harness's word (its hooks, its transcript) before it is sent once more,
+    /// and after a second attempt, fails (`delivery.confirmTimeoutSeconds`).
+    pub confirm_timeout: Duration,
     /// The harnesses' `HOME`, the `{home}` of a profile's `conversationPath` (`harnessHome`; default: the agent's
     /// own `HOME`).
     pub harness_home: Option<PathBuf>,
@@ -57,6 +60,9 @@ impl Config {
 
 /// The default `delivery.readyTimeoutSeconds`.
 pub const DEFAULT_READY_TIMEOUT_SECONDS: u64 = 120;
+/// The default `delivery.confirmTimeoutSeconds`: a harness's hook or transcript says so within a second or two, even
+/// while it is busy (a prompt pasted into a busy Claude Code is queued and reported at once, measured).
+pub const DEFAULT_CONFIRM_TIMEOUT_SECONDS: u64 = 300;
 
 /// The default `delivery.retentionSeconds`: one hour, as Kubernetes keeps its Events. At 1,000 nodes with 50 sessions
 /// each and 10 events per session per day, a day of events would fill most of etcd's default 2 GiB quota; an hour
@@ -101,6 +107,7 @@ impl Default for Config {
             harnesses: harness::builtin(),
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
             ready_timeout: Duration::from_secs(DEFAULT_READY_TIMEOUT_SECONDS),
+            confirm_timeout: Duration::from_secs(DEFAULT_CONFIRM_TIMEOUT_SECONDS),
             harness_home: std::env::var_os("HOME").map(PathBuf::from),
             workspaces: WorkspacesConfig::default(),
             rooms: None,
@@ -165,6 +172,7 @@ struct DeliveryFile {
     /// 0: keep delivered events.
     retention_seconds: Option<u64>,
     ready_timeout_seconds: Option<u64>,
+    confirm_timeout_seconds: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -226,6 +234,12 @@ impl Config {
                 return Err(invalid("delivery.readyTimeoutSeconds".into(), "must be between 1 and 3600".into()));
             }
             config.ready_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = file.delivery.confirm_timeout_seconds {
+            if !(1..=3600).contains(&secs) {
+                return Err(invalid("delivery.confirmTimeoutSeconds".into(), "must be between 1 and 3600".into()));
+            }
+            config.confirm_timeout = Duration::from_secs(secs);
         }
         if let Some(home) = file.harness_home {
             if !home.is_absolute() {
@@ -396,6 +410,7 @@ harnesses:
 delivery:
   retentionSeconds: 3600
   readyTimeoutSeconds: 30
+  confirmTimeoutSeconds: 45
 harnessHome: /srv/home
 "#,
         )
@@ -421,6 +436,7 @@ harnessHome: /srv/home
         assert!(mine.resume_failed("No conversation found with session ID: id"));
         assert!(mine.ready(Some("> ")) && !mine.ready(Some("booting")));
         assert_eq!(mine.conversation_path.as_deref(), Some("{home}/.myharness/{cwdSlug}/{sessionId}.jsonl"));
+        assert_eq!(c.confirm_timeout, Duration::from_secs(45));
         assert_eq!(
             (c.ready_timeout, c.harness_home.as_deref()),
             (Duration::from_secs(30), Some(Path::new("/srv/home")))
@@ -456,6 +472,7 @@ harnessHome: /srv/home
             refused("harnesses:\n  x:\n    binary: x\n    readyPattern: '['\n").contains("harnesses.x.readyPattern")
         );
         assert!(refused("delivery:\n  readyTimeoutSeconds: 0\n").contains("delivery.readyTimeoutSeconds"));
+        assert!(refused("delivery:\n  confirmTimeoutSeconds: 0\n").contains("delivery.confirmTimeoutSeconds"));
         assert!(refused("harnessHome: relative/home\n").contains("harnessHome"));
         assert!(refused("workspaces:\n  protocols: [https, ftp]\n").contains("workspaces.protocols"));
         assert!(refused("workspaces:\n  credentials: {hosts: ['*']}\n").contains("workspaces.credentials.hosts"));

@@ -22,6 +22,8 @@ words! {
         Confined,
         /// Whether the work item's checkout (`spec.workspace`) is prepared.
         WorkspaceReady,
+        /// What the live harness is doing, as its hooks say (hook-backed profiles only).
+        Activity,
     }
 }
 
@@ -138,7 +140,22 @@ words! {
     }
 }
 
+words! {
+    /// The `Activity` condition's reasons: what the harness's hooks last said (`True` only while it works).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum ActivityReason {
+        /// `True`: it took a prompt and works on it (`UserPromptSubmit`).
+        Working,
+        /// `False`: it waits for a person (a `Notification`: a permission to grant, a question); the message has its
+        /// words.
+        WaitingForInput,
+        /// `False`: its turn is over, or it has not begun one (`Stop`, `SessionStart`, an idle `Notification`).
+        Idle,
+    }
+}
+
 reasons_of! {
+    ActivityReason => Activity,
     ReadyReason => Ready,
     ResumeReason => Resumed,
     DiscoveryReason => ConversationId,

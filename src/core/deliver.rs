@@ -1,19 +1,77 @@
 //! Delivery: every prompt (`initialPrompt`, then the WorkEvents, oldest first) is tracked until it is known
-//! delivered. A sent prompt is `Delivering`; it becomes `Delivered` when the harness's transcript shows it, or when
-//! its pane outlived the window that proves it (the probe since the send, and the settle window after a resume).
-//! A live pane gets pending prompts pasted once its harness shows it is ready; a pane that dies returns every
-//! unconfirmed prompt to `Pending` (see [`super::exits`]).
+//! delivered. A sent prompt is `Delivering`, with where the harness's record stood when it was sent; it becomes
+//! `Delivered` by the [`Proof`] its harness offers: its hooks report that very prompt taken after that point, or its
+//! transcript shows it after that point, or (with neither) its pane outlived the window that proves it (the probe
+//! since the send, and the settle window after a resume). A prompt the record does not confirm within
+//! `delivery.confirmTimeoutSeconds` is sent once more, then `Failed`. A live pane gets pending prompts pasted once its
+//! harness shows it is ready; a pane that dies returns every unconfirmed prompt to `Pending` (see [`super::exits`]).
 
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings, later, until};
+use super::{
+    Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings, later, until,
+};
 use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
+use crate::config::Config;
 use crate::harness::Profile;
 
 /// How often a prompt waiting for the ready pattern, or for its transcript, is looked at again.
 pub const DELIVERY_RECHECK: Duration = Duration::from_millis(500);
+
+/// How many times a prompt its harness's record never confirmed is sent before it fails.
+pub const CONFIRM_ATTEMPTS: u32 = 2;
+
+/// What tells that a sent prompt reached the conversation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Proof {
+    /// The harness's hooks: its `UserPromptSubmit` of the live spawn reports the prompt.
+    Hooks,
+    /// The harness's transcript (`conversationPath`) shows it.
+    Transcript,
+    /// Neither: the pane outlived the probe since the send and the settle window after a respawn.
+    #[default]
+    Settle,
+}
+
+impl Proof {
+    /// The proof a harness of `profile` offers when run for the WorkSession `identity` with its `HOME` at `home`:
+    /// hooks where it is given them (a hook-backed profile, a receiver, a `HOME` for its hook file), else its
+    /// transcript where the profile names one, else the settle window.
+    pub fn of(profile: &Profile, config: &Config, home: Option<&Path>, identity: &str) -> Self {
+        if hook_args(profile, config, home, identity, "spawn").is_some() {
+            Proof::Hooks
+        } else if profile.conversation_path.is_some() {
+            Proof::Transcript
+        } else {
+            Proof::Settle
+        }
+    }
+
+    /// Its words in a message.
+    fn said(self) -> &'static str {
+        match self {
+            Proof::Hooks => "the harness's UserPromptSubmit hook",
+            Proof::Transcript => "the harness's transcript",
+            Proof::Settle => "its pane outliving the settle window",
+        }
+    }
+}
+
+/// The arguments that give a harness of `profile` its hooks, reporting for the spawn tagged `spawn` to the hook file
+/// of `identity` in its `home`; `None` where it is given none.
+pub fn hook_args(
+    profile: &Profile,
+    config: &Config,
+    home: Option<&Path>,
+    identity: &str,
+    spawn: &str,
+) -> Option<Vec<String>> {
+    let out = crate::harness::hooks::file_of(home?, identity);
+    crate::harness::hooks::args(profile.hooks?, config.hook_receiver()?, &out, spawn)
+}
 
 /// One prompt not yet known delivered.
 #[derive(Clone, Debug)]
@@ -29,6 +87,25 @@ pub(super) struct Prompt<'i> {
     pub created: Timestamp,
     /// Sent as it is, for the harness to take as its command (`spec.command`).
     pub command: bool,
+    /// Delivery attempts so far.
+    pub attempts: u32,
+}
+
+/// The tag a paste gives its tmux session: the prompt's, its attempt, and the mark it was sent at.
+fn paste_tag(prompt: &Prompt<'_>, mark: u64) -> String {
+    format!("{}/{}/{mark}", prompt.tag, prompt.attempts + 1)
+}
+
+/// The mark of a paste of `prompt` not yet recorded, when `pasted` (a tmux session's paste tag) is that paste's
+/// ([`paste_tag`]): `Some(None)` for a tag an older release wrote (the prompt's tag alone). A tag of an attempt
+/// already recorded (a prompt sent again after its deadline) is not.
+fn unrecorded_paste(pasted: &str, prompt: &Prompt<'_>) -> Option<Option<u64>> {
+    let mut parts = pasted.rsplitn(3, '/');
+    let (mark, attempt, of) = (parts.next()?, parts.next(), parts.next());
+    match (of, attempt.and_then(|a| a.parse::<u32>().ok())) {
+        (Some(of), Some(attempt)) if of == prompt.tag => (attempt > prompt.attempts).then(|| mark.parse().ok()),
+        _ => (pasted == prompt.tag && prompt.attempts == 0).then_some(None),
+    }
 }
 
 /// The phase of `spec.initialPrompt` while it is owed (from the first start on, until delivered or failed), or
@@ -61,6 +138,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 via: recorded.and_then(|p| p.via),
                 created: input.object.created,
                 command: false,
+                attempts: recorded.map_or(0, |p| p.attempts),
             });
         }
         prompts.extend(input.object.events.iter().map(|e| Prompt {
@@ -72,6 +150,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             via: e.via,
             created: e.created,
             command: e.command,
+            attempts: e.attempts,
         }));
         prompts
     }
@@ -92,40 +171,68 @@ impl<'a, 'i> Decision<'a, 'i> {
         let settled_at =
             self.status.last_respawn.as_ref().map(|r| later(r.time.0, Duration::from_secs(settings.settle.into())));
         let ready = profile.ready(input.observed.screen);
+        let proof = input.evidence.record.proof;
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
-                EventPhase::Delivering => {
-                    // Where the harness keeps a transcript, only the transcript says it arrived; elsewhere a pane
-                    // that outlived the window that proves it.
+                EventPhase::Delivering if proof == Proof::Settle => {
+                    // Without a record of the harness's own, a pane that outlived the window that proves it.
                     let sent = prompt.sent.unwrap_or(now);
                     let proven_at =
                         later(sent, Duration::from_secs(settings.probe.into())).max(settled_at.unwrap_or(sent));
-                    let known = match profile.conversation_path {
-                        Some(_) => input.evidence.confirmed.iter().any(|k| k == prompt.key),
-                        None => now >= proven_at,
-                    };
-                    if known {
-                        self.delivered(&prompt);
-                    } else if profile.conversation_path.is_some() {
-                        self.requeue(DELIVERY_RECHECK);
+                    if now >= proven_at {
+                        self.delivered(&prompt, proof);
                     } else {
                         self.requeue(until(now, proven_at));
                     }
                 }
+                EventPhase::Delivering => {
+                    // Only the harness's own record says it took it, and only what it wrote after the send.
+                    if input.evidence.confirmed.iter().any(|k| k == prompt.key) {
+                        self.delivered(&prompt, proof);
+                        continue;
+                    }
+                    let deadline = later(prompt.sent.unwrap_or(now), input.context.config.confirm_timeout);
+                    if now < deadline {
+                        // A hook file that grows wakes the session; a transcript is looked at again.
+                        let recheck = if proof == Proof::Hooks { until(now, deadline) } else { DELIVERY_RECHECK };
+                        self.requeue(recheck.min(until(now, deadline)));
+                        continue;
+                    }
+                    let waited = input.context.config.confirm_timeout.as_secs();
+                    if prompt.attempts < CONFIRM_ATTEMPTS {
+                        // The paste may have gone nowhere (a TUI that dropped it): sent again, in its place.
+                        let message = format!("{} did not show it within {waited}s; it is sent again", proof.said());
+                        self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::No, Some(message));
+                        blocked = true;
+                        self.requeue(Duration::ZERO);
+                        continue;
+                    }
+                    let message = format!(
+                        "{} did not show it within {waited}s, {} attempts; it is not sent again",
+                        proof.said(),
+                        prompt.attempts
+                    );
+                    self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::No, Some(message.clone()));
+                    self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
+                }
                 _ if blocked => {}
-                _ if input.observed.view.is_some_and(|t| t.pasted == prompt.tag) => {
-                    // Pasted by an agent that stopped before recording it: never pasted twice.
-                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), false, None);
+                _ if let Some(mark) = input.observed.view.and_then(|t| unrecorded_paste(&t.pasted, &prompt)) => {
+                    // Pasted by an agent that stopped before recording it (or recorded where this decision's view of
+                    // the events does not show it yet): never pasted twice, and confirmed from the paste's mark on.
+                    let attempt = mark.map_or(Attempt::Counted, Attempt::SentAt);
+                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK);
                 }
                 _ if ready => {
                     // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude Code's
                     // shell mode.
                     let text = profile.as_sent(prompt.text, prompt.command);
-                    let (session, key, tag) = (self.session.clone(), prompt.key.into(), prompt.tag.into());
+                    // The paste's tag carries its mark, for a decision that does not see the send recorded.
+                    let mark = self.mark(Some(Via::Pasted));
+                    let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));
                     self.ops.push(Op::Paste { session, key, tag, text });
-                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), true, None);
+                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), Attempt::SentAt(mark), None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
                 }
                 _ => {
@@ -140,7 +247,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         "the harness never showed its ready pattern within {}s; the prompt was not pasted",
                         input.context.config.ready_timeout.as_secs()
                     );
-                    self.set_prompt(prompt.key, EventPhase::Failed, None, false, Some(message.clone()));
+                    self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::No, Some(message.clone()));
                     self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
                     blocked = false;
                     self.requeue(Duration::ZERO);
@@ -155,11 +262,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.prompts().into_iter().find(|p| p.key == key)
     }
 
-    /// A sent prompt is known delivered.
-    fn delivered(&mut self, prompt: &Prompt<'_>) {
-        self.set_prompt(prompt.key, EventPhase::Delivered, prompt.via, false, None);
+    /// A sent prompt is known delivered, by `proof`.
+    fn delivered(&mut self, prompt: &Prompt<'_>, proof: Proof) {
+        self.set_prompt(prompt.key, EventPhase::Delivered, prompt.via, Attempt::No, None);
         let via = prompt.via.map(|v| format!(" ({v:?})")).unwrap_or_default();
-        self.notice(Notice::new(EventReason::Delivered, format!("{} reached the conversation{via}", prompt.key)));
+        let message = format!("{} reached the conversation{via}, shown by {}", prompt.key, proof.said());
+        self.notice(Notice::new(EventReason::Delivered, message));
     }
 
     /// The pane is gone: a prompt its transcript already shows was delivered all the same; every other prompt sent to
@@ -170,9 +278,9 @@ impl<'a, 'i> Decision<'a, 'i> {
                 continue;
             }
             if self.input.evidence.confirmed.iter().any(|k| k == prompt.key) {
-                self.delivered(&prompt);
+                self.delivered(&prompt, self.input.evidence.record.proof);
             } else {
-                self.set_prompt(prompt.key, EventPhase::Pending, None, false, Some(why.to_string()));
+                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::No, Some(why.to_string()));
             }
         }
     }

@@ -1,10 +1,32 @@
-//! What a harness's hooks say, part of decide: the recorded id follows the conversation. A harness may move to a
+//! What a harness's hooks say, part of decide. The recorded id follows the conversation: a harness may move to a
 //! new conversation under a new id while it runs (Claude Code on `/clear` or compaction, typed by a person through
 //! `attach`); its `SessionStart` hook says so, and the next resume must take the conversation it moved to, not the one
-//! it left. The ids it left are kept, newest first, so the way back is never lost.
+//! it left. The ids it left are kept, newest first, so the way back is never lost. And the `Activity` condition says
+//! what the harness does, by its latest turn event: working on a prompt, waiting for a person, or idle.
 
-use super::{Decision, EventReason, Notice};
+use k8s_openapi::jiff::Timestamp;
+
+use super::{ActivityReason, ConditionType, Decision, EventReason, Notice, find};
 use crate::api::is_valid_session_id;
+use crate::harness::hooks::Turn;
+
+/// What a turn event says the harness does, in its words where it has them.
+pub fn activity(turn: &Turn) -> (ActivityReason, String) {
+    let words = turn.message.clone().filter(|m| !m.trim().is_empty());
+    match (turn.hook.as_str(), turn.kind.as_deref()) {
+        ("UserPromptSubmit", _) => (ActivityReason::Working, "the harness took a prompt and works on it".into()),
+        ("Notification", Some("idle_prompt")) | ("Stop", _) | ("SessionStart", _) => {
+            (ActivityReason::Idle, words.unwrap_or_else(|| "the harness waits for a prompt".into()))
+        }
+        _ => (ActivityReason::WaitingForInput, words.unwrap_or_else(|| "the harness waits for a person".into())),
+    }
+}
+
+/// Since when the harness has been without work, by its hooks: `None` while it works on a turn (its screen may be
+/// quiet through a long tool call), else the latest turn event's time (`Some(None)`: not known).
+pub fn quiet_since(turn: &Turn) -> Option<Option<Timestamp>> {
+    (activity(turn).0 != ActivityReason::Working).then_some(turn.at)
+}
 
 /// How many earlier conversations a status keeps.
 pub const PREVIOUS_KEPT: usize = 10;
@@ -25,5 +47,22 @@ impl Decision<'_, '_> {
         let was = previous.map(|old| format!(" (it left {old})")).unwrap_or_default();
         let message = format!("the harness moved to conversation {id}{was}; the next resume takes it");
         self.notice(Notice::new(EventReason::ConversationChanged, message));
+    }
+
+    /// A live harness with hooks: the `Activity` condition from its latest turn event, and an Event when it begins to
+    /// wait for a person.
+    pub(super) fn follow_the_activity(&mut self) {
+        let Some(turn) = self.input.evidence.turn else { return };
+        let (reason, message) = activity(turn);
+        let was = find(&self.status.conditions, reason).map(|c| c.message.clone());
+        if reason == ActivityReason::WaitingForInput && was.as_deref() != Some(message.as_str()) {
+            self.notice(Notice::new(EventReason::WaitingForInput, message.clone()));
+        }
+        self.condition(reason, reason == ActivityReason::Working, message);
+    }
+
+    /// No harness runs: nothing to say it does.
+    pub(super) fn forget_the_activity(&mut self) {
+        self.status.conditions.retain(|c| c.type_ != ConditionType::Activity.as_str());
     }
 }

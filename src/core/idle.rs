@@ -1,6 +1,7 @@
 //! Idle suspension, part of decide: a live harness that has printed nothing for `suspendAfterSeconds` (tmux's own
 //! window activity, from the one observation), with no prompt waiting or being delivered, is stopped and the session
-//! goes `Idle`. An idle stop is not a death: it never counts toward back-off, and the session stays `Idle` (whatever
+//! goes `Idle`. Where its hooks speak, it must also have finished its turn (never while it works on one), and the
+//! period counts from then at the earliest. An idle stop is not a death: it never counts toward back-off, and the session stays `Idle` (whatever
 //! its `restartPolicy`) until a prompt wakes it through the normal respawn path, resume first.
 
 use std::time::Duration;
@@ -21,10 +22,17 @@ impl Decision<'_, '_> {
             return; // a prompt waits or is being delivered: not idle
         }
         // tmux's clock of the window: its last output, or its creation. Unknown: never judged idle.
-        let Some(quiet_since) =
+        let Some(screen_quiet) =
             input.observed.view.map(|t| t.activity).filter(|a| *a > 0).and_then(|a| Timestamp::from_second(a).ok())
         else {
             return;
+        };
+        // With hooks, the harness's own word: never while it works on a turn (a long tool call prints nothing), and
+        // quiet since its turn ended at the earliest.
+        let quiet_since = match input.evidence.turn.map(super::hooks::quiet_since) {
+            Some(None) => return,
+            Some(Some(ended)) => ended.map_or(screen_quiet, |t| t.max(screen_quiet)),
+            None => screen_quiet,
         };
         let due = later(quiet_since, Duration::from_secs(after.into()));
         if input.context.now < due {

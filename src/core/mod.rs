@@ -39,14 +39,14 @@ mod verify;
 mod workspace;
 pub use crate::api::is_tag;
 pub use conditions::{
-    ConditionType, ConfinedReason, DiscoveryReason, ReadyReason, Reason, WorkspaceReason, condition, find, has_reason,
-    set_condition,
+    ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, ReadyReason, Reason, WorkspaceReason, condition,
+    find, has_reason, set_condition,
 };
-pub use deliver::initial_prompt_owed;
+pub use deliver::{CONFIRM_ATTEMPTS, Proof, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;
 pub use plan::{
     Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
-    Object, Observed, Op, PendingEvent, Plan, Room, Severity, Workspace,
+    Object, Observed, Op, PendingEvent, Plan, Record, Room, Severity, Workspace,
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
 pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, tmux_session};
@@ -66,6 +66,17 @@ pub const ARGV_PROMPT_LIMIT: usize = 8 * 1024;
 pub const CONFLICT_RECHECK: Duration = Duration::from_secs(5);
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(600);
+
+/// Whether an update of a prompt counts a delivery attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    /// It does not.
+    No,
+    /// It does: a send that was refused.
+    Counted,
+    /// It does: a send, made when the harness's record stood at this mark.
+    SentAt(u64),
+}
 
 /// The resume settings of a session: its spec over the config's defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,14 +204,28 @@ impl<'a, 'i> Decision<'a, 'i> {
     }
 
     /// Moves the prompt `key` to `phase`: a WorkEvent by an op, `initialPrompt` in status.
-    fn set_prompt(&mut self, key: &str, phase: EventPhase, via: Option<Via>, attempt: bool, message: Option<String>) {
+    fn set_prompt(
+        &mut self,
+        key: &str,
+        phase: EventPhase,
+        via: Option<Via>,
+        attempt: Attempt,
+        message: Option<String>,
+    ) {
         let now = self.input.context.now;
         let delivered = phase == EventPhase::Delivered;
         let harness_session_id = delivered.then(|| self.status.harness_session_id.clone()).flatten();
         let sent = (phase == EventPhase::Delivering).then_some(now);
+        // A send: only what the harness records from its mark on confirms it.
+        let offset = match attempt {
+            Attempt::SentAt(mark) => Some(mark),
+            Attempt::No | Attempt::Counted => None,
+        };
+        let attempt = attempt != Attempt::No;
         if key != INITIAL_PROMPT {
             let event = key.to_string();
-            self.ops.push(Op::Event(EventUpdate { event, phase, via, harness_session_id, sent, attempt, message }));
+            let update = EventUpdate { event, phase, via, harness_session_id, sent, offset, attempt, message };
+            self.ops.push(Op::Event(update));
             return;
         }
         let old = self.status.initial_prompt.take().unwrap_or_default();
@@ -208,11 +233,19 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.status.initial_prompt = Some(PromptStatus {
             phase: Some(phase),
             sent_time: if pending { None } else { sent.map(Time).or(old.sent_time) },
+            sent_offset: if pending { None } else { offset.or(old.sent_offset) },
+            attempts: old.attempts + u32::from(attempt),
             delivered_at: delivered.then_some(Time(now)),
             via: if pending { None } else { via.or(old.via) },
             harness_session_id: harness_session_id.or(old.harness_session_id),
             message,
         });
+    }
+
+    /// Where the harness's record stands for a prompt sent now `via`: a fresh conversation's transcript starts empty.
+    fn mark(&self, via: Option<Via>) -> u64 {
+        let record = self.input.evidence.record;
+        if via == Some(Via::Fresh) && record.proof == Proof::Transcript { 0 } else { record.len }
     }
 
     fn notice(&mut self, notice: Notice) {
@@ -309,6 +342,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         if input.observed.liveness == Liveness::Alive {
             self.discover();
             self.follow_the_conversation();
+            self.follow_the_activity();
+        } else {
+            self.forget_the_activity();
         }
         match input.observed.liveness {
             Liveness::Alive => self.deliver_to_live_pane(profile, settings),

@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::ResumeReason;
+use super::deliver::Proof;
 use super::session::{Liveness, SessionView, Spawn, TmuxSession};
 use crate::api::{EventPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
@@ -35,13 +36,29 @@ pub struct PendingEvent {
     /// Sent as it is, for the harness to take as its command if it is one (`spec.command`): without the literal mark,
     /// and never on a command line.
     pub command: bool,
+    /// Where the harness's record stood when it was sent, if `Delivering` (`status.sentOffset`).
+    pub offset: Option<u64>,
+    /// Delivery attempts so far.
+    pub attempts: u32,
 }
 
 impl PendingEvent {
     /// A `Pending` event created at `created`, tagged `uid-<name>` (set [`PendingEvent::tag`] to its UID).
     pub fn pending(name: &str, prompt: &str, created: Timestamp) -> Self {
         let (phase, tag) = (EventPhase::Pending, format!("uid-{name}"));
-        Self { name: name.into(), tag, prompt: prompt.into(), phase, sent: None, via: None, created, command: false }
+        let (sent, via, offset) = (None, None, None);
+        Self {
+            name: name.into(),
+            tag,
+            prompt: prompt.into(),
+            phase,
+            sent,
+            via,
+            created,
+            command: false,
+            offset,
+            attempts: 0,
+        }
     }
 }
 
@@ -152,11 +169,25 @@ pub struct Observed<'a> {
     pub screen: Option<&'a str>,
 }
 
+/// The harness's record of the prompts it took: which kind, and how long it is now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    /// What confirms a delivery ([`Proof::of`]).
+    pub proof: Proof,
+    /// How long it is now: the hook file with hooks; with a transcript, the transcript of the conversation the harness
+    /// runs (or a resume would take). A prompt sent now is confirmed only by what comes after.
+    pub len: u64,
+}
+
 /// What the executor read beyond tmux.
 #[derive(Clone, Debug)]
 pub struct Evidence<'a> {
-    /// Keys of the prompts the harness's transcript shows (where the profile names it).
+    /// Keys of the sent prompts the harness's record ([`Record`]) shows it took, after where it stood when each was sent.
     pub confirmed: &'a [String],
+    /// The harness's record of what it took.
+    pub record: Record,
+    /// The live spawn's latest turn event, as its hooks said it.
+    pub turn: Option<&'a crate::harness::hooks::Turn>,
     /// Whether the conversation a resume would take exists in the harness's store (`None`: the profile names no
     /// store, or there is nothing to resume).
     pub conversation_found: Option<bool>,
@@ -293,6 +324,8 @@ pub struct EventUpdate {
     pub harness_session_id: Option<String>,
     /// When it was sent (for `Delivering`).
     pub sent: Option<Timestamp>,
+    /// Where the harness's record stood when it was sent (for `Delivering`).
+    pub offset: Option<u64>,
     /// Count one more delivery attempt.
     pub attempt: bool,
     /// Why.
@@ -340,6 +373,8 @@ crate::words::words! {
         WorkspaceKept,
         /// The harness moved to another conversation of its own (its hooks said so): the new id is recorded.
         ConversationChanged,
+        /// The harness waits for a person (its hooks said so), with its words.
+        WaitingForInput,
     }
 }
 
@@ -361,6 +396,7 @@ impl EventReason {
             EventReason::WorkspaceFailed => "workspace.failed",
             EventReason::WorkspaceKept => "workspace.kept",
             EventReason::ConversationChanged => "session.conversation_changed",
+            EventReason::WaitingForInput => "session.waiting_for_input",
         }
     }
 

@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::resume::{Fresh, try_resume};
 use super::session::{Liveness, Spawn};
 use super::{
-    ARGV_PROMPT_LIMIT, Claim, Confinement, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings,
-    later, until,
+    ARGV_PROMPT_LIMIT, Attempt, Claim, Confinement, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason,
+    Settings, later, until,
 };
 use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
 use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
@@ -125,7 +125,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 // Only the prompt can make a hostable profile refuse: this harness cannot take it.
                 self.status.phase = Some(Phase::Pending);
                 let key = boot.map(|(key, _)| key).unwrap_or(INITIAL_PROMPT);
-                self.set_prompt(key, EventPhase::Failed, None, true, Some(e.to_string()));
+                self.set_prompt(key, EventPhase::Failed, None, Attempt::Counted, Some(e.to_string()));
                 self.notice(Notice::new(EventReason::DeliveryFailed, format!("{key}: {e}")));
                 self.requeue(Duration::ZERO);
                 return;
@@ -147,7 +147,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // After the spawn: nothing waits on an API write between the decision and the harness starting.
         if let Some(key) = boot_key {
             let via = if mode == Mode::Resume { Via::Resumed } else { Via::Fresh };
-            self.set_prompt(key, EventPhase::Delivering, Some(via), true, None);
+            self.set_prompt(key, EventPhase::Delivering, Some(via), Attempt::SentAt(self.mark(Some(via))), None);
         }
         self.status.phase = Some(Phase::Verifying);
         self.ready(
@@ -199,14 +199,13 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// The arguments that give a hook-backed harness its hooks, reporting to the session's hook file in its `HOME`
     /// (`None`: the profile has none, no receiver is configured, or the harness has no known `HOME`).
     fn hook_args(&self, profile: &Profile, spawn: &str) -> Option<Vec<String>> {
-        let (style, config) = (profile.hooks?, self.input.context.config);
+        let config = self.input.context.config;
         let home = match self.input.evidence.room {
-            Confinement::Room(room) => room.home.as_path(),
-            Confinement::Off => config.harness_home.as_deref()?,
-            Confinement::Unavailable(_) => return None,
+            Confinement::Room(room) => Some(room.home.as_path()),
+            Confinement::Off => config.harness_home.as_deref(),
+            Confinement::Unavailable(_) => None,
         };
-        let out = crate::harness::hooks::file_of(home, self.input.object.owner_name);
-        crate::harness::hooks::args(style, config.hook_receiver()?, &out, spawn)
+        super::hook_args(profile, config, home, self.input.object.owner_name, spawn)
     }
 
     /// A recorded intent whose spawn never ran (no session carries its tag, and a fresh one left no conversation in

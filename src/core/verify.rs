@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::Liveness;
 use super::resume::{Fresh, ResumeReason};
 use super::spawn::boot_key;
-use super::{Decision, EventReason, Notice, ReadyReason, Settings, later, until};
+use super::{Attempt, Decision, EventReason, Notice, ReadyReason, Settings, later, until};
 use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
 use crate::harness::Profile;
 
@@ -35,7 +35,13 @@ impl Decision<'_, '_> {
                     self.ops.push(op);
                     if let Some(key) = boot_key(&v) {
                         let via = if v.resume { Via::Resumed } else { Via::Fresh };
-                        self.set_prompt(key, EventPhase::Delivering, Some(via), true, None);
+                        self.set_prompt(
+                            key,
+                            EventPhase::Delivering,
+                            Some(via),
+                            Attempt::SentAt(self.mark(Some(via))),
+                            None,
+                        );
                     }
                     self.status.phase = Some(Phase::Verifying);
                     self.requeue(until(now, v.deadline.0));

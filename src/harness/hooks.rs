@@ -22,6 +22,19 @@ pub fn file_of(home: &Path, identity: &str) -> PathBuf {
     home.join(".worksession/hooks").join(format!("{}.jsonl", identity.replacen('/', "_", 1)))
 }
 
+/// A harness's latest turn event, as its hook said it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Turn {
+    /// The hook: `SessionStart`, `UserPromptSubmit`, `Stop` or `Notification`.
+    pub hook: String,
+    /// When the receiver ran.
+    pub at: Option<k8s_openapi::jiff::Timestamp>,
+    /// A `Notification`'s words.
+    pub message: Option<String>,
+    /// A `Notification`'s kind (Claude Code's `notification_type`: `permission_prompt`, `idle_prompt`, ...).
+    pub kind: Option<String>,
+}
+
 /// One line of a hook file.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 pub struct Line {
@@ -29,6 +42,9 @@ pub struct Line {
     pub hook: String,
     /// The tag of the spawn whose harness ran the hook: only the live spawn's lines speak of the live harness.
     pub spawn: String,
+    /// When the receiver ran (RFC 3339, its clock).
+    #[serde(default)]
+    pub at: String,
     /// What the harness handed over, as it did (its JSON object), or `null` when that was not JSON.
     #[serde(default)]
     pub data: serde_json::Value,

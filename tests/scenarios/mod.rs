@@ -4,6 +4,7 @@
 
 pub mod discover;
 pub mod front_door;
+pub mod hooks;
 pub mod shapes;
 pub mod workspace;
 
@@ -56,6 +57,10 @@ macro_rules! shared_scenarios {
             shared_the_git_token_goes_only_to_its_hosts: workspace::the_git_token_goes_only_to_its_hosts;
             shared_a_repository_never_makes_the_agent_run_its_code: workspace::a_repository_never_makes_the_agent_run_its_code;
             shared_a_namespace_checks_out_only_its_repositories: workspace::a_namespace_checks_out_only_its_repositories;
+            shared_a_prompt_is_confirmed_only_after_its_send_and_sent_again_at_the_deadline:
+                hooks::a_prompt_is_confirmed_only_after_its_send_and_sent_again_at_the_deadline;
+            shared_an_unkind_harness_still_confirms_and_says_what_it_does:
+                hooks::an_unkind_harness_still_confirms_and_says_what_it_does;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {

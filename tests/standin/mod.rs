@@ -90,7 +90,13 @@ impl TmuxServer {
     /// - `standin-crash`: blind, crashing after 0.3 s;
     /// - `standin-chatty`: with its ready prompt and transcript, printing a line every 0.5 s (output flowing);
     /// - `standin-codex`: Codex CLI's shapes (no id at start, `resume <id>`, its rollout found by `discover`), with its
-    ///   ready prompt.
+    ///   ready prompt;
+    /// - `standin-hooks`: `standin` with Claude Code's hooks (`hooks: claude`, received by this build's `worksession
+    ///   hook`): they, not the transcript, confirm a delivery;
+    /// - `standin-unkind`: the same, storing each prompt with its whitespace altered, firing each hook 1 s late;
+    /// - `standin-deaf`: the same as `standin-hooks`, losing the first paste it is given.
+    ///
+    /// A sent prompt waits 15 s (`delivery.confirmTimeoutSeconds`) for its confirmation before it is sent again.
     pub fn agent_config_yaml(&self) -> String {
         let profile = |flags: &str, ready: bool, transcript: bool| {
             let mut sees = String::new();
@@ -142,10 +148,14 @@ impl TmuxServer {
             state = self.state().display(),
         );
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n",
             sock = self.socket().display(),
             home = self.state().display(),
+            receiver = env!("CARGO_BIN_EXE_worksession"),
             a = profile("", true, true),
+            hooks = profile("", true, true) + "\n    hooks: claude",
+            unkind = profile(", --alter-whitespace, --hook-delay, '1'", true, true) + "\n    hooks: claude",
+            deaf = profile(", --deaf-pastes, '1'", true, true) + "\n    hooks: claude",
             b = profile("", false, false),
             c = profile(", --resume-fail-delay, '3'", false, false),
             boot = profile(", --boot-delay, '4'", true, false),

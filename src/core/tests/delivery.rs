@@ -52,12 +52,98 @@ fn the_transcript_confirms_at_once_and_only_it() {
     case.liveness = Liveness::Alive;
     case.tmux = Some(SessionView { alive: true, ..ours() });
     case.step();
-    case.now = t(1000);
+    case.now = t(300);
     let plan = case.step();
     assert_eq!(ops(&plan), Vec::<String>::new(), "a pane that lives on is not the transcript's word");
     assert_eq!(plan.requeue_after, Some(super::super::deliver::DELIVERY_RECHECK), "looked at again soon");
     case.confirmed = vec!["e1".into()];
     assert_eq!(ops(&case.step()), ["event e1 Delivered via Pasted", "event.delivered"]);
+}
+
+/// The offset each send records: where the harness's record stood (`record_len`), or nothing of a fresh transcript.
+fn sent_offsets(plan: &Plan) -> Vec<(String, Option<u64>)> {
+    let mut offsets: Vec<(String, Option<u64>)> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Event(u) if u.phase == EventPhase::Delivering => Some((u.event.clone(), u.offset)),
+            _ => None,
+        })
+        .collect();
+    if let Some(p) = plan.status.initial_prompt.as_ref().filter(|p| p.phase == Some(EventPhase::Delivering)) {
+        offsets.insert(0, (INITIAL_PROMPT.into(), p.sent_offset));
+    }
+    offsets
+}
+
+#[test]
+fn a_prompt_is_marked_where_the_harness_record_stood_when_it_was_sent() {
+    // Pasted into a live harness: where its record stands now.
+    let mut live = with_transcript(Case::new(ran_old()));
+    (live.liveness, live.tmux, live.record_len) = (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), 4096);
+    assert_eq!(sent_offsets(&live.step()), [("e1".to_string(), Some(4096))]);
+    // On a resume's command line: the resumed transcript's length.
+    let mut resume = with_transcript(Case::new(ran_old()));
+    (resume.found, resume.record_len) = (Some(true), 777);
+    assert_eq!(sent_offsets(&resume.step()), [("e1".to_string(), Some(777))]);
+    // On a fresh conversation's command line: its transcript starts empty, whatever the old one held.
+    let mut fresh = with_transcript(first_start());
+    fresh.record_len = 999;
+    assert_eq!(sent_offsets(&fresh.step()), [(INITIAL_PROMPT.to_string(), Some(0))]);
+    // With hooks: the session's hook file, fresh or not.
+    fresh.proof = Some(Proof::Hooks);
+    fresh.status = WorkSessionStatus::default();
+    assert_eq!(sent_offsets(&fresh.step()), [(INITIAL_PROMPT.to_string(), Some(999))]);
+}
+
+#[test]
+fn a_prompt_its_harness_never_confirms_is_sent_once_more_then_fails_saying_why() {
+    let mut case = with_transcript(Case::new(ran_old()));
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, ..ours() });
+    assert_eq!(
+        ops(&case.step()),
+        ["paste e1 into loop-ns_repo-12: please fix the bug", "event e1 Delivering via Pasted"]
+    );
+    case.now = t(100 + 300);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Pending"], "at the deadline: back in its place");
+    assert_eq!(plan.requeue_after, Some(Duration::ZERO));
+    let Op::Event(update) = &plan.ops[0] else { unreachable!() };
+    assert_eq!(
+        update.message.as_deref(),
+        Some("the harness's transcript did not show it within 300s; it is sent again")
+    );
+    case.tmux = Some(SessionView { alive: true, ..ours() }); // the first paste's tag is spent
+    assert_eq!(
+        ops(&case.step()),
+        ["paste e1 into loop-ns_repo-12: please fix the bug", "event e1 Delivering via Pasted"]
+    );
+    case.now = t(100 + 600);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Failed", "event.failed"]);
+    let Op::Event(update) = &plan.ops[0] else { unreachable!() };
+    assert_eq!(
+        update.message.as_deref(),
+        Some("the harness's transcript did not show it within 300s, 2 attempts; it is not sent again")
+    );
+}
+
+#[test]
+fn with_hooks_only_the_hook_confirms_and_a_hook_file_that_grows_wakes_the_wait() {
+    let mut case = Case::new(ran_old());
+    (case.liveness, case.tmux, case.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    case.step();
+    case.now = t(160);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "no settle window with hooks: only their word");
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(240)), "the deadline; the hook file's growth wakes it");
+    case.confirmed = vec!["e1".into()];
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Delivered via Pasted", "event.delivered"]);
+    let Op::Notice(n) = &plan.ops[1] else { unreachable!() };
+    assert!(n.message.ends_with("shown by the harness's UserPromptSubmit hook"), "{}", n.message);
 }
 
 #[test]

@@ -69,10 +69,25 @@ fn a_paste_is_recognised_by_the_events_uid_not_its_name() {
         Op::Paste { tag, .. } => Some(tag.clone()),
         _ => None,
     });
-    assert_eq!(tagged.as_deref(), Some("uid-e1"), "the paste tags the session with the event's UID");
-    // Its own UID on the session: pasted before the agent stopped, so recorded, not pasted again.
+    assert_eq!(tagged.as_deref(), Some("uid-e1/1/0"), "the event's UID, the attempt, and its mark");
+    // Its own UID on the session: pasted before the agent stopped, so recorded, not pasted again, and confirmed only
+    // from the paste's mark on.
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1/1/4096".into(), ..ours() });
+    let plan = case.decide();
+    assert_eq!(ops(&plan), ["event e1 Delivering via Pasted"]);
+    let Op::Event(update) = &plan.ops[0] else { unreachable!() };
+    assert_eq!((update.offset, update.attempt), (Some(4096), true), "the paste counted, at its mark");
+    // A tag an older release wrote, without a mark.
     case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..ours() });
     assert_eq!(ops(&case.decide()), ["event e1 Delivering via Pasted"]);
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-e10/1/4096".into(), ..ours() });
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug", "another event's tag");
+    // Its first attempt, recorded, then sent back at its deadline: pasted again, as attempt 2.
+    case.events[0].attempts = 1;
+    case.tmux = Some(SessionView { alive: true, pasted: "uid-e1/1/4096".into(), ..ours() });
+    let plan = case.decide();
+    assert_eq!(ops(&plan)[0], "paste e1 into loop-ns_repo-12: please fix the bug", "an attempt recorded is spent");
+    assert!(matches!(&plan.ops[0], Op::Paste { tag, .. } if tag == "uid-e1/2/0"));
 }
 
 #[test]

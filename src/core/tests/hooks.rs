@@ -66,3 +66,50 @@ fn what_the_hooks_say_is_ignored_while_a_spawn_is_verified_or_when_it_is_no_id()
     let plan = case.decide();
     assert_ne!(plan.status.harness_session_id.as_deref(), Some(CLEARED), "judged once the spawn is verified");
 }
+
+fn turn(hook: &str, at: i64, kind: Option<&str>, message: Option<&str>) -> Turn {
+    Turn { hook: hook.into(), at: Some(t(at)), kind: kind.map(String::from), message: message.map(String::from) }
+}
+
+fn activity(plan: &Plan) -> Option<(String, String, String)> {
+    let c = plan.status.conditions.iter().find(|c| c.type_ == "Activity")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Issue 26, point 4: what the harness does, by its latest turn event.
+#[test]
+fn the_activity_condition_says_what_the_harness_does_and_a_wait_for_a_person_is_told_once() {
+    let mut case = running();
+    assert_eq!(activity(&case.step()), None, "no hooks, nothing said");
+    case.turn = Some(turn("UserPromptSubmit", 90, None, None));
+    let plan = case.step();
+    assert_eq!(activity(&plan).map(|a| (a.0, a.1)), Some(("True".into(), "Working".into())));
+    let asks = "Claude needs your permission to use Bash";
+    case.turn = Some(turn("Notification", 95, Some("permission_prompt"), Some(asks)));
+    let plan = case.step();
+    assert_eq!(activity(&plan), Some(("False".into(), "WaitingForInput".into(), asks.into())));
+    assert_eq!(ops(&plan), ["session.waiting_for_input"]);
+    assert_eq!(ops(&case.step()), Vec::<String>::new(), "told once");
+    case.turn = Some(turn("Stop", 99, None, None));
+    assert_eq!(activity(&case.step()).map(|a| a.1), Some("Idle".into()));
+    case.turn = Some(turn("Notification", 160, Some("idle_prompt"), Some("Claude is waiting for your input")));
+    assert_eq!(activity(&case.step()).map(|a| a.1), Some("Idle".into()), "waiting for a prompt is idle");
+    case.liveness = Liveness::Dead;
+    assert_eq!(activity(&case.step()), None, "no harness, no activity");
+}
+
+/// Issue 26, point 4: the idle stop takes the harness's own word where it has one.
+#[test]
+fn with_hooks_a_harness_working_on_a_turn_is_never_idle_and_one_that_finished_is_quiet_since_then() {
+    let mut case = running();
+    case.spec.idle = Some(crate::api::IdleSpec { suspend_after_seconds: Some(60) });
+    case.tmux = Some(SessionView { activity: t(0).as_second(), ..ours() });
+    case.turn = Some(turn("UserPromptSubmit", 10, None, None));
+    assert_eq!(ops(&case.step()), Vec::<String>::new(), "a quiet screen, but a turn in flight");
+    case.turn = Some(turn("Stop", 80, None, None));
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "quiet since the turn ended, not since the screen");
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(40)));
+    case.now = t(140);
+    assert_eq!(ops(&case.step()), ["stop loop-ns_repo-12", "session.idle"]);
+}

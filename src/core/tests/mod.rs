@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
+use crate::harness::hooks::Turn;
 
 mod delivery;
 mod discover;
@@ -90,6 +91,10 @@ struct Case {
     workspace: Workspace<'static>,
     discovered: Option<&'static str>,
     hooked: Option<&'static str>,
+    /// The harness's record: its kind (`None`: as the profile and config give it) and length.
+    proof: Option<Proof>,
+    record_len: u64,
+    turn: Option<Turn>,
     discovering_here: Option<&'static str>,
     id_taken_by: Option<&'static str>,
     /// `None`: rooms off; `Some(Err(why))`: on, and none to be had.
@@ -123,6 +128,9 @@ impl Case {
             workspace: Workspace::Ready,
             discovered: None,
             hooked: None,
+            proof: None,
+            record_len: 0,
+            turn: None,
             discovering_here: None,
             id_taken_by: None,
             room: None,
@@ -161,6 +169,15 @@ impl Case {
                 conversation_found: self.found,
                 discovered: self.discovered,
                 hooked: self.hooked,
+                record: Record {
+                    proof: self.proof.unwrap_or_else(|| {
+                        let profile = self.config.harnesses.get(&self.spec.harness);
+                        let home = self.config.harness_home.as_deref();
+                        profile.map_or(Proof::Settle, |p| Proof::of(p, &self.config, home, "ns/repo-12"))
+                    }),
+                    len: self.record_len,
+                },
+                turn: self.turn.as_ref(),
                 workspace: self.workspace,
                 room: match &self.room {
                     None => Confinement::Off,
@@ -204,6 +221,8 @@ impl Case {
                         e.phase = u.phase;
                         e.sent = if u.phase == EventPhase::Pending { None } else { u.sent.or(e.sent) };
                         e.via = if u.phase == EventPhase::Pending { None } else { u.via.or(e.via) };
+                        e.offset = if u.phase == EventPhase::Pending { None } else { u.offset.or(e.offset) };
+                        e.attempts += u32::from(u.attempt);
                     }
                 }
                 _ => {}

@@ -1,0 +1,53 @@
+//! Issue 26 with the stand-in in Claude Code's hook shape (`standin-hooks`, `standin-unkind`, `standin-deaf`): the
+//! harness's own hooks, received by this build's `worksession hook`, confirm each prompt, after where the hook file
+//! stood when it was sent, and say what the harness does.
+
+use worksession::api::{EventPhase, Phase, Via, WorkEventStatus};
+use worksession::core::ConditionType;
+
+use super::{Rig, await_delivered, await_phase, await_value, condition, initial_phase};
+
+/// A prompt the harness took before says nothing of the same words sent later: the stand-in loses the paste of a
+/// second "yes", which stays `Delivering` (its hook file already holds a "yes", before the mark), and at the deadline
+/// (15 s in tests) it is sent again, taken, and confirmed: two attempts, and the harness got "yes" twice, never thrice.
+pub async fn a_prompt_is_confirmed_only_after_its_send_and_sent_again_at_the_deadline(rig: &impl Rig) {
+    rig.create_session("yes", serde_json::json!({"harness": "standin-deaf", "initialPrompt": "yes"})).await;
+    let st = await_value(
+        "yes: its initial prompt Delivered",
+        || rig.session_status("yes"),
+        |s| initial_phase(s) == Some(EventPhase::Delivered),
+    )
+    .await;
+    assert_eq!(st.initial_prompt.as_ref().and_then(|p| p.via), Some(Via::Fresh));
+    rig.send("yes", "yes-1", "yes").await;
+    let sent = |s: &WorkEventStatus| s.phase == Some(EventPhase::Delivering) && s.attempts == 1;
+    let first = await_value("yes-1 sent", || rig.event_status("yes-1"), sent).await;
+    assert!(first.sent_offset.is_some_and(|at| at > 0), "the mark is where the hook file stood: {first:?}");
+    let ev = await_delivered(rig, "yes-1").await;
+    assert_eq!((ev.attempts, ev.via), (2, Some(Via::Pasted)), "sent again after the deadline: {ev:?}");
+    let taken: Vec<String> = rig.tmux().prompts().into_iter().map(|p| p.prompt).collect();
+    assert_eq!(taken, ["yes", "yes"], "the initial prompt, then the second paste; the first paste was lost");
+}
+
+/// As unkind as the real CLI: each prompt stored with its whitespace altered, each hook fired a second late. A prompt
+/// with tabs and trailing spaces is still confirmed; `Activity` follows the harness (working, then idle once its turn
+/// is over, then waiting for a person with its words).
+pub async fn an_unkind_harness_still_confirms_and_says_what_it_does(rig: &impl Rig) {
+    rig.create_session("unk", serde_json::json!({"harness": "standin-unkind"})).await;
+    await_phase(rig, "unk", Phase::Running).await;
+    let prompt = "fix\tthe bug  \nand then   the tests  ";
+    rig.send("unk", "unk-1", prompt).await;
+    let ev = await_delivered(rig, "unk-1").await;
+    assert_eq!(ev.via, Some(Via::Pasted));
+    let taken: Vec<String> = rig.tmux().prompts().into_iter().map(|p| p.prompt).collect();
+    assert_eq!(taken, ["fix    the bug\nand then   the tests"], "the harness stored it altered");
+    let idle = |s: &worksession::api::WorkSessionStatus| condition(s, ConditionType::Activity).1 == "Idle";
+    let st = await_value("unk idle after its turn", || rig.session_status("unk"), idle).await;
+    assert_eq!(condition(&st, ConditionType::Activity).0, "False");
+    rig.send("unk", "unk-2", "ASK may I run the tests?").await;
+    let waiting =
+        |s: &worksession::api::WorkSessionStatus| condition(s, ConditionType::Activity).1 == "WaitingForInput";
+    let st = await_value("unk waiting for a person", || rig.session_status("unk"), waiting).await;
+    assert_eq!(condition(&st, ConditionType::Activity).2, "Standin needs your permission to use Bash");
+    assert_eq!(rig.event_status("unk-2").await.phase, Some(EventPhase::Delivered));
+}
