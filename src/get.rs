@@ -120,7 +120,7 @@ fn header(query: &Query) -> Vec<String> {
     let wide = query.output == Some(Output::Wide);
     match query.kind {
         Kind::Sessions => {
-            h.extend(["NAME", "NODE", "HARNESS", "PHASE", "RESUMED", "SESSION ID", "AGE"]);
+            h.extend(["NAME", "NODE", "HARNESS", "PHASE", "ACTIVITY", "RESUMED", "SESSION ID", "AGE"]);
             if wide {
                 h.extend(["TMUX", "RESPAWNS", "FAILURES", "REASON"]);
             }
@@ -141,6 +141,7 @@ pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<Strin
     let st = ws.status.clone().unwrap_or_default();
     let resumed = st.conditions.iter().find(|c| c.type_ == ConditionType::Resumed.as_str());
     let ready = st.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str());
+    let activity = st.conditions.iter().find(|c| c.type_ == ConditionType::Activity.as_str());
     let mut id = st.harness_session_id.clone().unwrap_or_default();
     if !wide && id.len() > 8 {
         id.truncate(8);
@@ -151,6 +152,7 @@ pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<Strin
         ws.spec.node_name.clone(),
         ws.spec.harness.clone(),
         st.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+        activity.map(|c| c.reason.clone()).unwrap_or_default(),
         resumed.map(|c| c.status.clone()).unwrap_or_default(),
         id,
         age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
@@ -357,7 +359,7 @@ async fn watch_local(store: &dyn Listing, query: &Query) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::api::{EventPhase, Phase, WorkEventSpec, WorkEventStatus, WorkSessionSpec, WorkSessionStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn session(ns: &str, name: &str) -> WorkSession {
         let mut ws = WorkSession::new(
@@ -369,6 +371,14 @@ mod tests {
         ws.status = Some(WorkSessionStatus {
             phase: Some(Phase::Running),
             harness_session_id: Some("0123456789abcdef".into()),
+            conditions: vec![Condition {
+                type_: ConditionType::Activity.as_str().into(),
+                status: "False".into(),
+                reason: "WaitingForInput".into(),
+                message: "Claude needs your permission to use Bash".into(),
+                last_transition_time: Time("2026-11-30T00:09:00Z".parse().unwrap()),
+                observed_generation: None,
+            }],
             ..Default::default()
         });
         ws
@@ -385,7 +395,8 @@ mod tests {
         let one = query(Scope::One("team-a".into()), &[], None);
         assert_eq!(
             render_sessions(std::slice::from_ref(&ws), &one, now),
-            "NAME      NODE     HARNESS   PHASE     RESUMED   SESSION ID   AGE\nrepo-12   node-a   claude    Running             01234567     10m\n"
+            "NAME      NODE     HARNESS   PHASE     ACTIVITY          RESUMED   SESSION ID   AGE\n\
+             repo-12   node-a   claude    Running   WaitingForInput             01234567     10m\n"
         );
         let all = render_sessions(std::slice::from_ref(&ws), &query(Scope::All, &[], None), now);
         assert!(all.starts_with("NAMESPACE   NAME") && all.contains("\nteam-a      repo-12"), "{all}");

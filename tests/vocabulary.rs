@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 
 use worksession::api::{EventPhase, Phase, Via};
 use worksession::core::{
-    ConditionType, ConfinedReason, DiscoveryReason, EventReason, ReadyReason, Reason, ResumeReason, WorkspaceReason,
+    ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, EventReason, ReadyReason, Reason, ResumeReason,
+    WorkspaceReason,
 };
 use worksession::words::ErrorCategory;
 
@@ -64,6 +65,7 @@ fn the_readme_lists_every_word_of_the_status_and_no_other() {
     declared.extend(reasons::<DiscoveryReason>());
     declared.extend(reasons::<ConfinedReason>());
     declared.extend(reasons::<WorkspaceReason>());
+    declared.extend(reasons::<ActivityReason>());
     assert_eq!(listed, declared, "README's conditions and reasons");
     let types: BTreeSet<String> = rows.iter().map(|r| r[0].clone()).collect();
     assert_eq!(types, words(ConditionType::ALL.iter().map(|c| c.as_str())), "every condition has its reasons");

@@ -39,6 +39,12 @@ pub fn identity(obj: &impl kube::ResourceExt) -> String {
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
     printcolumn(name = "Harness", type_ = "string", json_path = ".spec.harness"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Activity",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Activity\")].reason",
+        description = "What the harness does, by its hooks: Working, WaitingForInput (for a person) or Idle."
+    ),
     printcolumn(name = "Resumed", type_ = "string", json_path = ".status.conditions[?(@.type==\"Resumed\")].status"),
     printcolumn(name = "Session id", type_ = "string", json_path = ".status.harnessSessionId"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -169,8 +175,9 @@ pub struct WorkSessionStatus {
     pub observed_generation: Option<i64>,
     /// Conditions: `Ready` (whether the harness runs and takes prompts), `Resumed` (whether the last spawn resumed
     /// the recorded conversation), `ConversationId` (whether a harness that shows its id after the start has shown
-    /// it), `Confined` (whether it runs in a room of its own) and `WorkspaceReady` (whether the checkout is
-    /// prepared); their reasons are in the README's status reference.
+    /// it), `Confined` (whether it runs in a room of its own), `WorkspaceReady` (whether the checkout is prepared)
+    /// and `Activity` (what a hook-backed harness says it does: working, waiting for a person, idle); their reasons
+    /// are in the README's status reference.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
