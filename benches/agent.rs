@@ -269,6 +269,7 @@ async fn bench_respawn() {
             tag: format!("bench-{i}"),
             owner: "bench".into(),
             owner_name: "bench/raw".into(),
+            env: Vec::new(),
             confine: None,
         };
         let t = Instant::now();

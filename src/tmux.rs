@@ -301,6 +301,10 @@ impl Tmux for TmuxRunner {
         let mut args: Vec<std::ffi::OsString> =
             ["new-session", "-d", "-s", &spawn.session, "-c"].map(Into::into).to_vec();
         args.push(spawn.workdir.clone().into_os_string());
+        // Each variable one word: tmux puts it in the session's environment as it is (no format expansion).
+        for (name, value) in &spawn.env {
+            args.extend(["-e".into(), format!("{name}={value}").into()]);
+        }
         args.push("--".into());
         if let Some(room) = &spawn.confine {
             let path = |p: &Path| literal(&p.to_string_lossy());

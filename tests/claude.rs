@@ -107,7 +107,7 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
     w.send("cl", "cl-1", "after the crash").await;
     let st = w.await_event("cl-1", EventPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(new.as_str())));
-    assert!(transcript(&home, &workdir, &new).contains("after the crash"), "resumed where the person was");
+    await_in_transcript(&w, &new, "after the crash").await; // resumed where the person was
     // The conversation they cleared (idle, it never wrote a transcript) did not get it.
     let cleared = worksession::transcript::locate(
         &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
@@ -117,6 +117,16 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
     );
     let cleared = std::fs::read_to_string(cleared).unwrap_or_default();
     assert!(!cleared.contains("after the crash"), "not in the conversation they cleared");
+}
+
+/// Awaits `text` in the transcript of conversation `id`. A hook-backed delivery is confirmed by the CLI's
+/// `UserPromptSubmit`, which it runs just before it writes the prompt to its transcript (measured: within a second).
+async fn await_in_transcript(w: &World, id: &str, text: &str) {
+    support::eventually(&format!("{text:?} in the transcript of {id}"), || async {
+        let path = transcript_dir(w, id).join(format!("{id}.jsonl"));
+        std::fs::read_to_string(path).ok().filter(|t| worksession::transcript::contains(t, text)).map(|_| ())
+    })
+    .await;
 }
 
 /// Claude Code's transcript of conversation `id` run in `workdir`, under `home`.
@@ -156,7 +166,7 @@ async fn unknown_adopted_id_starts_fresh_then_a_crash_resumes_the_same_conversat
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     let ws = w.await_phase("cc", Phase::Running).await;
     assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("Resumed".into()));
-    assert!(transcript(&w.tmux.state(), &w.tmux.workdir(), &id).contains("after the crash"));
+    await_in_transcript(&w, &id, "after the crash").await;
 }
 
 #[tokio::test]
@@ -174,7 +184,7 @@ async fn an_event_arriving_during_the_boot_reaches_the_transcript() {
     let st = ev.status.unwrap();
     assert_eq!(st.via, Some(Via::Pasted));
     let id = st.harness_session_id.unwrap();
-    assert!(transcript(&w.tmux.state(), &w.tmux.workdir(), &id).contains("typed while you were booting"));
+    await_in_transcript(&w, &id, "typed while you were booting").await;
 }
 
 /// Issue 23, point 6, with the real CLI: Claude Code runs `/clear` (a new conversation under a new id) and `!...` (its
@@ -218,6 +228,7 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     .await;
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
 
+    await_in_transcript(&w, &id, "the next prompt").await;
     let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
     let prompts = [format!("Prompt: {touch}"), "Prompt: /clear".into(), "Prompt: /clear everything".into()];
     for prompt in prompts.into_iter().chain(["the next prompt".to_string()]) {
@@ -246,4 +257,75 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
         })
         .collect();
     assert!(live.contains(&id) && live.iter().all(|s| s == &id), "the CLI runs the recorded conversation: {live:?}");
+}
+
+/// Issue 26, point 5, with the real CLI: a conversation one of Claude Code's background sessions holds (`claude
+/// --bg`) is refused on `--resume` with "That session is running in the background ...", late (12-19 s offline,
+/// measured). The holder is planted as the CLI registers one: a live process's entry of kind `bg` in
+/// `~/.claude/sessions`, copied from the harness's own. That is no reason for a fresh conversation: `Resumed=False`
+/// reason `ConversationBusy`, the event waits, no other conversation is started; once the holder is gone, the same
+/// conversation is resumed and the event lands in it.
+#[tokio::test]
+async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_replaced() {
+    let w = world().await;
+    w.create_session("bg", json!({"harness": "claude", "initialPrompt": "first prompt"})).await;
+    let ws = w
+        .await_session("bg", "the initial prompt known delivered", |ws| {
+            ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
+                == Some(EventPhase::Delivered)
+        })
+        .await;
+    let id = recorded_id(&ws);
+    let session = w.tmux_session("bg");
+    let sessions = w.tmux.state().join(".claude/sessions");
+    let own = std::fs::read_to_string(sessions.join(format!("{}.json", w.tmux.pane_pid(&session)))).unwrap();
+    let mut holder_entry: serde_json::Value = serde_json::from_str(&own).unwrap();
+    let mut holder = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", holder.id())).unwrap();
+    let started = stat.rsplit(") ").next().unwrap().split(' ').nth(19).unwrap().to_string(); // field 22
+    holder_entry["pid"] = json!(holder.id());
+    holder_entry["procStart"] = json!(started);
+    holder_entry["kind"] = json!("bg");
+    std::fs::write(sessions.join(format!("{}.json", holder.id())), holder_entry.to_string()).unwrap();
+
+    w.tmux.kill_pane(&session).await;
+    w.send("bg", "bg-1", "while it is held").await;
+    let ws = w
+        .await_session("bg", "its conversation busy elsewhere", |ws| {
+            condition(ws, "Resumed").is_some_and(|c| c.1 == "ConversationBusy")
+        })
+        .await;
+    let (status, _, message) = condition(&ws, "Resumed").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("is running in the background"), "the CLI's words: {message}");
+    assert_eq!(recorded_id(&ws), id, "the conversation is kept");
+    let waiting = w.events().get("bg-1").await.unwrap().status.and_then(|s| s.phase);
+    assert_ne!(waiting, Some(EventPhase::Delivered));
+    assert!(!transcript(&w.tmux.state(), &w.tmux.workdir(), &id).contains("while it is held"));
+
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let events = w.events();
+    let st = support::eventually_within("bg-1 Delivered", std::time::Duration::from_secs(150), || async {
+        events.get("bg-1").await.ok()?.status.filter(|s| s.phase == Some(EventPhase::Delivered))
+    })
+    .await;
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    await_in_transcript(&w, &id, "while it is held").await;
+    let project = transcript_dir(&w, &id);
+    let conversations = std::fs::read_dir(project)
+        .unwrap()
+        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".jsonl")));
+    assert_eq!(conversations.count(), 1, "no other conversation was started");
+}
+
+/// The folder of Claude Code's transcripts for the world's workdir.
+fn transcript_dir(w: &World, id: &str) -> PathBuf {
+    let path = worksession::transcript::locate(
+        &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
+        &w.tmux.state(),
+        &w.tmux.workdir().display().to_string(),
+        id,
+    );
+    path.parent().unwrap().to_path_buf()
 }

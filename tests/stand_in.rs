@@ -63,3 +63,51 @@ async fn the_standin_drops_early_input_and_fails_late_with_its_tui_up() {
     tmux.await_output("loop-late", "No conversation found with session ID: ghost").await;
     assert!(tmux.prompts().iter().all(|p| p.prompt != "lost"), "nothing reached a conversation");
 }
+
+/// The stand-in's Claude Code hazards (issue 26, point 5) show where the real CLI's code says they do: resuming a
+/// conversation idle two hours and of 150k tokens opens the "Resume from summary" picker (no ready prompt), where a
+/// paste is menu input whose Enter compacts it into a new conversation and is itself lost; the built-in `claude`
+/// profile's `env` keeps the picker away. A conversation another process holds is refused with the CLI's words.
+#[tokio::test]
+async fn the_standin_opens_the_summary_picker_and_refuses_a_held_conversation() {
+    let tmux = TmuxServer::new();
+    seed_conversation(&tmux.state(), "old-and-large");
+    let old = standin::transcript_of(&tmux.state(), "old-and-large");
+    std::fs::write(&old, format!("{}\n", serde_json::json!({"type": "user", "content": "x".repeat(600_000)}))).unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 3600);
+    std::fs::File::options().write(true).open(&old).unwrap().set_modified(two_hours_ago).unwrap();
+
+    let picker = tmux.spawn_of("loop-pick", Mode::Resume, "old-and-large", None, &["--summary-picker"]);
+    tmux.runner.spawn(&picker).await.unwrap();
+    tmux.await_output("loop-pick", "Resume full session as-is").await;
+    assert!(!tmux.runner.last_lines("loop-pick", 20).await.unwrap().contains("ready>"), "no input box");
+    tmux.runner.paste("loop-pick", "a prompt for the conversation", "e1").await.unwrap();
+    tmux.await_output("loop-pick", "(compacted) New conversation").await;
+    assert!(tmux.prompts().is_empty(), "the paste was menu input");
+
+    std::fs::File::options().write(true).open(&old).unwrap().set_modified(two_hours_ago).unwrap();
+    let env = worksession::harness::builtin()["claude"].env.clone();
+    let kept = worksession::tmux::Spawn {
+        env,
+        ..tmux.spawn_of("loop-kept", Mode::Resume, "old-and-large", None, &["--summary-picker"])
+    };
+    tmux.runner.spawn(&kept).await.unwrap();
+    tmux.await_output("loop-kept", "ready>").await;
+    tmux.runner.paste("loop-kept", "a prompt for the conversation", "e2").await.unwrap();
+    let got = tmux.await_prompts(1).await;
+    assert_eq!(
+        (got[0].conversation.as_str(), got[0].prompt.as_str()),
+        ("old-and-large", "a prompt for the conversation")
+    );
+    let shown = std::fs::read_to_string(tmux.state().join("picker.log")).unwrap();
+    assert_eq!(shown.lines().count(), 1, "the picker showed once, without the profile's env: {shown}");
+
+    std::fs::create_dir_all(tmux.state().join("held")).unwrap();
+    std::fs::write(tmux.state().join("held/old-and-large"), "").unwrap();
+    tmux.runner.spawn(&tmux.spawn_of("loop-held", Mode::Resume, "old-and-large", None, &[])).await.unwrap();
+    tmux.await_liveness("loop-held", Liveness::Dead).await;
+    tmux.await_output("loop-held", "That session is running in the background.").await;
+    assert!(
+        worksession::harness::builtin()["claude"].resume_busy(&tmux.runner.last_lines("loop-held", 5).await.unwrap())
+    );
+}

@@ -1,7 +1,8 @@
 //! Exits: a harness that died is recorded (a failure unless it ran long enough to be healthy) and counted toward
 //! kubelet-style back-off; a resumed pane that dies within the settle window is a late resume failure
 //! (`PaneDiedAfterProbe`). Either way every prompt sent to it and not known delivered goes back to `Pending`, and
-//! the message quotes what the dead pane printed last.
+//! the message quotes what the dead pane printed last. A resume the harness refused because another process of its
+//! own holds the conversation is busy elsewhere: tried again after a back-off, never a fresh conversation.
 
 use std::time::Duration;
 
@@ -39,6 +40,38 @@ impl Decision<'_, '_> {
         self.count_failure(); // a resume that keeps dying backs off like any crash (the first retry is immediate)
         self.requeue(Duration::ZERO); // its prompts are pending again: respawn with them next
         true
+    }
+
+    /// A resumed pane that died saying another process of the harness holds the conversation, however late (the real
+    /// CLI says so 12-19 s after its start offline, and a harness that ran a while never says it).
+    pub(super) fn resumed_pane_refused_as_busy(&mut self, profile: &Profile) -> bool {
+        let input = self.input;
+        let Some(r) = self.status.last_respawn.clone() else { return false };
+        let refused =
+            input.observed.liveness == Liveness::Dead && profile.resume_busy(input.observed.last_output.trim());
+        if r.resumed && refused {
+            self.resume_held_elsewhere(&r.harness_session_id);
+        }
+        r.resumed && refused
+    }
+
+    /// The harness refused a resume because another process of its own holds the conversation (Claude Code's
+    /// background sessions): nothing is wrong with the conversation, so no fresh one replaces it. Its prompts wait,
+    /// and the same conversation is resumed again after a back-off, until the other process lets it go.
+    pub(super) fn resume_held_elsewhere(&mut self, id: &str) {
+        let message = format!(
+            "conversation {id} is held by another process of the harness; it is resumed again after a back-off, \
+             never replaced by a fresh one{}",
+            self.quote_last_output()
+        );
+        self.condition(ResumeReason::ConversationBusy, false, message.clone());
+        self.notice(Notice::resume_failed(ResumeReason::ConversationBusy, message.clone()));
+        self.return_unconfirmed(&message);
+        self.status.phase = Some(Phase::Pending);
+        let ready = format!("conversation {id} is busy elsewhere; its prompts wait");
+        self.ready(false, ReadyReason::HarnessNotRunning, ready);
+        self.count_failure();
+        self.requeue(backoff(self.status.failure_count));
     }
 
     /// A running harness died: a failure unless it ran long enough to count as healthy.

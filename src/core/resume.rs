@@ -29,6 +29,9 @@ crate::words::words! {
         PaneDiedAfterProbe,
         /// The harness's store has no conversation under the recorded id: it is not resumed.
         ConversationNotFound,
+        /// Another process of the harness holds the conversation (its own background supervisor): it is resumed
+        /// again after a back-off, never replaced by a fresh one.
+        ConversationBusy,
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Spawn {
     pub binary: String,
     /// Its arguments, each one word.
     pub argv: Vec<String>,
+    /// Environment variables it starts with (the profile's `env`), each given to tmux as one `-e NAME=VALUE` word.
+    pub env: Vec<(String, String)>,
     /// Tagged on the session as [`crate::tmux::SPAWN_TAG`] in the same tmux call (letters, digits and `-` only).
     pub tag: String,
     /// The owner's UID, tagged as [`crate::tmux::OWNER_TAG`] in the same call (letters, digits and `-` only).

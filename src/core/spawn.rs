@@ -34,7 +34,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let input = self.input;
         let now = input.context.now;
         if self.status.phase == Some(Phase::Running) {
-            if self.resumed_pane_died_while_settling(profile, settings) {
+            if self.resumed_pane_refused_as_busy(profile) || self.resumed_pane_died_while_settling(profile, settings) {
                 return;
             }
             self.record_exit();
@@ -189,6 +189,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             workdir: input.object.spec.workdir.clone().into(),
             binary: profile.binary.clone(),
             argv,
+            env: profile.env.clone(),
             tag: v.spawn.clone(),
             owner: input.object.owner.to_string(),
             owner_name: input.object.owner_name.to_string(),

@@ -67,6 +67,10 @@ impl Decision<'_, '_> {
         // Dead (or gone) before or at the deadline.
         self.status.verification = None;
         let said = self.quote_last_output();
+        if v.resume && profile.resume_busy(input.observed.last_output.trim()) {
+            self.resume_held_elsewhere(&v.harness_session_id);
+            return;
+        }
         if v.resume {
             let message = format!(
                 "resumed conversation {} died within the {}s probe{said}",

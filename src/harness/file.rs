@@ -16,6 +16,7 @@ pub struct ProfileFile {
     interactive: Option<Vec<String>>,
     resume: Option<Vec<String>>,
     resume_failed_pattern: Option<String>,
+    resume_busy_pattern: Option<String>,
     ready_pattern: Option<String>,
     conversation_path: Option<String>,
     store_path: Option<String>,
@@ -23,6 +24,8 @@ pub struct ProfileFile {
     command_prefixes: Option<Vec<String>>,
     /// `claude`, or empty to turn a built-in profile's off.
     hooks: Option<String>,
+    /// Variables over the base's (a value `null` takes one of the base's away).
+    env: Option<std::collections::BTreeMap<String, Option<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -60,8 +63,19 @@ impl ProfileFile {
             "resumeFailedPattern",
             base.as_ref().and_then(|b| b.resume_failed_pattern.clone()),
         )?;
+        let resume_busy_pattern = regex(
+            self.resume_busy_pattern,
+            "resumeBusyPattern",
+            base.as_ref().and_then(|b| b.resume_busy_pattern.clone()),
+        )?;
         let ready_pattern =
             regex(self.ready_pattern, "readyPattern", base.as_ref().and_then(|b| b.ready_pattern.clone()))?;
+        // Variables merge by name over the base's, as the profile's other keys do.
+        let mut env = base.as_ref().map(|b| b.env.clone()).unwrap_or_default();
+        for (key, value) in self.env.unwrap_or_default() {
+            env.retain(|(k, _)| *k != key);
+            env.extend(value.map(|v| (key, v)));
+        }
         let discover = match self.discover {
             Some(d) => Some(Discover {
                 path: d.path,
@@ -91,6 +105,8 @@ impl ProfileFile {
             interactive: self.interactive.or_else(|| base.as_ref().and_then(|b| b.interactive.clone())),
             resume: self.resume.or_else(|| base.as_ref().and_then(|b| b.resume.clone())),
             resume_failed_pattern,
+            resume_busy_pattern,
+            env,
             ready_pattern,
             conversation_path: path(self.conversation_path, base.as_ref().and_then(|b| b.conversation_path.clone())),
             store_path: path(self.store_path, base.as_ref().and_then(|b| b.store_path.clone())),

@@ -39,6 +39,12 @@ pub struct Profile {
     pub resume: Option<Vec<String>>,
     /// What a harness prints when it cannot find the conversation to resume.
     pub resume_failed_pattern: Option<Regex>,
+    /// What a harness prints when it refuses to resume a conversation another process of its own holds (Claude
+    /// Code's background sessions): the conversation exists and is busy elsewhere, so it is resumed again later and
+    /// never replaced by a fresh one.
+    pub resume_busy_pattern: Option<Regex>,
+    /// Environment variables the harness is started with (tmux's `new-session -e`), in order.
+    pub env: Vec<(String, String)>,
     /// What the pane's visible text shows once the harness accepts input; `None`: it is assumed to once the probe
     /// passed. Nothing is pasted before it shows (a real TUI drops what is typed while it boots).
     pub ready_pattern: Option<Regex>,
@@ -182,6 +188,17 @@ impl Profile {
         if self.binary.is_empty() {
             return Err(err("binary", "must not be empty".into()));
         }
+        for (key, value) in &self.env {
+            // A name env(7) allows, and a value without control characters: tmux takes each as one `-e` word.
+            let named = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !named {
+                return Err(err("env", format!("{key:?} is not a variable name (letters, digits and '_')")));
+            }
+            if value.chars().any(char::is_control) {
+                return Err(err(&format!("env.{key}"), "must not hold control characters".into()));
+            }
+        }
         for (field, template) in [("interactive", &self.interactive), ("resume", &self.resume)] {
             let Some(template) = template else { continue };
             for arg in template {
@@ -304,6 +321,11 @@ impl Profile {
     /// Whether what a dead pane printed says the conversation to resume does not exist.
     pub fn resume_failed(&self, output: &str) -> bool {
         self.resume_failed_pattern.as_ref().is_some_and(|p| p.is_match(output))
+    }
+
+    /// Whether a dead pane's last output says the conversation is held by another process of the harness.
+    pub fn resume_busy(&self, output: &str) -> bool {
+        self.resume_busy_pattern.as_ref().is_some_and(|p| p.is_match(output))
     }
 
     /// Whether a pane showing `screen` takes input (always, for a profile without a ready pattern).

@@ -4,6 +4,7 @@
 
 pub mod discover;
 pub mod front_door;
+pub mod hazards;
 pub mod hooks;
 pub mod shapes;
 pub mod workspace;
@@ -61,6 +62,9 @@ macro_rules! shared_scenarios {
                 hooks::a_prompt_is_confirmed_only_after_its_send_and_sent_again_at_the_deadline;
             shared_an_unkind_harness_still_confirms_and_says_what_it_does:
                 hooks::an_unkind_harness_still_confirms_and_says_what_it_does;
+            shared_a_resume_never_opens_the_summary_picker: hazards::a_resume_never_opens_the_summary_picker;
+            shared_a_conversation_busy_elsewhere_waits_and_is_resumed:
+                hazards::a_conversation_busy_elsewhere_waits_and_is_resumed;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {

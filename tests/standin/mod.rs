@@ -58,6 +58,7 @@ impl TmuxServer {
             tag: format!("spawn-{id}"),
             owner: "test-owner".into(),
             owner_name: "tests/standin".into(),
+            env: Vec::new(),
             confine: None,
         }
     }
@@ -148,7 +149,7 @@ impl TmuxServer {
             state = self.state().display(),
         );
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             receiver = env!("CARGO_BIN_EXE_worksession"),
@@ -165,6 +166,7 @@ impl TmuxServer {
             gemini = gemini,
             copilot = copilot,
             opencode = opencode,
+            claude = claude_hazards(profile(", --summary-picker, --resume-fail-delay, '2'", true, true)),
         )
     }
 
@@ -233,6 +235,15 @@ pub fn standin_binary() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin/harness")
 }
 
+/// `profile` with what the built-in `claude` profile ships against Claude Code's hazards, as it ships: its
+/// `resumeBusyPattern` and its `env` (the stand-in's `--summary-picker` reads the same variables the real CLI does).
+fn claude_hazards(profile: String) -> String {
+    let claude = &worksession::harness::builtin()["claude"];
+    let busy = claude.resume_busy_pattern.as_ref().expect("the built-in claude knows a busy conversation");
+    let env: Vec<String> = claude.env.iter().map(|(k, v)| format!("{k}: {v:?}")).collect();
+    format!("{profile}\n    resumeBusyPattern: {:?}\n    env: {{{}}}", busy.as_str(), env.join(", "))
+}
+
 /// A Claude-shaped profile for the stand-in; `flags` go into `extraArgs` after `--state`.
 pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
     let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -244,6 +255,8 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         interactive: Some(strings(&["--session-id", "{sessionId}", "{extraArgs}", "--", "{prompt}"])),
         resume: Some(strings(&["--resume", "{sessionId}", "{extraArgs}", "--", "{prompt}"])),
         resume_failed_pattern: Some(regex::Regex::new("No conversation found").unwrap()),
+        resume_busy_pattern: None,
+        env: Vec::new(),
         ready_pattern: None,
         conversation_path: None,
         store_path: None,

@@ -113,3 +113,39 @@ fn try_resume_rows_after_tmux() {
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW));
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "PaneDied")));
 }
+
+/// A resume the harness refuses because another process of its own holds the conversation (Claude Code's background
+/// sessions) is busy elsewhere, not a failed resume: within the probe or after it, no fresh conversation replaces
+/// it; its prompt waits, and the same conversation is resumed again after the back-off.
+#[test]
+fn a_conversation_held_elsewhere_is_resumed_again_never_replaced() {
+    const HELD: &str = "That session is running in the background. Run `claude agents` to find it and open it, or \
+                        stop it there first to resume it here. Add --fork-session to branch off a copy instead.";
+    let rows = [("within the probe", 100), ("within the settle window", 130), ("after the settle window", 200)];
+    for (row, died_at) in rows {
+        let mut case = Case::new(ran_old());
+        case.status.failure_count = 2; // it has been refused before: the next try waits
+        assert_eq!(spawned(&case.step()), RESUME_E1, "{row}");
+        if died_at > 102 {
+            case.liveness = Liveness::Alive;
+            case.now = t(102);
+            assert_eq!(ops(&case.step()), ["session.respawned resumed=true"], "{row}: it looked alive");
+        }
+        case.liveness = Liveness::Dead;
+        case.output = HELD;
+        case.now = t(died_at);
+        let plan = case.step();
+        assert_eq!(ops(&plan), ["session.resume_failed ConversationBusy", "event e1 Pending"], "{row}: no fresh spawn");
+        let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED.as_str()).unwrap();
+        assert_eq!((resumed.status.as_str(), resumed.reason.as_str()), ("False", "ConversationBusy"), "{row}");
+        assert!(resumed.message.contains("is running in the background"), "{row}: {}", resumed.message);
+        assert_eq!(plan.status.harness_session_id.as_deref(), Some(OLD), "{row}: the conversation is kept");
+        assert_eq!(plan.status.unresumable_session_id, None, "{row}");
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(20)), "{row}: the third failure waits 20 s");
+        // Before the back-off is over nothing starts; after it, the same conversation is resumed.
+        case.now = t(died_at + 10);
+        assert_eq!(ops(&case.step()), ["session.backoff"], "{row}");
+        case.now = t(died_at + 20);
+        assert_eq!(spawned(&case.step()), RESUME_E1, "{row}: resumed again");
+    }
+}

@@ -1,0 +1,74 @@
+//! Issue 26, point 5, with the stand-in as unkind as Claude Code where its trackers say it bites (`standin-claude`:
+//! the built-in `claude` profile's `resumeBusyPattern` and `env`, the stand-in's `--summary-picker`, and its refusal
+//! of a conversation another process holds, 2 s late): a resume never opens the "Resume from summary" picker, and a
+//! conversation busy elsewhere waits for its resume instead of being replaced by a fresh one.
+
+use std::time::{Duration, SystemTime};
+
+use worksession::api::{EventPhase, Phase, Via, WorkSessionStatus};
+use worksession::core::ConditionType;
+
+use super::{Rig, await_delivered, await_phase, await_value, condition};
+
+/// Starts `name` on `standin-claude`, delivers one prompt to it, and kills its harness: returns its conversation's id.
+async fn a_conversation_then_a_crash(rig: &impl Rig, name: &str) -> String {
+    rig.create_session(name, serde_json::json!({"harness": "standin-claude"})).await;
+    let st = await_phase(rig, name, Phase::Running).await;
+    let id = st.harness_session_id.expect("a fresh conversation's id is given at start");
+    rig.send(name, &format!("{name}-1"), "the first prompt").await;
+    await_delivered(rig, &format!("{name}-1")).await;
+    rig.tmux().kill_harness(&rig.tmux_session(name)).await;
+    id
+}
+
+/// A conversation idle for two hours and of some 150k tokens is what makes Claude Code offer to resume it from a
+/// summary, a picker where the boot prompt waits and a paste is menu input whose Enter compacts it into a new
+/// conversation. The built-in profile's `env` keeps the picker away: the next event is resumed into the very
+/// conversation, and the picker never showed (without that `env` it does: `tests/stand_in.rs`).
+pub async fn a_resume_never_opens_the_summary_picker(rig: &impl Rig) {
+    let id = a_conversation_then_a_crash(rig, "pk").await;
+    let transcript = rig.tmux().state().join("conversations").join(format!("{id}.jsonl"));
+    let long = serde_json::json!({"type": "assistant", "message": {"content": "x".repeat(600_000)}});
+    let mut text = std::fs::read_to_string(&transcript).unwrap();
+    text.push_str(&format!("{long}\n"));
+    std::fs::write(&transcript, text).unwrap();
+    let two_hours_ago = SystemTime::now() - Duration::from_secs(2 * 3600);
+    std::fs::File::options().write(true).open(&transcript).unwrap().set_modified(two_hours_ago).unwrap();
+
+    rig.send("pk", "pk-2", "after a long pause").await;
+    let ev = await_delivered(rig, "pk-2").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())), "{ev:?}");
+    assert!(!rig.tmux().state().join("picker.log").exists(), "the picker never showed");
+    let taken = rig.tmux().prompts().into_iter().find(|p| p.prompt == "after a long pause").expect("taken");
+    assert_eq!(taken.conversation, id, "in the same conversation, not a summary's");
+}
+
+/// Another process of the harness holds the conversation (Claude Code's background session): the resume is refused
+/// with the CLI's words, after its probe. That is no reason for a fresh conversation: `Resumed=False` reason
+/// `ConversationBusy`, the event waits (nothing else got it), and once the other process lets go, the same
+/// conversation is resumed and the event delivered into it.
+pub async fn a_conversation_busy_elsewhere_waits_and_is_resumed(rig: &impl Rig) {
+    let id = a_conversation_then_a_crash(rig, "bz").await;
+    let held = rig.tmux().state().join("held");
+    std::fs::create_dir_all(&held).unwrap();
+    std::fs::write(held.join(&id), "").unwrap();
+
+    rig.send("bz", "bz-2", "while it is held").await;
+    let busy = |s: &WorkSessionStatus| condition(s, ConditionType::Resumed).1 == "ConversationBusy";
+    let st = await_value("bz: its conversation busy elsewhere", || rig.session_status("bz"), busy).await;
+    let (status, _, message) = condition(&st, ConditionType::Resumed);
+    assert_eq!(status, "False");
+    assert!(message.contains("is running in the background"), "the harness's words: {message}");
+    assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()), "the conversation is kept");
+    assert_ne!(rig.event_status("bz-2").await.phase, Some(EventPhase::Delivered));
+    assert!(rig.tmux().prompts().iter().all(|p| p.prompt != "while it is held"), "no other conversation got it");
+
+    std::fs::remove_file(held.join(&id)).unwrap();
+    let ev = await_delivered(rig, "bz-2").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())), "{ev:?}");
+    let taken: Vec<_> = rig.tmux().prompts().into_iter().filter(|p| p.prompt == "while it is held").collect();
+    assert_eq!(taken.len(), 1, "delivered once: {taken:?}");
+    assert_eq!(taken[0].conversation, id);
+    let st = rig.session_status("bz").await;
+    assert_eq!(condition(&st, ConditionType::Resumed).1, "Resumed", "resumed once it was let go");
+}
