@@ -69,6 +69,10 @@ struct Data {
     prompt: Option<String>,
     message: Option<String>,
     notification_type: Option<String>,
+    prompt_id: Option<String>,
+    /// Codex's notify: the thread (conversation) its turn ran in.
+    #[serde(rename = "thread-id")]
+    thread_id: Option<String>,
 }
 
 /// A line of the spawn tagged `spawn`, parsed; `None` for any other (or one too long to parse).
@@ -85,13 +89,28 @@ pub struct Heard {
     /// The conversation the harness moved to: its latest `SessionStart` whose `source` says it moved (`clear`,
     /// `compact`, `resume`).
     pub moved_to: Option<String>,
+    /// The conversation its latest Codex notify named (`thread-id`): the one it runs, known at its first turn's end.
+    pub thread: Option<String>,
     /// Its latest turn event ([`TURN_EVENTS`]).
     pub turn: Option<Turn>,
-    /// The prompts it reported taking (`UserPromptSubmit`) from the mark asked for on, each with where its line
-    /// starts in the file.
-    pub prompts: Vec<(u64, String)>,
+    /// The prompts it reported taking (`UserPromptSubmit`) from the mark asked for on.
+    pub prompts: Vec<Taken>,
     /// How long the file was.
     pub len: u64,
+}
+
+/// A prompt a harness reported taking.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// Where its line starts in the hook file.
+    pub at: u64,
+    /// The prompt, as the harness has it.
+    pub prompt: String,
+    /// The id the harness gave it (Claude Code's `prompt_id`, which its transcript's line of the prompt carries as
+    /// `promptId`), if it gave one.
+    pub prompt_id: Option<String>,
+    /// The conversation it went to (`session_id`).
+    pub conversation: Option<String>,
 }
 
 /// The hooks that say where a harness is in its turn.
@@ -111,11 +130,15 @@ pub fn hear(home: &Path, identity: &str, spawn: &str, mark: Option<u64>) -> Opti
     let mut heard = Heard { len, ..Heard::default() };
     let tail_lines: Vec<(u64, &str)> = lines(&tail, tail_start, tail_start > 0).collect();
     for (_, line) in tail_lines.iter().rev() {
-        if heard.moved_to.is_some() && heard.turn.is_some() {
+        if heard.moved_to.is_some() && heard.turn.is_some() || heard.thread.is_some() {
             break;
         }
         let Some(s) = said(line) else { continue };
         let data = s.data.unwrap_or_default();
+        if s.hook == crate::harness::hooks::NOTIFY {
+            heard.thread = data.thread_id;
+            continue;
+        }
         if heard.moved_to.is_none() && s.hook == "SessionStart" && data.source.as_deref().is_some_and(moved) {
             heard.moved_to = data.session_id.clone();
         }
@@ -138,7 +161,10 @@ pub fn hear(home: &Path, identity: &str, spawn: &str, mark: Option<u64>) -> Opti
         .filter(|(_, line)| line.contains("UserPromptSubmit"))
         .filter_map(|(at, line)| Some((at, said(line)?)))
         .filter(|(_, s)| s.hook == "UserPromptSubmit")
-        .filter_map(|(at, s)| Some((at, s.data?.prompt?)))
+        .filter_map(|(at, s)| {
+            let data = s.data?;
+            Some(Taken { at, prompt: data.prompt?, prompt_id: data.prompt_id, conversation: data.session_id })
+        })
         .collect();
     Some(heard)
 }
@@ -189,7 +215,7 @@ mod tests {
         )
         .unwrap();
         let heard = hear(home.path(), "agents/repo-12", "spawn-1", Some(mark)).unwrap();
-        assert_eq!(heard.prompts, [(mark, "yes".to_string())]);
+        assert_eq!(heard.prompts, [Taken { at: mark, prompt: "yes".into(), ..Taken::default() }]);
         let turn = heard.turn.unwrap();
         assert_eq!((turn.hook.as_str(), turn.kind.as_deref()), ("Notification", Some("permission_prompt")));
         assert_eq!(turn.message.as_deref(), Some("Claude needs your permission"));

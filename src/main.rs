@@ -111,9 +111,11 @@ enum Command {
         /// The tag of the spawn whose harness runs the hook.
         #[arg(long)]
         spawn: String,
-        /// The hook's event (`SessionStart`, `UserPromptSubmit`, ...).
+        /// The hook's event (`SessionStart`, `UserPromptSubmit`, ..., `notify`).
         #[arg(long)]
         event: String,
+        /// What the harness hands over, when it gives it as an argument (Codex's notify) rather than on stdin.
+        payload: Option<String>,
     },
     /// Run a harness in its room (the tmux server runs this, as root holding SETUID and SETGID): become the room's
     /// uid and gid with no other group and no capability, HOME and TMPDIR in the room, then exec the command.
@@ -156,9 +158,13 @@ fn main() -> ExitCode {
         eprintln!("worksession room: {e}");
         return ExitCode::from(126);
     }
-    if let Command::Hook { out, spawn, event } = &cli.command {
+    if let Command::Hook { out, spawn, event, payload } = &cli.command {
         // Run by a harness for each of its hooks: one line appended, nothing else, and quickly.
-        return match worksession::hook::receive(out, event, spawn, std::io::stdin().lock()) {
+        let received = match payload {
+            Some(payload) => worksession::hook::receive(out, event, spawn, payload.as_bytes()),
+            None => worksession::hook::receive(out, event, spawn, std::io::stdin().lock()),
+        };
+        return match received {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("worksession hook: {}: {e}", out.display());

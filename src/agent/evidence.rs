@@ -285,8 +285,14 @@ impl<S, T: Tmux> Reconciler<S, T> {
         if liveness == Liveness::Alive && waiting && profile.ready_pattern.is_some() {
             evidence.screen = tmux.screen(session).await.ok();
         }
+        let identity = owner_tags(ws).1;
+        // Given hooks that name its conversation (Codex's notify), a harness's id is what they say: no store is
+        // scanned for it.
+        let hooks_given = crate::core::hook_args(profile, config, home, &identity, "spawn").is_some();
+        let named_by_hooks = hooks_given && profile.hooks.is_some_and(|h| !h.confirms_prompts());
         // A harness that shows its id after the start: looked for only while its status waits for it.
-        if let Some(d) = profile.discover.as_ref().filter(|_| liveness == Liveness::Alive && discovering(status)) {
+        let scan = liveness == Liveness::Alive && discovering(status) && !named_by_hooks;
+        if let Some(d) = profile.discover.as_ref().filter(|_| scan) {
             let screen = match (&d.screen_pattern, &evidence.screen) {
                 (Some(_), None) => tmux.screen(session).await.ok(),
                 _ => evidence.screen.clone(),
@@ -312,9 +318,19 @@ impl<S, T: Tmux> Reconciler<S, T> {
         }
         // What the harness's own record says of the prompts sent to it.
         let sent = super::record::sent(&ws.spec, status, events);
-        let identity = owner_tags(ws).1;
         let place = super::record::Place { home, identity: &identity, workdir, spawn };
         let proof = crate::core::Proof::of(profile, config, Some(home), &identity);
+        if named_by_hooks && liveness == Liveness::Alive {
+            // Hooks that confirm nothing still name the conversation: its id, at its first turn's end, and the one
+            // it moved to (a new thread of the same process).
+            let thread = super::record::hooks(&place, &[], profile).await.thread;
+            // A harness writes its hook file: an id another session of the node holds is never taken.
+            let thread = thread.filter(|id| self.discoveries.conversation_holder(id, &identity).is_none());
+            if discovering(status) {
+                evidence.discovered = thread.clone();
+            }
+            evidence.hooked = thread.filter(|id| status.harness_session_id.as_ref().is_some_and(|r| r != id));
+        }
         let said = match proof {
             Proof::Hooks => super::record::hooks(&place, &sent, profile).await,
             Proof::Transcript => {
@@ -331,7 +347,8 @@ impl<S, T: Tmux> Reconciler<S, T> {
             Proof::Settle => super::record::Said::default(),
         };
         evidence.record = Record { proof, len: said.len };
-        (evidence.confirmed, evidence.hooked, evidence.turn) = (said.confirmed, said.moved_to, said.turn);
+        evidence.hooked = evidence.hooked.or(said.moved_to);
+        (evidence.confirmed, evidence.turn) = (said.confirmed, said.turn);
         evidence
     }
 }

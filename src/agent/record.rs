@@ -11,6 +11,7 @@ use crate::core::{INITIAL_PROMPT, PendingEvent, initial_prompt_owed};
 use crate::harness::Profile;
 use crate::harness::clean_prompt;
 use crate::harness::hooks::Turn;
+use crate::hook::Taken;
 use crate::transcript::{self, AFTER_MARK_LIMIT, words};
 
 /// A prompt sent and not yet known delivered.
@@ -58,6 +59,8 @@ pub struct Said {
     pub confirmed: Vec<String>,
     /// The conversation the live harness moved to (hooks).
     pub moved_to: Option<String>,
+    /// The conversation the live harness's latest Codex notify named (hooks).
+    pub thread: Option<String>,
     /// Its latest turn event (hooks).
     pub turn: Option<Turn>,
 }
@@ -87,12 +90,58 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
     let Some(heard) = tokio::task::spawn_blocking(read).await.ok().flatten() else {
         return Said { len, ..Said::default() };
     };
-    let took = |s: &Sent| {
-        let (at, forms) = (mark(s, heard.len), forms(s, profile));
-        heard.prompts.iter().any(|(line, prompt)| *line >= at && forms.contains(&words(prompt)))
+    // The report of each sent prompt, after its mark, by its words.
+    let taken: Vec<(String, Taken)> = sent
+        .iter()
+        .filter_map(|s| {
+            let (at, forms) = (mark(s, heard.len), forms(s, profile));
+            let taken = heard.prompts.iter().find(|t| t.at >= at && forms.contains(&words(&t.prompt)))?;
+            Some((s.key.clone(), taken.clone()))
+        })
+        .collect();
+    let confirmed = persisted(place, profile, taken).await;
+    Said { len: heard.len, confirmed, moved_to: heard.moved_to, thread: heard.thread, turn: heard.turn }
+}
+
+/// How much of a transcript's end is searched for a prompt its hook reported: the harness writes the prompt there
+/// right after the hook ran.
+const PERSISTED_TAIL: u64 = 8 << 20;
+
+/// The keys of the `taken` prompts that reached a conversation that lives on. A harness runs `UserPromptSubmit` just
+/// before it writes the prompt to its transcript (Claude Code, measured: a harness killed in between lost the prompt,
+/// and its conversation with it), so where the profile names a transcript and the hook gave the prompt an id, that
+/// transcript must hold the id (Claude Code's `promptId`); a prompt without one is taken at the hook's word.
+async fn persisted(place: &Place<'_>, profile: &Profile, taken: Vec<(String, Taken)>) -> Vec<String> {
+    let Some(template) = profile.conversation_path.clone() else { return taken.into_iter().map(|(k, _)| k).collect() };
+    let (home, workdir) = (place.home.to_path_buf(), place.workdir.to_string());
+    let check = move || {
+        let mut tails: std::collections::HashMap<String, Option<Vec<u8>>> = std::collections::HashMap::new();
+        let mut confirmed = Vec::new();
+        for (key, t) in taken {
+            let (Some(id), Some(conversation)) = (t.prompt_id.as_deref(), t.conversation.as_deref()) else {
+                confirmed.push(key);
+                continue;
+            };
+            if !crate::api::is_valid_session_id(id) || !crate::api::is_valid_session_id(conversation) {
+                continue; // not an id a harness gives: nothing it says is taken
+            }
+            let tail = tails.entry(conversation.to_string()).or_insert_with(|| {
+                let path = transcript::locate(&template, &home, &workdir, conversation);
+                let len = transcript::length(&home, &path)?;
+                transcript::read_from(&home, &path, len.saturating_sub(PERSISTED_TAIL), PERSISTED_TAIL).map(|r| r.0)
+            });
+            if tail.as_deref().is_some_and(|tail| holds(tail, id)) {
+                confirmed.push(key);
+            }
+        }
+        confirmed
     };
-    let confirmed = sent.iter().filter(|s| took(s)).map(|s| s.key.clone()).collect();
-    Said { len: heard.len, confirmed, moved_to: heard.moved_to, turn: heard.turn }
+    tokio::task::spawn_blocking(check).await.unwrap_or_default()
+}
+
+/// Whether `bytes` hold `id` (a literal search, as fast as the regex crate's, which looks for literals with memchr).
+fn holds(bytes: &[u8], id: &str) -> bool {
+    regex::bytes::Regex::new(&regex::escape(id)).is_ok_and(|r| r.is_match(bytes))
 }
 
 /// The transcript of conversation `id` (the one the harness runs, or a resume would take): its length, and the sent

@@ -38,10 +38,11 @@ pub enum Proof {
 
 impl Proof {
     /// The proof a harness of `profile` offers when run for the WorkSession `identity` with its `HOME` at `home`:
-    /// hooks where it is given them (a hook-backed profile, a receiver, a `HOME` for its hook file), else its
-    /// transcript where the profile names one, else the settle window.
+    /// hooks where it is given them (a hook-backed profile, a receiver, a `HOME` for its hook file) and they report
+    /// each prompt taken, else its transcript where the profile names one, else the settle window.
     pub fn of(profile: &Profile, config: &Config, home: Option<&Path>, identity: &str) -> Self {
-        if hook_args(profile, config, home, identity, "spawn").is_some() {
+        let confirms = profile.hooks.is_some_and(crate::harness::hooks::Hooks::confirms_prompts);
+        if confirms && hook_args(profile, config, home, identity, "spawn").is_some() {
             Proof::Hooks
         } else if profile.conversation_path.is_some() {
             Proof::Transcript

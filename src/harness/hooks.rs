@@ -11,6 +11,21 @@ crate::words::words! {
     pub enum Hooks {
         /// Claude Code: `--settings <json>` in front of its argv, a command hook per event.
         Claude = "claude",
+        /// Codex CLI: `-c notify=[...]` in front of its argv, a program it runs at the end of each turn with one JSON
+        /// argument naming the thread (`thread-id`): how its conversation's id is known without scanning its rollouts.
+        Codex = "codex",
+    }
+}
+
+impl Hooks {
+    /// Whether the harness reports each prompt as it takes it (`UserPromptSubmit`), so that a delivery is confirmed
+    /// by its hooks. Codex's notify comes only when a turn ends, minutes later maybe: a deadline on it would send a
+    /// prompt again in the middle of its turn.
+    pub fn confirms_prompts(self) -> bool {
+        match self {
+            Hooks::Claude => true,
+            Hooks::Codex => false,
+        }
     }
 }
 
@@ -67,8 +82,17 @@ pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Vec<
                 .collect();
             Some(vec!["--settings".into(), serde_json::json!({ "hooks": hooks }).to_string()])
         }
+        Hooks::Codex => {
+            // A TOML array of plain words (`-c` values are TOML); Codex appends its JSON as the last argument.
+            let words = [helper.as_str(), "hook", "--out", &out, "--spawn", &spawn, "--event", NOTIFY];
+            let words: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+            Some(vec!["-c".into(), format!("notify=[{}]", words.join(","))])
+        }
     }
 }
+
+/// The event name a Codex notify is received under.
+pub const NOTIFY: &str = "notify";
 
 #[cfg(test)]
 mod tests {
@@ -88,5 +112,14 @@ mod tests {
         assert_eq!(v["hooks"].as_object().unwrap().len(), EVENTS.len());
         assert_eq!(super::args(Hooks::Claude, Path::new("/bin/x;rm"), out, "s"), None, "never a shell word");
         assert_eq!(super::args(Hooks::Claude, helper, out, "s $(id)"), None);
+        let codex = super::args(Hooks::Codex, helper, out, "spawn-1").unwrap();
+        assert_eq!(
+            codex,
+            [
+                "-c",
+                r#"notify=["/usr/local/bin/worksession","hook","--out","/h/.worksession/hooks/a_b.jsonl","--spawn","spawn-1","--event","notify"]"#
+            ]
+        );
+        assert_eq!(super::args(Hooks::Codex, Path::new("/bin/x\"y"), out, "s"), None, "never a TOML string's end");
     }
 }

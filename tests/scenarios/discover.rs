@@ -66,3 +66,20 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     assert_eq!(condition(&st, ConditionType::Resumed), ("False".into(), "NoRecordedSession".into()), "{st:?}");
     assert_eq!(await_discovered(rig, "cw").await, conversation_of(rig, "start again").await);
 }
+
+/// Issue 26, point 5: Codex CLI's notify (given per run as `-c notify=[...]`, received by this build's `worksession
+/// hook`) names its thread at the end of its first turn, so its id is known without scanning its rollouts: the
+/// stand-in writes none here. The id is recorded, and a crash resumes that conversation.
+pub async fn the_codex_notify_names_its_conversation(rig: &impl Rig) {
+    let codex = json!({"harness": "standin-codex-notify", "initialPrompt": "first turn of nx"});
+    rig.create_session("nx", codex).await;
+    let id = await_discovered(rig, "nx").await;
+    assert_eq!(id, conversation_of(rig, "first turn of nx").await, "the id of the conversation it runs");
+    assert!(!rig.tmux().state().join(".codex").exists(), "no rollout to scan: the notify told");
+
+    rig.tmux().kill_harness(&rig.tmux_session("nx")).await;
+    rig.send("nx", "nx-1", "after the crash").await;
+    let ev = await_delivered(rig, "nx-1").await;
+    assert!(ev.via == Some(Via::Resumed) || ev.via == Some(Via::Pasted), "{ev:?}");
+    assert_eq!(conversation_of(rig, "after the crash").await, id, "the notified conversation, resumed");
+}

@@ -1,4 +1,4 @@
-//! Issue 26 with the stand-in in Claude Code's hook shape (`standin-hooks`, `standin-unkind`, `standin-deaf`): the
+//! Issue 26 with the stand-in in Claude Code's hook shape (`standin-unkind`, `standin-deaf`, `standin-late`): the
 //! harness's own hooks, received by this build's `worksession hook`, confirm each prompt, after where the hook file
 //! stood when it was sent, and say what the harness does.
 
@@ -50,4 +50,29 @@ pub async fn an_unkind_harness_still_confirms_and_says_what_it_does(rig: &impl R
     let st = await_value("unk waiting for a person", || rig.session_status("unk"), waiting).await;
     assert_eq!(condition(&st, ConditionType::Activity).2, "Standin needs your permission to use Bash");
     assert_eq!(rig.event_status("unk-2").await.phase, Some(EventPhase::Delivered));
+}
+
+/// The real CLI runs `UserPromptSubmit` just before it writes the prompt to its transcript, and one killed in between
+/// has lost the prompt though its hook reported it (measured with Claude Code 2.1.332). The stand-in writes it 3 s
+/// after the hook; killed within them, the prompt is not `Delivered` on the hook's word: it is sent again to the
+/// resumed conversation, and reaches it once.
+pub async fn a_prompt_reported_but_never_written_is_sent_again(rig: &impl Rig) {
+    rig.create_session("lt", serde_json::json!({"harness": "standin-late"})).await;
+    await_phase(rig, "lt", Phase::Running).await;
+    let st = rig.session_status("lt").await;
+    let id = st.harness_session_id.expect("an id given at start");
+    rig.send("lt", "lt-1", "write this down").await;
+    let identity = format!("{}/lt", rig.namespace());
+    let hooks = worksession::hook::file_of(&rig.tmux().state(), &identity);
+    crate::support::eventually("the hook reported lt-1", || async {
+        std::fs::read_to_string(&hooks).ok().filter(|h| h.contains("write this down")).map(|_| ())
+    })
+    .await;
+    rig.tmux().kill_pane(&rig.tmux_session("lt")).await;
+    assert!(rig.tmux().prompts().is_empty(), "killed before it wrote the prompt down");
+
+    let ev = await_delivered(rig, "lt-1").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())), "{ev:?}");
+    let taken: Vec<_> = rig.tmux().prompts().into_iter().map(|p| (p.conversation, p.prompt)).collect();
+    assert_eq!(taken, [(id, "write this down".to_string())], "written once, in the same conversation");
 }

@@ -45,6 +45,7 @@ macro_rules! shared_scenarios {
             shared_a_workspace_over_http_with_a_token: workspace::a_workspace_over_http_with_a_token;
             shared_a_slow_preparation_never_holds_up_other_sessions: workspace::a_slow_preparation_never_holds_up_other_sessions;
             shared_ids_discovered_after_the_start: discover::ids_discovered_after_the_start;
+            shared_the_codex_notify_names_its_conversation: discover::the_codex_notify_names_its_conversation;
             shared_the_gemini_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "gemini";
             shared_the_copilot_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "copilot";
             shared_the_opencode_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "opencode";
@@ -62,6 +63,8 @@ macro_rules! shared_scenarios {
                 hooks::a_prompt_is_confirmed_only_after_its_send_and_sent_again_at_the_deadline;
             shared_an_unkind_harness_still_confirms_and_says_what_it_does:
                 hooks::an_unkind_harness_still_confirms_and_says_what_it_does;
+            shared_a_prompt_reported_but_never_written_is_sent_again:
+                hooks::a_prompt_reported_but_never_written_is_sent_again;
             shared_a_resume_never_opens_the_summary_picker: hazards::a_resume_never_opens_the_summary_picker;
             shared_a_conversation_busy_elsewhere_waits_and_is_resumed:
                 hazards::a_conversation_busy_elsewhere_waits_and_is_resumed;

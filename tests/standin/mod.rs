@@ -143,13 +143,15 @@ impl TmuxServer {
             "Session not found",
             "\n    discover:\n      log: {path: '{home}/.local/share/opencode/log/*.log', pattern: '^timestamp=(?P<time>\\S+) .*\\bmessage=created id=(?P<id>ses_[A-Za-z0-9]+) .*\\bdirectory={workdir} '}",
         );
-        let codex = format!(
-            "binary: {bin}\n    extraArgs: [--state, {state}, --codex-store]\n    interactive: ['{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No saved session found\n    readyPattern: 'ready>'\n    discover: {{path: '{{home}}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl', namesWorkdir: true}}",
-            bin = standin_binary().display(),
-            state = self.state().display(),
-        );
+        let codex = |flags: &str| {
+            format!(
+                "binary: {bin}\n    extraArgs: [--state, {state}, --codex-store{flags}]\n    interactive: ['{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No saved session found\n    readyPattern: 'ready>'\n    discover: {{path: '{{home}}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl', namesWorkdir: true}}",
+                bin = standin_binary().display(),
+                state = self.state().display(),
+            )
+        };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             receiver = env!("CARGO_BIN_EXE_worksession"),
@@ -157,12 +159,15 @@ impl TmuxServer {
             hooks = profile("", true, true) + "\n    hooks: claude",
             unkind = profile(", --alter-whitespace, --hook-delay, '1'", true, true) + "\n    hooks: claude",
             deaf = profile(", --deaf-pastes, '1'", true, true) + "\n    hooks: claude",
+            late = profile(", --transcript-delay, '3'", true, true) + "\n    hooks: claude",
             b = profile("", false, false),
             c = profile(", --resume-fail-delay, '3'", false, false),
             boot = profile(", --boot-delay, '4'", true, false),
             d = profile(", --crash-after, '0.3'", false, false),
             chatty = profile(", --chatter, '0.5'", true, true),
-            codex = codex,
+            codex = codex(""),
+            // Its notify alone names the conversation: it writes no rollout to find.
+            codex_notify = codex(", --no-rollout") + "\n    hooks: codex",
             gemini = gemini,
             copilot = copilot,
             opencode = opencode,
