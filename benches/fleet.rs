@@ -25,8 +25,11 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use worksession::api::{EventPhase, NODE_LABEL, Phase, WorkEvent, WorkSession, node_label_value};
 
-/// The harness: creates its transcript, then appends every line it reads to it.
-const HARNESS: &str = r#": >> "$0"; while IFS= read -r line; do printf '%s\n' "$line" >> "$0"; done"#;
+/// The harness: creates its transcript, then appends every line it reads to it as a JSON line, as a harness's
+/// transcript holds a prompt (the bench's prompts need no escaping; the braces are printf's octal escapes, since a
+/// profile's argv takes `{...}` for its placeholders).
+const HARNESS: &str =
+    r#": >> "$0"; while IFS= read -r line; do printf '\173"type":"user","content":"%s"\175\n' "$line" >> "$0"; done"#;
 
 fn size(var: &str, default: usize, short: usize) -> usize {
     let default = support::bench_size(default, short);
