@@ -4,8 +4,9 @@
 //!
 //! standin: the cost of readiness and confirmation on the live-paste path. A WorkEvent created for a running
 //!   stand-in, 20 in a row, until `Delivering` (the paste: where the agent used to write `Delivered`) and until
-//!   `Delivered` (known delivered): with the transcript (the `standin` profile) and without it (`standin-blind`,
-//!   where the probe since the paste proves it).
+//!   `Delivered` (known delivered): with hooks (`standin-hooks`: its `UserPromptSubmit`, then the prompt's id in its
+//!   transcript), with the transcript alone (`standin`) and with neither (`standin-blind`, where the probe since the
+//!   paste proves it).
 //! claude: an adopted conversation id the real Claude Code CLI does not know, with an event waiting: event created
 //!   until its prompt is in a fresh conversation's transcript, with the built-in profile's `conversationPath` (looked
 //!   at before resuming) and without it (`conversationPath: ""`: the CLI's own late "No conversation found").
@@ -122,6 +123,8 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let all = args.is_empty();
     if all || args.iter().any(|a| a == "standin") {
+        // Side by side: the harness's hooks (and its transcript), its transcript alone, and neither (the probe).
+        live_paste("standin-hooks").await;
         live_paste("standin").await;
         live_paste("standin-blind").await;
     }
