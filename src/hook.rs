@@ -77,10 +77,15 @@ struct Data {
 
 /// A line of the spawn tagged `spawn`, parsed; `None` for any other (or one too long to parse).
 fn said<'l>(line: &'l str, spawn: &str) -> Option<Said<'l>> {
-    if line.len() > LINE_LIMIT || !line.contains(spawn) {
+    if !line.contains(spawn) {
         return None;
     }
-    serde_json::from_str::<Said>(line).ok().filter(|s| s.spawn == spawn)
+    said_by_any(line).filter(|s| s.spawn == spawn)
+}
+
+/// A line of any spawn, parsed; `None` for one too long to parse.
+fn said_by_any(line: &str) -> Option<Said<'_>> {
+    (line.len() <= LINE_LIMIT).then(|| serde_json::from_str::<Said>(line).ok()).flatten()
 }
 
 /// What the hooks of one spawn said, read from the session's hook file.
@@ -117,15 +122,18 @@ pub struct Taken {
 pub const TURN_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "Notification"];
 
 /// Reads what the hooks of the spawn tagged `spawn` said in the hook file of `identity` under `home` (through
-/// [`crate::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end; and from
-/// `mark` on (at most [`crate::transcript::AFTER_MARK_LIMIT`]), the prompts it took.
-pub fn hear(home: &Path, identity: &str, spawn: &str, mark: Option<u64>) -> Option<Heard> {
+/// [`crate::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end (none when
+/// the spawn is not known: its tmux session is gone); and from `mark` on (at most
+/// [`crate::transcript::AFTER_MARK_LIMIT`]), the prompts taken, by whichever spawn of the session took them: only the
+/// one a prompt was sent to could report it after its mark, and the session's tmux session may be gone meanwhile (a
+/// tmux server restarted) while what its harness took must still count.
+pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>) -> Option<Heard> {
     use crate::transcript::{AFTER_MARK_LIMIT, lines, read_from};
     let path = file_of(home, identity);
     let len = crate::transcript::length(home, &path)?;
     let tail_start = len.saturating_sub(READ_LIMIT);
     let (tail, len) = read_from(home, &path, tail_start, READ_LIMIT)?;
-    let said = |line| said(line, spawn);
+    let said = |line| said(line, spawn?);
     let moved = |source: &str| matches!(source, "clear" | "compact" | "resume");
     let mut heard = Heard { len, ..Heard::default() };
     let tail_lines: Vec<(u64, &str)> = lines(&tail, tail_start, tail_start > 0).collect();
@@ -143,7 +151,8 @@ pub fn hear(home: &Path, identity: &str, spawn: &str, mark: Option<u64>) -> Opti
             heard.moved_to = data.session_id.clone();
         }
         if heard.turn.is_none() && TURN_EVENTS.contains(&s.hook.as_ref()) {
-            let message = data.message.filter(|m| m.len() <= 1024);
+            // The harness's words go to a condition and an Event: no terminal control reaches whoever reads them.
+            let message = data.message.filter(|m| m.len() <= 1024).map(|m| m.replace(char::is_control, " "));
             let at = s.at.and_then(|at| at.parse().ok());
             heard.turn = Some(Turn { hook: s.hook.into_owned(), at, message, kind: data.notification_type });
         }
@@ -159,7 +168,7 @@ pub fn hear(home: &Path, identity: &str, spawn: &str, mark: Option<u64>) -> Opti
     heard.prompts = after
         .into_iter()
         .filter(|(_, line)| line.contains("UserPromptSubmit"))
-        .filter_map(|(at, line)| Some((at, said(line)?)))
+        .filter_map(|(at, line)| Some((at, said_by_any(line)?)))
         .filter(|(_, s)| s.hook == "UserPromptSubmit")
         .filter_map(|(at, s)| {
             let data = s.data?;
@@ -184,7 +193,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let out = file_of(home.path(), "agents/repo-12");
         receive(&out, "SessionStart", "spawn-1", &br#"{"session_id":"first","source":"startup"}"#[..]).unwrap();
-        let started = |spawn| hear(home.path(), "agents/repo-12", spawn, None).and_then(|h| h.moved_to);
+        let started = |spawn| hear(home.path(), "agents/repo-12", Some(spawn), None).and_then(|h| h.moved_to);
         assert_eq!(started("spawn-1"), None, "the start is the spawn's own conversation, no move");
         receive(&out, "SessionStart", "spawn-1", &br#"{"session_id":"abc","source":"clear"}"#[..]).unwrap();
         receive(&out, "UserPromptSubmit", "spawn-1", &b"not json"[..]).unwrap();
@@ -200,26 +209,36 @@ mod tests {
         assert_eq!(started("spawn-1").as_deref(), Some("abc"));
         assert!(length(home.path(), "agents/repo-12").unwrap() > len, "it grew");
         // The latest turn event, and the prompts taken from a mark on.
-        let heard = hear(home.path(), "agents/repo-12", "spawn-1", Some(0)).unwrap();
+        let heard = hear(home.path(), "agents/repo-12", Some("spawn-1"), Some(0)).unwrap();
         assert_eq!(heard.turn.as_ref().map(|t| t.hook.as_str()), Some("UserPromptSubmit"), "padding is no turn");
         assert!(heard.turn.unwrap().at.is_some(), "the receiver's time");
         assert!(heard.prompts.is_empty(), "a prompt that was not JSON is none");
         let mark = length(home.path(), "agents/repo-12").unwrap();
         receive(&out, "UserPromptSubmit", "spawn-1", &br#"{"prompt":"yes"}"#[..]).unwrap();
-        receive(&out, "UserPromptSubmit", "spawn-2", &br#"{"prompt":"not this spawn"}"#[..]).unwrap();
+        let second = length(home.path(), "agents/repo-12").unwrap();
+        receive(&out, "UserPromptSubmit", "spawn-2", &br#"{"prompt":"another spawn's","prompt_id":"p2"}"#[..]).unwrap();
         receive(
             &out,
             "Notification",
             "spawn-1",
-            &br#"{"message":"Claude needs your permission","notification_type":"permission_prompt"}"#[..],
+            &br#"{"message":"Claude needs\u001b[2J your permission","notification_type":"permission_prompt"}"#[..],
         )
         .unwrap();
-        let heard = hear(home.path(), "agents/repo-12", "spawn-1", Some(mark)).unwrap();
-        assert_eq!(heard.prompts, [Taken { at: mark, prompt: "yes".into(), ..Taken::default() }]);
+        let heard = hear(home.path(), "agents/repo-12", Some("spawn-1"), Some(mark)).unwrap();
+        let taken = |at, prompt: &str, id: Option<&str>| Taken {
+            at,
+            prompt: prompt.into(),
+            prompt_id: id.map(String::from),
+            conversation: None,
+        };
+        // Taken after the mark by any spawn of the session (its tmux session may be gone); the turn is the spawn's.
+        assert_eq!(heard.prompts, [taken(mark, "yes", None), taken(second, "another spawn's", Some("p2"))]);
         let turn = heard.turn.unwrap();
         assert_eq!((turn.hook.as_str(), turn.kind.as_deref()), ("Notification", Some("permission_prompt")));
-        assert_eq!(turn.message.as_deref(), Some("Claude needs your permission"));
-        let later = hear(home.path(), "agents/repo-12", "spawn-1", Some(mark + 1)).unwrap();
+        assert_eq!(turn.message.as_deref(), Some("Claude needs [2J your permission"), "no terminal control kept");
+        let gone = hear(home.path(), "agents/repo-12", None, Some(mark)).unwrap();
+        assert_eq!((gone.prompts.len(), gone.turn), (2, None), "no spawn known: what was taken, and no turn");
+        let later = hear(home.path(), "agents/repo-12", Some("spawn-1"), Some(second + 1)).unwrap();
         assert!(later.prompts.is_empty(), "only what comes from the mark on");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o600);

@@ -303,7 +303,7 @@ impl Tmux for TmuxRunner {
         args.push(spawn.workdir.clone().into_os_string());
         // Each variable one word: tmux puts it in the session's environment as it is (no format expansion).
         for (name, value) in &spawn.env {
-            args.extend(["-e".into(), format!("{name}={value}").into()]);
+            args.extend(["-e".into(), literal(&format!("{name}={value}")).into()]);
         }
         args.push("--".into());
         if let Some(room) = &spawn.confine {

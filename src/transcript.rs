@@ -52,6 +52,35 @@ pub fn read_tail(home: &Path, path: &Path, limit: u64) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Which of `needles` occur in the last `tail` bytes of a file a harness wrote ([`open`]): read in chunks of 64 KiB
+/// (carrying the few bytes a needle could straddle), so the search holds 64 KiB whatever the tail; `None` when the
+/// file cannot be read.
+pub fn find_in_tail(home: &Path, path: &Path, tail: u64, needles: &[&str]) -> Option<Vec<bool>> {
+    use std::io::{Read, Seek, SeekFrom};
+    const CHUNK: usize = 64 << 10;
+    let mut file = open(home, path)?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(tail))).ok()?;
+    let mut file = file.take(tail);
+    let finders: Vec<_> = needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
+    let carry = needles.iter().map(|n| n.len()).max().unwrap_or(0).saturating_sub(1);
+    let (mut found, mut buf) = (vec![false; needles.len()], Vec::with_capacity(CHUNK + carry));
+    loop {
+        let kept = buf.len();
+        buf.resize(kept + CHUNK, 0);
+        let n = file.read(&mut buf[kept..]).ok()?;
+        buf.truncate(kept + n);
+        for (f, hit) in finders.iter().zip(found.iter_mut()) {
+            *hit = *hit || (!f.needle().is_empty() && f.find(&buf).is_some());
+        }
+        if n == 0 || found.iter().all(|h| *h) {
+            return Some(found);
+        }
+        let from = buf.len().saturating_sub(carry);
+        buf.drain(..from);
+    }
+}
+
 /// How much of a harness's record is read after a mark (where it stood when a prompt was sent): the harness writes
 /// the prompt within its next few lines.
 pub const AFTER_MARK_LIMIT: u64 = 4 << 20;
@@ -95,11 +124,19 @@ pub fn words(prompt: &str) -> String {
     prompt.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// What a transcript's line of a prompt holds beside the prompt (Claude Code's: ids, times, its working directory,
+/// about 1 KiB).
+const LINE_SLACK: usize = 64 << 10;
+
 /// Whether the JSON line `line` holds a string whose [`words`] are `words` (not empty): a prompt as the harness
 /// recorded it, whole, not a mention of it inside other text.
 pub fn holds(line: &str, words: &str) -> bool {
-    // Parsed only when the prompt's first word is there as JSON writes it.
+    // Parsed only when the prompt's first word is there as JSON writes it, and only a line that could hold the prompt
+    // with a harness's fields beside it (JSON writes a character in at most six): a harness's long line is no parse.
     let Some(first) = words.split(' ').next().filter(|w| !w.is_empty()) else { return false };
+    if line.len() > words.len().saturating_mul(6).saturating_add(LINE_SLACK) {
+        return false;
+    }
     let quoted = serde_json::to_string(first).expect("a string serializes");
     if !line.contains(&quoted[1..quoted.len() - 1]) {
         return false;

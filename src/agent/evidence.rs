@@ -286,12 +286,12 @@ impl<S, T: Tmux> Reconciler<S, T> {
             evidence.screen = tmux.screen(session).await.ok();
         }
         let identity = owner_tags(ws).1;
-        // Given hooks that name its conversation (Codex's notify), a harness's id is what they say: no store is
-        // scanned for it.
+        // Given hooks that name its conversation (Codex's notify), a harness's id is what they say, found or not in its
+        // store; the store is still looked at meanwhile (a harness started before it was given hooks says nothing).
         let hooks_given = crate::core::hook_args(profile, config, home, &identity, "spawn").is_some();
         let named_by_hooks = hooks_given && profile.hooks.is_some_and(|h| !h.confirms_prompts());
         // A harness that shows its id after the start: looked for only while its status waits for it.
-        let scan = liveness == Liveness::Alive && discovering(status) && !named_by_hooks;
+        let scan = liveness == Liveness::Alive && discovering(status);
         if let Some(d) = profile.discover.as_ref().filter(|_| scan) {
             let screen = match (&d.screen_pattern, &evidence.screen) {
                 (Some(_), None) => tmux.screen(session).await.ok(),
@@ -318,7 +318,13 @@ impl<S, T: Tmux> Reconciler<S, T> {
         }
         // What the harness's own record says of the prompts sent to it.
         let sent = super::record::sent(&ws.spec, status, events);
-        let place = super::record::Place { home, identity: &identity, workdir, spawn };
+        // The conversation running (a spawn verified: the one it runs), or the one a resume would take.
+        let running = status.verification.as_ref().map(|v| v.harness_session_id.as_str());
+        let conversation = match liveness {
+            Liveness::Alive => running.or(status.harness_session_id.as_deref()),
+            Liveness::Dead | Liveness::Absent => running.or(resume::candidate(&ws.spec, status).map(|s| s.as_str())),
+        };
+        let place = super::record::Place { home, identity: &identity, workdir, spawn, conversation };
         let proof = crate::core::Proof::of(profile, config, Some(home), &identity);
         if named_by_hooks && liveness == Liveness::Alive {
             // Hooks that confirm nothing still name the conversation: its id, at its first turn's end, and the one
@@ -326,27 +332,17 @@ impl<S, T: Tmux> Reconciler<S, T> {
             let thread = super::record::hooks(&place, &[], profile).await.thread;
             // A harness writes its hook file: an id another session of the node holds is never taken.
             let thread = thread.filter(|id| self.discoveries.conversation_holder(id, &identity).is_none());
-            if discovering(status) {
+            if discovering(status) && thread.is_some() {
                 evidence.discovered = thread.clone();
             }
             evidence.hooked = thread.filter(|id| status.harness_session_id.as_ref().is_some_and(|r| r != id));
         }
         let said = match proof {
             Proof::Hooks => super::record::hooks(&place, &sent, profile).await,
-            Proof::Transcript => {
-                // The conversation running (a spawn verified: the one it runs), or the one a resume would take.
-                let running = status.verification.as_ref().map(|v| v.harness_session_id.as_str());
-                let id = match liveness {
-                    Liveness::Alive => running.or(status.harness_session_id.as_deref()),
-                    Liveness::Dead | Liveness::Absent => {
-                        running.or(resume::candidate(&ws.spec, status).map(|s| s.as_str()))
-                    }
-                };
-                super::record::transcript(&place, id, &sent, profile).await
-            }
+            Proof::Transcript => super::record::transcript(&place, &sent, profile).await,
             Proof::Settle => super::record::Said::default(),
         };
-        evidence.record = Record { proof, len: said.len };
+        evidence.record = Record { proof, len: said.len, awaits_transcript: !said.reported.is_empty() };
         evidence.hooked = evidence.hooked.or(said.moved_to);
         (evidence.confirmed, evidence.turn) = (said.confirmed, said.turn);
         evidence

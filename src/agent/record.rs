@@ -48,6 +48,8 @@ pub struct Place<'a> {
     pub workdir: &'a str,
     /// The tag of the spawn its tmux session runs, if it exists.
     pub spawn: Option<&'a str>,
+    /// The conversation it runs (the one verified, else the recorded one), if known.
+    pub conversation: Option<&'a str>,
 }
 
 /// What the record said.
@@ -57,6 +59,9 @@ pub struct Said {
     pub len: u64,
     /// Keys of the sent prompts it shows taken after their marks.
     pub confirmed: Vec<String>,
+    /// Keys of the sent prompts its hooks reported taken whose transcript does not show them yet (written just after
+    /// the hook: looked at again soon).
+    pub reported: Vec<String>,
     /// The conversation the live harness moved to (hooks).
     pub moved_to: Option<String>,
     /// The conversation the live harness's latest Codex notify named (hooks).
@@ -83,24 +88,30 @@ fn forms(sent: &Sent, profile: &Profile) -> [String; 2] {
 /// The hook file: the live spawn's latest move and turn event, and its `UserPromptSubmit` prompts after each mark.
 pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said {
     let len = crate::hook::length(place.home, place.identity).unwrap_or(0);
-    let Some(spawn) = place.spawn else { return Said { len, ..Said::default() } };
-    let (home, identity, spawn_tag) = (place.home.to_path_buf(), place.identity.to_string(), spawn.to_string());
+    let (home, identity, spawn) = (place.home.to_path_buf(), place.identity.to_string(), place.spawn.map(String::from));
     let from = earliest(sent, len);
-    let read = move || crate::hook::hear(&home, &identity, &spawn_tag, from);
+    let read = move || crate::hook::hear(&home, &identity, spawn.as_deref(), from);
     let Some(heard) = tokio::task::spawn_blocking(read).await.ok().flatten() else {
         return Said { len, ..Said::default() };
     };
-    // The report of each sent prompt, after its mark, by its words.
-    let taken: Vec<(String, Taken)> = sent
-        .iter()
-        .filter_map(|s| {
-            let (at, forms) = (mark(s, heard.len), forms(s, profile));
-            let taken = heard.prompts.iter().find(|t| t.at >= at && forms.contains(&words(&t.prompt)))?;
-            Some((s.key.clone(), taken.clone()))
-        })
-        .collect();
-    let confirmed = persisted(place, profile, taken).await;
-    Said { len: heard.len, confirmed, moved_to: heard.moved_to, thread: heard.thread, turn: heard.turn }
+    // The report of each sent prompt, after its mark, by its words: each report one prompt's, in order (two events
+    // of the same words, one of them lost, are not both confirmed by the other's report).
+    let mut used = vec![false; heard.prompts.len()];
+    let mut taken: Vec<(String, Taken)> = Vec::new();
+    for s in sent {
+        let (at, forms) = (mark(s, heard.len), forms(s, profile));
+        let report = heard
+            .prompts
+            .iter()
+            .enumerate()
+            .find(|(i, t)| !used[*i] && t.at >= at && forms.contains(&words(&t.prompt)));
+        if let Some((i, t)) = report {
+            used[i] = true;
+            taken.push((s.key.clone(), t.clone()));
+        }
+    }
+    let (confirmed, reported) = persisted(place, profile, taken).await;
+    Said { len: heard.len, confirmed, reported, moved_to: heard.moved_to, thread: heard.thread, turn: heard.turn }
 }
 
 /// How much of a transcript's end is searched for a prompt its hook reported: the harness writes the prompt there
@@ -109,44 +120,46 @@ const PERSISTED_TAIL: u64 = 8 << 20;
 
 /// The keys of the `taken` prompts that reached a conversation that lives on. A harness runs `UserPromptSubmit` just
 /// before it writes the prompt to its transcript (Claude Code, measured: a harness killed in between lost the prompt,
-/// and its conversation with it), so where the profile names a transcript and the hook gave the prompt an id, that
-/// transcript must hold the id (Claude Code's `promptId`); a prompt without one is taken at the hook's word.
-async fn persisted(place: &Place<'_>, profile: &Profile, taken: Vec<(String, Taken)>) -> Vec<String> {
-    let Some(template) = profile.conversation_path.clone() else { return taken.into_iter().map(|(k, _)| k).collect() };
-    let (home, workdir) = (place.home.to_path_buf(), place.workdir.to_string());
-    let check = move || {
-        let mut tails: std::collections::HashMap<String, Option<Vec<u8>>> = std::collections::HashMap::new();
-        let mut confirmed = Vec::new();
-        for (key, t) in taken {
-            let (Some(id), Some(conversation)) = (t.prompt_id.as_deref(), t.conversation.as_deref()) else {
-                confirmed.push(key);
-                continue;
-            };
-            if !crate::api::is_valid_session_id(id) || !crate::api::is_valid_session_id(conversation) {
-                continue; // not an id a harness gives: nothing it says is taken
-            }
-            let tail = tails.entry(conversation.to_string()).or_insert_with(|| {
-                let path = transcript::locate(&template, &home, &workdir, conversation);
-                let len = transcript::length(&home, &path)?;
-                transcript::read_from(&home, &path, len.saturating_sub(PERSISTED_TAIL), PERSISTED_TAIL).map(|r| r.0)
-            });
-            if tail.as_deref().is_some_and(|tail| holds(tail, id)) {
-                confirmed.push(key);
-            }
-        }
-        confirmed
+/// and its conversation with it), so where the profile names a transcript and the hook gave the prompt an id, the
+/// transcript of the conversation the harness runs must hold that id (Claude Code's `promptId`) in its last
+/// [`PERSISTED_TAIL`] bytes; a prompt reported for another conversation waits for the id to follow it, and one without
+/// an id is taken at the hook's word. One transcript is searched, chunk by chunk: what the harness writes there costs
+/// the agent no more memory than a chunk.
+async fn persisted(place: &Place<'_>, profile: &Profile, taken: Vec<(String, Taken)>) -> (Vec<String>, Vec<String>) {
+    let Some(template) = profile.conversation_path.clone() else {
+        return (taken.into_iter().map(|(k, _)| k).collect(), Vec::new());
     };
-    tokio::task::spawn_blocking(check).await.unwrap_or_default()
+    let (mut confirmed, mut ids) = (Vec::new(), Vec::new());
+    let running = place.conversation.filter(|id| crate::api::is_valid_session_id(id));
+    for (key, t) in taken {
+        match (t.prompt_id, t.conversation) {
+            (None, _) => confirmed.push(key),
+            (Some(id), Some(c)) if Some(c.as_str()) == running && crate::api::is_valid_session_id(&id) => {
+                ids.push((key, id))
+            }
+            _ => {} // not the conversation it runs, or no id a harness gives: nothing said is taken
+        }
+    }
+    let (Some(running), false) = (running, ids.is_empty()) else { return (confirmed, Vec::new()) };
+    let path = transcript::locate(&template, place.home, place.workdir, running);
+    let home = place.home.to_path_buf();
+    let search = move || {
+        let needles: Vec<&str> = ids.iter().map(|(_, id)| id.as_str()).collect();
+        let found = transcript::find_in_tail(&home, &path, PERSISTED_TAIL, &needles).unwrap_or_default();
+        let found = found.into_iter().chain(std::iter::repeat(false));
+        let (written, waiting): (Vec<_>, Vec<_>) = ids.into_iter().zip(found).partition(|(_, hit)| *hit);
+        let keys = |pairs: Vec<((String, String), bool)>| pairs.into_iter().map(|((k, _), _)| k).collect::<Vec<_>>();
+        (keys(written), keys(waiting))
+    };
+    let (written, reported) = tokio::task::spawn_blocking(search).await.unwrap_or_default();
+    confirmed.extend(written);
+    (confirmed, reported)
 }
 
-/// Whether `bytes` hold `id` (a literal search, as fast as the regex crate's, which looks for literals with memchr).
-fn holds(bytes: &[u8], id: &str) -> bool {
-    regex::bytes::Regex::new(&regex::escape(id)).is_ok_and(|r| r.is_match(bytes))
-}
-
-/// The transcript of conversation `id` (the one the harness runs, or a resume would take): its length, and the sent
-/// prompts it holds after their marks.
-pub async fn transcript(place: &Place<'_>, id: Option<&str>, sent: &[Sent], profile: &Profile) -> Said {
+/// The transcript of the conversation the harness runs (or a resume would take): its length, and the sent prompts it
+/// holds after their marks.
+pub async fn transcript(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said {
+    let id = place.conversation;
     let Some(template) = &profile.conversation_path else { return Said::default() };
     let Some(id) = id.filter(|id| crate::api::is_valid_session_id(id)) else { return Said::default() };
     let path = transcript::locate(template, place.home, place.workdir, id);
@@ -161,11 +174,13 @@ pub async fn transcript(place: &Place<'_>, id: Option<&str>, sent: &[Sent], prof
             return Said { len, ..Said::default() };
         };
         for (at, line) in transcript::lines(&bytes, from, false) {
-            for (s, forms) in &wanted {
-                let shown = at >= mark(s, len) && forms.iter().any(|f| transcript::holds(line, f));
-                if shown && !confirmed.contains(&s.key) {
-                    confirmed.push(s.key.clone());
-                }
+            // A line shows one prompt: the first sent before it and not yet shown (two of the same words, one lost,
+            // are not both confirmed by the other's line).
+            let shows = |(s, forms): &&(Sent, [String; 2])| {
+                !confirmed.contains(&s.key) && at >= mark(s, len) && forms.iter().any(|f| transcript::holds(line, f))
+            };
+            if let Some((s, _)) = wanted.iter().find(shows) {
+                confirmed.push(s.key.clone());
             }
         }
         Said { len, confirmed, ..Said::default() }

@@ -195,8 +195,10 @@ impl<'a, 'i> Decision<'a, 'i> {
                     }
                     let deadline = later(prompt.sent.unwrap_or(now), input.context.config.confirm_timeout);
                     if now < deadline {
-                        // A hook file that grows wakes the session; a transcript is looked at again.
-                        let recheck = if proof == Proof::Hooks { until(now, deadline) } else { DELIVERY_RECHECK };
+                        // A hook file that grows wakes the session; a transcript (also one that is about to show
+                        // what a hook reported) is looked at again.
+                        let woken = proof == Proof::Hooks && !input.evidence.record.awaits_transcript;
+                        let recheck = if woken { until(now, deadline) } else { DELIVERY_RECHECK };
                         self.requeue(recheck.min(until(now, deadline)));
                         continue;
                     }

@@ -42,13 +42,16 @@ impl Decision<'_, '_> {
         true
     }
 
-    /// A resumed pane that died saying another process of the harness holds the conversation, however late (the real
-    /// CLI says so 12-19 s after its start offline, and a harness that ran a while never says it).
+    /// A resumed pane that died saying another process of the harness holds the conversation, before it ran long
+    /// enough to be healthy (the real CLI says so 12-19 s after its start offline, later than the settle window a
+    /// test may set; a harness that ran for ten minutes was not refused, whatever its last lines quote).
     pub(super) fn resumed_pane_refused_as_busy(&mut self, profile: &Profile) -> bool {
         let input = self.input;
         let Some(r) = self.status.last_respawn.clone() else { return false };
-        let refused =
-            input.observed.liveness == Liveness::Dead && profile.resume_busy(input.observed.last_output.trim());
+        let early = input.context.now < later(r.time.0, HEALTHY_AFTER);
+        let refused = early
+            && input.observed.liveness == Liveness::Dead
+            && profile.resume_busy(input.observed.last_output.trim());
         if r.resumed && refused {
             self.resume_held_elsewhere(&r.harness_session_id);
         }

@@ -177,6 +177,9 @@ pub struct Record {
     /// How long it is now: the hook file with hooks; with a transcript, the transcript of the conversation the harness
     /// runs (or a resume would take). A prompt sent now is confirmed only by what comes after.
     pub len: u64,
+    /// With hooks: a prompt they reported taken is not in the transcript yet (the harness writes it just after the
+    /// hook), so it is looked at again soon rather than when the hook file next grows.
+    pub awaits_transcript: bool,
 }
 
 /// What the executor read beyond tmux.

@@ -22,7 +22,7 @@ pub struct ProfileFile {
     store_path: Option<String>,
     discover: Option<DiscoverFile>,
     command_prefixes: Option<Vec<String>>,
-    /// `claude`, or empty to turn a built-in profile's off.
+    /// `claude`, `codex`, or empty to turn a built-in profile's off.
     hooks: Option<String>,
     /// Variables over the base's (a value `null` takes one of the base's away).
     env: Option<std::collections::BTreeMap<String, Option<String>>>,

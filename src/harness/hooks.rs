@@ -1,5 +1,6 @@
 //! A profile's hooks, as the core uses them: which events a hook-backed harness reports, where its reports go, and the
-//! settings that make it run the receiver (`worksession hook`, [`crate::hook`]) on each.
+//! arguments that make it run the receiver (`worksession hook`, [`crate::hook`]) on them: Claude Code's per-run
+//! `--settings` (a command hook per event) or Codex CLI's `-c notify=[...]` (a program at the end of each turn).
 
 use std::path::{Path, PathBuf};
 
@@ -65,9 +66,9 @@ pub struct Line {
     pub data: serde_json::Value,
 }
 
-/// The arguments that make the harness of the spawn tagged `spawn` run the receiver `helper` on each of [`EVENTS`],
-/// appending to `out`; `None` when a value could not go into a hook's command as a plain word (Claude Code runs it
-/// through a shell).
+/// The arguments that make the harness of the spawn tagged `spawn` run the receiver `helper` on its events (each of
+/// [`EVENTS`] for Claude Code, the end of each turn for Codex), appending to `out`; `None` when a value could not go
+/// into a hook's command as a plain word (Claude Code runs it through a shell, Codex parses it as TOML).
 pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Vec<String>> {
     let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
     let (helper, out, spawn) = (plain(helper.to_str()?)?, plain(out.to_str()?)?, plain(spawn)?);

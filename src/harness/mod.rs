@@ -195,6 +195,10 @@ impl Profile {
             if !named {
                 return Err(err("env", format!("{key:?} is not a variable name (letters, digits and '_')")));
             }
+            // With rooms the variables are set on `worksession room`, which starts as root: nothing that loads code.
+            if key.starts_with("LD_") || key == "GCONV_PATH" {
+                return Err(err("env", format!("{key} would load code into the process that enters a room")));
+            }
             if value.chars().any(char::is_control) {
                 return Err(err(&format!("env.{key}"), "must not hold control characters".into()));
             }

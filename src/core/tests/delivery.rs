@@ -139,6 +139,10 @@ fn with_hooks_only_the_hook_confirms_and_a_hook_file_that_grows_wakes_the_wait()
     let plan = case.step();
     assert_eq!(ops(&plan), Vec::<String>::new(), "no settle window with hooks: only their word");
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(240)), "the deadline; the hook file's growth wakes it");
+    // Reported by its hook, not yet in its transcript (written just after): looked at again soon, not at the deadline.
+    case.awaits_transcript = true;
+    assert_eq!(case.step().requeue_after, Some(Duration::from_millis(500)), "the transcript is about to show it");
+    case.awaits_transcript = false;
     case.confirmed = vec!["e1".into()];
     let plan = case.step();
     assert_eq!(ops(&plan), ["event e1 Delivered via Pasted", "event.delivered"]);

@@ -94,6 +94,7 @@ struct Case {
     /// The harness's record: its kind (`None`: as the profile and config give it) and length.
     proof: Option<Proof>,
     record_len: u64,
+    awaits_transcript: bool,
     turn: Option<Turn>,
     discovering_here: Option<&'static str>,
     id_taken_by: Option<&'static str>,
@@ -130,6 +131,7 @@ impl Case {
             hooked: None,
             proof: None,
             record_len: 0,
+            awaits_transcript: false,
             turn: None,
             discovering_here: None,
             id_taken_by: None,
@@ -176,6 +178,7 @@ impl Case {
                         profile.map_or(Proof::Settle, |p| Proof::of(p, &self.config, home, "ns/repo-12"))
                     }),
                     len: self.record_len,
+                    awaits_transcript: self.awaits_transcript,
                 },
                 turn: self.turn.as_ref(),
                 workspace: self.workspace,

@@ -148,4 +148,14 @@ fn a_conversation_held_elsewhere_is_resumed_again_never_replaced() {
         case.now = t(died_at + 20);
         assert_eq!(spawned(&case.step()), RESUME_E1, "{row}: resumed again");
     }
+    // A harness that ran ten minutes was not refused its resume, whatever its last lines quote: an exit.
+    let mut case = Case::new(ran_old());
+    case.step();
+    (case.liveness, case.now) = (Liveness::Alive, t(102));
+    case.step();
+    (case.liveness, case.output, case.now) = (Liveness::Dead, HELD, t(102 + 600));
+    let plan = case.step();
+    assert_eq!(ops(&plan)[1], "session.exited", "healthy, then an exit: {:?}", ops(&plan));
+    assert_eq!(spawned(&plan), RESUME_E1, "resumed at once, no back-off");
+    assert_eq!(condition(&plan.status, RESUMED), Some(("True", "Resumed")), "not ConversationBusy");
 }
