@@ -35,6 +35,32 @@ async fn after(w: &World, scenario: &str) {
             .await;
             assert!(kept.note.unwrap_or_default().contains("notes.txt"), "it names the uncommitted file");
         }
+        "shared_an_unkind_harness_still_confirms_and_says_what_it_does" => {
+            // Issue 26, point 4: a harness that waits for a person is a Warning Event, in its words.
+            let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+            let waiting = eventually("a WaitingForInput Event", || async {
+                let list = kube_events.list(&Default::default()).await.ok()?;
+                list.items.into_iter().find(|e| e.reason.as_deref() == Some("WaitingForInput"))
+            })
+            .await;
+            assert_eq!(waiting.type_.as_deref(), Some("Warning"));
+            let note = waiting.note.unwrap_or_default();
+            assert!(note.contains("Standin needs your permission to use Bash"), "its words: {note}");
+        }
+        "shared_a_conversation_busy_elsewhere_waits_and_is_resumed" => {
+            let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+            let busy = eventually("a ResumeFailed Event for the busy conversation", || async {
+                let list = kube_events.list(&Default::default()).await.ok()?;
+                let busy = |e: &k8s_openapi::api::events::v1::Event| {
+                    e.reason.as_deref() == Some("ResumeFailed")
+                        && e.note.as_deref().is_some_and(|n| n.contains("is held by another process of the harness"))
+                };
+                list.items.into_iter().find(busy)
+            })
+            .await;
+            let note = busy.note.unwrap_or_default();
+            assert!(note.contains("never replaced by a fresh one"), "{note}");
+        }
         _ => {}
     }
 }
