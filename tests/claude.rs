@@ -284,13 +284,21 @@ async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_re
     let sessions = w.tmux.state().join(".claude/sessions");
     let own = std::fs::read_to_string(sessions.join(format!("{}.json", w.tmux.pane_pid(&session)))).unwrap();
     let mut holder_entry: serde_json::Value = serde_json::from_str(&own).unwrap();
-    let mut holder = std::process::Command::new("sleep").arg("600").spawn().unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", holder.id())).unwrap();
+    // Killed when the test ends, however it ends.
+    struct Holder(std::process::Child);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut holder = Holder(std::process::Command::new("sleep").arg("600").spawn().unwrap());
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", holder.0.id())).unwrap();
     let started = stat.rsplit(") ").next().unwrap().split(' ').nth(19).unwrap().to_string(); // field 22
-    holder_entry["pid"] = json!(holder.id());
+    holder_entry["pid"] = json!(holder.0.id());
     holder_entry["procStart"] = json!(started);
     holder_entry["kind"] = json!("bg");
-    std::fs::write(sessions.join(format!("{}.json", holder.id())), holder_entry.to_string()).unwrap();
+    std::fs::write(sessions.join(format!("{}.json", holder.0.id())), holder_entry.to_string()).unwrap();
 
     w.tmux.kill_pane(&session).await;
     w.send("bg", "bg-1", "while it is held").await;
@@ -307,8 +315,8 @@ async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_re
     assert_ne!(waiting, Some(EventPhase::Delivered));
     assert!(!transcript(&w.tmux.state(), &w.tmux.workdir(), &id).contains("while it is held"));
 
-    holder.kill().unwrap();
-    holder.wait().unwrap();
+    holder.0.kill().unwrap();
+    holder.0.wait().unwrap();
     let events = w.events();
     let st = support::eventually_within("bg-1 Delivered", std::time::Duration::from_secs(150), || async {
         events.get("bg-1").await.ok()?.status.filter(|s| s.phase == Some(EventPhase::Delivered))

@@ -289,7 +289,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         // Given hooks that name its conversation (Codex's notify), a harness's id is what they say, found or not in its
         // store; the store is still looked at meanwhile (a harness started before it was given hooks says nothing).
         let hooks_given = crate::core::hook_args(profile, config, home, &identity, "spawn").is_some();
-        let named_by_hooks = hooks_given && profile.hooks.is_some_and(|h| !h.confirms_prompts());
+        let named_by_hooks = hooks_given && profile.hooks.is_some_and(crate::harness::hooks::Hooks::names_conversation);
         // A harness that shows its id after the start: looked for only while its status waits for it.
         let scan = liveness == Liveness::Alive && discovering(status);
         if let Some(d) = profile.discover.as_ref().filter(|_| scan) {

@@ -28,6 +28,15 @@ impl Hooks {
             Hooks::Codex => false,
         }
     }
+
+    /// Whether the harness's hooks name the conversation it runs without being told it (Codex's notify, its
+    /// `thread-id`): an id discovered from them.
+    pub fn names_conversation(self) -> bool {
+        match self {
+            Hooks::Claude => false,
+            Hooks::Codex => true,
+        }
+    }
 }
 
 /// The events a hook-backed profile asks the harness to report (Claude Code's names).

@@ -53,7 +53,7 @@ pub async fn an_unkind_harness_still_confirms_and_says_what_it_does(rig: &impl R
 }
 
 /// The real CLI runs `UserPromptSubmit` just before it writes the prompt to its transcript, and one killed in between
-/// has lost the prompt though its hook reported it (measured with Claude Code 2.1.332). The stand-in writes it 3 s
+/// has lost the prompt though its hook reported it (measured with Claude Code 2.1.332). The stand-in writes it 6 s
 /// after the hook; killed within them, the prompt is not `Delivered` on the hook's word: it is sent again to the
 /// resumed conversation, and reaches it once.
 pub async fn a_prompt_reported_but_never_written_is_sent_again(rig: &impl Rig) {

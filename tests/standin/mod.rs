@@ -159,7 +159,7 @@ impl TmuxServer {
             hooks = profile("", true, true) + "\n    hooks: claude",
             unkind = profile(", --alter-whitespace, --hook-delay, '1'", true, true) + "\n    hooks: claude",
             deaf = profile(", --deaf-pastes, '1'", true, true) + "\n    hooks: claude",
-            late = profile(", --transcript-delay, '3'", true, true) + "\n    hooks: claude",
+            late = profile(", --transcript-delay, '6'", true, true) + "\n    hooks: claude",
             b = profile("", false, false),
             c = profile(", --resume-fail-delay, '3'", false, false),
             boot = profile(", --boot-delay, '4'", true, false),
