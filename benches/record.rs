@@ -81,6 +81,8 @@ async fn undelivered(hooks: bool) {
         let ws = w.await_phase(&format!("r{i}"), Phase::Running).await;
         let id = ws.status.and_then(|s| s.harness_session_id).expect("an id given at start");
         let path = standin::transcript_of(&w.tmux.state(), &id);
+        // Running is a pane alive after its probe; the stand-in makes its transcript as it starts, maybe later.
+        support::eventually(&format!("the transcript of r{i}"), || async { path.exists().then_some(()) }).await;
         let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         let mut written = 0;
         while written < transcript_bytes() {
