@@ -43,6 +43,43 @@ pub fn receive(out: &Path, event: &str, spawn: &str, stdin: impl Read) -> std::i
     file.write_all(&line)
 }
 
+/// `worksession hook-exec --style gemini --out FILE --spawn TAG -- COMMAND...`: writes the settings that make a
+/// Gemini CLI harness run the receiver on its events ([`crate::harness::hooks::gemini_settings`], beside its hook file,
+/// `0600`, its directory `0700`, never through a link), then becomes `COMMAND` with
+/// `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming them. Run where the harness runs, as its user (in its room): the file is
+/// the harness's own. Returns only when it could not.
+pub fn exec_through(out: &Path, spawn: &str, command: &[std::ffi::OsString]) -> std::io::Error {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::process::CommandExt;
+    let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
+    let Some((program, args)) = command.split_first() else { return invalid("no command to run") };
+    let helper = match std::env::current_exe() {
+        Ok(helper) => helper,
+        Err(e) => return e,
+    };
+    let Some(settings) = crate::harness::hooks::gemini_settings(&helper, out, spawn) else {
+        return invalid("the receiver, hook file or spawn tag is not a plain word");
+    };
+    let path = crate::harness::hooks::settings_of(out);
+    let written = (|| {
+        if let Some(dir) = path.parent() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)?;
+        file.write_all(settings.as_bytes())
+    })();
+    if let Err(e) = written {
+        return e;
+    }
+    std::process::Command::new(program).args(args).env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", &path).exec()
+}
+
 /// The longest hook line read back: a `UserPromptSubmit` carries its prompt (at most [`STDIN_LIMIT`] handed over,
 /// escaped as JSON); a longer line (a hostile harness's padding, say) is skipped unparsed.
 const LINE_LIMIT: usize = 2 * STDIN_LIMIT as usize + 4096;

@@ -117,6 +117,23 @@ enum Command {
         /// What the harness hands over, when it gives it as an argument (Codex's notify) rather than on stdin.
         payload: Option<String>,
     },
+    /// Write a hook-backed harness's settings beside its hook file, then become the harness (a profile with
+    /// `hooks: gemini` runs its harness through this, where tmux runs, as the harness's user).
+    #[command(hide = true)]
+    HookExec {
+        /// How the harness takes hooks (`gemini`).
+        #[arg(long)]
+        style: String,
+        /// The session's hook file.
+        #[arg(long)]
+        out: PathBuf,
+        /// The tag of the spawn.
+        #[arg(long)]
+        spawn: String,
+        /// The harness and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run a harness in its room (the tmux server runs this, as root holding SETUID and SETGID): become the room's
     /// uid and gid with no other group and no capability, HOME and TMPDIR in the room, then exec the command.
     #[command(hide = true)]
@@ -172,13 +189,24 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Command::HookExec { style, out, spawn, command } = &cli.command {
+        if style != "gemini" {
+            eprintln!("worksession hook-exec: unknown style {style:?} (known: gemini)");
+            return ExitCode::FAILURE;
+        }
+        let e = worksession::hook::exec_through(out, spawn, command);
+        eprintln!("worksession hook-exec: {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     runtime.block_on(run(cli))
 }
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Room { .. } | Command::Hook { .. } => unreachable!("handled before the runtime"),
+        Command::Room { .. } | Command::Hook { .. } | Command::HookExec { .. } => {
+            unreachable!("handled before the runtime")
+        }
         Command::Get { args, namespace, all_namespaces, output, watch, local } => {
             get(args, namespace, all_namespaces, output, watch, local).await
         }

@@ -76,7 +76,13 @@ async fn copilot_unknown_id_fails_as_the_profile_expects() {
 
 /// A world whose `name` profile is the built-in one with the real CLI behind a wrapper that sets its environment.
 async fn world_with(name: &'static str) -> World {
-    World::with_config_for(move |tmux| {
+    World::with_config_for(move |tmux| offline_profile(name, tmux)).await
+}
+
+/// The `name` profile's YAML: the built-in one, its binary a wrapper that runs the real CLI offline in `tmux`'s state
+/// folder as its `HOME`.
+fn offline_profile(name: &str, tmux: &standin::TmuxServer) -> String {
+    {
         let home = tmux.state();
         let wrapper = home.join(format!("{name}-offline"));
         let exports: String = env_of(name).iter().map(|(k, v)| format!(" {k}='{v}'")).collect();
@@ -88,8 +94,41 @@ async fn world_with(name: &'static str) -> World {
         std::fs::write(&wrapper, script).unwrap();
         std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
         format!("  {name}:\n    binary: {}\n", wrapper.display())
-    })
-    .await
+    }
+}
+
+/// Issue 26, point 6, with the real Gemini CLI offline: given its hooks the way the built-in profile gives them
+/// (`worksession hook-exec` writes a system settings file beside the session's hook file and starts the CLI with
+/// `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming it), its `BeforeAgent` says it took the initial prompt, and the prompt is
+/// `Delivered` on its word, with the `Activity` condition saying it works. It needs what a person gives it once: its
+/// folder trusted and its auth type chosen (its own files in its `HOME`), and a `HOME` under no folder others can
+/// write (it skips such a settings file), so this world is made under the user's cache rather than `/tmp`.
+#[tokio::test]
+async fn gemini_through_the_agent_its_hooks_confirm_the_prompt() {
+    // The user's cache, as the test control plane's: a clone under `/tmp` would put the world under a folder others
+    // can write.
+    let cache = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| support::repo_root().join("target"));
+    let tmux = standin::TmuxServer::new_in(&cache.join(".cache/worksession-tests"));
+    let (home, workdir) = (tmux.state(), tmux.workdir());
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    let trusted = json!({workdir.display().to_string(): "TRUST_FOLDER"});
+    std::fs::write(home.join(".gemini/trustedFolders.json"), trusted.to_string()).unwrap();
+    let settings = json!({"security": {"auth": {"selectedType": "gemini-api-key"}}});
+    std::fs::write(home.join(".gemini/settings.json"), settings.to_string()).unwrap();
+    let w = World::with_tmux(tmux, |tmux, yaml| yaml + &offline_profile("gemini", tmux)).await;
+    let spec = json!({"harness": "gemini", "initialPrompt": "hello from the tests"});
+    w.create_session("gh", spec).await;
+    let ws = w
+        .await_session("gh", "the initial prompt Delivered", |ws| {
+            ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
+                == Some(worksession::api::EventPhase::Delivered)
+        })
+        .await;
+    let activity = condition(&ws, "Activity").expect("its hooks say what it does");
+    assert_eq!((activity.0.as_str(), activity.1.as_str()), ("True", "Working"), "offline it never ends its turn");
+    let hooks = std::fs::read_to_string(worksession::hook::file_of(&home, &format!("{}/gh", w.ns.name))).unwrap();
+    assert!(hooks.contains("\"UserPromptSubmit\"") && hooks.contains("hello from the tests"), "BeforeAgent: {hooks}");
+    assert!(hooks.contains("\"source\":\"startup\""), "SessionStart at its start: {hooks}");
 }
 
 /// Gemini: the resume runs and fails late (the settle window's row, with its words).

@@ -61,15 +61,15 @@ impl Proof {
     }
 }
 
-/// The arguments that give a harness of `profile` its hooks, reporting for the spawn tagged `spawn` to the hook file
-/// of `identity` in its `home`; `None` where it is given none.
+/// How a harness of `profile` is given its hooks, reporting for the spawn tagged `spawn` to the hook file of
+/// `identity` in its `home`; `None` where it is given none.
 pub fn hook_args(
     profile: &Profile,
     config: &Config,
     home: Option<&Path>,
     identity: &str,
     spawn: &str,
-) -> Option<Vec<String>> {
+) -> Option<crate::harness::hooks::Launch> {
     let out = crate::harness::hooks::file_of(home?, identity);
     crate::harness::hooks::args(profile.hooks?, config.hook_receiver()?, &out, spawn)
 }

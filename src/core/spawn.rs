@@ -14,6 +14,7 @@ use super::{
     Settings, later, until,
 };
 use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
+use crate::harness::hooks::Launch;
 use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
 
 /// One spawn to plan.
@@ -179,15 +180,25 @@ impl<'a, 'i> Decision<'a, 'i> {
         // Text, whatever it starts with: a webhook's `/clear` on the command line would switch conversations.
         let prompt = boot.map(|text| profile.as_sent(text, false));
         let mut argv = profile.argv(&input.object.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
-        if let Some(mut hooks) = self.hook_args(profile, &v.spawn) {
+        let mut binary = profile.binary.clone();
+        match self.hook_args(profile, &v.spawn) {
             // In front: after the prompt's `--` they would be the prompt.
-            hooks.append(&mut argv);
-            argv = hooks;
+            Some(Launch::Before(mut words)) => {
+                words.append(&mut argv);
+                argv = words;
+            }
+            // The receiver writes the harness's settings, then becomes the harness.
+            Some(Launch::Through(helper, mut words)) => {
+                words.push(std::mem::replace(&mut binary, helper));
+                words.append(&mut argv);
+                argv = words;
+            }
+            None => {}
         }
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),
             workdir: input.object.spec.workdir.clone().into(),
-            binary: profile.binary.clone(),
+            binary,
             argv,
             env: profile.env.clone(),
             tag: v.spawn.clone(),
@@ -199,7 +210,7 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     /// The arguments that give a hook-backed harness its hooks, reporting to the session's hook file in its `HOME`
     /// (`None`: the profile has none, no receiver is configured, or the harness has no known `HOME`).
-    fn hook_args(&self, profile: &Profile, spawn: &str) -> Option<Vec<String>> {
+    fn hook_args(&self, profile: &Profile, spawn: &str) -> Option<Launch> {
         let config = self.input.context.config;
         let home = match self.input.evidence.room {
             Confinement::Room(room) => Some(room.home.as_path()),

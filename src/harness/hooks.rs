@@ -15,6 +15,9 @@ crate::words::words! {
         /// Codex CLI: `-c notify=[...]` in front of its argv, a program it runs at the end of each turn with one JSON
         /// argument naming the thread (`thread-id`): how its conversation's id is known without scanning its rollouts.
         Codex = "codex",
+        /// Gemini CLI: run through `worksession hook-exec`, which writes a settings file of command hooks and starts
+        /// the harness with `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming it (Gemini takes hooks from settings files only).
+        Gemini = "gemini",
     }
 }
 
@@ -24,7 +27,7 @@ impl Hooks {
     /// prompt again in the middle of its turn.
     pub fn confirms_prompts(self) -> bool {
         match self {
-            Hooks::Claude => true,
+            Hooks::Claude | Hooks::Gemini => true,
             Hooks::Codex => false,
         }
     }
@@ -33,7 +36,7 @@ impl Hooks {
     /// `thread-id`): an id discovered from them.
     pub fn names_conversation(self) -> bool {
         match self {
-            Hooks::Claude => false,
+            Hooks::Claude | Hooks::Gemini => false,
             Hooks::Codex => true,
         }
     }
@@ -75,10 +78,52 @@ pub struct Line {
     pub data: serde_json::Value,
 }
 
+/// How a spawn is given its hooks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// Words in front of the harness's own argv (Claude Code's `--settings`, Codex's `-c notify=[...]`).
+    Before(Vec<String>),
+    /// The receiver runs first and becomes the harness (`<helper> hook-exec ... -- <binary> <argv>`): the helper,
+    /// then these words; the harness's binary and argv follow them.
+    Through(String, Vec<String>),
+}
+
+/// Gemini CLI's hook events, each with the name the receiver records it under (Claude Code's, which the agent reads).
+pub const GEMINI_EVENTS: &[(&str, &str)] = &[
+    ("SessionStart", "SessionStart"),
+    ("BeforeAgent", "UserPromptSubmit"),
+    ("AfterAgent", "Stop"),
+    ("Notification", "Notification"),
+    ("SessionEnd", "SessionEnd"),
+];
+
+/// The settings file `worksession hook-exec` writes for a Gemini CLI spawn tagged `spawn`: a command hook per event of
+/// [`GEMINI_EVENTS`] running the receiver `helper`, appending to `out`; `None` unless each is a plain word (Gemini
+/// runs a hook's command through a shell).
+pub fn gemini_settings(helper: &Path, out: &Path, spawn: &str) -> Option<String> {
+    let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
+    let (helper, out, spawn) = (plain(helper.to_str()?)?, plain(out.to_str()?)?, plain(spawn)?);
+    let hooks: serde_json::Map<String, serde_json::Value> = GEMINI_EVENTS
+        .iter()
+        .map(|(event, as_)| {
+            let command = format!("{helper} hook --out {out} --spawn {spawn} --event {as_}");
+            (event.to_string(), serde_json::json!([{"hooks": [{"type": "command", "command": command}]}]))
+        })
+        .collect();
+    Some(serde_json::json!({ "hooks": hooks }).to_string())
+}
+
+/// Where `worksession hook-exec` writes a Gemini spawn's settings: beside its hook file `out`, in the session's own
+/// 0700 directory (Gemini skips a settings file any of whose parent directories others can write).
+pub fn settings_of(out: &Path) -> std::path::PathBuf {
+    out.with_extension("settings.json")
+}
+
 /// The arguments that make the harness of the spawn tagged `spawn` run the receiver `helper` on its events (each of
-/// [`EVENTS`] for Claude Code, the end of each turn for Codex), appending to `out`; `None` when a value could not go
-/// into a hook's command as a plain word (Claude Code runs it through a shell, Codex parses it as TOML).
-pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Vec<String>> {
+/// [`EVENTS`] for Claude Code and Gemini CLI, the end of each turn for Codex), appending to `out`; `None` when a value
+/// could not go into a hook's command as a plain word (Claude Code and Gemini run it through a shell, Codex parses it
+/// as TOML).
+pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Launch> {
     let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
     let (helper, out, spawn) = (plain(helper.to_str()?)?, plain(out.to_str()?)?, plain(spawn)?);
     match style {
@@ -90,13 +135,18 @@ pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Vec<
                     (event.to_string(), serde_json::json!([{"hooks": [{"type": "command", "command": command}]}]))
                 })
                 .collect();
-            Some(vec!["--settings".into(), serde_json::json!({ "hooks": hooks }).to_string()])
+            Some(Launch::Before(vec!["--settings".into(), serde_json::json!({ "hooks": hooks }).to_string()]))
         }
         Hooks::Codex => {
             // A TOML array of plain words (`-c` values are TOML); Codex appends its JSON as the last argument.
             let words = [helper.as_str(), "hook", "--out", &out, "--spawn", &spawn, "--event", NOTIFY];
             let words: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
-            Some(vec!["-c".into(), format!("notify=[{}]", words.join(","))])
+            Some(Launch::Before(vec!["-c".into(), format!("notify=[{}]", words.join(","))]))
+        }
+        Hooks::Gemini => {
+            gemini_settings(Path::new(&helper), Path::new(&out), &spawn)?;
+            let words = ["hook-exec", "--style", "gemini", "--out", &out, "--spawn", &spawn, "--"];
+            Some(Launch::Through(helper.clone(), words.map(String::from).to_vec()))
         }
     }
 }
@@ -111,7 +161,7 @@ mod tests {
     #[test]
     fn claude_settings_name_the_receiver_for_each_event_as_plain_words() {
         let (helper, out) = (Path::new("/usr/local/bin/worksession"), Path::new("/h/.worksession/hooks/a_b.jsonl"));
-        let args = args(Hooks::Claude, helper, out, "spawn-1").unwrap();
+        let Some(Launch::Before(args)) = args(Hooks::Claude, helper, out, "spawn-1") else { panic!("words before") };
         assert_eq!(args[0], "--settings");
         let v: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
         let command = v["hooks"]["SessionStart"][0]["hooks"][0]["command"].as_str().unwrap();
@@ -123,13 +173,26 @@ mod tests {
         assert_eq!(super::args(Hooks::Claude, Path::new("/bin/x;rm"), out, "s"), None, "never a shell word");
         assert_eq!(super::args(Hooks::Claude, helper, out, "s $(id)"), None);
         let codex = super::args(Hooks::Codex, helper, out, "spawn-1").unwrap();
-        assert_eq!(
-            codex,
-            [
-                "-c",
-                r#"notify=["/usr/local/bin/worksession","hook","--out","/h/.worksession/hooks/a_b.jsonl","--spawn","spawn-1","--event","notify"]"#
-            ]
-        );
+        let notify = r#"notify=["/usr/local/bin/worksession","hook","--out","/h/.worksession/hooks/a_b.jsonl","--spawn","spawn-1","--event","notify"]"#;
+        assert_eq!(codex, Launch::Before(vec!["-c".into(), notify.into()]));
         assert_eq!(super::args(Hooks::Codex, Path::new("/bin/x\"y"), out, "s"), None, "never a TOML string's end");
+    }
+
+    #[test]
+    fn gemini_runs_through_the_receiver_which_writes_its_settings() {
+        let (helper, out) = (Path::new("/usr/local/bin/worksession"), Path::new("/h/.worksession/hooks/a_b.jsonl"));
+        let Some(Launch::Through(program, words)) = args(Hooks::Gemini, helper, out, "spawn-1") else {
+            panic!("through the receiver")
+        };
+        assert_eq!(program, "/usr/local/bin/worksession");
+        let want = "hook-exec --style gemini --out /h/.worksession/hooks/a_b.jsonl --spawn spawn-1 --";
+        assert_eq!(words.join(" "), want);
+        let settings: serde_json::Value =
+            serde_json::from_str(&gemini_settings(helper, out, "spawn-1").unwrap()).unwrap();
+        let command = settings["hooks"]["BeforeAgent"][0]["hooks"][0]["command"].as_str().unwrap();
+        assert!(command.ends_with("--spawn spawn-1 --event UserPromptSubmit"), "recorded as Claude Code names it");
+        assert_eq!(settings["hooks"].as_object().unwrap().len(), GEMINI_EVENTS.len());
+        assert_eq!(settings_of(out), Path::new("/h/.worksession/hooks/a_b.settings.json"));
+        assert_eq!(super::args(Hooks::Gemini, helper, out, "s `id`"), None, "never a shell word");
     }
 }

@@ -34,6 +34,14 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
         |s| initial_phase(s) == Some(EventPhase::Delivered),
     )
     .await;
+    if shape == "gemini" {
+        // Its hooks (given through `worksession hook-exec`, from a settings file) say what it does; without them
+        // there is no Activity condition at all.
+        let said = |s: &WorkSessionStatus| !condition(s, ConditionType::Activity).1.is_empty();
+        let st = await_value(&format!("{a}: its hooks say what it does"), || rig.session_status(&a), said).await;
+        let activity = condition(&st, ConditionType::Activity).1;
+        assert!(activity == "Working" || activity == "Idle", "{shape}: {st:?}");
+    }
     rig.tmux().kill_harness(&rig.tmux_session(&a)).await;
     let second = format!("second for {shape}");
     rig.send(&a, &format!("{a}-1"), &second).await;

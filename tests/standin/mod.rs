@@ -20,7 +20,17 @@ pub struct TmuxServer {
 impl TmuxServer {
     /// A fresh, not yet started server (tmux starts it with the first session).
     pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::in_dir(tempfile::tempdir().unwrap())
+    }
+
+    /// The same, in a folder of its own under `base` (a harness that refuses files under a folder others can write,
+    /// as Gemini CLI does its settings, cannot live under `/tmp`).
+    pub fn new_in(base: &Path) -> Self {
+        std::fs::create_dir_all(base).unwrap();
+        Self::in_dir(tempfile::tempdir_in(base).unwrap())
+    }
+
+    fn in_dir(dir: tempfile::TempDir) -> Self {
         let runner = TmuxRunner::new(Some(dir.path().join("tmux.sock")));
         std::fs::create_dir_all(dir.path().join("state")).unwrap();
         std::fs::create_dir_all(dir.path().join("work")).unwrap();
@@ -127,7 +137,7 @@ impl TmuxServer {
             "['--session-id', '{sessionId}', '{extraArgs}', '--prompt-interactive={prompt}']",
             "['--resume', '{sessionId}', '{extraArgs}', '--prompt-interactive={prompt}']",
             "Error resuming session|Invalid session identifier",
-            "",
+            "\n    hooks: gemini",
         );
         let copilot = shape(
             "copilot",

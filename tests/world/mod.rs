@@ -41,13 +41,17 @@ impl World {
 
     /// The same, with the agent config YAML rewritten by `edit`.
     pub async fn with_yaml(edit: impl FnOnce(&TmuxServer, String) -> String) -> Self {
+        Self::with_tmux(TmuxServer::new(), edit).await
+    }
+
+    /// The same, on the tmux server `tmux` (made in a folder of the test's choosing).
+    pub async fn with_tmux(tmux: TmuxServer, edit: impl FnOnce(&TmuxServer, String) -> String) -> Self {
         // The agent's logs, shown for a failing test.
         let filter =
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "worksession=debug".into());
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
         let ns = TestNamespace::new().await;
         crate::support::install_crds(ns.client.clone()).await;
-        let tmux = TmuxServer::new();
         let yaml = edit(&tmux, tmux.agent_config_yaml());
         let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         let node = ns.name.clone();
