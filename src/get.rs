@@ -149,7 +149,7 @@ pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<Strin
     let mut row = if query.all_namespaces() { vec![ws.namespace().unwrap_or_default()] } else { vec![] };
     row.extend([
         ws.name_any(),
-        ws.spec.node_name.clone(),
+        ws.spec.node_name.clone().unwrap_or_else(|| "<none>".into()),
         ws.spec.harness.clone(),
         st.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
         activity.map(|c| c.reason.clone()).unwrap_or_default(),
@@ -364,7 +364,7 @@ mod tests {
     fn session(ns: &str, name: &str) -> WorkSession {
         let mut ws = WorkSession::new(
             name,
-            WorkSessionSpec { node_name: "node-a".into(), harness: "claude".into(), ..Default::default() },
+            WorkSessionSpec { node_name: Some("node-a".into()), harness: "claude".into(), ..Default::default() },
         );
         ws.metadata.namespace = Some(ns.into());
         ws.metadata.creation_timestamp = Some(Time("2026-11-30T00:00:00Z".parse().unwrap()));

@@ -44,9 +44,14 @@ struct Ctx {
     metrics: LabelerMetrics,
 }
 
-/// Labels unlabelled WorkEvents in every namespace until the process is asked to stop; serves `/metrics`, `/livez`
-/// and `/readyz` on `admin_addr` (ready once the first list succeeded).
-pub async fn run(client: Client, admin_addr: Option<SocketAddr>) -> std::io::Result<()> {
+/// Labels unlabelled WorkEvents in every namespace until the process is asked to stop, and with `placement` places
+/// WorkSessions too ([`crate::placement`]); serves `/metrics`, `/livez` and `/readyz` on `admin_addr` (ready once
+/// the first list succeeded and the placement's caches are filled).
+pub async fn run(
+    client: Client,
+    admin_addr: Option<SocketAddr>,
+    placement: Option<crate::placement::controller::Options>,
+) -> std::io::Result<()> {
     let mut registry = Registry::with_prefix("worksession_labeler");
     let metrics = LabelerMetrics::default();
     registry.register("labelled", "WorkEvents labelled with their session's node", metrics.labelled.clone());
@@ -62,14 +67,32 @@ pub async fn run(client: Client, admin_addr: Option<SocketAddr>) -> std::io::Res
         tracing::warn!(event = "labeler.waiting", error = %e, "cannot list WorkEvents yet; retrying");
         tokio::time::sleep(ERROR_REQUEUE).await;
     }
-    ready.store(true, Ordering::Relaxed);
+    let placed = Arc::new(AtomicBool::new(placement.is_none()));
+    let placing = async {
+        match placement {
+            Some(options) => crate::placement::controller::run(client.clone(), options, placed.clone()).await,
+            None => std::future::pending().await,
+        }
+    };
+    let readiness = async {
+        while !placed.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ready.store(true, Ordering::Relaxed);
+        std::future::pending::<()>().await
+    };
     tracing::info!(event = "labeler.started", "labelling WorkEvents that have no {NODE_LABEL} label");
-    let ctx = Arc::new(Ctx { client, metrics });
-    Controller::new(events, watcher::Config::default().labels(&unlabelled))
-        .shutdown_on_signal()
-        .run(label, error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+    let ctx = Arc::new(Ctx { client: client.clone(), metrics });
+    let labelling = Controller::new(events, watcher::Config::default().labels(&unlabelled)).shutdown_on_signal().run(
+        label,
+        error_policy,
+        ctx,
+    );
+    tokio::select! {
+        () = labelling.for_each(|_| async {}) => {}
+        () = placing => {}
+        () = readiness => {}
+    }
     tracing::info!(event = "labeler.stopped", "labeler stopped");
     Ok(())
 }
@@ -91,7 +114,10 @@ async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
         );
         return Ok(Action::requeue(NO_SESSION_REQUEUE));
     };
-    let node = node_label_value(&ws.spec.node_name);
+    let Some(node) = ws.spec.node_name.as_deref().map(node_label_value) else {
+        // Not placed yet: the placement labels its events when it places it.
+        return Ok(Action::requeue(NO_SESSION_REQUEUE));
+    };
     // The resourceVersion makes the patch a compare-and-swap: the label describes the spec.session it was read
     // for, not one changed meanwhile.
     let patch = json!({"metadata": {"labels": {NODE_LABEL: node}, "resourceVersion": ev.resource_version()}});

@@ -14,6 +14,7 @@ pub mod get;
 pub mod harness;
 pub mod hook;
 pub mod labeler;
+pub mod placement;
 pub mod room;
 pub mod signal;
 pub mod store;

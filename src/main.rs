@@ -56,12 +56,27 @@ enum Command {
         #[arg(long, default_value = "0.0.0.0:9091")]
         admin_addr: SocketAddr,
     },
-    /// Label WorkEvents made without the worksession.dev/node label (by hand) with their session's node, so each
-    /// agent watches only its own node's events. Run one per cluster (the chart's labeler Deployment).
-    Labeler {
+    /// The cluster-level controller: places WorkSessions without a node on nodes with a Ready agent that has
+    /// room, places again those of a lost node, and labels WorkEvents made by hand with their session's node. Run one
+    /// per cluster (the chart's controller Deployment). `labeler` is its former name.
+    #[command(alias = "labeler")]
+    Controller {
         /// Where to serve /metrics, /livez and /readyz (port 0 picks a free port, logged).
         #[arg(long, default_value = "0.0.0.0:9092")]
         admin_addr: SocketAddr,
+        /// Where the agents' Leases are: the agents' `placement.leaseNamespace`.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        lease_namespace: String,
+        /// Seconds after its agent's Lease ran out that a NotReady or deleted node is lost and its sessions are
+        /// placed again: the agents' `placement.nodeLostGraceSeconds` (the same number).
+        #[arg(long, default_value_t = worksession::config::placement::DEFAULT_GRACE_SECONDS)]
+        node_lost_grace_seconds: u64,
+        /// Only label events; place nothing (the labeler as it was).
+        #[arg(long)]
+        no_placement: bool,
+        /// Place only the sessions of this namespace (default: every namespace).
+        #[arg(long)]
+        namespace: Option<String>,
     },
     /// List WorkSessions (or WorkEvents: `get wev`) like `kubectl get`, from the cluster or a local directory.
     Get {
@@ -255,10 +270,16 @@ async fn run(cli: Cli) -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Command::Labeler { admin_addr } => {
+        Command::Controller { admin_addr, lease_namespace, node_lost_grace_seconds, no_placement, namespace } => {
             worksession::telemetry::init_tracing(cli.log_json);
+            let grace = Duration::from_secs(node_lost_grace_seconds.max(1));
+            let placement = (!no_placement).then_some(worksession::placement::controller::Options {
+                lease_namespace,
+                grace,
+                namespace,
+            });
             let result = match kube::Client::try_default().await {
-                Ok(client) => worksession::labeler::run(client, Some(admin_addr)).await,
+                Ok(client) => worksession::labeler::run(client, Some(admin_addr), placement).await,
                 Err(e) => return fail(&e),
             };
             match result {
@@ -372,7 +393,10 @@ async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
                 Ok(ws) => ws,
                 Err(e) => return fail(&e),
             };
-            let (pod_namespace, pod) = match worksession::terminal::agent_pod(&client, &ws.spec.node_name).await {
+            let Some(node) = ws.spec.node_name.as_deref() else {
+                return fail(&format!("{name} is not placed on a node yet (see its Placed condition)"));
+            };
+            let (pod_namespace, pod) = match worksession::terminal::agent_pod(&client, node).await {
                 Ok(p) => p,
                 Err(e) => return fail(&e),
             };

@@ -98,6 +98,11 @@ impl Observation {
         self.sessions.get(session)
     }
 
+    /// Every session seen, by name.
+    pub fn sessions(&self) -> impl Iterator<Item = (&str, &SessionView)> {
+        self.sessions.iter().map(|(name, view)| (name.as_str(), view))
+    }
+
     /// How many sessions were seen.
     pub fn len(&self) -> usize {
         self.sessions.len()

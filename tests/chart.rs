@@ -284,13 +284,13 @@ async fn chart_identities(w: &World) -> (Client, Client, Client) {
     let rbac: Vec<String> = rendered
         .split("\n---")
         .filter(|doc| {
-            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
                 .iter()
                 .any(|k| doc.contains(&format!("\nkind: {k}\n")))
         })
         .map(|d| d.to_string())
         .collect();
-    assert_eq!(rbac.len(), 9, "three of each: agent, bridge, labeler");
+    assert_eq!(rbac.len(), 13, "three of each: agent, bridge, labeler; and the Leases' Role and RoleBinding of two");
     run(tool("kubectl").args(["apply", "-n", &w.ns.name, "-f", "-"]), Some(&rbac.join("\n---\n")));
     let identity = |component: &str| {
         let user = format!("system:serviceaccount:{}:{release}-worksession-{component}", w.ns.name);
@@ -395,14 +395,17 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": "nope"}, "spec": {"workItem": "nope", "nodeName": "n", "harness": "h", "workdir": "/w"}})).unwrap();
     forbidden(agent_sessions.create(&PostParams::default(), &ws).await, "agent creates sessions");
     forbidden(agent_sessions.delete("rho", &Default::default()).await, "agent deletes sessions");
+    // The agent renews its own Lease in the release's namespace, and nothing else there.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(agent.clone(), &w.ns.name);
+    eventually("the agent's Lease, renewed with its own identity", || async {
+        leases.get_opt(&worksession::agent::lease::lease_name(&w.node)).await.ok().flatten()
+    })
+    .await;
+    forbidden(leases.list(&ListParams::default()).await.map(|_| ()), "agent lists Leases");
     let labeler_sessions: Api<WorkSession> = Api::namespaced(labeler.clone(), &w.ns.name);
-    forbidden(labeler_sessions.list(&ListParams::default()).await, "labeler lists sessions");
-    forbidden(
-        labeler_sessions
-            .patch("rho", &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": {"a": "b"}}})))
-            .await,
-        "labeler patches sessions",
-    );
+    // The controller binds sessions (it lists and patches them) but deletes none and creates none.
+    forbidden(labeler_sessions.delete("rho", &Default::default()).await.map(|_| ()), "controller deletes sessions");
+    forbidden(labeler_sessions.create(&PostParams::default(), &ws).await, "controller creates sessions");
     let labeler_events: Api<WorkEvent> = Api::namespaced(labeler.clone(), &w.ns.name);
     forbidden(
         labeler_events.patch_status("rho-2", &PatchParams::default(), &Patch::Merge(&status)).await,

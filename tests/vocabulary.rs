@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 
 use worksession::api::{EventPhase, Phase, Via};
 use worksession::core::{
-    ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, EventReason, ReadyReason, Reason, ResumeReason,
-    WorkspaceReason,
+    ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, EventReason, NodeLostReason, PlacedReason,
+    ReadyReason, Reason, ResumeReason, WorkspaceReason,
 };
 use worksession::words::ErrorCategory;
 
@@ -66,6 +66,8 @@ fn the_readme_lists_every_word_of_the_status_and_no_other() {
     declared.extend(reasons::<ConfinedReason>());
     declared.extend(reasons::<WorkspaceReason>());
     declared.extend(reasons::<ActivityReason>());
+    declared.extend(reasons::<PlacedReason>());
+    declared.extend(reasons::<NodeLostReason>());
     assert_eq!(listed, declared, "README's conditions and reasons");
     let types: BTreeSet<String> = rows.iter().map(|r| r[0].clone()).collect();
     assert_eq!(types, words(ConditionType::ALL.iter().map(|c| c.as_str())), "every condition has its reasons");

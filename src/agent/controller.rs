@@ -35,7 +35,7 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     let ctx = Arc::new(super::reconciler(store, Some(node.clone()), options, ready.clone()).await?);
 
     let sessions: Api<WorkSession> = Api::all(client.clone());
-    let events: Api<WorkEvent> = Api::all(client);
+    let events: Api<WorkEvent> = Api::all(client.clone());
     let selector = format!("spec.nodeName={node}");
     // Wait for the CRDs (and the API server) instead of exiting.
     while let Err(e) = sessions.list(&ListParams::default().fields(&selector).limit(1)).await {
@@ -77,6 +77,7 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     tokio::select! {
         () = run => {}
         () = poll::run(&ctx, &ready, sessions, poke) => {}
+        () = super::lease::run(client, node.clone(), &ctx) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())

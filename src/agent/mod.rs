@@ -6,6 +6,7 @@
 pub mod controller;
 pub mod discovery;
 pub mod evidence;
+pub mod lease;
 pub mod metrics;
 pub mod on_changes;
 pub mod poll;
@@ -68,6 +69,7 @@ async fn reconciler<S: Store>(
     let (config, failpoint) = (options.config, options.failpoint);
     let rooms_at_start = config.borrow().rooms.clone();
     let observer = Observer::new(runner).counting(metrics.tmux_observations.clone());
+    let fence_node = node.clone();
     Ok(Reconciler {
         store,
         observer,
@@ -81,5 +83,6 @@ async fn reconciler<S: Store>(
         rooms_at_start,
         rooms_reload_refused: Default::default(),
         spawn_failures: Default::default(),
+        fence: fence_node.is_some().then(lease::Fence::default),
     })
 }

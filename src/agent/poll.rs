@@ -106,6 +106,45 @@ pub async fn run<S: Store, T: Tmux>(
                 return;
             }
         }
+        stop_the_departed(ctx, &obs, &sessions).await;
+    }
+}
+
+/// Stops each harness whose session is no longer this agent's: moved to another node (the controller placed it
+/// again after this node was lost, or `worksession move`), or gone without the finalizer's stop. Its watch no longer
+/// shows such a session, so no reconcile does this; a fresh read decides, so a watch that lags never stops a
+/// session still placed here.
+async fn stop_the_departed<S: Store, T: Tmux>(
+    ctx: &Reconciler<S, T>,
+    obs: &Observation,
+    sessions: &[Arc<WorkSession>],
+) {
+    if !ctx.fence_holds() {
+        return; // the fence stops them all (lease.rs)
+    }
+    let known: std::collections::HashSet<String> = sessions.iter().map(|ws| crate::api::identity(&**ws)).collect();
+    for (session, view) in obs.sessions() {
+        if view.owner.is_empty() || known.contains(&view.owner_name) {
+            continue;
+        }
+        let Some((namespace, name)) = view.owner_name.split_once('/') else { continue };
+        let ws = match ctx.store.session(namespace, name).await {
+            Ok(ws) => ws,
+            Err(e) => {
+                tracing::debug!(event = "departed.read_failed", session, error = %e, "cannot read its session");
+                continue;
+            }
+        };
+        let why = match &ws {
+            Some(ws) if ctx.serves(ws) => continue, // placed here; the watch has not shown it yet
+            Some(ws) if ws.metadata.uid.as_deref().is_some_and(|uid| uid != view.owner) => "its session was remade",
+            Some(_) => "its session was moved to another node",
+            None => "its session is gone",
+        };
+        match ctx.observer.tmux().stop(session, &view.owner).await {
+            Ok(()) => tracing::info!(event = "departed.stopped", session, owner = view.owner_name, why, "stopped"),
+            Err(e) => tracing::warn!(event = "departed.stop_failed", session, error = %e, "cannot stop it"),
+        }
     }
 }
 
@@ -115,7 +154,7 @@ mod tests {
     use crate::api::{WorkSessionSpec, WorkSessionStatus};
 
     fn session(phase: Phase) -> WorkSession {
-        let spec = WorkSessionSpec { node_name: "node-a".into(), harness: "claude".into(), ..Default::default() };
+        let spec = WorkSessionSpec { node_name: Some("node-a".into()), harness: "claude".into(), ..Default::default() };
         let mut ws = WorkSession::new("tu", spec);
         ws.metadata.namespace = Some("team".into());
         ws.status = Some(WorkSessionStatus { phase: Some(phase), ..Default::default() });

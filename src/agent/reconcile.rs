@@ -172,6 +172,9 @@ pub struct Reconciler<S, T> {
     pub rooms_reload_refused: std::sync::atomic::AtomicBool,
     /// Spawns tmux refused, for the next decision.
     pub spawn_failures: SpawnFailures,
+    /// The agent's Lease renewals (on a cluster; `None` in local mode, where nothing else can run its sessions):
+    /// nothing is done while the fence does not hold.
+    pub fence: Option<super::lease::Fence>,
 }
 
 /// How far a plan ran.
@@ -182,7 +185,12 @@ enum Executed {
     SpawnRefused,
     /// Up to a claim another session took first.
     ClaimLost,
+    /// Up to an op the fence refused: the agent's Lease is too old.
+    Fenced,
 }
+
+/// How soon a reconcile the fence held back looks again.
+pub const FENCED_RECHECK: Duration = Duration::from_secs(1);
 
 /// Spawns tmux refused, by session (`namespace/name`): the spawn's tag and what tmux said, told to that session's
 /// decisions while its recorded intent is that spawn's.
@@ -213,11 +221,25 @@ impl SpawnFailures {
 }
 
 impl<S: Store, T: Tmux> Reconciler<S, T> {
+    /// Whether `ws` is this agent's: in local mode every session; on a cluster one placed on its node, of a
+    /// namespace it serves (`placement.namespaces`).
+    pub fn serves(&self, ws: &WorkSession) -> bool {
+        let Some(node) = &self.node else { return true };
+        let namespace = ws.metadata.namespace.as_deref().unwrap_or_default();
+        ws.spec.node_name.as_ref() == Some(node) && self.config.borrow().placement.serves(namespace)
+    }
+
+    /// Whether the agent may act now: its Lease was renewed recently enough that no other node runs its sessions.
+    pub fn fence_holds(&self) -> bool {
+        let after = self.config.borrow().placement.fence_after();
+        self.fence.as_ref().is_none_or(|f| f.holds(after))
+    }
+
     /// Learns which conversation every session of this agent records, before the first reconcile, so that a session
     /// adopting `spec.harnessSessionId` never takes another's; the reconciles keep it current from then on.
     pub async fn seed_claims(&self) -> Result<(), StoreError> {
         let sessions = self.store.sessions().await?;
-        let mine = sessions.iter().filter(|ws| self.node.as_ref().is_none_or(|node| &ws.spec.node_name == node));
+        let mine = sessions.iter().filter(|ws| self.serves(ws));
         let config = self.config.borrow().clone();
         for ws in mine {
             // What each records: the conversation it runs, and its workdir while a fresh harness discovers its id.
@@ -243,6 +265,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         name: &str,
         observed_after: Instant,
     ) -> Result<Option<Duration>, ReconcileError> {
+        if !self.fence_holds() {
+            return Ok(Some(FENCED_RECHECK)); // cut off: its sessions may run elsewhere (lease.rs stops them)
+        }
         let started = Instant::now();
         self.metrics.reconciles.inc();
         // Every log line of this reconcile names the object.
@@ -269,7 +294,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             self.observer.since(observed_after)
         );
         let Some(ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
-        if self.node.as_ref().is_some_and(|node| &ws.spec.node_name != node) {
+        if !self.serves(&ws) {
             return Ok(None); // another node's: never touched
         }
         let events = events.map_err(ReconcileError::Read)?;
@@ -286,6 +311,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             Executed::SpawnRefused => return Ok(Some(Duration::ZERO)),
             // The holder's status lets it go when its harness shows its id; look again then, not at once.
             Executed::ClaimLost => return Ok(Some(core::DISCOVERY_RECHECK)),
+            Executed::Fenced => return Ok(Some(FENCED_RECHECK)),
         }
         let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         let gone = plan.releases();
@@ -330,6 +356,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let tmux = self.observer.tmux();
         let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         for op in &plan.ops {
+            // Each op asks the fence again: the reads before it may have waited past it (a frozen agent, a slow
+            // API server), and a spawn or a paste must never reach a harness whose session runs elsewhere.
+            if !self.fence_holds() {
+                return Ok(Executed::Fenced);
+            }
             match op {
                 Op::AddFinalizer => {
                     self.store.set_finalizer(ws, true).await.map_err(ReconcileError::AddFinalizer)?;

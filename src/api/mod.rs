@@ -6,6 +6,8 @@
 
 mod shapes;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -50,17 +52,30 @@ pub fn identity(obj: &impl kube::ResourceExt) -> String {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(oldSelf.nodeName) || has(self.nodeName)", "message": "nodeName cannot be unset once placed"}
+]))]
 pub struct WorkSessionSpec {
     /// The work item's slug (a DNS label): its git branch is `worksession/<workItem>`. Immutable (a changed work item
     /// would leave its harness running while another resumes the same conversation).
     #[schemars(regex(pattern = WORK_ITEM_PATTERN), length(min = 1, max = 63))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "workItem is immutable"}]))]
     pub work_item: String,
-    /// The node whose agent owns this session; immutable (moving a session would leave its harness running on the
-    /// old node while the new one resumes the same conversation).
+    /// The node whose agent runs this session. Unset: `worksession controller` places it on a node with a Ready
+    /// agent that has room (and matches `nodeSelector`) and records the node here, once, like a Pod's binding. A
+    /// change is a move: the old node's agent stops its harness, the new node's resumes the conversation where the
+    /// state is shared (the controller changes it when the node is lost, `worksession move` on request). Once set it
+    /// cannot be unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "nodeName is immutable"}]))]
-    pub node_name: String,
+    pub node_name: Option<String>,
+    /// Labels a node must carry to be chosen by the placement (as a Pod's `nodeSelector`); ignored once placed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// What the controller does when the session's node is lost: `Move` (default) places it again on another node;
+    /// `Wait` keeps it on the lost node until it returns.
+    #[serde(default)]
+    pub on_node_lost: NodeLostPolicy,
     /// A harness profile name: a built-in one (`claude`, `codex`, `copilot`, `cursor`, `gemini`, `opencode`) or one
     /// defined in the agent config.
     #[schemars(regex(pattern = HARNESS_PATTERN), length(min = 1, max = 63))]
@@ -115,6 +130,16 @@ pub struct WorkspaceSpec {
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = GIT_WORD_PATTERN), length(min = 1, max = 255))]
     pub r#ref: Option<String>,
+}
+
+/// What happens to a session whose node is lost (issue 27).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum NodeLostPolicy {
+    /// Placed again on another node: its conversation resumed where the state is shared, else a fresh one.
+    #[default]
+    Move,
+    /// Left on its node until the node's agent returns.
+    Wait,
 }
 
 /// When a dead harness is respawned.
@@ -175,9 +200,10 @@ pub struct WorkSessionStatus {
     pub observed_generation: Option<i64>,
     /// Conditions: `Ready` (whether the harness runs and takes prompts), `Resumed` (whether the last spawn resumed
     /// the recorded conversation), `ConversationId` (whether a harness that shows its id after the start has shown
-    /// it), `Confined` (whether it runs in a room of its own), `WorkspaceReady` (whether the checkout is prepared)
-    /// and `Activity` (what a hook-backed harness says it does: working, waiting for a person, idle); their reasons
-    /// are in the README's status reference.
+    /// it), `Confined` (whether it runs in a room of its own), `WorkspaceReady` (whether the checkout is prepared),
+    /// `Activity` (what a hook-backed harness says it does: working, waiting for a person, idle), `Placed` (whether
+    /// the controller placed it on a node, or why not) and `NodeLost` (whether its node is lost); their reasons are
+    /// in the README's status reference.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

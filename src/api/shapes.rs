@@ -199,7 +199,7 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
             format!("{:?} must be a DNS label (lowercase letters, digits, '-'; at most 63)", spec.work_item),
         );
     }
-    if spec.node_name.is_empty() || spec.node_name.len() > 253 {
+    if spec.node_name.as_ref().is_some_and(|n| n.is_empty() || n.len() > 253) {
         return err("nodeName", "must be 1 to 253 characters".into());
     }
     if spec.harness.len() > 63 || !HARNESS_NAME.is_match(&spec.harness) {
@@ -254,8 +254,11 @@ pub fn immutable_change(old: &WorkSessionSpec, new: &WorkSessionSpec) -> Option<
     if old.work_item != new.work_item {
         return Some(changed("workItem", &old.work_item, &new.work_item));
     }
-    if old.node_name != new.node_name {
-        return Some(changed("nodeName", &old.node_name, &new.node_name));
+    if old.node_name.is_some() && new.node_name.is_none() {
+        return Some(SpecError {
+            field: "nodeName",
+            problem: "cannot be unset once placed; the change is ignored".into(),
+        });
     }
     if old.workdir != new.workdir {
         return Some(changed("workdir", &old.workdir, &new.workdir));
@@ -281,7 +284,7 @@ mod tests {
     fn a_workdir_holding_a_tmux_format_is_refused() {
         let spec = |workdir: &str| WorkSessionSpec {
             work_item: "w".into(),
-            node_name: "n".into(),
+            node_name: Some("n".into()),
             harness: "claude".into(),
             workdir: workdir.into(),
             ..Default::default()
@@ -360,7 +363,7 @@ mod tests {
         assert!(!url_has_dot_segment("https://github.com/octo/.github.git"), "a name starting with a dot is fine");
         let spec = WorkSessionSpec {
             work_item: "w".into(),
-            node_name: "n".into(),
+            node_name: Some("n".into()),
             harness: "claude".into(),
             workdir: "/w".into(),
             workspace: Some(crate::api::WorkspaceSpec { url: "https://tok@github.com/o/r".into(), r#ref: None }),
@@ -381,7 +384,7 @@ mod tests {
 
     #[test]
     fn work_item_and_node_are_immutable() {
-        let old = WorkSessionSpec { work_item: "a".into(), node_name: "n".into(), ..Default::default() };
+        let old = WorkSessionSpec { work_item: "a".into(), node_name: Some("n".into()), ..Default::default() };
         assert_eq!(immutable_change(&old, &old.clone()), None);
         let moved = WorkSessionSpec { work_item: "b".into(), ..old.clone() };
         let e = immutable_change(&old, &moved).unwrap();
@@ -395,7 +398,7 @@ mod tests {
     fn a_workdir_with_a_dot_segment_is_refused() {
         let spec = |workdir: &str| WorkSessionSpec {
             work_item: "a".into(),
-            node_name: "n".into(),
+            node_name: Some("n".into()),
             harness: "claude".into(),
             workdir: workdir.into(),
             ..Default::default()

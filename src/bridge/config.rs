@@ -100,8 +100,8 @@ pub struct Route {
     pub pattern: String,
     /// Namespace of the WorkSession and its WorkEvents.
     pub namespace: String,
-    /// The node that runs it.
-    pub node_name: String,
+    /// The node that runs it; `None`: the controller places each session.
+    pub node_name: Option<String>,
     /// The harness profile.
     pub harness: String,
     /// Working directory template (`{owner}`, `{repo}`, `{number}`).
@@ -159,7 +159,8 @@ struct GenericFile {
 struct RouteFile {
     repository: String,
     namespace: String,
-    node_name: String,
+    #[serde(default)]
+    node_name: Option<String>,
     harness: String,
     workdir: String,
     work_item: Option<String>,

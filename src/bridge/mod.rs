@@ -190,7 +190,10 @@ impl<S: Sink> Bridge<S> {
         };
         let labels = event.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SESSION_LABEL.into(), session.into());
-        labels.insert(NODE_LABEL.into(), node_label_value(&ws.spec.node_name));
+        // An unplaced session's events stay unlabelled: the controller labels them when it places the session.
+        if let Some(node) = &ws.spec.node_name {
+            labels.insert(NODE_LABEL.into(), node_label_value(node));
+        }
         event.metadata.owner_references = owner_reference(&ws).map(|o| vec![o]);
         let name = event.metadata.name.clone().unwrap_or_default();
         if self.sink.create_event(namespace, &event).await? {

@@ -92,7 +92,7 @@ fn config() -> BridgeConfig {
             repository: regex::Regex::new("^octo-org/.*$").unwrap(),
             pattern: "octo-org/*".into(),
             namespace: "agents".into(),
-            node_name: "node-a".into(),
+            node_name: Some("node-a".into()),
             harness: "claude".into(),
             workdir: "/srv/work/{owner}/{repo}".into(),
             work_item: "{repo}-{number}".into(),
@@ -165,7 +165,10 @@ async fn github_accepts_a_signed_comment_once() {
     {
         let sessions = rec.sessions.lock().unwrap();
         let ws = &sessions["agents/hello-1347"];
-        assert_eq!((ws.spec.node_name.as_str(), ws.spec.workdir.as_str()), ("node-a", "/srv/work/octo-org/hello"));
+        assert_eq!(
+            (ws.spec.node_name.as_deref().unwrap(), ws.spec.workdir.as_str()),
+            ("node-a", "/srv/work/octo-org/hello")
+        );
         // Issue 17: a route's workspace makes a session that can start from the webhook alone.
         let workspace = ws.spec.workspace.as_ref().expect("the route's workspace");
         assert_eq!(
@@ -261,7 +264,7 @@ async fn generic_status_codes() {
     let (app, rec) = app();
     rec.sessions.lock().unwrap().insert(
         "default/repo-7".into(),
-        WorkSession::new("repo-7", WorkSessionSpec { node_name: "node-a".into(), ..Default::default() }),
+        WorkSession::new("repo-7", WorkSessionSpec { node_name: Some("node-a".into()), ..Default::default() }),
     );
     let ok = json!({"workItem": "repo-7", "prompt": "hello", "deliveryId": "abc-1"});
     assert_eq!(send(&app, generic_request(None, ok.clone())).await.0, StatusCode::UNAUTHORIZED);
@@ -288,7 +291,7 @@ async fn generic_status_codes() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{reply}");
     rec.sessions.lock().unwrap().insert(
         "team-b/repo-7".into(),
-        WorkSession::new("repo-7", WorkSessionSpec { node_name: "node-a".into(), ..Default::default() }),
+        WorkSession::new("repo-7", WorkSessionSpec { node_name: Some("node-a".into()), ..Default::default() }),
     );
     let allowed = json!({"workItem": "repo-7", "prompt": "hello", "deliveryId": "abc-4", "namespace": "team-b"});
     assert_eq!(send(&app, generic_request(Some(TOKEN), allowed)).await.0, StatusCode::CREATED);

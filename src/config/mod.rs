@@ -4,6 +4,7 @@
 //! message naming the key. [`Reloader`] picks up a changed file without a restart and keeps the last good config
 //! when an edit is bad (the seed's hot reload).
 
+pub mod placement;
 pub mod rooms;
 pub mod workspaces;
 
@@ -16,6 +17,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::harness::{self, Profile};
+pub use placement::PlacementConfig;
 pub use workspaces::WorkspacesConfig;
 
 /// The tmux session prefix when the config names none.
@@ -48,6 +50,8 @@ pub struct Config {
     /// (`hookReceiver`, used without rooms; with rooms `rooms.helper` is; default: this executable when it is
     /// `worksession`); `None`: no harness is given hooks. It must be root's and writable by no harness.
     pub hook_receiver: Option<PathBuf>,
+    /// What this agent offers the placement, and its Lease (`placement`).
+    pub placement: PlacementConfig,
 }
 
 impl Config {
@@ -113,6 +117,7 @@ impl Default for Config {
             rooms: None,
             // A test or a bench binary is no receiver: it names one in its config.
             hook_receiver: std::env::current_exe().ok().filter(|p| p.file_name().is_some_and(|n| n == "worksession")),
+            placement: PlacementConfig::default(),
         }
     }
 }
@@ -164,6 +169,8 @@ struct File {
     #[serde(default)]
     workspaces: workspaces::WorkspacesFile,
     rooms: Option<rooms::RoomsFile>,
+    #[serde(default)]
+    placement: placement::PlacementFile,
 }
 
 #[derive(Deserialize, Default)]
@@ -256,6 +263,7 @@ impl Config {
         }
         config.workspaces = file.workspaces.into_config(&invalid)?;
         config.rooms = file.rooms.map(|r| r.into_config(&invalid)).transpose()?;
+        config.placement = file.placement.into_config(&invalid)?;
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);
             let profile = p.into_profile(&name, base).map_err(|e| invalid(e.key, e.problem))?;

@@ -24,6 +24,10 @@ words! {
         WorkspaceReady,
         /// What the live harness is doing, as its hooks say (hook-backed profiles only).
         Activity,
+        /// Whether the controller placed the session on a node (sessions without `spec.nodeName`), or why not.
+        Placed,
+        /// Whether the session's node is lost (written by the controller).
+        NodeLost,
     }
 }
 
@@ -154,7 +158,33 @@ words! {
     }
 }
 
+words! {
+    /// The `Placed` condition's reasons (written by `worksession controller`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum PlacedReason {
+        /// `True`: placed on the node its message names.
+        Placed,
+        /// `False`: no node fits; the message says why for each node.
+        NoNodeFits,
+    }
+}
+
+words! {
+    /// The `NodeLost` condition's reasons (written by `worksession controller`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum NodeLostReason {
+        /// `True`: the session's node is NotReady and its agent's Lease ran out the grace period ago.
+        NodeNotReady,
+        /// `True`: the session's Node object is gone and its agent's Lease ran out the grace period ago.
+        NodeDeleted,
+        /// `False`: its node was lost and the session was placed again on another node (the message names both).
+        MovedFromLostNode,
+    }
+}
+
 reasons_of! {
+    PlacedReason => Placed,
+    NodeLostReason => NodeLost,
     ActivityReason => Activity,
     ReadyReason => Ready,
     ResumeReason => Resumed,

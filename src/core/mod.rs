@@ -39,8 +39,8 @@ mod verify;
 mod workspace;
 pub use crate::api::is_tag;
 pub use conditions::{
-    ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, ReadyReason, Reason, WorkspaceReason, condition,
-    find, has_reason, set_condition,
+    ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, NodeLostReason, PlacedReason, ReadyReason, Reason,
+    WorkspaceReason, condition, find, has_reason, set_condition,
 };
 pub use deliver::{CONFIRM_ATTEMPTS, Proof, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;

@@ -52,7 +52,7 @@ impl World {
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
         let ns = TestNamespace::new().await;
         crate::support::install_crds(ns.client.clone()).await;
-        let yaml = edit(&tmux, tmux.agent_config_yaml());
+        let yaml = with_lease_in(&ns.name, edit(&tmux, tmux.agent_config_yaml()));
         let config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         let node = ns.name.clone();
         let client = ns.client.clone();
@@ -68,7 +68,7 @@ impl World {
             labeler.abort();
         }
         self.labeler = Some(tokio::spawn(async move {
-            worksession::labeler::run(client, None).await.unwrap();
+            worksession::labeler::run(client, None, None).await.unwrap();
         }));
     }
 
@@ -112,7 +112,7 @@ impl World {
 
     /// Restarts the agent with the agent config YAML rewritten by `edit`.
     pub fn restart_agent_with_yaml(&mut self, edit: impl FnOnce(String) -> String) {
-        let yaml = edit(self.tmux.agent_config_yaml());
+        let yaml = with_lease_in(&self.ns.name, edit(self.tmux.agent_config_yaml()));
         self.config = Arc::new(Config::parse(&yaml, std::path::Path::new("test.yaml")).unwrap());
         self.stop_agent();
         self.start_agent();
@@ -268,4 +268,13 @@ impl crate::scenarios::Rig for World {
     fn namespace(&self) -> String {
         self.ns.name.clone()
     }
+}
+
+/// The agent config with its Lease in the test's own namespace, as the chart puts it in the release's (where the
+/// chart's Role allows it), unless the test placed it itself.
+pub fn with_lease_in(namespace: &str, yaml: String) -> String {
+    if yaml.contains("\nplacement:") || yaml.starts_with("placement:") {
+        return yaml;
+    }
+    format!("{yaml}\nplacement:\n  leaseNamespace: {namespace}\n")
 }

@@ -39,7 +39,7 @@ fn t(secs: i64) -> Timestamp {
 fn spec() -> WorkSessionSpec {
     WorkSessionSpec {
         work_item: "repo-12".into(),
-        node_name: "node-a".into(),
+        node_name: Some("node-a".into()),
         harness: "claude".into(),
         workdir: "/srv/work/repo".into(),
         ..Default::default()

@@ -482,7 +482,7 @@ mod tests {
                 name,
                 crate::api::WorkSessionSpec {
                     work_item: name.into(),
-                    node_name: "local".into(),
+                    node_name: Some("local".into()),
                     harness: "claude".into(),
                     workdir: "/tmp".into(),
                     ..Default::default()

@@ -1,0 +1,124 @@
+//! The agent's Lease and its fence, beside the pipeline (issue 27). The agent renews a Lease named for its node
+//! (`worksession-agent-<node>`, in `placement.leaseNamespace`), which tells the controller three things: this node
+//! runs a live agent, how many sessions it takes, and which namespaces it serves. The same Lease is the fence: a
+//! reconcile acts only while the last renewal is younger than [`crate::config::PlacementConfig::fence_after`], and
+//! once it is older the agent stops every harness it runs before anything else, because from then on the controller
+//! may have moved their sessions to another node (the rule and what it relies on: the README's "Node loss").
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::Reconciler;
+use crate::config::PlacementConfig;
+use crate::store::Store;
+use crate::tmux::Tmux;
+
+/// The label every agent's Lease carries, which the controller's watch selects.
+pub const LEASE_LABEL: &str = "worksession.dev/agent-lease";
+/// The Lease annotation holding `placement.maxSessions` (absent: no limit).
+pub const MAX_SESSIONS_ANNOTATION: &str = "worksession.dev/max-sessions";
+/// The Lease annotation holding `placement.namespaces`, comma-separated (absent: every namespace).
+pub const NAMESPACES_ANNOTATION: &str = "worksession.dev/namespaces";
+/// The field manager of the Lease.
+pub const FIELD_MANAGER: &str = "worksession-agent";
+
+/// The name of `node`'s agent Lease.
+pub fn lease_name(node: &str) -> String {
+    format!("worksession-agent-{node}")
+}
+
+/// When the agent last renewed its Lease: whether it may act.
+#[derive(Debug, Default)]
+pub struct Fence {
+    renewed: Mutex<Option<Instant>>,
+}
+
+impl Fence {
+    /// Whether the last renewal is younger than `after`; never before the first one (the controller may have moved
+    /// this node's sessions while the agent was down).
+    pub fn holds(&self, after: Duration) -> bool {
+        self.renewed.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|at| at.elapsed() < after)
+    }
+
+    fn renewed_at(&self, at: Instant) {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    fn ever_renewed(&self) -> bool {
+        self.renewed.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+}
+
+/// The Lease as the agent applies it.
+pub fn lease(node: &str, placement: &PlacementConfig, now: k8s_openapi::jiff::Timestamp) -> serde_json::Value {
+    let mut annotations = serde_json::Map::new();
+    if let Some(max) = placement.max_sessions {
+        annotations.insert(MAX_SESSIONS_ANNOTATION.into(), max.to_string().into());
+    }
+    if !placement.namespaces.is_empty() {
+        annotations.insert(NAMESPACES_ANNOTATION.into(), placement.namespaces.join(",").into());
+    }
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": lease_name(node), "labels": {LEASE_LABEL: "true"}, "annotations": annotations},
+        "spec": {
+            "holderIdentity": node,
+            "leaseDurationSeconds": placement.lease_duration.as_secs(),
+            "renewTime": MicroTime(now),
+        }
+    })
+}
+
+/// Renews the Lease every quarter of its duration for as long as it is polled; fences the agent whenever the last
+/// renewal grew older than the fence allows.
+pub async fn run<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconciler<S, T>) {
+    loop {
+        let placement = ctx.config.borrow().placement.clone();
+        let Some(fence) = &ctx.fence else { return std::future::pending().await };
+        if fence.ever_renewed() && !fence.holds(placement.fence_after()) {
+            // Cut off for longer than the controller waits before it may move a session: first stop them all.
+            stop_every_harness(ctx).await;
+        }
+        let api: Api<Lease> = Api::namespaced(client.clone(), &placement.lease_namespace);
+        let asked = Instant::now();
+        let body = lease(&node, &placement, k8s_openapi::jiff::Timestamp::now());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api.patch(&lease_name(&node), &params, &Patch::Apply(&body)).await {
+            // The renewal holds from when it was asked for, not from when it was answered.
+            Ok(_) => fence.renewed_at(asked),
+            Err(e) => tracing::warn!(event = "lease.renew_failed", error = %e, "cannot renew the agent's Lease"),
+        }
+        tokio::time::sleep((placement.lease_duration / 4).max(Duration::from_millis(250))).await;
+    }
+}
+
+/// Stops every harness of this agent's tmux server (each session tagged with an owner), as an idle stop does: the
+/// conversations stay, and a session still placed here is resumed by its next reconcile.
+async fn stop_every_harness<S: Store, T: Tmux>(ctx: &Reconciler<S, T>) {
+    let tmux = ctx.observer.tmux();
+    let observation = match tmux.observe().await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(event = "fence.observe_failed", error = %e, "cannot see the harnesses to stop");
+            return;
+        }
+    };
+    for (session, view) in observation.sessions().filter(|(_, v)| !v.owner.is_empty()) {
+        match tmux.stop(session, &view.owner).await {
+            Ok(()) => tracing::warn!(
+                event = "fence.stopped",
+                session,
+                owner = view.owner_name,
+                "stopped: the agent's Lease ran out, so its session may run elsewhere now"
+            ),
+            Err(e) => tracing::error!(event = "fence.stop_failed", session, error = %e, "cannot stop the harness"),
+        }
+    }
+}

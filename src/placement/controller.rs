@@ -1,0 +1,288 @@
+//! The placement on Kubernetes: observe (watches of the WorkSessions, the Nodes, and the agents' Leases, kept in
+//! reflector caches) → decide ([`super::decide`], over the whole fleet at once) → execute (bind, label the events,
+//! write the conditions). It wakes on a change of anything watched, or when the plan says a node may become lost;
+//! with nothing changing it does nothing.
+//!
+//! A binding is a compare-and-swap on the session's `resourceVersion`, like a Pod's binding: two controllers (a
+//! second replica, an old one still stopping) can never bind one session twice, so the Deployment needs no leader
+//! election; it runs one replica because one is enough (docs/scale.md).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::{Agent, Decision, Lost, Node, Session, World, decide};
+use crate::agent::lease::{LEASE_LABEL, MAX_SESSIONS_ANNOTATION, NAMESPACES_ANNOTATION};
+use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
+use crate::core::{NodeLostReason, PlacedReason, Reason, set_condition};
+
+/// The field manager of the bindings and of the conditions the controller writes.
+pub const FIELD_MANAGER: &str = "worksession-controller";
+/// The longest the controller sleeps with nothing changing (a safety net: every change wakes it).
+pub const IDLE_RECHECK: Duration = Duration::from_secs(300);
+/// How long after a failed write the controller tries again.
+pub const ERROR_RECHECK: Duration = Duration::from_secs(5);
+
+/// How to run the placement.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where the agents' Leases are (`--lease-namespace`, the agents' `placement.leaseNamespace`).
+    pub lease_namespace: String,
+    /// How long after its agent's Lease ran out a NotReady or deleted node is lost (`--node-lost-grace-seconds`, the
+    /// agents' `placement.nodeLostGraceSeconds`).
+    pub grace: Duration,
+    /// Place only the sessions of this namespace (`--namespace`); `None`: every namespace.
+    pub namespace: Option<String>,
+}
+
+/// Places sessions and moves those of lost nodes until the process is asked to stop; sets `ready` once the caches
+/// are filled.
+pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
+    let (sessions, sessions_writer) = reflector::store::<WorkSession>();
+    let (nodes, nodes_writer) = reflector::store::<KubeNode>();
+    let (leases, leases_writer) = reflector::store::<Lease>();
+    let watched: Api<WorkSession> = match &options.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let session_changes = reflector::reflector(sessions_writer, watcher(watched, Default::default()));
+    let node_changes = reflector::reflector(nodes_writer, watcher(Api::all(client.clone()), Default::default()));
+    let agents = watcher::Config::default().labels(&format!("{LEASE_LABEL}=true"));
+    let lease_changes =
+        reflector::reflector(leases_writer, watcher(Api::namespaced(client.clone(), &options.lease_namespace), agents));
+    let mut changes = futures::stream::select_all([
+        session_changes.default_backoff().map(|_| ()).boxed(),
+        node_changes.default_backoff().map(|_| ()).boxed(),
+        lease_changes.default_backoff().map(|_| ()).boxed(),
+    ]);
+    let filled = async {
+        let _ = tokio::join!(sessions.wait_until_ready(), nodes.wait_until_ready(), leases.wait_until_ready());
+    };
+    // The streams fill the caches only while polled.
+    tokio::select! {
+        () = filled => {}
+        () = async { while changes.next().await.is_some() {} } => return,
+    }
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(event = "placement.started", lease_namespace = options.lease_namespace, grace = ?options.grace, "placing WorkSessions");
+    let started = Instant::now();
+    let mut renewals: HashMap<String, (String, Instant)> = HashMap::new();
+    let mut recheck = Duration::ZERO;
+    loop {
+        tokio::select! {
+            change = changes.next() => if change.is_none() { return },
+            () = tokio::time::sleep(recheck) => {}
+        }
+        // Everything that arrived meanwhile is in the caches: one decision for the lot.
+        while let Some(Some(())) = changes.next().now_or_never() {}
+        let now = Instant::now();
+        let world = observe(&sessions, &nodes, &leases, &mut renewals, &options, started, now);
+        let plan = decide(&world, now);
+        let failed = execute(&client, &sessions, &plan.decisions).await;
+        recheck = if failed { ERROR_RECHECK } else { plan.recheck_after.unwrap_or(IDLE_RECHECK).min(IDLE_RECHECK) };
+    }
+}
+
+/// The placement's view of the caches; `renewals` keeps when each Lease's renewal was last seen to change.
+fn observe(
+    sessions: &Store<WorkSession>,
+    nodes: &Store<KubeNode>,
+    leases: &Store<Lease>,
+    renewals: &mut HashMap<String, (String, Instant)>,
+    options: &Options,
+    started: Instant,
+    now: Instant,
+) -> World {
+    let mut agents = HashMap::new();
+    for lease in leases.state() {
+        let Some(spec) = &lease.spec else { continue };
+        let Some(node) = spec.holder_identity.clone() else { continue };
+        let renewed = spec.renew_time.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+        let seen = match renewals.get(&node) {
+            Some((was, at)) if *was == renewed => *at,
+            _ => {
+                renewals.insert(node.clone(), (renewed, now));
+                now
+            }
+        };
+        let annotations = lease.annotations();
+        let max_sessions = annotations.get(MAX_SESSIONS_ANNOTATION).and_then(|m| m.parse().ok());
+        let namespaces = annotations
+            .get(NAMESPACES_ANNOTATION)
+            .map(|n| n.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default();
+        let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(40).max(1) as u64);
+        agents.insert(node, Agent { renewal_seen: seen, duration, max_sessions, namespaces });
+    }
+    let nodes = nodes
+        .state()
+        .iter()
+        .map(|n| {
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let unschedulable = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            let labels = n.labels().clone();
+            (n.name_any(), Node { labels, ready, unschedulable })
+        })
+        .collect();
+    let mut sessions: Vec<Session> = sessions
+        .state()
+        .iter()
+        .filter(|ws| ws.metadata.deletion_timestamp.is_none())
+        .map(|ws| Session {
+            namespace: ws.namespace().unwrap_or_default(),
+            name: ws.name_any(),
+            node: ws.spec.node_name.clone(),
+            selector: ws.spec.node_selector.clone(),
+            on_node_lost: ws.spec.on_node_lost,
+        })
+        .collect();
+    // The oldest first, as people made them.
+    sessions.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    World { sessions, nodes, agents, grace: options.grace, started }
+}
+
+/// Executes each decision; returns whether a write failed (to look again soon).
+async fn execute(client: &Client, cache: &Store<WorkSession>, decisions: &[((String, String), Decision)]) -> bool {
+    let mut failed = false;
+    for ((namespace, name), decision) in decisions {
+        let Some(ws) = cache.get(&reflector::ObjectRef::new(name).within(namespace)) else { continue };
+        let result = match decision {
+            Decision::Bind { node, from } => bind(client, &ws, node, from.as_ref()).await,
+            Decision::NoFit { why, lost } => {
+                let mut conditions = vec![condition(PlacedReason::NoNodeFits, false, why)];
+                if let Some((node, lost)) = lost {
+                    conditions.push(lost_condition(node, lost, &format!("; {why}")));
+                }
+                write_conditions(client, &ws, conditions).await
+            }
+            Decision::Waits { node, lost } => {
+                let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
+                write_conditions(client, &ws, vec![waits]).await
+            }
+        };
+        if let Err(e) = result {
+            failed = true;
+            tracing::warn!(event = "placement.write_failed", namespace, name, error = %e, "will try again");
+        }
+    }
+    failed
+}
+
+/// Records `node` as the session's, then labels its events for that node's agent, then says so in status.
+async fn bind(client: &Client, ws: &WorkSession, node: &str, from: Option<&(String, Lost)>) -> Result<(), kube::Error> {
+    let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
+    let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
+    // The resourceVersion makes the binding a compare-and-swap: bound from the version decided on, or not at all.
+    let patch = json!({"metadata": {"resourceVersion": ws.resource_version()}, "spec": {"nodeName": node}});
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    match sessions.patch(&name, &params, &Patch::Merge(&patch)).await {
+        // Changed meanwhile (its status written, bound by another): the watch brings it to the next decision.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(()),
+        result => drop(result?),
+    }
+    match from {
+        None => tracing::info!(event = "placement.placed", namespace, name, node, "placed"),
+        Some((lost, why)) => {
+            tracing::warn!(
+                event = "placement.moved",
+                namespace,
+                name,
+                from = lost,
+                node,
+                ?why,
+                "its node is lost: moved"
+            )
+        }
+    }
+    label_events(client, &namespace, &name, node).await?;
+    let mut conditions = vec![condition(PlacedReason::Placed, true, &format!("placed on node {node}"))];
+    if let Some((lost, why)) = from {
+        let message = format!("node {lost} was lost ({}); placed again on node {node}", lost_words(why));
+        conditions.push(condition(NodeLostReason::MovedFromLostNode, false, &message));
+    }
+    write_conditions(client, ws, conditions).await
+}
+
+/// Labels the session's WorkEvents for `node`'s agent (the label narrows each agent's watch).
+async fn label_events(client: &Client, namespace: &str, session: &str, node: &str) -> Result<(), kube::Error> {
+    let events: Api<WorkEvent> = Api::namespaced(client.clone(), namespace);
+    let value = node_label_value(node);
+    let listed = events.list(&ListParams::default().fields(&format!("spec.session={session}"))).await?;
+    for ev in listed.items.iter().filter(|ev| ev.labels().get(NODE_LABEL) != Some(&value)) {
+        let patch = json!({"metadata": {"labels": {NODE_LABEL: value}}});
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match events.patch(&ev.name_any(), &params, &Patch::Merge(&patch)).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            result => drop(result?),
+        }
+    }
+    Ok(())
+}
+
+fn lost_words(lost: &Lost) -> &'static str {
+    match lost {
+        Lost::NodeDeleted => "its Node is gone and its agent's Lease ran out the grace period ago",
+        Lost::NodeNotReady => "NotReady, and its agent's Lease ran out the grace period ago",
+    }
+}
+
+fn lost_condition(node: &str, lost: &Lost, rest: &str) -> Condition {
+    let reason = match lost {
+        Lost::NodeDeleted => NodeLostReason::NodeDeleted,
+        Lost::NodeNotReady => NodeLostReason::NodeNotReady,
+    };
+    condition(reason, true, &format!("node {node}: {}{rest}", lost_words(lost)))
+}
+
+fn condition<R: Reason>(reason: R, ok: bool, message: &str) -> Condition {
+    let mut one = Vec::new();
+    set_condition(&mut one, reason, ok, message, None, Timestamp::now());
+    one.remove(0)
+}
+
+/// Applies `conditions` to the session's status under the controller's field manager, those that differ from what
+/// its status says (a transition keeps its time otherwise).
+async fn write_conditions(client: &Client, ws: &WorkSession, conditions: Vec<Condition>) -> Result<(), kube::Error> {
+    let current = ws.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let same = |c: &Condition| {
+        current
+            .iter()
+            .any(|o| o.type_ == c.type_ && o.status == c.status && o.reason == c.reason && o.message == c.message)
+    };
+    let changed: Vec<Condition> = conditions
+        .into_iter()
+        .filter(|c| !same(c))
+        .map(|mut c| {
+            if let Some(was) = current.iter().find(|o| o.type_ == c.type_ && o.status == c.status) {
+                c.last_transition_time = was.last_transition_time.clone();
+            }
+            c
+        })
+        .collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let api: Api<WorkSession> = Api::namespaced(client.clone(), &ws.namespace().unwrap_or_default());
+    let patch =
+        json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": {"conditions": changed}});
+    match api.patch_status(&ws.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        result => result.map(drop),
+    }
+}

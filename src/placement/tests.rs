@@ -1,0 +1,178 @@
+//! The placement rule as a table, in the words.
+
+use super::*;
+
+const LEASE: Duration = Duration::from_secs(40);
+const GRACE: Duration = Duration::from_secs(300);
+
+struct Fleet {
+    world: World,
+    now: Instant,
+}
+
+impl Fleet {
+    fn new() -> Self {
+        let now = Instant::now() + Duration::from_secs(3600);
+        let world = World {
+            sessions: Vec::new(),
+            nodes: HashMap::new(),
+            agents: HashMap::new(),
+            grace: GRACE,
+            started: now - Duration::from_secs(3000),
+        };
+        Self { world, now }
+    }
+
+    /// A Ready node running a live agent that renewed its Lease `ago`.
+    fn node(mut self, name: &str, labels: &[(&str, &str)], max: Option<u32>, ago: Duration) -> Self {
+        let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.world.nodes.insert(name.into(), Node { labels, ready: true, unschedulable: false });
+        let agent = Agent { renewal_seen: self.now - ago, duration: LEASE, max_sessions: max, namespaces: vec![] };
+        self.world.agents.insert(name.into(), agent);
+        self
+    }
+
+    fn session(mut self, name: &str, node: Option<&str>) -> Self {
+        self.world.sessions.push(Session {
+            namespace: "team".into(),
+            name: name.into(),
+            node: node.map(Into::into),
+            selector: BTreeMap::new(),
+            on_node_lost: NodeLostPolicy::Move,
+        });
+        self
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut World)) -> Self {
+        change(&mut self.world);
+        self
+    }
+
+    fn decide(&self) -> Vec<(String, Decision)> {
+        decide(&self.world, self.now).decisions.into_iter().map(|((_, name), d)| (name, d)).collect()
+    }
+}
+
+fn bind(node: &str) -> Decision {
+    Decision::Bind { node: node.into(), from: None }
+}
+
+const NOW: Duration = Duration::ZERO;
+
+#[test]
+fn an_unplaced_session_goes_to_the_least_loaded_node_with_a_ready_agent() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("busy", Some("a"));
+    let fleet = fleet.session("new-1", None).session("new-2", None).session("new-3", None);
+    // a holds one already: b first, then both have one, a by name, then b again.
+    assert_eq!(fleet.decide(), [("new-1".into(), bind("b")), ("new-2".into(), bind("a")), ("new-3".into(), bind("b"))]);
+}
+
+#[test]
+fn a_session_placed_on_a_live_node_needs_no_decision() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).session("s", Some("a"));
+    assert!(fleet.decide().is_empty());
+    let plan = decide(&fleet.world, fleet.now);
+    assert_eq!(plan.recheck_after, Some(LEASE + GRACE), "looked at again when its node may be lost");
+}
+
+#[test]
+fn the_node_selector_and_the_capacity_are_honoured() {
+    let fleet = Fleet::new().node("gpu", &[("kind", "gpu")], Some(1), NOW).node("cpu", &[], None, NOW);
+    let fleet = fleet.session("one", None).session("two", None).with(|w| {
+        for s in &mut w.sessions {
+            s.selector.insert("kind".into(), "gpu".into());
+        }
+    });
+    let decided = fleet.decide();
+    assert_eq!(decided[0], ("one".into(), bind("gpu")));
+    let Decision::NoFit { why, lost: None } = &decided[1].1 else { panic!("{decided:?}") };
+    assert_eq!(why, "no node fits: cpu: does not match nodeSelector; gpu: full (maxSessions)");
+}
+
+#[test]
+fn a_cordoned_node_a_notready_node_and_a_silent_agent_take_nothing() {
+    let fleet = Fleet::new().node("cordoned", &[], None, NOW).node("down", &[], None, NOW);
+    let fleet = fleet.node("silent", &[], None, LEASE).session("s", None).with(|w| {
+        w.nodes.get_mut("cordoned").unwrap().unschedulable = true;
+        w.nodes.get_mut("down").unwrap().ready = false;
+    });
+    let Decision::NoFit { why, .. } = &fleet.decide()[0].1 else { panic!() };
+    assert_eq!(why, "no node fits: cordoned: cordoned; down: NotReady; silent: its agent's Lease ran out");
+}
+
+#[test]
+fn an_agent_that_does_not_serve_the_namespace_takes_none_of_it() {
+    let fleet = Fleet::new().node("theirs", &[], None, NOW).session("s", None).with(|w| {
+        w.agents.get_mut("theirs").unwrap().namespaces = vec!["other-team".into()];
+    });
+    let Decision::NoFit { why, .. } = &fleet.decide()[0].1 else { panic!() };
+    assert!(why.contains("does not serve this namespace"), "{why}");
+}
+
+#[test]
+fn no_agent_at_all_says_so() {
+    let fleet = Fleet::new().session("s", None);
+    assert_eq!(fleet.decide()[0].1, Decision::NoFit { why: "no node runs a worksession agent".into(), lost: None });
+}
+
+#[test]
+fn a_node_notready_whose_agent_is_silent_past_the_grace_is_lost_and_its_session_placed_again() {
+    let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).node("b", &[], None, NOW);
+    let fleet = fleet.session("s", Some("gone")).with(|w| w.nodes.get_mut("gone").unwrap().ready = false);
+    let from = Some(("gone".to_string(), Lost::NodeNotReady));
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Bind { node: "b".into(), from })]);
+}
+
+#[test]
+fn within_the_grace_a_silent_node_is_not_lost_yet_and_is_looked_at_when_it_may_be() {
+    let silent = LEASE + GRACE - Duration::from_secs(10);
+    let fleet = Fleet::new().node("gone", &[], None, silent).node("b", &[], None, NOW);
+    let fleet = fleet.session("s", Some("gone")).with(|w| w.nodes.get_mut("gone").unwrap().ready = false);
+    let plan = decide(&fleet.world, fleet.now);
+    assert!(plan.decisions.is_empty());
+    assert_eq!(plan.recheck_after, Some(Duration::from_secs(10)));
+}
+
+#[test]
+fn a_ready_node_whose_agent_is_silent_is_not_lost() {
+    // The kubelet runs: the DaemonSet restarts the agent there, and moving would risk two harnesses.
+    let fleet = Fleet::new().node("a", &[], None, LEASE + GRACE * 2).node("b", &[], None, NOW).session("s", Some("a"));
+    assert!(fleet.decide().is_empty());
+}
+
+#[test]
+fn a_deleted_node_is_lost_once_its_agent_is_silent_past_the_grace() {
+    let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).node("b", &[], None, NOW);
+    let fleet = fleet.session("s", Some("gone")).with(|w| drop(w.nodes.remove("gone")));
+    let from = Some(("gone".to_string(), Lost::NodeDeleted));
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Bind { node: "b".into(), from })]);
+}
+
+#[test]
+fn a_session_on_a_node_whose_agent_was_never_seen_counts_from_the_controllers_start() {
+    let fleet = Fleet::new().node("b", &[], None, NOW).session("s", Some("never"));
+    let fleet = fleet.with(|w| w.started = Instant::now() + Duration::from_secs(3600) - GRACE / 2);
+    assert!(fleet.decide().is_empty(), "half the grace since the start: not yet");
+    let fleet = fleet.with(|w| w.started -= GRACE);
+    let from = Some(("never".to_string(), Lost::NodeDeleted));
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Bind { node: "b".into(), from })]);
+}
+
+#[test]
+fn a_session_whose_policy_is_wait_stays_on_its_lost_node() {
+    let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).node("b", &[], None, NOW);
+    let fleet = fleet.session("s", Some("gone")).with(|w| {
+        w.nodes.get_mut("gone").unwrap().ready = false;
+        w.sessions[0].on_node_lost = NodeLostPolicy::Wait;
+    });
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Waits { node: "gone".into(), lost: Lost::NodeNotReady })]);
+}
+
+#[test]
+fn a_lost_nodes_session_that_fits_nowhere_says_both() {
+    let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).session("s", Some("gone"));
+    let fleet = fleet.with(|w| w.nodes.get_mut("gone").unwrap().ready = false);
+    let Decision::NoFit { why, lost } = &fleet.decide()[0].1 else { panic!() };
+    assert_eq!(lost, &Some(("gone".into(), Lost::NodeNotReady)));
+    assert!(why.contains("gone: its agent's Lease ran out"), "{why}");
+}

@@ -1,0 +1,302 @@
+//! Issue 27 against the test control plane: agents as processes naming different nodes (each its own tmux socket,
+//! one shared folder as the shared volume: the stand-in's state and the harnesses' HOME), `worksession controller`
+//! as a process, and Node objects the tests mark Ready or NotReady as a kubelet and the node lifecycle controller
+//! would. Placement by capacity and selector; a node lost with its agent and its tmux server, its session resumed on
+//! another node with its waiting event delivered once; a cut-off agent (SIGSTOP past the grace) that stops its
+//! harness when it continues and delivers nothing.
+
+mod standin;
+mod support;
+
+use std::process::Stdio;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use standin::TmuxServer;
+use support::{TestNamespace, eventually};
+use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
+use worksession::tmux::{Liveness, Tmux};
+
+/// Lease and grace as short as a test can take: an agent fences itself after 1 + 1.5 s without a renewal, the
+/// controller moves a session 1 + 3 s after it last saw one.
+const LEASE_SECONDS: u64 = 1;
+const GRACE_SECONDS: u64 = 3;
+
+/// A process, killed when dropped.
+struct Process(tokio::process::Child);
+
+impl Process {
+    fn start(args: &[String]) -> Self {
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_worksession"))
+            .args(args)
+            .env("RUST_LOG", "worksession=info")
+            .env("KUBECONFIG", &support::control_plane().kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.0.id().expect("running").to_string();
+        assert!(std::process::Command::new("kill").args([signal, &pid]).status().unwrap().success());
+    }
+}
+
+/// A node of the test: its Node object, its tmux server, its agent.
+struct TestNode {
+    name: String,
+    tmux: TmuxServer,
+    agent: Option<Process>,
+}
+
+struct Cluster {
+    ns: TestNamespace,
+    /// The shared volume: its stand-in state and workdir are every node's.
+    shared: TmuxServer,
+    nodes: Vec<TestNode>,
+    _controller: Process,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Nodes `(suffix, labels, maxSessions)`, each Ready with a running agent, and the controller.
+    async fn new(nodes: &[(&str, serde_json::Value, Option<u32>)]) -> Self {
+        let ns = TestNamespace::new().await;
+        support::install_crds(ns.client.clone()).await;
+        let shared = TmuxServer::new();
+        let dir = tempfile::tempdir().unwrap();
+        let mut made = Vec::new();
+        for (suffix, labels, max) in nodes {
+            let name = format!("{}-{suffix}", ns.name);
+            let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+            let api: Api<Node> = Api::all(ns.client.clone());
+            api.create(&PostParams::default(), &node).await.unwrap();
+            let mut n = TestNode { name, tmux: TmuxServer::new(), agent: None };
+            set_ready(&ns, &n.name, true).await;
+            let yaml = shared.agent_config_yaml().replace(
+                &format!("socket: {}", shared.socket().display()),
+                &format!("socket: {}", n.tmux.socket().display()),
+            );
+            let max = max.map(|m| format!("\n  maxSessions: {m}")).unwrap_or_default();
+            let yaml = format!(
+                "{yaml}\nplacement:\n  leaseNamespace: {}\n  leaseDurationSeconds: {LEASE_SECONDS}\n  nodeLostGraceSeconds: {GRACE_SECONDS}{max}\n",
+                ns.name
+            );
+            let config = dir.path().join(format!("{suffix}.yaml"));
+            std::fs::write(&config, yaml).unwrap();
+            n.agent = Some(Process::start(&[
+                "agent".into(),
+                "--node".into(),
+                n.name.clone(),
+                "--config".into(),
+                config.display().to_string(),
+                "--admin-addr".into(),
+                "127.0.0.1:0".into(),
+            ]));
+            made.push(n);
+        }
+        let controller = Process::start(&[
+            "controller".into(),
+            "--admin-addr=127.0.0.1:0".into(),
+            format!("--lease-namespace={}", ns.name),
+            format!("--node-lost-grace-seconds={GRACE_SECONDS}"),
+            format!("--namespace={}", ns.name),
+        ]);
+        Self { ns, shared, nodes: made, _controller: controller, dir }
+    }
+
+    fn node(&self, suffix: &str) -> &TestNode {
+        let name = format!("{}-{suffix}", self.ns.name);
+        self.nodes.iter().find(|n| n.name == name).unwrap()
+    }
+
+    fn sessions(&self) -> Api<WorkSession> {
+        self.ns.api()
+    }
+
+    async fn create_session(&self, name: &str, spec: serde_json::Value) {
+        let mut full = json!({"workItem": name, "harness": "standin", "workdir": self.shared.workdir()});
+        full.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+        let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": name}, "spec": full})).unwrap();
+        self.sessions().create(&PostParams::default(), &ws).await.unwrap();
+    }
+
+    async fn send(&self, session: &str, name: &str, prompt: &str) {
+        let ev: WorkEvent =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"session": session, "prompt": prompt}}))
+                .unwrap();
+        self.ns.api::<WorkEvent>().create(&PostParams::default(), &ev).await.unwrap();
+    }
+
+    async fn await_session(&self, name: &str, what: &str, pred: impl Fn(&WorkSession) -> bool) -> WorkSession {
+        let api = self.sessions();
+        eventually(&format!("{name}: {what}"), || async { api.get(name).await.ok().filter(|ws| pred(ws)) }).await
+    }
+
+    async fn await_delivered(&self, event: &str) -> WorkEvent {
+        let api: Api<WorkEvent> = self.ns.api();
+        eventually(&format!("{event} Delivered"), || async {
+            api.get(event).await.ok().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered))
+        })
+        .await
+    }
+
+    /// The tmux session the agents give `name`.
+    fn tmux_session(&self, name: &str) -> String {
+        format!("loop-{}_{name}", self.ns.name)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Nodes are cluster-wide: take them away with the test.
+        for n in &self.nodes {
+            let _ = support::tool("kubectl")
+                .args(["delete", "node", &n.name, "--wait=false"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = &self.dir;
+    }
+}
+
+async fn set_ready(ns: &TestNamespace, node: &str, ready: bool) {
+    let api: Api<Node> = Api::all(ns.client.clone());
+    let status = if ready { "True" } else { "Unknown" };
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test",
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+fn node_of(ws: &WorkSession) -> Option<String> {
+    ws.spec.node_name.clone()
+}
+
+fn condition(ws: &WorkSession, type_: &str) -> Option<(String, String, String)> {
+    let c = ws.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn running(ws: &WorkSession) -> bool {
+    ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)
+}
+
+#[tokio::test]
+async fn sessions_are_placed_by_capacity_and_selector_and_one_that_fits_nowhere_says_why() {
+    let c = Cluster::new(&[
+        ("a", json!({"pool": "x"}), Some(1)),
+        ("b", json!({"pool": "x"}), Some(2)),
+        ("c", json!({"pool": "y"}), None),
+    ])
+    .await;
+    for name in ["one", "two", "three"] {
+        c.create_session(name, json!({"nodeSelector": {"pool": "x"}})).await;
+    }
+    let mut on = Vec::new();
+    for name in ["one", "two", "three"] {
+        let placed = |ws: &WorkSession| condition(ws, "Placed").is_some_and(|c| c.0 == "True");
+        let ws = c.await_session(name, "Placed=True", placed).await;
+        let (_, reason, message) = condition(&ws, "Placed").unwrap();
+        assert_eq!(reason, "Placed");
+        assert_eq!(message, format!("placed on node {}", node_of(&ws).unwrap()));
+        on.push(node_of(&ws).unwrap());
+    }
+    on.sort();
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    assert_eq!(on, [a.clone(), b.clone(), b.clone()], "a holds one, b two; c does not match the selector");
+
+    c.create_session("four", json!({"nodeSelector": {"pool": "x"}})).await;
+    let ws =
+        c.await_session("four", "Placed=False", |ws| condition(ws, "Placed").is_some_and(|c| c.0 == "False")).await;
+    let (_, reason, message) = condition(&ws, "Placed").unwrap();
+    assert_eq!(reason, "NoNodeFits");
+    assert!(message.contains(&format!("{a}: full (maxSessions)")), "{message}");
+    assert!(message.contains("does not match nodeSelector"), "{message}");
+    assert_eq!(node_of(&ws), None);
+
+    // Placed, its harness runs there: the agent of the chosen node took it.
+    c.create_session("other-pool", json!({"nodeSelector": {"pool": "y"}, "initialPrompt": "hello"})).await;
+    let ws = c.await_session("other-pool", "running", running).await;
+    assert_eq!(node_of(&ws).as_deref(), Some(c.node("c").name.as_str()));
+    let observed = c.node("c").tmux.runner.observe().await.unwrap();
+    assert_eq!(observed.liveness(&c.tmux_session("other-pool")), Liveness::Alive);
+}
+
+#[tokio::test]
+async fn a_lost_nodes_session_resumes_on_another_node_and_its_waiting_event_is_delivered_once() {
+    let mut c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
+    let a = c.node("a").name.clone();
+    c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
+    let ws = c.await_session("item", "running on a", running).await;
+    let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
+
+    // The node goes: its agent and its tmux server (and harness) with it, and its Node turns NotReady.
+    let mut agent = c.nodes[0].agent.take().unwrap();
+    agent.0.kill().await.unwrap();
+    c.node("a").tmux.kill_server();
+    let harness_gone = c.node("a").tmux.runner.observe().await.map(|o| o.is_empty()).unwrap_or(true);
+    assert!(harness_gone, "node a's tmux server is gone, and its harness with it");
+    set_ready(&c.ns, &a, false).await;
+    c.send("item", "item-1", "after the node was lost").await;
+
+    let b = c.node("b").name.clone();
+    let moved = |ws: &WorkSession| node_of(ws).as_deref() == Some(b.as_str()) && condition(ws, "NodeLost").is_some();
+    let ws = c.await_session("item", "moved to b, NodeLost said", moved).await;
+    let (status, reason, message) = condition(&ws, "NodeLost").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "MovedFromLostNode"), "{message}");
+    assert!(message.contains(&a) && message.contains(&b), "{message}");
+    let ev = c.await_delivered("item-1").await;
+    let ws = c.await_session("item", "running on b", running).await;
+    assert_eq!(ws.status.as_ref().and_then(|s| s.harness_session_id.clone()), Some(id.clone()), "the conversation");
+    let (status, reason, _) = condition(&ws, "Resumed").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Resumed"));
+    assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(id.as_str()));
+    let delivered: Vec<_> = c.shared.prompts().into_iter().filter(|p| p.prompt == "after the node was lost").collect();
+    assert_eq!(delivered.len(), 1, "delivered once: {delivered:?}");
+    assert_eq!(delivered[0].conversation, id);
+    let observed = c.node("b").tmux.runner.observe().await.unwrap();
+    assert_eq!(observed.liveness(&c.tmux_session("item")), Liveness::Alive);
+}
+
+#[tokio::test]
+async fn a_cut_off_agent_stops_its_harness_when_it_continues_and_delivers_nothing() {
+    let c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
+    c.await_session("item", "running on a", running).await;
+    let session = c.tmux_session("item");
+    let old_harness = c.node("a").tmux.pane_pid(&session);
+
+    // Cut off: the agent frozen past the grace while its node turns NotReady; the session moves to b.
+    let frozen = c.node("a").agent.as_ref().unwrap();
+    frozen.signal("-STOP");
+    set_ready(&c.ns, &a, false).await;
+    c.await_session("item", "moved to b", |ws| node_of(ws).as_deref() == Some(b.as_str())).await;
+    c.send("item", "item-1", "while a was cut off").await;
+    c.await_delivered("item-1").await;
+    c.await_session("item", "running on b", running).await;
+
+    // It continues: before anything else it stops its harness, and it never delivers the next event.
+    frozen.signal("-CONT");
+    support::until("the cut-off agent's harness stopped", || async {
+        c.node("a").tmux.runner.observe().await.map(|o| o.liveness(&session) == Liveness::Absent).unwrap_or(true)
+    })
+    .await;
+    c.send("item", "item-2", "after a came back").await;
+    c.await_delivered("item-2").await;
+    let prompts = c.shared.prompts();
+    let from_a: Vec<_> = prompts.iter().filter(|p| p.pid == old_harness && p.prompt != "the first words").collect();
+    assert!(from_a.is_empty(), "the cut-off node's harness took {from_a:?}");
+    for text in ["while a was cut off", "after a came back"] {
+        assert_eq!(prompts.iter().filter(|p| p.prompt == text).count(), 1, "{text}: delivered once, by b");
+    }
+    let observed = c.node("b").tmux.runner.observe().await.unwrap();
+    assert_eq!(observed.liveness(&session), Liveness::Alive);
+}
