@@ -109,6 +109,18 @@ enum Command {
         #[command(flatten)]
         at: Where,
     },
+    /// Move a session to another node: its agent stops the harness once no prompt is being delivered and hands it
+    /// over; the new node's agent resumes the conversation where the state is shared.
+    Move {
+        /// The WorkSession.
+        name: String,
+        /// The node (default: any node the controller chooses, not its own).
+        #[arg(long)]
+        to: Option<String>,
+        /// The namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+    },
     /// Attach the terminal to a session's harness (detach with C-b d; the harness keeps running).
     Attach {
         /// The WorkSession.
@@ -182,6 +194,42 @@ struct Where {
     config: Option<PathBuf>,
 }
 
+/// `worksession move`: asks for the move in the session's annotation (the agent and the controller do the rest).
+async fn move_session(name: &str, to: Option<String>, namespace: Option<String>) -> ExitCode {
+    use worksession::api::{ANY_NODE, MOVE_ANNOTATION, WorkSession};
+    let config = match kube::Config::infer().await {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
+    let client = match kube::Client::try_from(config) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let api: kube::Api<WorkSession> = kube::Api::namespaced(client, &namespace);
+    let ws = match api.get(name).await {
+        Ok(ws) => ws,
+        Err(e) => return fail(&e),
+    };
+    if ws.spec.node_name.is_none() {
+        return fail(&format!("{name} is not placed yet: set spec.nodeName instead"));
+    }
+    if to.is_some() && to == ws.spec.node_name {
+        return fail(&format!("{name} is on {} already", to.unwrap_or_default()));
+    }
+    let target = to.clone().unwrap_or_else(|| ANY_NODE.to_string());
+    let patch = serde_json::json!({"metadata": {"annotations": {MOVE_ANNOTATION: target}}});
+    let params = kube::api::PatchParams { field_manager: Some("worksession-move".into()), ..Default::default() };
+    match api.patch(name, &params, &kube::api::Patch::Merge(&patch)).await {
+        Ok(_) => {
+            let whither = to.map_or("a node the controller chooses".to_string(), |n| format!("node {n}"));
+            println!("worksession/{name} moves to {whither} once no prompt is being delivered");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Room { uid, home, workdir, command } = &cli.command {
@@ -227,6 +275,7 @@ async fn run(cli: Cli) -> ExitCode {
         }
         Command::Peek { name, lines, at } => terminal(&name, at, Some(lines)).await,
         Command::Attach { name, at } => terminal(&name, at, None).await,
+        Command::Move { name, to, namespace } => move_session(&name, to, namespace).await,
         Command::Crd => {
             print!("{}", worksession::api::crds_yaml());
             ExitCode::SUCCESS

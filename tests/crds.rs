@@ -113,10 +113,10 @@ async fn schema_rejects_what_it_forbids() {
     limits["resume"] = json!({"probeSeconds": 0, "settleSeconds": 3600});
     limits["workItem"] = json!("a".repeat(63));
     sessions.create(&PostParams::default(), &session("limits", limits)).await.unwrap();
-    // Moving a session to another node, or to another work item (issue 23), would run its conversation twice (its
-    // harness runs on while another resumes it): both are fixed at creation.
-    // Nor may its workdir move (with rooms it is handed to the session's own user).
-    for (field, value) in [("nodeName", "node-b"), ("workItem", "other-item"), ("workdir", "/srv/elsewhere")] {
+    // Moving a session to another work item (issue 23) would run its conversation twice (its harness runs on while
+    // another resumes it): it is fixed at creation. Nor may its workdir move (with rooms it is handed to the
+    // session's own user). Its node may change (a move, issue 27), but once placed it is never unset.
+    for (field, value) in [("workItem", "other-item"), ("workdir", "/srv/elsewhere")] {
         let changed = json!({"spec": {field: value}});
         match sessions.patch("limits", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&changed)).await {
             Err(kube::Error::Api(e)) => {
@@ -126,6 +126,21 @@ async fn schema_rejects_what_it_forbids() {
             other => panic!("changing {field}: expected 422, got {other:?}"),
         }
     }
+    let unset = json!({"spec": {"nodeName": null}});
+    match sessions.patch("limits", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&unset)).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("nodeName cannot be unset once placed"), "{}", e.message);
+        }
+        other => panic!("unsetting nodeName: expected 422, got {other:?}"),
+    }
+    let mut unplaced = valid_spec();
+    unplaced.as_object_mut().unwrap().remove("nodeName");
+    let unplaced = session("unplaced", unplaced);
+    sessions
+        .create(&PostParams::default(), &unplaced)
+        .await
+        .expect("a session without a node: the controller places it");
     // A WorkSession's name is a DNS label (the API server alone allows a subdomain); an ssh user name is no secret.
     let dotted = sessions.create(&PostParams::default(), &session("a.b", valid_spec())).await.unwrap_err();
     assert!(matches!(&dotted, kube::Error::Api(e) if e.code == 422 && e.message.contains("DNS label")), "{dotted:?}");

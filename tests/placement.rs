@@ -300,3 +300,53 @@ async fn a_cut_off_agent_stops_its_harness_when_it_continues_and_delivers_nothin
     let observed = c.node("b").tmux.runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&session), Liveness::Alive);
 }
+
+/// `worksession move NAME [--to NODE]`, as a person runs it.
+fn move_cli(c: &Cluster, name: &str, to: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_worksession"));
+    cmd.args(["move", name, "-n", &c.ns.name]).env("KUBECONFIG", &support::control_plane().kubeconfig);
+    if let Some(to) = to {
+        cmd.args(["--to", to]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn a_move_on_purpose_hands_the_conversation_to_the_other_node_and_a_cordon_moves_it_back() {
+    let c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
+    let ws = c.await_session("item", "running on a", running).await;
+    let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
+    let session = c.tmux_session("item");
+
+    let said = move_cli(&c, "item", Some(&b));
+    assert!(said.contains(&format!("moves to node {b}")), "{said}");
+    c.await_session("item", "on b", |ws| node_of(ws).as_deref() == Some(b.as_str())).await;
+    let ws = c.sessions().get("item").await.unwrap();
+    assert!(!ws.metadata.annotations.unwrap_or_default().contains_key(worksession::api::MOVE_ANNOTATION));
+    let on_a = c.node("a").tmux.runner.observe().await.unwrap();
+    assert_eq!(on_a.liveness(&session), Liveness::Absent, "stopped on a before b took it");
+    c.send("item", "item-1", "on the new node").await;
+    let ev = c.await_delivered("item-1").await;
+    assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(id.as_str()), "the same conversation");
+    let ws = c.await_session("item", "running on b", running).await;
+    assert_eq!(condition(&ws, "Resumed").map(|c| (c.0, c.1)), Some(("True".into(), "Resumed".into())));
+
+    // b is cordoned: the controller asks for a move to a node that fits (a), and its agent hands it over.
+    let nodes: Api<Node> = Api::all(c.ns.client.clone());
+    let cordon = json!({"spec": {"unschedulable": true}});
+    nodes.patch(&b, &PatchParams::default(), &Patch::Merge(&cordon)).await.unwrap();
+    c.await_session("item", "back on a", |ws| node_of(ws).as_deref() == Some(a.as_str())).await;
+    c.send("item", "item-2", "back on the first node").await;
+    let ev = c.await_delivered("item-2").await;
+    assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(id.as_str()));
+    let prompts = c.shared.prompts();
+    for text in ["on the new node", "back on the first node"] {
+        let got: Vec<_> = prompts.iter().filter(|p| p.prompt == text).collect();
+        assert_eq!(got.len(), 1, "{text}: once, in the one conversation: {got:?}");
+        assert_eq!(got[0].conversation, id);
+    }
+}

@@ -88,6 +88,12 @@ impl Gathered {
                 owner_name: &self.owner.1,
                 events: &self.pending,
                 finished: &self.finished,
+                move_to: ws
+                    .annotations()
+                    .get(crate::api::MOVE_ANNOTATION)
+                    .map(String::as_str)
+                    .filter(|to| *to != crate::api::ANY_NODE && !to.is_empty())
+                    .filter(|to| ws.spec.node_name.as_deref() != Some(to)),
             },
             observed: Observed {
                 session: &self.session,

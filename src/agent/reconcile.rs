@@ -80,6 +80,9 @@ pub enum ReconcileError {
     /// Freeing the session's room.
     #[error("freeing the room: {0}")]
     ReleaseRoom(String),
+    /// Handing the session to another node.
+    #[error("handing the session to another node: {0}")]
+    Move(#[source] StoreError),
 }
 
 impl ReconcileError {
@@ -87,7 +90,7 @@ impl ReconcileError {
     pub fn category(&self) -> crate::words::ErrorCategory {
         use ReconcileError::*;
         match self {
-            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) => e.category(),
+            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) | Move(e) => e.category(),
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
             Observe(e) | Stop(e) | Paste { source: e, .. } => e.category(),
             ReleaseRoom(_) => crate::words::ErrorCategory::Room,
@@ -302,7 +305,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let config = self.config_now();
         let gathered = self.gather(&ws, &events, &observation, &config).await;
         // Decide.
-        let plan = core::decide(&gathered.input(&ws, &observation, &config));
+        let mut input = gathered.input(&ws, &observation, &config);
+        if self.node.is_none() {
+            input.object.move_to = None; // local mode is one machine: nowhere to move to
+        }
+        let plan = core::decide(&input);
         // Execute, then record.
         let owner = (gathered.owner.0.as_str(), gathered.owner.1.as_str());
         match self.execute(&ws, owner, &events, &plan, &config).await? {
@@ -382,6 +389,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.failpoint(Failpoint::AfterIntent).await;
                 }
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(ReconcileError::Stop)?,
+                Op::Move { node } => {
+                    self.store.move_to(ws, node).await.map_err(ReconcileError::Move)?;
+                    tracing::info!(event = "session.moved", node, "handed to another node");
+                }
                 Op::Spawn(spawn) => {
                     let handed = match (&spawn.confine, &config.rooms) {
                         // The workdir becomes the room's before its harness starts there.

@@ -21,6 +21,13 @@ pub const SESSION_LABEL: &str = "worksession.dev/session";
 /// Label on a WorkEvent naming the node of its WorkSession.
 pub const NODE_LABEL: &str = "worksession.dev/node";
 
+/// The annotation that asks for a move (`worksession move`): a node's name, or [`ANY_NODE`] for the controller to
+/// choose one. The session's agent stops its harness once no prompt is being delivered, then records the node in
+/// `spec.nodeName` and takes the annotation away, in one patch.
+pub const MOVE_ANNOTATION: &str = "worksession.dev/move-to";
+/// The [`MOVE_ANNOTATION`] value that lets the controller choose the node.
+pub const ANY_NODE: &str = "*";
+
 /// `namespace/name`: an object as people name it, in tmux tags, and (for a WorkSession) in its tmux session's name.
 pub fn identity(obj: &impl kube::ResourceExt) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())

@@ -82,6 +82,9 @@ words! {
         BackOff,
         /// `spec.suspend` is set.
         Suspended,
+        /// `False`: a move to another node was asked for (`worksession move`, a cordon): the harness is stopped and
+        /// the session handed to the node the message names.
+        Moving,
         /// Stopped after `spec.idle.suspendAfterSeconds` of quiet; the next prompt resumes it.
         Idle,
         /// Another session of the workdir is still discovering its conversation's id.

@@ -296,6 +296,11 @@ impl<'a, 'i> Decision<'a, 'i> {
                 return self.plan();
             }
         };
+        if let Some(to) = input.object.move_to
+            && self.move_when_quiet(to)
+        {
+            return self.plan();
+        }
         if input.object.spec.suspend {
             if input.observed.liveness != Liveness::Absent {
                 self.ops.push(Op::Stop { session: self.session.clone() });
@@ -351,6 +356,31 @@ impl<'a, 'i> Decision<'a, 'i> {
             Liveness::Dead | Liveness::Absent => self.not_running(profile, settings),
         }
         self.plan()
+    }
+
+    /// A move asked for: once no prompt is being delivered and no spawn verified, the harness is stopped and the
+    /// session handed to `to` (returns true); a busy one goes on until its current prompt is known delivered.
+    fn move_when_quiet(&mut self, to: &str) -> bool {
+        let busy =
+            self.status.verification.is_some() || self.prompts().iter().any(|p| p.phase == EventPhase::Delivering);
+        if busy && self.input.observed.liveness == Liveness::Alive {
+            self.requeue(Duration::from_secs(1));
+            return false;
+        }
+        // Whatever was being delivered to a dead pane waits for the new node.
+        self.return_unconfirmed("the session moved to another node; it will be sent there");
+        self.status.phase = Some(Phase::Pending);
+        self.status.verification = None;
+        let waiting = self.prompts().len();
+        self.ready(false, ReadyReason::Moving, format!("moving to node {to}; {waiting} waiting"));
+        // The status goes first (the next node starts from it), then the harness stops, then the hand-over.
+        self.intent = Some(self.status.clone());
+        if self.input.observed.liveness != Liveness::Absent {
+            self.ops.push(Op::Stop { session: self.session.clone() });
+        }
+        self.notice(Notice::new(EventReason::Moved, format!("moving to node {to}")));
+        self.ops.push(Op::Move { node: to.to_string() });
+        true
     }
 
     /// What the CRD schema cannot check (or local mode has no schema for).

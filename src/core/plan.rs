@@ -150,6 +150,8 @@ pub struct Object<'a> {
     pub events: &'a [PendingEvent],
     /// Its delivered and failed events.
     pub finished: &'a [FinishedEvent],
+    /// The node a move asks for (its [`crate::api::MOVE_ANNOTATION`], resolved to a node other than its own).
+    pub move_to: Option<&'a str>,
 }
 
 /// What the shared tmux observation saw of the session.
@@ -245,7 +247,7 @@ impl Plan {
     /// Whether the plan lets the object go (its finalizer released, or it is going without one): its status is not
     /// written and the node holds nothing for it.
     pub fn releases(&self) -> bool {
-        self.ops.iter().any(|op| matches!(op, Op::ReleaseFinalizer | Op::Forget))
+        self.ops.iter().any(|op| matches!(op, Op::ReleaseFinalizer | Op::Forget | Op::Move { .. }))
     }
 }
 
@@ -312,6 +314,13 @@ pub enum Op {
     /// Free the session's room (the session is going): its processes killed, its workdir moved aside, its home
     /// gone, its uid free again.
     ReleaseRoom,
+    /// Hand the session to `node` (after its harness was stopped): `spec.nodeName` becomes `node` and the move's
+    /// annotation goes, in one patch that holds only while the annotation still asks for `node`. The session is no
+    /// longer this agent's.
+    Move {
+        /// The node.
+        node: String,
+    },
 }
 
 /// A WorkEvent status change.
@@ -378,6 +387,8 @@ crate::words::words! {
         ConversationChanged,
         /// The harness waits for a person (its hooks said so), with its words.
         WaitingForInput,
+        /// The session was handed to another node (a move asked for it).
+        Moved,
     }
 }
 
@@ -400,6 +411,7 @@ impl EventReason {
             EventReason::WorkspaceKept => "workspace.kept",
             EventReason::ConversationChanged => "session.conversation_changed",
             EventReason::WaitingForInput => "session.waiting_for_input",
+            EventReason::Moved => "session.moved",
         }
     }
 
@@ -412,7 +424,8 @@ impl EventReason {
             | EventReason::IdleStopped
             | EventReason::Woken
             | EventReason::WorkspacePrepared
-            | EventReason::ConversationChanged => Severity::Normal,
+            | EventReason::ConversationChanged
+            | EventReason::Moved => Severity::Normal,
             _ => Severity::Warning,
         }
     }

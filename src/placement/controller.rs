@@ -150,6 +150,7 @@ fn observe(
             node: ws.spec.node_name.clone(),
             selector: ws.spec.node_selector.clone(),
             on_node_lost: ws.spec.on_node_lost,
+            move_to: ws.annotations().get(crate::api::MOVE_ANNOTATION).cloned(),
         })
         .collect();
     // The oldest first, as people made them.
@@ -171,6 +172,7 @@ async fn execute(client: &Client, cache: &Store<WorkSession>, decisions: &[((Str
                 }
                 write_conditions(client, &ws, conditions).await
             }
+            Decision::Move { node } => ask_to_move(client, &ws, node).await,
             Decision::Waits { node, lost } => {
                 let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
                 write_conditions(client, &ws, vec![waits]).await
@@ -217,6 +219,23 @@ async fn bind(client: &Client, ws: &WorkSession, node: &str, from: Option<&(Stri
         conditions.push(condition(NodeLostReason::MovedFromLostNode, false, &message));
     }
     write_conditions(client, ws, conditions).await
+}
+
+/// Names `node` in the session's move annotation (its agent hands it over once no prompt is being delivered).
+async fn ask_to_move(client: &Client, ws: &WorkSession, node: &str) -> Result<(), kube::Error> {
+    let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
+    let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
+    let patch = json!({"metadata": {"resourceVersion": ws.resource_version(),
+        "annotations": {crate::api::MOVE_ANNOTATION: node}}});
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    match sessions.patch(&name, &params, &Patch::Merge(&patch)).await {
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
+        result => {
+            result?;
+            tracing::info!(event = "placement.move_asked", namespace, name, node, "asked its agent to move it");
+            Ok(())
+        }
+    }
 }
 
 /// Labels the session's WorkEvents for `node`'s agent (the label narrows each agent's watch).

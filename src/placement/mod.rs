@@ -63,6 +63,8 @@ pub struct Session {
     pub selector: BTreeMap<String, String>,
     /// `spec.onNodeLost`.
     pub on_node_lost: NodeLostPolicy,
+    /// Its [`crate::api::MOVE_ANNOTATION`], if a move is asked for.
+    pub move_to: Option<String>,
 }
 
 /// Everything observed.
@@ -106,6 +108,12 @@ pub enum Decision {
         /// Its node is lost, and why.
         lost: Option<(String, Lost)>,
     },
+    /// A move to any node was asked for (`worksession move` without `--to`), or its node is cordoned: ask its agent
+    /// to hand it to `node` (the move's annotation names it).
+    Move {
+        /// The chosen node.
+        node: String,
+    },
     /// Its node is lost and its policy says wait.
     Waits {
         /// The lost node.
@@ -142,11 +150,28 @@ pub fn decide(world: &World, now: Instant) -> Plan {
             None => None,
             Some(node) => match lost(world, node, now) {
                 Ok(lost) => Some((node.clone(), lost)),
-                Err(Some(wait)) => {
-                    recheck(wait);
+                Err(wait) => {
+                    if let Some(wait) = wait {
+                        recheck(wait);
+                    }
+                    // On a live node: moved only when asked (a move to any node, or a cordon).
+                    let cordoned = world.nodes.get(node).is_some_and(|n| n.unschedulable);
+                    let asked = match s.move_to.as_deref() {
+                        Some(crate::api::ANY_NODE) => true,
+                        Some(_) => false, // a node is named: its agent hands it over
+                        None => cordoned && s.on_node_lost == NodeLostPolicy::Move,
+                    };
+                    if asked {
+                        match choose(world, s, &load, now) {
+                            Ok(to) => {
+                                *load.entry(to.to_string()).or_default() += 1;
+                                decisions.push((key, Decision::Move { node: to.to_string() }));
+                            }
+                            Err(why) => decisions.push((key, Decision::NoFit { why, lost: None })),
+                        }
+                    }
                     continue;
                 }
-                Err(None) => continue,
             },
         };
         if let Some((node, why)) = &lost
@@ -208,7 +233,7 @@ fn choose<'w>(world: &'w World, s: &Session, load: &HashMap<String, u32>, now: I
             }
             Some(_) if !agent.serves(&s.namespace) => Some("its agent does not serve this namespace"),
             Some(_) if agent.max_sessions.is_some_and(|max| n >= max) => Some("full (maxSessions)"),
-            Some(_) if s.node.as_deref() == Some(name.as_str()) => Some("the lost node itself"),
+            Some(_) if s.node.as_deref() == Some(name.as_str()) => Some("its own node"),
             Some(_) => None,
         };
         match refusal {

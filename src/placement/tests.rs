@@ -39,6 +39,7 @@ impl Fleet {
             node: node.map(Into::into),
             selector: BTreeMap::new(),
             on_node_lost: NodeLostPolicy::Move,
+            move_to: None,
         });
         self
     }
@@ -175,4 +176,36 @@ fn a_lost_nodes_session_that_fits_nowhere_says_both() {
     let Decision::NoFit { why, lost } = &fleet.decide()[0].1 else { panic!() };
     assert_eq!(lost, &Some(("gone".into(), Lost::NodeNotReady)));
     assert!(why.contains("gone: its agent's Lease ran out"), "{why}");
+}
+
+#[test]
+fn a_move_to_any_node_chooses_one_other_than_its_own() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("s", Some("a"));
+    let fleet = fleet.with(|w| w.sessions[0].move_to = Some(crate::api::ANY_NODE.into()));
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Move { node: "b".into() })]);
+}
+
+#[test]
+fn a_move_to_a_named_node_is_its_agents_to_make() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("s", Some("a"));
+    let fleet = fleet.with(|w| w.sessions[0].move_to = Some("b".into()));
+    assert!(fleet.decide().is_empty());
+}
+
+#[test]
+fn a_cordoned_nodes_sessions_move_off_it_unless_they_wait() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("s", Some("a"));
+    let fleet = fleet.session("stays", Some("a")).with(|w| {
+        w.nodes.get_mut("a").unwrap().unschedulable = true;
+        w.sessions[1].on_node_lost = NodeLostPolicy::Wait;
+    });
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Move { node: "b".into() })]);
+}
+
+#[test]
+fn a_move_that_fits_nowhere_says_why() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).session("s", Some("a"));
+    let fleet = fleet.with(|w| w.sessions[0].move_to = Some(crate::api::ANY_NODE.into()));
+    let Decision::NoFit { why, lost: None } = &fleet.decide()[0].1 else { panic!() };
+    assert_eq!(why, "no node fits: a: its own node");
 }

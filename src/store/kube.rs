@@ -86,6 +86,22 @@ impl Store for KubeStore {
         Ok(api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?)
     }
 
+    async fn move_to(&self, ws: &WorkSession, node: &str) -> Result<(), StoreError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
+        // Read fresh (the intent was just written), then one compare-and-swap: the session is handed over and the
+        // request taken away together, only from the version that still asks for this node.
+        let Some(now) = api.get_opt(&ws.name_any()).await? else { return Ok(()) };
+        if now.annotations().get(crate::api::MOVE_ANNOTATION).map(String::as_str) != Some(node) {
+            return Err(StoreError::Local(format!("the move to {node} was withdrawn or changed meanwhile")));
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": now.resource_version(), "annotations": {crate::api::MOVE_ANNOTATION: null}},
+            "spec": {"nodeName": node},
+        });
+        api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        Ok(())
+    }
+
     async fn record(&self, ws: &WorkSession, notice: &Notice) {
         let reference: ObjectReference = ws.object_ref(&());
         let mut note = notice.message.clone();

@@ -73,6 +73,9 @@ pub trait Store: Send + Sync {
         ws: &WorkSession,
         present: bool,
     ) -> impl Future<Output = Result<WorkSession, StoreError>> + Send;
+    /// Hands the session to `node`: `spec.nodeName` becomes `node` and [`crate::api::MOVE_ANNOTATION`] goes, only
+    /// while the annotation still asks for `node`.
+    fn move_to(&self, ws: &WorkSession, node: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Reports a notice on the session (a Kubernetes Event); failures here are logged, not fatal.
     fn record(&self, ws: &WorkSession, notice: &Notice) -> impl Future<Output = ()> + Send;
 }

@@ -11,6 +11,7 @@ mod front_door;
 mod hooks;
 mod idle;
 mod isolation;
+mod moves;
 mod resume;
 mod whole;
 mod workspace;
@@ -102,6 +103,8 @@ struct Case {
     room: Option<Result<Room, &'static str>>,
     finalized: bool,
     finished: Vec<FinishedEvent>,
+    /// The node a move asks for.
+    move_to: Option<&'static str>,
 }
 
 impl Case {
@@ -138,6 +141,7 @@ impl Case {
             room: None,
             finalized: true,
             finished: Vec::new(),
+            move_to: None,
         }
     }
 
@@ -157,6 +161,7 @@ impl Case {
                 owner_name: "ns/repo-12",
                 events: &self.events,
                 finished: &self.finished,
+                move_to: self.move_to,
             },
             observed: Observed {
                 session: &session,
@@ -262,6 +267,7 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::Forget => "forget".into(),
             Op::PrepareWorkspace => "prepare workspace".into(),
             Op::RemoveWorkspace => "remove workspace".into(),
+            Op::Move { node } => format!("move to {node}"),
         })
         .collect()
 }

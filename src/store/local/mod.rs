@@ -240,6 +240,10 @@ impl Store for LocalStore {
         Ok(ws)
     }
 
+    async fn move_to(&self, _ws: &WorkSession, _node: &str) -> Result<(), StoreError> {
+        Err(StoreError::Local("local mode runs on one machine: there is no other node".into()))
+    }
+
     async fn record(&self, _ws: &WorkSession, _notice: &Notice) {
         // Local mode has no Event objects: the reconciler's log line is the record.
     }

@@ -1,0 +1,51 @@
+//! A move on purpose (issue 27, point 4): an idle session moves at once, a busy one after its current prompt is known
+//! delivered; the status goes first, then the harness stops, then the session is handed over, and nothing more is
+//! written by this node.
+
+use super::*;
+
+/// A running session of `OLD` asked to move to `node-b`, nothing pending.
+fn asked_to_move() -> Case {
+    let mut case = Case::new(WorkSessionStatus { phase: Some(Phase::Running), ..ran_old() });
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, ..ours() });
+    case.events = Vec::new();
+    case.move_to = Some("node-b");
+    case
+}
+
+#[test]
+fn an_idle_session_asked_to_move_is_stopped_and_handed_over_at_once() {
+    let plan = asked_to_move().step();
+    assert_eq!(ops(&plan), ["record intent", "stop loop-ns_repo-12", "session.moved", "move to node-b"]);
+    assert_eq!(plan.status.phase, Some(Phase::Pending));
+    assert_eq!(condition(&plan.status, READY), Some(("False", "Moving")));
+    assert!(plan.releases(), "the status is not written after the hand-over: the next node's now");
+    assert_eq!(plan.status.harness_session_id.as_deref(), Some(OLD), "the conversation goes with it");
+}
+
+#[test]
+fn a_busy_session_moves_only_after_its_current_prompt_is_known_delivered() {
+    let mut busy = asked_to_move();
+    busy.events = vec![delivering("e1", "hello", Via::Pasted)];
+    busy.now = t(100);
+    let plan = busy.step();
+    assert!(!ops(&plan).iter().any(|o| o.starts_with("move") || o.starts_with("stop")), "{:?}", ops(&plan));
+    assert!(plan.requeue_after.is_some_and(|d| d <= Duration::from_secs(1)), "looked at again soon");
+
+    let mut confirmed = asked_to_move();
+    confirmed.events = Vec::new(); // delivered meanwhile
+    assert!(ops(&confirmed.step()).contains(&"move to node-b".to_string()));
+}
+
+#[test]
+fn a_dead_sessions_prompt_being_delivered_goes_back_to_wait_for_the_new_node() {
+    let mut dead = asked_to_move();
+    dead.liveness = Liveness::Dead;
+    dead.tmux = Some(SessionView { alive: false, ..ours() });
+    dead.events = vec![delivering("e1", "hello", Via::Pasted)];
+    let plan = dead.step();
+    let ops = ops(&plan);
+    assert!(ops.contains(&"event e1 Pending".to_string()), "{ops:?}");
+    assert_eq!(ops.last().map(String::as_str), Some("move to node-b"));
+}
