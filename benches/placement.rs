@@ -98,7 +98,7 @@ async fn main() {
         if per_node.values().sum::<usize>() == sessions {
             break per_node;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await; // a LIST of 1,000 is no free look
     };
     let bound = started.elapsed();
     controller.abort();

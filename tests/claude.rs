@@ -17,17 +17,6 @@ use serde_json::json;
 use worksession::api::{EventPhase, Phase, Via};
 use world::{World, condition, recorded_id};
 
-const KEY: &str = "sk-ant-api03-worksession-offline-test-key-00000000000000";
-
-/// The CLI that `scripts/testenv install-claude` installed.
-fn claude_bin() -> PathBuf {
-    let out =
-        std::process::Command::new(support::repo_root().join("scripts/testenv")).arg("claude-bin").output().unwrap();
-    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    assert!(bin.exists(), "{} is missing: run `scripts/testenv install-claude` (scripts/test does)", bin.display());
-    bin
-}
-
 /// A world whose `claude` profile runs the real CLI offline, its `HOME` being the harnesses' home, and whose hooks
 /// run this build's `worksession hook`.
 async fn world() -> World {
@@ -39,25 +28,9 @@ async fn world() -> World {
     .await
 }
 
-/// The `claude` profile's binary: a wrapper that runs the installed CLI offline.
+/// The `claude` profile: the installed CLI offline in `tmux`'s state folder as its `HOME`.
 fn claude_profile(tmux: &standin::TmuxServer) -> String {
-    let home = tmux.state();
-    let workdir = tmux.workdir();
-    let config = json!({
-        "hasCompletedOnboarding": true,
-        "projects": {workdir.display().to_string(): {"hasTrustDialogAccepted": true}},
-        "customApiKeyResponses": {"approved": [&KEY[KEY.len() - 20..]], "rejected": []},
-    });
-    std::fs::write(home.join(".claude.json"), config.to_string()).unwrap();
-    let wrapper = home.join("claude-offline");
-    let script = format!(
-        "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}' DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
-        home = home.display(),
-        bin = claude_bin().display(),
-    );
-    std::fs::write(&wrapper, script).unwrap();
-    std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
-    format!("  claude:\n    binary: {}\n", wrapper.display())
+    support::claude::offline_profile(&tmux.state(), &tmux.workdir())
 }
 
 /// Types `keys` into `session`'s pane as a person attached to it would, then Enter.

@@ -90,6 +90,26 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
     r.uninstall().await;
 }
 
+/// Issue 27, point 5: the chart's shared-storage variant (`agent.workspace.persistentVolumeClaim`, a ReadWriteMany
+/// claim instead of the hostPath) installs and runs a harness, its conversation on the volume.
+#[tokio::test]
+async fn the_chart_with_a_shared_volume_claim_runs_a_harness_on_it() {
+    let _turn = turn().await;
+    let r = Release::install_with_claim("node-pvc", "shared", &[]).await;
+    let spec = r.pod("agent").await.spec.unwrap();
+    let workspace = spec.volumes.unwrap_or_default().into_iter().find(|v| v.name == "workspace").unwrap();
+    assert_eq!(workspace.persistent_volume_claim.map(|c| c.claim_name).as_deref(), Some("shared"));
+    assert!(workspace.host_path.is_none(), "the claim instead of the hostPath");
+    r.create_session("item", "hello from the shared volume").await;
+    let ws = r.await_session("item", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
+    let id = ws.status.unwrap().harness_session_id.expect("recorded id");
+    until("the initial prompt in the harness", || async { r.prompts().len() == 1 }).await;
+    assert!(r.room("item").1.join(format!("conversations/{id}.jsonl")).is_file(), "its conversation on the volume");
+    r.uninstall().await;
+    let (ok, _, _) = run(node().tool("kubectl").args(["delete", "pv", "node-pvc-shared", "--wait=false"]));
+    assert!(ok);
+}
+
 #[tokio::test]
 async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restarts() {
     let _turn = turn().await;

@@ -66,6 +66,28 @@ struct Cluster {
 impl Cluster {
     /// Nodes `(suffix, labels, maxSessions)`, each Ready with a running agent, and the controller.
     async fn new(nodes: &[(&str, serde_json::Value, Option<u32>)]) -> Self {
+        Self::with_yaml(nodes, |_, yaml| yaml).await
+    }
+
+    /// The same, with the agents' config YAML (before its `placement`) rewritten by `edit`.
+    async fn with_yaml(
+        nodes: &[(&str, serde_json::Value, Option<u32>)],
+        edit: impl Fn(&TmuxServer, String) -> String,
+    ) -> Self {
+        Self::build(nodes, edit, true).await
+    }
+
+    /// Nodes that share nothing: each agent's harnesses keep their conversations in that node's own folder (a
+    /// hostPath workspace), only the workdir is common.
+    async fn unshared(nodes: &[(&str, serde_json::Value, Option<u32>)]) -> Self {
+        Self::build(nodes, |_, yaml| yaml, false).await
+    }
+
+    async fn build(
+        nodes: &[(&str, serde_json::Value, Option<u32>)],
+        edit: impl Fn(&TmuxServer, String) -> String,
+        shared_state: bool,
+    ) -> Self {
         let ns = TestNamespace::new().await;
         support::install_crds(ns.client.clone()).await;
         let shared = TmuxServer::new();
@@ -78,10 +100,15 @@ impl Cluster {
             api.create(&PostParams::default(), &node).await.unwrap();
             let mut n = TestNode { name, tmux: TmuxServer::new(), agent: None };
             set_ready(&ns, &n.name, true).await;
-            let yaml = shared.agent_config_yaml().replace(
+            let yaml = edit(&shared, shared.agent_config_yaml()).replace(
                 &format!("socket: {}", shared.socket().display()),
                 &format!("socket: {}", n.tmux.socket().display()),
             );
+            let yaml = if shared_state {
+                yaml
+            } else {
+                yaml.replace(&shared.state().display().to_string(), &n.tmux.state().display().to_string())
+            };
             let max = max.map(|m| format!("\n  maxSessions: {m}")).unwrap_or_default();
             let yaml = format!(
                 "{yaml}\nplacement:\n  leaseNamespace: {}\n  leaseDurationSeconds: {LEASE_SECONDS}\n  nodeLostGraceSeconds: {GRACE_SECONDS}{max}\n",
@@ -349,4 +376,84 @@ async fn a_move_on_purpose_hands_the_conversation_to_the_other_node_and_a_cordon
         assert_eq!(got.len(), 1, "{text}: once, in the one conversation: {got:?}");
         assert_eq!(got[0].conversation, id);
     }
+}
+
+/// The same move with the real Claude Code CLI offline (its HOME and the workdir on the shared folder): the
+/// conversation the first node's CLI wrote is resumed by the second node's (`Resumed=True`), and the event after the
+/// move lands in that same transcript.
+#[tokio::test]
+async fn a_move_with_the_real_claude_cli_resumes_the_same_transcript_on_the_new_node() {
+    let c = Cluster::with_yaml(&[("a", json!({}), None), ("b", json!({}), None)], |shared, yaml| {
+        // Offline, the CLI takes its command-line prompt some 12 s after it starts (measured): room to spare.
+        let yaml = yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 120");
+        yaml + &support::claude::offline_profile(&shared.state(), &shared.workdir())
+    })
+    .await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    c.create_session("item", json!({"nodeName": a, "harness": "claude", "initialPrompt": "the first words"})).await;
+    let delivered = |ws: &WorkSession| {
+        ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(EventPhase::Delivered)
+    };
+    let ws = c.await_session("item", "its first words delivered on a", delivered).await;
+    let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
+    let transcript = || {
+        let profile = worksession::harness::builtin()["claude"].conversation_path.clone().unwrap();
+        let path = worksession::transcript::locate(
+            &profile,
+            &c.shared.state(),
+            &c.shared.workdir().display().to_string(),
+            &id,
+        );
+        std::fs::read_to_string(path).unwrap_or_default()
+    };
+    assert!(worksession::transcript::contains(&transcript(), "the first words"));
+
+    move_cli(&c, "item", Some(&b));
+    c.await_session("item", "on b", |ws| node_of(ws).as_deref() == Some(b.as_str())).await;
+    c.send("item", "item-1", "after the move").await;
+    let ev = c.await_delivered("item-1").await;
+    let status = ev.status.unwrap();
+    assert_eq!(
+        (status.via, status.harness_session_id.as_deref()),
+        (Some(worksession::api::Via::Resumed), Some(id.as_str()))
+    );
+    let ws =
+        c.await_session("item", "resumed on b", |ws| condition(ws, "Resumed").is_some_and(|r| r.0 == "True")).await;
+    assert_eq!(condition(&ws, "Resumed").unwrap().1, "Resumed");
+    support::eventually("the event in the same transcript", || async {
+        worksession::transcript::contains(&transcript(), "after the move").then_some(())
+    })
+    .await;
+    let on_a = c.node("a").tmux.runner.observe().await.unwrap();
+    assert_eq!(on_a.liveness(&c.tmux_session("item")), Liveness::Absent, "no second process on a");
+}
+
+/// Without shared storage the conversation stays on the lost node: the new node starts a fresh one, says why
+/// (`Resumed=False`, `NodeLost`), keeps the old id, and delivers the waiting event to the fresh conversation.
+#[tokio::test]
+async fn without_shared_storage_a_lost_nodes_session_starts_fresh_elsewhere_and_says_why() {
+    let mut c = Cluster::unshared(&[("a", json!({}), None), ("b", json!({}), None)]).await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
+    let ws = c.await_session("item", "running on a", running).await;
+    let old = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
+
+    let mut agent = c.nodes[0].agent.take().unwrap();
+    agent.0.kill().await.unwrap();
+    c.node("a").tmux.kill_server();
+    set_ready(&c.ns, &a, false).await;
+    c.send("item", "item-1", "after the node was lost").await;
+    let ev = c.await_delivered("item-1").await;
+    let ws =
+        c.await_session("item", "running on b", |ws| running(ws) && node_of(ws).as_deref() == Some(b.as_str())).await;
+    let (status, reason, message) = condition(&ws, "Resumed").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NodeLost"), "{message}");
+    assert!(message.contains(&a), "names the lost node: {message}");
+    let st = ws.status.unwrap();
+    let fresh = st.harness_session_id.clone().unwrap();
+    assert_ne!(fresh, old);
+    assert!(st.previous_session_ids.contains(&old), "the way back is kept: {:?}", st.previous_session_ids);
+    assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(fresh.as_str()));
+    let on_b = standin::read_prompts(&c.node("b").tmux.state());
+    assert_eq!(on_b.iter().filter(|p| p.prompt == "after the node was lost").count(), 1, "delivered once: {on_b:?}");
 }

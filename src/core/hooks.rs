@@ -32,18 +32,24 @@ pub fn quiet_since(turn: &Turn) -> Option<Option<Timestamp>> {
 pub const PREVIOUS_KEPT: usize = 10;
 
 impl Decision<'_, '_> {
+    /// Records `id` as the session's conversation (`None`: one whose id is yet to be discovered); the one it leaves
+    /// goes first in `previousSessionIds` (the way back).
+    pub(super) fn record_conversation(&mut self, id: Option<&str>) {
+        let previous = std::mem::replace(&mut self.status.harness_session_id, id.map(str::to_string));
+        let Some(old) = previous.filter(|old| Some(old.as_str()) != id) else { return };
+        self.status.previous_session_ids.retain(|p| *p != old && Some(p.as_str()) != id);
+        self.status.previous_session_ids.insert(0, old);
+        self.status.previous_session_ids.truncate(PREVIOUS_KEPT);
+    }
+
     /// A live harness whose hooks name another conversation than the recorded one: record it.
     pub(super) fn follow_the_conversation(&mut self) {
         let Some(id) = self.input.evidence.hooked.filter(|id| is_valid_session_id(id)) else { return };
         if self.status.verification.is_some() || self.status.harness_session_id.as_deref() == Some(id) {
             return;
         }
-        let previous = self.status.harness_session_id.replace(id.to_string());
-        if let Some(old) = &previous {
-            self.status.previous_session_ids.retain(|p| p != old && p != id);
-            self.status.previous_session_ids.insert(0, old.clone());
-            self.status.previous_session_ids.truncate(PREVIOUS_KEPT);
-        }
+        let previous = self.status.harness_session_id.clone();
+        self.record_conversation(Some(id));
         let was = previous.map(|old| format!(" (it left {old})")).unwrap_or_default();
         let message = format!("the harness moved to conversation {id}{was}; the next resume takes it");
         self.notice(Notice::new(EventReason::ConversationChanged, message));

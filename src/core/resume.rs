@@ -32,6 +32,9 @@ crate::words::words! {
         /// Another process of the harness holds the conversation (its own background supervisor): it is resumed
         /// again after a back-off, never replaced by a fresh one.
         ConversationBusy,
+        /// The session's node was lost and the conversation did not come with it (its state was not on storage this
+        /// node mounts): a fresh conversation, the old id kept in `previousSessionIds`.
+        NodeLost,
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::resume::{Fresh, try_resume};
+use super::resume::{Fresh, ResumeReason, try_resume};
 use super::session::{Liveness, Spawn};
 use super::{
     ARGV_PROMPT_LIMIT, Attempt, Claim, Confinement, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason,
@@ -74,12 +74,18 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         // A prompt too long for a command line is pasted once the harness is ready, like any live paste; so is one a
         // person made a harness command (`spec.command`: it goes as it is, into the input box).
+        // So is one whose command line has no place for it (a profile's resume without `{prompt}`).
         let on_argv = |p: &&super::deliver::Prompt<'_>| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command;
-        let boot = waiting.first().filter(on_argv).map(|p| (p.key, p.text));
+        let boot =
+            |mode| waiting.first().filter(on_argv).filter(|_| profile.takes_prompt(mode)).map(|p| (p.key, p.text));
         let found = input.evidence.conversation_found;
         match try_resume(input.object.spec, &self.status, profile, settings.enabled, found) {
-            Ok(id) => self.spawn(profile, settings, SpawnRequest { mode: Mode::Resume, id, boot, fresh: None }),
+            Ok(id) => {
+                let boot = boot(Mode::Resume);
+                self.spawn(profile, settings, SpawnRequest { mode: Mode::Resume, id, boot, fresh: None })
+            }
             Err(fresh) => {
+                let boot = boot(Mode::Fresh);
                 if fresh.reported {
                     self.notice(Notice::resume_failed(fresh.reason, fresh.message.clone()));
                 }
@@ -92,9 +98,26 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// A fresh spawn after a failed resume, with the same boot prompt.
     pub(super) fn respawn_fresh(&mut self, profile: &Profile, settings: Settings, boot: Option<&str>, fresh: Fresh) {
         let input = self.input;
-        let boot = boot.and_then(|key| self.prompt(key)).map(|p| (p.key, p.text));
+        let boot = boot.and_then(|key| self.prompt(key)).filter(|_| profile.takes_prompt(Mode::Fresh));
+        let boot = boot.map(|p| (p.key, p.text));
         let id = input.context.new_session_id.to_string();
         self.spawn(profile, settings, SpawnRequest { mode: Mode::Fresh, id, boot, fresh: Some(fresh) });
+    }
+
+    /// A resume that failed on the first spawn since the session came here from a lost node: the conversation stayed
+    /// on that node (no shared storage), and the reason says so.
+    fn after_a_lost_node(&self, fresh: Fresh) -> Fresh {
+        use super::conditions::{NodeLostReason, find};
+        let failed = matches!(fresh.reason, ResumeReason::ConversationNotFound | ResumeReason::PaneDied);
+        let Some(moved) = find(&self.input.object.status.conditions, NodeLostReason::MovedFromLostNode) else {
+            return fresh;
+        };
+        let first_here = self.status.last_respawn.as_ref().is_none_or(|r| r.time.0 <= moved.last_transition_time.0);
+        if !failed || !first_here {
+            return fresh;
+        }
+        let message = format!("{}; its conversation did not come with it: {}", moved.message, fresh.message);
+        Fresh { reason: ResumeReason::NodeLost, message, reported: fresh.reported }
     }
 
     /// Plans a spawn: the intent (with its verification) is recorded first.
@@ -105,6 +128,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             return;
         }
         let SpawnRequest { mode, id, boot, fresh } = request;
+        let fresh = fresh.map(|f| self.after_a_lost_node(f));
         let (fresh_reason, fresh_message) = match fresh {
             Some(f) => (Some(f.reason.to_string()), Some(f.message)),
             None => (None, None),

@@ -111,7 +111,8 @@ impl Decision<'_, '_> {
         if self.status.harness_session_id.as_ref() != Some(&id) {
             self.status.unresumable_session_id = None;
         }
-        self.status.harness_session_id = (!discovers).then(|| id.clone());
+        // A fresh conversation (a fallback) keeps the way back to the one it replaces.
+        self.record_conversation((!discovers).then_some(id.as_str()));
         if discovers {
             self.start_discovering(profile, v.started.clone());
         }

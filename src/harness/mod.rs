@@ -283,6 +283,16 @@ impl Profile {
     /// Builds the argv (after the binary) for `mode`, with `prompt` as the boot prompt if any.
     ///
     /// Without a prompt, the argument holding `{prompt}` is left out, with a `--` right before it.
+    /// Whether the command line of `mode` carries a prompt (`{prompt}`); one that does not has its boot prompt
+    /// pasted once the spawn is verified (opencode ignores `--prompt` beside `--session`, measured).
+    pub fn takes_prompt(&self, mode: Mode) -> bool {
+        let template = match mode {
+            Mode::Fresh => self.interactive.as_ref(),
+            Mode::Resume => self.resume.as_ref(),
+        };
+        template.is_some_and(|t| t.iter().any(|a| a.contains(PROMPT)))
+    }
+
     pub fn argv(
         &self,
         name: &str,

@@ -34,6 +34,11 @@ pub const FIELD_MANAGER: &str = "worksession-controller";
 pub const IDLE_RECHECK: Duration = Duration::from_secs(300);
 /// How long after a failed write the controller tries again.
 pub const ERROR_RECHECK: Duration = Duration::from_secs(5);
+/// How many sessions' writes are in flight at once.
+pub const WRITES_AT_ONCE: usize = 16;
+/// At most one decision per this long: every agent's Lease renewal is a change (1,000 nodes renew 100 times a
+/// second), and one decision over the whole fleet serves all that arrived meanwhile.
+pub const DECISION_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How to run the placement.
 #[derive(Clone, Debug)]
@@ -79,28 +84,38 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
     tracing::info!(event = "placement.started", lease_namespace = options.lease_namespace, grace = ?options.grace, "placing WorkSessions");
     let started = Instant::now();
     let mut renewals: HashMap<String, (String, Instant)> = HashMap::new();
+    let mut bound = Bound::new();
     let mut recheck = Duration::ZERO;
+    let mut last = Instant::now() - DECISION_INTERVAL;
     loop {
         tokio::select! {
             change = changes.next() => if change.is_none() { return },
             () = tokio::time::sleep(recheck) => {}
         }
+        tokio::time::sleep_until((last + DECISION_INTERVAL).into()).await;
         // Everything that arrived meanwhile is in the caches: one decision for the lot.
         while let Some(Some(())) = changes.next().now_or_never() {}
+        last = Instant::now();
         let now = Instant::now();
-        let world = observe(&sessions, &nodes, &leases, &mut renewals, &options, started, now);
+        let world = observe(&sessions, &nodes, &leases, &mut renewals, &mut bound, &options, started, now);
         let plan = decide(&world, now);
-        let failed = execute(&client, &sessions, &plan.decisions).await;
+        let failed = execute(&client, &sessions, &plan.decisions, &mut bound).await;
         recheck = if failed { ERROR_RECHECK } else { plan.recheck_after.unwrap_or(IDLE_RECHECK).min(IDLE_RECHECK) };
     }
 }
 
+/// The bindings made whose result the cache does not show yet: by session, the resourceVersion bound from and the
+/// node. While the cache holds that version, the session counts as on that node (its load, no second binding).
+type Bound = HashMap<(String, String), (String, String)>;
+
 /// The placement's view of the caches; `renewals` keeps when each Lease's renewal was last seen to change.
+#[allow(clippy::too_many_arguments)] // the caches, the memory of what was seen and done, the settings, the clock
 fn observe(
     sessions: &Store<WorkSession>,
     nodes: &Store<KubeNode>,
     leases: &Store<Lease>,
     renewals: &mut HashMap<String, (String, Instant)>,
+    bound: &mut Bound,
     options: &Options,
     started: Instant,
     now: Instant,
@@ -140,14 +155,21 @@ fn observe(
             (n.name_any(), Node { labels, ready, unschedulable })
         })
         .collect();
-    let mut sessions: Vec<Session> = sessions
-        .state()
+    let cached = sessions.state();
+    bound.retain(|(ns, name), (version, _)| {
+        let ws = cached.iter().find(|ws| ws.namespace().as_deref() == Some(ns) && ws.name_any() == *name);
+        ws.is_some_and(|ws| ws.resource_version().as_deref() == Some(version))
+    });
+    let mut sessions: Vec<Session> = cached
         .iter()
         .filter(|ws| ws.metadata.deletion_timestamp.is_none())
         .map(|ws| Session {
             namespace: ws.namespace().unwrap_or_default(),
             name: ws.name_any(),
-            node: ws.spec.node_name.clone(),
+            node: bound
+                .get(&(ws.namespace().unwrap_or_default(), ws.name_any()))
+                .map(|(_, node)| node.clone())
+                .or_else(|| ws.spec.node_name.clone()),
             selector: ws.spec.node_selector.clone(),
             on_node_lost: ws.spec.on_node_lost,
             move_to: ws.annotations().get(crate::api::MOVE_ANNOTATION).cloned(),
@@ -159,35 +181,73 @@ fn observe(
 }
 
 /// Executes each decision; returns whether a write failed (to look again soon).
-async fn execute(client: &Client, cache: &Store<WorkSession>, decisions: &[((String, String), Decision)]) -> bool {
+async fn execute(
+    client: &Client,
+    cache: &Store<WorkSession>,
+    decisions: &[((String, String), Decision)],
+    bound: &mut Bound,
+) -> bool {
+    // Sessions are independent: their writes go out a few at a time, as the agent's reconciles do. Each write owns
+    // what it needs (borrowed, a stream of them would not be `Send` for every lifetime).
+    let writes: Vec<_> = decisions.iter().map(|d| one(client.clone(), cache.clone(), d.clone())).collect();
+    let results: Vec<_> = futures::stream::iter(writes).buffer_unordered(WRITES_AT_ONCE).collect().await;
     let mut failed = false;
-    for ((namespace, name), decision) in decisions {
-        let Some(ws) = cache.get(&reflector::ObjectRef::new(name).within(namespace)) else { continue };
-        let result = match decision {
-            Decision::Bind { node, from } => bind(client, &ws, node, from.as_ref()).await,
-            Decision::NoFit { why, lost } => {
-                let mut conditions = vec![condition(PlacedReason::NoNodeFits, false, why)];
-                if let Some((node, lost)) = lost {
-                    conditions.push(lost_condition(node, lost, &format!("; {why}")));
-                }
-                write_conditions(client, &ws, conditions).await
-            }
-            Decision::Move { node } => ask_to_move(client, &ws, node).await,
-            Decision::Waits { node, lost } => {
-                let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
-                write_conditions(client, &ws, vec![waits]).await
-            }
-        };
-        if let Err(e) = result {
-            failed = true;
-            tracing::warn!(event = "placement.write_failed", namespace, name, error = %e, "will try again");
+    for result in results.into_iter().flatten() {
+        match result {
+            Ok(Some((key, binding))) => drop(bound.insert(key, binding)),
+            Ok(None) => {}
+            Err(()) => failed = true,
         }
     }
     failed
 }
 
-/// Records `node` as the session's, then labels its events for that node's agent, then says so in status.
-async fn bind(client: &Client, ws: &WorkSession, node: &str, from: Option<&(String, Lost)>) -> Result<(), kube::Error> {
+/// A binding made: the session, the resourceVersion it was bound from, and the node.
+type Binding = ((String, String), (String, String));
+
+/// Executes one decision: `None` when the session is gone from the cache, else whether the writes failed (logged)
+/// and the binding made, if any.
+async fn one(
+    client: Client,
+    cache: Store<WorkSession>,
+    ((namespace, name), decision): ((String, String), Decision),
+) -> Option<Result<Option<Binding>, ()>> {
+    let client = &client;
+    let ws = cache.get(&reflector::ObjectRef::new(&name).within(&namespace))?;
+    let result = match &decision {
+        Decision::Bind { node, from } => match bind(client, &ws, node, from.as_ref()).await {
+            Ok(true) => {
+                let version = ws.resource_version().unwrap_or_default();
+                return Some(Ok(Some(((namespace, name), (version, node.clone())))));
+            }
+            result => result.map(drop),
+        },
+        Decision::NoFit { why, lost } => {
+            let mut conditions = vec![condition(PlacedReason::NoNodeFits, false, why)];
+            if let Some((node, lost)) = lost {
+                conditions.push(lost_condition(node, lost, &format!("; {why}")));
+            }
+            write_conditions(client, &ws, conditions).await
+        }
+        Decision::Move { node } => ask_to_move(client, &ws, node).await,
+        Decision::Waits { node, lost } => {
+            let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
+            write_conditions(client, &ws, vec![waits]).await
+        }
+    };
+    Some(result.map(|()| None).map_err(|e| {
+        tracing::warn!(event = "placement.write_failed", namespace, name, error = %e, "will try again");
+    }))
+}
+
+/// Records `node` as the session's, then labels its events for that node's agent, then says so in status; whether it
+/// bound it (not when the session changed since the cache's version: the next decision sees the change).
+async fn bind(
+    client: &Client,
+    ws: &WorkSession,
+    node: &str,
+    from: Option<&(String, Lost)>,
+) -> Result<bool, kube::Error> {
     let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
     let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
     // The resourceVersion makes the binding a compare-and-swap: bound from the version decided on, or not at all.
@@ -195,7 +255,7 @@ async fn bind(client: &Client, ws: &WorkSession, node: &str, from: Option<&(Stri
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match sessions.patch(&name, &params, &Patch::Merge(&patch)).await {
         // Changed meanwhile (its status written, bound by another): the watch brings it to the next decision.
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(false),
         result => drop(result?),
     }
     match from {
@@ -218,7 +278,7 @@ async fn bind(client: &Client, ws: &WorkSession, node: &str, from: Option<&(Stri
         let message = format!("node {lost} was lost ({}); placed again on node {node}", lost_words(why));
         conditions.push(condition(NodeLostReason::MovedFromLostNode, false, &message));
     }
-    write_conditions(client, ws, conditions).await
+    write_conditions(client, ws, conditions).await.map(|()| true)
 }
 
 /// Names `node` in the session's move annotation (its agent hands it over once no prompt is being delivered).

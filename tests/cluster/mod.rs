@@ -109,6 +109,17 @@ pub struct Release {
 
 impl Release {
     pub async fn install(ns: &str, extra: &[&str]) -> Release {
+        Self::install_on(ns, extra, None).await
+    }
+
+    /// The same, its workspace the PersistentVolumeClaim `claim` (ReadWriteMany) of a PersistentVolume the test
+    /// makes first, on the same folder of the node as the hostPath would be: how the chart's shared-storage variant
+    /// is installed where a storage class provides such volumes (NFS, CephFS, a cloud file store).
+    pub async fn install_with_claim(ns: &str, claim: &str, extra: &[&str]) -> Release {
+        Self::install_on(ns, extra, Some(claim)).await
+    }
+
+    async fn install_on(ns: &str, extra: &[&str], claim: Option<&str>) -> Release {
         let node = node();
         let client = client_for(&node.kubeconfig).await;
         let hostpath = PathBuf::from(format!("/tmp/worksession-node-{ns}-{}", std::process::id()));
@@ -122,7 +133,25 @@ impl Release {
         .unwrap();
         Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
         let release = Release { ns: ns.into(), client, hostpath };
-        release.helm("install", extra);
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if let Some(claim) = claim {
+            std::fs::create_dir_all(&release.hostpath).unwrap();
+            let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": format!("{ns}-{claim}")},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": format!("{ns}-shared"),
+                    "hostPath": {"path": release.hostpath.display().to_string(), "type": "Directory"},
+                    "claimRef": {"namespace": ns, "name": claim}}});
+            let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": format!("{ns}-shared"),
+                    "resources": {"requests": {"storage": "1Gi"}}, "volumeName": format!("{ns}-{claim}")}});
+            let file = std::env::temp_dir().join(format!("worksession-node-claim-{ns}.json"));
+            std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": [pv, pvc]}).to_string()).unwrap();
+            let (ok, out, err) = run(node.tool("kubectl").args(["apply", "-n", ns, "-f"]).arg(&file));
+            assert!(ok, "kubectl apply: {out}{err}");
+            extra.extend(["--set".to_string(), format!("agent.workspace.persistentVolumeClaim={claim}")]);
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        release.helm("install", &extra);
         release.await_pods_ready().await;
         release
     }

@@ -149,7 +149,7 @@ impl TmuxServer {
         let opencode = shape(
             "opencode",
             "['{extraArgs}', '--prompt={prompt}']",
-            "['--session={sessionId}', '{extraArgs}', '--prompt={prompt}']",
+            "['--session={sessionId}', '{extraArgs}']",
             "Session not found",
             "\n    discover:\n      log: {path: '{home}/.local/share/opencode/log/*.log', pattern: '^timestamp=(?P<time>\\S+) .*\\bmessage=created id=(?P<id>ses_[A-Za-z0-9]+) .*\\bdirectory={workdir} '}",
         );

@@ -6,6 +6,8 @@
 //! exits.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod claude;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

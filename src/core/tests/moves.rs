@@ -49,3 +49,30 @@ fn a_dead_sessions_prompt_being_delivered_goes_back_to_wait_for_the_new_node() {
     assert!(ops.contains(&"event e1 Pending".to_string()), "{ops:?}");
     assert_eq!(ops.last().map(String::as_str), Some("move to node-b"));
 }
+
+/// Issue 27, point 2: the first spawn on a node the session came to from a lost node, whose resume finds no
+/// conversation (no shared storage), is fresh with a reason that says the node was lost, and keeps the old id.
+#[test]
+fn a_failed_resume_after_a_lost_node_says_the_node_was_lost() {
+    use crate::core::{NodeLostReason, set_condition};
+    let mut case = Case::new(ran_old());
+    let moved = "node a was lost (NotReady); placed again on node b";
+    set_condition(&mut case.status.conditions, NodeLostReason::MovedFromLostNode, false, moved, None, t(50));
+    case.step();
+    case.output = "No conversation found with session ID: 0a0b0c0d-old";
+    case.liveness = Liveness::Dead;
+    let plan = case.step();
+    let fresh = plan.status.verification.as_ref().unwrap();
+    assert_eq!(fresh.fresh_reason.as_deref(), Some("NodeLost"), "the fresh spawn's reason");
+    case.liveness = Liveness::Alive;
+    case.now = t(103);
+    let plan = case.step();
+    assert_eq!(plan.status.previous_session_ids, [OLD]);
+    let resumed = plan.status.conditions.iter().find(|c| c.type_ == RESUMED.as_str()).unwrap();
+    assert_eq!((resumed.status.as_str(), resumed.reason.as_str()), ("False", "NodeLost"));
+    assert!(
+        resumed.message.contains(moved) && resumed.message.contains("No conversation found"),
+        "{}",
+        resumed.message
+    );
+}

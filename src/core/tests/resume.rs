@@ -111,6 +111,7 @@ fn try_resume_rows_after_tmux() {
     case.now = t(103 + 60);
     assert_eq!(ops(&case.step()), ["event e1 Delivered via Fresh", "event.delivered"]);
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW));
+    assert_eq!(plan.status.previous_session_ids, [OLD], "the fallback keeps the way back");
     assert_eq!(condition(&plan.status, RESUMED), Some(("False", "PaneDied")));
 }
 

@@ -1,0 +1,38 @@
+//! The real Claude Code CLI offline, as `../shared/guides/harnesses.md` describes: its own `HOME` with onboarding
+//! done and the workdir trusted, a dummy API key (its API calls fail and are retried; the TUI stays up).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+/// The dummy key: a key of the right shape, approved in the CLI's own config.
+pub const KEY: &str = "sk-ant-api03-worksession-offline-test-key-00000000000000";
+
+/// The CLI that `scripts/testenv install-claude` installed.
+pub fn bin() -> PathBuf {
+    let out =
+        std::process::Command::new(super::repo_root().join("scripts/testenv")).arg("claude-bin").output().unwrap();
+    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    assert!(bin.exists(), "{} is missing: run `scripts/testenv install-claude` (scripts/test does)", bin.display());
+    bin
+}
+
+/// The agent config's `claude` profile (under `harnesses:`): the built-in one, its binary a wrapper that runs the
+/// installed CLI offline with `home` as its `HOME`, `workdir` trusted.
+pub fn offline_profile(home: &Path, workdir: &Path) -> String {
+    let config = json!({
+        "hasCompletedOnboarding": true,
+        "projects": {workdir.display().to_string(): {"hasTrustDialogAccepted": true}},
+        "customApiKeyResponses": {"approved": [&KEY[KEY.len() - 20..]], "rejected": []},
+    });
+    std::fs::write(home.join(".claude.json"), config.to_string()).unwrap();
+    let wrapper = home.join("claude-offline");
+    let script = format!(
+        "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}' DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
+        home = home.display(),
+        bin = bin().display(),
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
+    format!("  claude:\n    binary: {}\n", wrapper.display())
+}
