@@ -33,6 +33,9 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` lists before it runs
     }
+    // The controller's own log lines, with RUST_LOG (worksession=info shows each binding).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "off".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let (agents, sessions) = (size("PLACEMENT_AGENTS", 20, 3), size("PLACEMENT_SESSIONS", 1000, 30));
     let ns = support::TestNamespace::new().await;
     support::install_crds(ns.client.clone()).await;

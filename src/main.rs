@@ -196,7 +196,7 @@ struct Where {
 
 /// `worksession move`: asks for the move in the session's annotation (the agent and the controller do the rest).
 async fn move_session(name: &str, to: Option<String>, namespace: Option<String>) -> ExitCode {
-    use worksession::api::{ANY_NODE, MOVE_ANNOTATION, WorkSession};
+    use worksession::api::{ANY_NODE, MOVE_REQUEST_ANNOTATION, WorkSession};
     let config = match kube::Config::infer().await {
         Ok(c) => c,
         Err(e) => return fail(&e),
@@ -218,12 +218,15 @@ async fn move_session(name: &str, to: Option<String>, namespace: Option<String>)
         return fail(&format!("{name} is on {} already", to.unwrap_or_default()));
     }
     let target = to.clone().unwrap_or_else(|| ANY_NODE.to_string());
-    let patch = serde_json::json!({"metadata": {"annotations": {MOVE_ANNOTATION: target}}});
+    let patch = serde_json::json!({"metadata": {"annotations": {MOVE_REQUEST_ANNOTATION: target}}});
     let params = kube::api::PatchParams { field_manager: Some("worksession-move".into()), ..Default::default() };
     match api.patch(name, &params, &kube::api::Patch::Merge(&patch)).await {
         Ok(_) => {
             let whither = to.map_or("a node the controller chooses".to_string(), |n| format!("node {n}"));
-            println!("worksession/{name} moves to {whither} once no prompt is being delivered");
+            println!(
+                "worksession/{name}: a move to {whither} asked for; it moves once the node fits and no prompt is being \
+                 delivered (its Placed condition says why while it cannot)"
+            );
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),

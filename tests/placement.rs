@@ -1,4 +1,4 @@
-//! Issue 27 against the test control plane: agents as processes naming different nodes (each its own tmux socket,
+//! Issue 27 against the test control plane (`cargo test --test placement`): agents as processes naming different nodes (each its own tmux socket,
 //! one shared folder as the shared volume: the stand-in's state and the harnesses' HOME), `worksession controller`
 //! as a process, and Node objects the tests mark Ready or NotReady as a kubelet and the node lifecycle controller
 //! would. Placement by capacity and selector; a node lost with its agent and its tmux server, its session resumed on
@@ -19,10 +19,10 @@ use support::{TestNamespace, eventually};
 use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
 use worksession::tmux::{Liveness, Tmux};
 
-/// Lease and grace as short as a test can take: an agent fences itself after 1 + 1.5 s without a renewal, the
-/// controller moves a session 1 + 3 s after it last saw one.
-const LEASE_SECONDS: u64 = 1;
-const GRACE_SECONDS: u64 = 3;
+/// Lease and grace short for a test, long enough for an API server under the whole suite's load: an agent fences
+/// itself after 2 + 3 s without a renewal, the controller moves a session 2 + 6 s after it last saw one.
+const LEASE_SECONDS: u64 = 2;
+const GRACE_SECONDS: u64 = 6;
 
 /// A process, killed when dropped.
 struct Process(tokio::process::Child);
@@ -228,8 +228,9 @@ async fn sessions_are_placed_by_capacity_and_selector_and_one_that_fits_nowhere_
     }
     let mut on = Vec::new();
     for name in ["one", "two", "three"] {
-        let placed = |ws: &WorkSession| condition(ws, "Placed").is_some_and(|c| c.0 == "True");
-        let ws = c.await_session(name, "Placed=True", placed).await;
+        // The condition is written first, then the binding: both are awaited.
+        let placed = |ws: &WorkSession| condition(ws, "Placed").is_some_and(|c| c.0 == "True") && node_of(ws).is_some();
+        let ws = c.await_session(name, "Placed=True and bound", placed).await;
         let (_, reason, message) = condition(&ws, "Placed").unwrap();
         assert_eq!(reason, "Placed");
         assert_eq!(message, format!("placed on node {}", node_of(&ws).unwrap()));
@@ -349,11 +350,23 @@ async fn a_move_on_purpose_hands_the_conversation_to_the_other_node_and_a_cordon
     let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
     let session = c.tmux_session("item");
 
+    // A node where no agent runs does not fit: the request waits, says why, and the harness runs on.
+    move_cli(&c, "item", Some("nowhere"));
+    let refused = |ws: &WorkSession| condition(ws, "Placed").is_some_and(|p| p.0 == "False");
+    let ws = c.await_session("item", "the move refused", refused).await;
+    let (_, reason, message) = condition(&ws, "Placed").unwrap();
+    assert_eq!(reason, "NoNodeFits");
+    assert!(message.contains("nowhere: no worksession agent runs there"), "{message}");
+    assert_eq!(node_of(&ws).as_deref(), Some(a.as_str()));
+    assert!(running(&ws));
+
     let said = move_cli(&c, "item", Some(&b));
-    assert!(said.contains(&format!("moves to node {b}")), "{said}");
+    assert!(said.contains(&format!("a move to node {b} asked for")), "{said}");
     c.await_session("item", "on b", |ws| node_of(ws).as_deref() == Some(b.as_str())).await;
     let ws = c.sessions().get("item").await.unwrap();
-    assert!(!ws.metadata.annotations.unwrap_or_default().contains_key(worksession::api::MOVE_ANNOTATION));
+    let annotations = ws.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key(worksession::api::MOVE_ANNOTATION), "{annotations:?}");
+    assert!(!annotations.contains_key(worksession::api::MOVE_REQUEST_ANNOTATION), "{annotations:?}");
     let on_a = c.node("a").tmux.runner.observe().await.unwrap();
     assert_eq!(on_a.liveness(&session), Liveness::Absent, "stopped on a before b took it");
     c.send("item", "item-1", "on the new node").await;

@@ -34,9 +34,16 @@ pub fn lease_name(node: &str) -> String {
 }
 
 /// When the agent last renewed its Lease: whether it may act.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Fence {
+    started: Instant,
     renewed: Mutex<Option<Instant>>,
+}
+
+impl Default for Fence {
+    fn default() -> Self {
+        Self { started: Instant::now(), renewed: Mutex::new(None) }
+    }
 }
 
 impl Fence {
@@ -46,12 +53,14 @@ impl Fence {
         self.renewed.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|at| at.elapsed() < after)
     }
 
-    fn renewed_at(&self, at: Instant) {
-        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    /// When the fence runs out: `after` past the last renewal, or past the agent's start before its first one (a
+    /// restarted agent that cannot renew must stop the harnesses the tmux server kept for it too).
+    fn runs_out(&self, after: Duration) -> Instant {
+        self.renewed.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(self.started) + after
     }
 
-    fn ever_renewed(&self) -> bool {
-        self.renewed.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    fn renewed_at(&self, at: Instant) {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
     }
 }
 
@@ -79,23 +88,34 @@ pub fn lease(node: &str, placement: &PlacementConfig, now: k8s_openapi::jiff::Ti
 /// Renews the Lease every quarter of its duration for as long as it is polled; fences the agent whenever the last
 /// renewal grew older than the fence allows.
 pub async fn run<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconciler<S, T>) {
+    let Some(fence) = &ctx.fence else { return std::future::pending().await };
+    let mut stopped_for: Option<Instant> = None;
     loop {
         let placement = ctx.config.borrow().placement.clone();
-        let Some(fence) = &ctx.fence else { return std::future::pending().await };
-        if fence.ever_renewed() && !fence.holds(placement.fence_after()) {
+        let runs_out = fence.runs_out(placement.fence_after());
+        if Instant::now() >= runs_out && stopped_for != Some(runs_out) {
             // Cut off for longer than the controller waits before it may move a session: first stop them all.
             stop_every_harness(ctx).await;
+            stopped_for = Some(runs_out);
         }
         let api: Api<Lease> = Api::namespaced(client.clone(), &placement.lease_namespace);
         let asked = Instant::now();
         let body = lease(&node, &placement, k8s_openapi::jiff::Timestamp::now());
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        match api.patch(&lease_name(&node), &params, &Patch::Apply(&body)).await {
+        let every = (placement.lease_duration / 4).max(Duration::from_millis(250));
+        // A renewal that hangs must not hold up the fence: it is given until the fence runs out (a slow API server
+        // is no reason to stop harnesses before then), and the next turn of the loop stops them if it did.
+        let patience = runs_out.saturating_duration_since(Instant::now()).max(every);
+        match tokio::time::timeout(patience, api.patch(&lease_name(&node), &params, &Patch::Apply(&body))).await {
             // The renewal holds from when it was asked for, not from when it was answered.
-            Ok(_) => fence.renewed_at(asked),
-            Err(e) => tracing::warn!(event = "lease.renew_failed", error = %e, "cannot renew the agent's Lease"),
+            Ok(Ok(_)) => fence.renewed_at(asked),
+            Ok(Err(e)) => tracing::warn!(event = "lease.renew_failed", error = %e, "cannot renew the agent's Lease"),
+            Err(_) => tracing::warn!(event = "lease.renew_failed", "renewing the agent's Lease did not answer in time"),
         }
-        tokio::time::sleep((placement.lease_duration / 4).max(Duration::from_millis(250))).await;
+        // Awake again for the next renewal, or the moment the fence would run out, whichever comes first.
+        let runs_out = fence.runs_out(placement.fence_after());
+        let next = (asked + every).min(runs_out.max(Instant::now()));
+        tokio::time::sleep_until(next.into()).await;
     }
 }
 

@@ -327,7 +327,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let verifying = plan.status.verification.as_ref().map(|v| v.spawn.as_str()).filter(|_| !gone);
         self.spawn_failures.settle(owner.1, verifying);
         let recorded = ws.status.clone().unwrap_or_default();
-        if plan.status != recorded && !gone {
+        if plan.status != recorded && !gone && self.fence_holds() {
             self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
         }
         Ok(plan.requeue_after)

@@ -21,11 +21,14 @@ pub const SESSION_LABEL: &str = "worksession.dev/session";
 /// Label on a WorkEvent naming the node of its WorkSession.
 pub const NODE_LABEL: &str = "worksession.dev/node";
 
-/// The annotation that asks for a move (`worksession move`): a node's name, or [`ANY_NODE`] for the controller to
-/// choose one. The session's agent stops its harness once no prompt is being delivered, then records the node in
-/// `spec.nodeName` and takes the annotation away, in one patch.
+/// The annotation a person sets to ask for a move (`worksession move`): a node's name, or [`ANY_NODE`] for the
+/// controller to choose one. The controller checks that the node fits (a live agent that serves the namespace and has
+/// room), then writes [`MOVE_ANNOTATION`]; a request that fits nowhere stays, with `Placed=False NoNodeFits`.
+pub const MOVE_REQUEST_ANNOTATION: &str = "worksession.dev/move-request";
+/// The annotation by which the controller decides a move: the node. The session's agent stops its harness once no
+/// prompt is being delivered, then records the node in `spec.nodeName` and takes the annotation away, in one patch.
 pub const MOVE_ANNOTATION: &str = "worksession.dev/move-to";
-/// The [`MOVE_ANNOTATION`] value that lets the controller choose the node.
+/// The [`MOVE_REQUEST_ANNOTATION`] value that lets the controller choose the node.
 pub const ANY_NODE: &str = "*";
 
 /// `namespace/name`: an object as people name it, in tmux tags, and (for a WorkSession) in its tmux session's name.

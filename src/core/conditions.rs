@@ -31,6 +31,13 @@ words! {
     }
 }
 
+impl ConditionType {
+    /// The conditions `worksession controller` writes (under its own field manager); the agent only reads them.
+    pub fn controllers() -> &'static [ConditionType] {
+        &[ConditionType::Placed, ConditionType::NodeLost]
+    }
+}
+
 /// A reason of one condition type: the type a reason belongs to is part of the reason's type, so no reason is ever
 /// written under another condition.
 pub trait Reason: Copy + Eq + 'static {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -72,29 +72,36 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
         node_changes.default_backoff().map(|_| ()).boxed(),
         lease_changes.default_backoff().map(|_| ()).boxed(),
     ]);
-    let filled = async {
-        let _ = tokio::join!(sessions.wait_until_ready(), nodes.wait_until_ready(), leases.wait_until_ready());
-    };
-    // The streams fill the caches only while polled.
-    tokio::select! {
-        () = filled => {}
-        () = async { while changes.next().await.is_some() {} } => return,
-    }
+    // The streams fill the caches only while polled, and a watch not read holds up the API server's writes to what
+    // it watches (measured: 3 bindings a second while the writes waited on the unread watch), so a task of its own
+    // reads them all the time and says when something changed.
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let pump = Pump(tokio::spawn({
+        let changed = changed.clone();
+        async move {
+            while changes.next().await.is_some() {
+                changed.notify_one();
+            }
+        }
+    }));
+    let _ = tokio::join!(sessions.wait_until_ready(), nodes.wait_until_ready(), leases.wait_until_ready());
     ready.store(true, Ordering::Relaxed);
     tracing::info!(event = "placement.started", lease_namespace = options.lease_namespace, grace = ?options.grace, "placing WorkSessions");
     let started = Instant::now();
-    let mut renewals: HashMap<String, (String, Instant)> = HashMap::new();
+    let mut renewals = Renewals::new();
     let mut bound = Bound::new();
     let mut recheck = Duration::ZERO;
     let mut last = Instant::now() - DECISION_INTERVAL;
     loop {
         tokio::select! {
-            change = changes.next() => if change.is_none() { return },
+            () = changed.notified() => {}
             () = tokio::time::sleep(recheck) => {}
         }
+        if pump.0.is_finished() {
+            return;
+        }
+        // Everything that arrives meanwhile is in the caches: one decision for the lot.
         tokio::time::sleep_until((last + DECISION_INTERVAL).into()).await;
-        // Everything that arrived meanwhile is in the caches: one decision for the lot.
-        while let Some(Some(())) = changes.next().now_or_never() {}
         last = Instant::now();
         let now = Instant::now();
         let world = observe(&sessions, &nodes, &leases, &mut renewals, &mut bound, &options, started, now);
@@ -104,9 +111,22 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
     }
 }
 
+/// The task reading the watches, stopped with the placement.
+struct Pump(tokio::task::JoinHandle<()>);
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The bindings made whose result the cache does not show yet: by session, the resourceVersion bound from and the
 /// node. While the cache holds that version, the session counts as on that node (its load, no second binding).
 type Bound = HashMap<(String, String), (String, String)>;
+
+/// By node: the last renewal seen of its agent's Lease and what the controller made of it (kept when the Lease goes:
+/// a deleted Lease is one that stopped being renewed, not one never seen).
+type Renewals = HashMap<String, (String, Agent)>;
 
 /// The placement's view of the caches; `renewals` keeps when each Lease's renewal was last seen to change.
 #[allow(clippy::too_many_arguments)] // the caches, the memory of what was seen and done, the settings, the clock
@@ -114,23 +134,22 @@ fn observe(
     sessions: &Store<WorkSession>,
     nodes: &Store<KubeNode>,
     leases: &Store<Lease>,
-    renewals: &mut HashMap<String, (String, Instant)>,
+    renewals: &mut Renewals,
     bound: &mut Bound,
     options: &Options,
     started: Instant,
     now: Instant,
 ) -> World {
-    let mut agents = HashMap::new();
     for lease in leases.state() {
         let Some(spec) = &lease.spec else { continue };
         let Some(node) = spec.holder_identity.clone() else { continue };
+        if lease.name_any() != crate::agent::lease::lease_name(&node) {
+            continue; // a Lease names the node it is for: one cannot speak for another node under its own name
+        }
         let renewed = spec.renew_time.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
         let seen = match renewals.get(&node) {
-            Some((was, at)) if *was == renewed => *at,
-            _ => {
-                renewals.insert(node.clone(), (renewed, now));
-                now
-            }
+            Some((was, agent)) if *was == renewed => agent.renewal_seen,
+            _ => now,
         };
         let annotations = lease.annotations();
         let max_sessions = annotations.get(MAX_SESSIONS_ANNOTATION).and_then(|m| m.parse().ok());
@@ -139,8 +158,9 @@ fn observe(
             .map(|n| n.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect())
             .unwrap_or_default();
         let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(40).max(1) as u64);
-        agents.insert(node, Agent { renewal_seen: seen, duration, max_sessions, namespaces });
+        renewals.insert(node, (renewed, Agent { renewal_seen: seen, duration, max_sessions, namespaces }));
     }
+    let agents = renewals.iter().map(|(node, (_, agent))| (node.clone(), agent.clone())).collect();
     let nodes = nodes
         .state()
         .iter()
@@ -172,6 +192,7 @@ fn observe(
                 .or_else(|| ws.spec.node_name.clone()),
             selector: ws.spec.node_selector.clone(),
             on_node_lost: ws.spec.on_node_lost,
+            move_request: ws.annotations().get(crate::api::MOVE_REQUEST_ANNOTATION).cloned(),
             move_to: ws.annotations().get(crate::api::MOVE_ANNOTATION).cloned(),
         })
         .collect();
@@ -216,10 +237,7 @@ async fn one(
     let ws = cache.get(&reflector::ObjectRef::new(&name).within(&namespace))?;
     let result = match &decision {
         Decision::Bind { node, from } => match bind(client, &ws, node, from.as_ref()).await {
-            Ok(true) => {
-                let version = ws.resource_version().unwrap_or_default();
-                return Some(Ok(Some(((namespace, name), (version, node.clone())))));
-            }
+            Ok(Some(version)) => return Some(Ok(Some(((namespace, name), (version, node.clone()))))),
             result => result.map(drop),
         },
         Decision::NoFit { why, lost } => {
@@ -227,12 +245,12 @@ async fn one(
             if let Some((node, lost)) = lost {
                 conditions.push(lost_condition(node, lost, &format!("; {why}")));
             }
-            write_conditions(client, &ws, conditions).await
+            write_conditions(client, &ws, conditions).await.map(drop)
         }
         Decision::Move { node } => ask_to_move(client, &ws, node).await,
         Decision::Waits { node, lost } => {
             let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
-            write_conditions(client, &ws, vec![waits]).await
+            write_conditions(client, &ws, vec![waits]).await.map(drop)
         }
     };
     Some(result.map(|()| None).map_err(|e| {
@@ -240,22 +258,34 @@ async fn one(
     }))
 }
 
-/// Records `node` as the session's, then labels its events for that node's agent, then says so in status; whether it
-/// bound it (not when the session changed since the cache's version: the next decision sees the change).
+/// Says in status where the session goes, records `node` as the session's, then labels its events for that node's
+/// agent; the resourceVersion it was bound from, if it was (not when the session changed since: the next decision
+/// sees the change).
 async fn bind(
     client: &Client,
     ws: &WorkSession,
     node: &str,
     from: Option<&(String, Lost)>,
-) -> Result<bool, kube::Error> {
+) -> Result<Option<String>, kube::Error> {
     let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
     let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
+    // The conditions first: the new node's agent reads the session as soon as it is bound, and a resume that finds
+    // no conversation there is told by `NodeLost` that the node was lost.
+    let mut conditions = vec![condition(PlacedReason::Placed, true, &format!("placed on node {node}"))];
+    if let Some((lost, why)) = from {
+        let message = format!("node {lost} was lost ({}); placed again on node {node}", lost_words(why));
+        conditions.push(condition(NodeLostReason::MovedFromLostNode, false, &message));
+    }
+    let version = write_conditions(client, ws, conditions).await?.or_else(|| ws.resource_version());
     // The resourceVersion makes the binding a compare-and-swap: bound from the version decided on, or not at all.
-    let patch = json!({"metadata": {"resourceVersion": ws.resource_version()}, "spec": {"nodeName": node}});
+    // A move asked or decided before the node was lost is over: the session is placed anew.
+    let patch = json!({"metadata": {"resourceVersion": version, "annotations": {
+        crate::api::MOVE_ANNOTATION: null, crate::api::MOVE_REQUEST_ANNOTATION: null}}, "spec": {"nodeName": node}});
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match sessions.patch(&name, &params, &Patch::Merge(&patch)).await {
-        // Changed meanwhile (its status written, bound by another): the watch brings it to the next decision.
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(false),
+        // Changed meanwhile (bound by another, its spec changed): the watch brings it to the next decision, which
+        // writes the conditions again.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(None),
         result => drop(result?),
     }
     match from {
@@ -273,20 +303,18 @@ async fn bind(
         }
     }
     label_events(client, &namespace, &name, node).await?;
-    let mut conditions = vec![condition(PlacedReason::Placed, true, &format!("placed on node {node}"))];
-    if let Some((lost, why)) = from {
-        let message = format!("node {lost} was lost ({}); placed again on node {node}", lost_words(why));
-        conditions.push(condition(NodeLostReason::MovedFromLostNode, false, &message));
-    }
-    write_conditions(client, ws, conditions).await.map(|()| true)
+    Ok(version)
 }
 
 /// Names `node` in the session's move annotation (its agent hands it over once no prompt is being delivered).
 async fn ask_to_move(client: &Client, ws: &WorkSession, node: &str) -> Result<(), kube::Error> {
     let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
     let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
-    let patch = json!({"metadata": {"resourceVersion": ws.resource_version(),
-        "annotations": {crate::api::MOVE_ANNOTATION: node}}});
+    let from = ws.spec.node_name.as_deref().unwrap_or_default();
+    let placed = condition(PlacedReason::Placed, true, &format!("placed on node {node} (moved from {from})"));
+    let version = write_conditions(client, ws, vec![placed]).await?.or_else(|| ws.resource_version());
+    let patch = json!({"metadata": {"resourceVersion": version,
+        "annotations": {crate::api::MOVE_ANNOTATION: node, crate::api::MOVE_REQUEST_ANNOTATION: null}}});
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match sessions.patch(&name, &params, &Patch::Merge(&patch)).await {
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
@@ -336,8 +364,12 @@ fn condition<R: Reason>(reason: R, ok: bool, message: &str) -> Condition {
 }
 
 /// Applies `conditions` to the session's status under the controller's field manager, those that differ from what
-/// its status says (a transition keeps its time otherwise).
-async fn write_conditions(client: &Client, ws: &WorkSession, conditions: Vec<Condition>) -> Result<(), kube::Error> {
+/// its status says (a transition keeps its time otherwise); the session's new resourceVersion, if it wrote.
+async fn write_conditions(
+    client: &Client,
+    ws: &WorkSession,
+    conditions: Vec<Condition>,
+) -> Result<Option<String>, kube::Error> {
     let current = ws.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let same = |c: &Condition| {
         current
@@ -355,13 +387,13 @@ async fn write_conditions(client: &Client, ws: &WorkSession, conditions: Vec<Con
         })
         .collect();
     if changed.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let api: Api<WorkSession> = Api::namespaced(client.clone(), &ws.namespace().unwrap_or_default());
     let patch =
         json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": {"conditions": changed}});
     match api.patch_status(&ws.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        result => result.map(drop),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        result => Ok(result?.resource_version()),
     }
 }

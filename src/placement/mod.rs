@@ -63,7 +63,9 @@ pub struct Session {
     pub selector: BTreeMap<String, String>,
     /// `spec.onNodeLost`.
     pub on_node_lost: NodeLostPolicy,
-    /// Its [`crate::api::MOVE_ANNOTATION`], if a move is asked for.
+    /// Its [`crate::api::MOVE_REQUEST_ANNOTATION`], if a person asked for a move.
+    pub move_request: Option<String>,
+    /// Its [`crate::api::MOVE_ANNOTATION`], if a move was decided (its agent makes it).
     pub move_to: Option<String>,
 }
 
@@ -108,8 +110,8 @@ pub enum Decision {
         /// Its node is lost, and why.
         lost: Option<(String, Lost)>,
     },
-    /// A move to any node was asked for (`worksession move` without `--to`), or its node is cordoned: ask its agent
-    /// to hand it to `node` (the move's annotation names it).
+    /// A move was asked for (`worksession move`) and fits on `node`, or its node is cordoned: its agent is to hand it
+    /// to `node` (the controller writes the move's annotation and takes the request away).
     Move {
         /// The chosen node.
         node: String,
@@ -154,15 +156,13 @@ pub fn decide(world: &World, now: Instant) -> Plan {
                     if let Some(wait) = wait {
                         recheck(wait);
                     }
-                    // On a live node: moved only when asked (a move to any node, or a cordon).
+                    // On a live node: moved only when asked (a person's request, or a cordon), once decided by
+                    // nobody else (a decided move is its agent's to make).
                     let cordoned = world.nodes.get(node).is_some_and(|n| n.unschedulable);
-                    let asked = match s.move_to.as_deref() {
-                        Some(crate::api::ANY_NODE) => true,
-                        Some(_) => false, // a node is named: its agent hands it over
-                        None => cordoned && s.on_node_lost == NodeLostPolicy::Move,
-                    };
-                    if asked {
-                        match choose(world, s, &load, now) {
+                    let only = s.move_request.as_deref().filter(|r| *r != crate::api::ANY_NODE);
+                    let asked = s.move_request.is_some() || (cordoned && s.on_node_lost == NodeLostPolicy::Move);
+                    if asked && s.move_to.is_none() {
+                        match choose_among(world, s, &load, now, only) {
                             Ok(to) => {
                                 *load.entry(to.to_string()).or_default() += 1;
                                 decisions.push((key, Decision::Move { node: to.to_string() }));
@@ -216,10 +216,24 @@ fn lost(world: &World, node: &str, now: Instant) -> Result<Lost, Option<Duration
 
 /// The node for `s`: the least loaded that fits, ties by name; or why none fits.
 fn choose<'w>(world: &'w World, s: &Session, load: &HashMap<String, u32>, now: Instant) -> Result<&'w str, String> {
+    choose_among(world, s, load, now, None)
+}
+
+/// The same among the agents' nodes, or only `only`.
+fn choose_among<'w>(
+    world: &'w World,
+    s: &Session,
+    load: &HashMap<String, u32>,
+    now: Instant,
+    only: Option<&str>,
+) -> Result<&'w str, String> {
     let mut why = Vec::new();
     let mut best: Option<(&str, u32)> = None;
-    let mut names: Vec<&String> = world.agents.keys().collect();
+    let mut names: Vec<&String> = world.agents.keys().filter(|n| only.is_none_or(|o| o == n.as_str())).collect();
     names.sort();
+    if let Some(only) = only.filter(|_| names.is_empty()) {
+        return Err(format!("no node fits: {only}: no worksession agent runs there"));
+    }
     for name in names {
         let agent = &world.agents[name];
         let n = load.get(name).copied().unwrap_or(0);

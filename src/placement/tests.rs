@@ -39,6 +39,7 @@ impl Fleet {
             node: node.map(Into::into),
             selector: BTreeMap::new(),
             on_node_lost: NodeLostPolicy::Move,
+            move_request: None,
             move_to: None,
         });
         self
@@ -181,12 +182,27 @@ fn a_lost_nodes_session_that_fits_nowhere_says_both() {
 #[test]
 fn a_move_to_any_node_chooses_one_other_than_its_own() {
     let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("s", Some("a"));
-    let fleet = fleet.with(|w| w.sessions[0].move_to = Some(crate::api::ANY_NODE.into()));
+    let fleet = fleet.with(|w| w.sessions[0].move_request = Some(crate::api::ANY_NODE.into()));
     assert_eq!(fleet.decide(), [("s".into(), Decision::Move { node: "b".into() })]);
 }
 
 #[test]
-fn a_move_to_a_named_node_is_its_agents_to_make() {
+fn a_move_to_a_named_node_goes_there_only_if_it_fits() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).node("c", &[], None, NOW);
+    let fleet = fleet.session("s", Some("a")).with(|w| w.sessions[0].move_request = Some("c".into()));
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Move { node: "c".into() })], "not b, the least loaded");
+    let full = fleet.with(|w| w.agents.get_mut("c").unwrap().max_sessions = Some(0));
+    assert_eq!(
+        full.decide(),
+        [("s".into(), Decision::NoFit { why: "no node fits: c: full (maxSessions)".into(), lost: None })]
+    );
+    let nowhere = full.with(|w| w.sessions[0].move_request = Some("x".into()));
+    let Decision::NoFit { why, .. } = &nowhere.decide()[0].1 else { panic!() };
+    assert_eq!(why, "no node fits: x: no worksession agent runs there");
+}
+
+#[test]
+fn a_decided_move_is_its_agents_to_make() {
     let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("s", Some("a"));
     let fleet = fleet.with(|w| w.sessions[0].move_to = Some("b".into()));
     assert!(fleet.decide().is_empty());
@@ -205,7 +221,7 @@ fn a_cordoned_nodes_sessions_move_off_it_unless_they_wait() {
 #[test]
 fn a_move_that_fits_nowhere_says_why() {
     let fleet = Fleet::new().node("a", &[], None, NOW).session("s", Some("a"));
-    let fleet = fleet.with(|w| w.sessions[0].move_to = Some(crate::api::ANY_NODE.into()));
+    let fleet = fleet.with(|w| w.sessions[0].move_request = Some(crate::api::ANY_NODE.into()));
     let Decision::NoFit { why, lost: None } = &fleet.decide()[0].1 else { panic!() };
     assert_eq!(why, "no node fits: a: its own node");
 }

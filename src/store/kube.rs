@@ -21,9 +21,10 @@ pub struct KubeStore {
 }
 
 impl KubeStore {
-    /// A store writing under the field manager `worksession-agent/<node>`.
+    /// A store writing under the field manager `worksession-agent`: one for every node, so the node a session moved
+    /// to owns its whole status (one per node would leave the old node's fields, an `Activity` say, for ever).
     pub fn new(client: Client, node: &str) -> Self {
-        let manager = format!("worksession-agent/{node}");
+        let manager = "worksession-agent".to_string();
         let reporter = Reporter { controller: "worksession-agent".into(), instance: Some(node.to_string()) };
         Self { recorder: Recorder::new(client.clone(), reporter), client, manager }
     }
@@ -54,6 +55,10 @@ impl Store for KubeStore {
 
     async fn write_status(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<(), StoreError> {
         let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
+        // The controller's conditions are the controller's: the agent's apply never carries (and so never reverts)
+        // them.
+        let mut status = status.clone();
+        status.conditions.retain(|c| !crate::core::ConditionType::controllers().iter().any(|t| t.as_str() == c.type_));
         let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": status});
         api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
         Ok(())
@@ -93,6 +98,9 @@ impl Store for KubeStore {
         let Some(now) = api.get_opt(&ws.name_any()).await? else { return Ok(()) };
         if now.annotations().get(crate::api::MOVE_ANNOTATION).map(String::as_str) != Some(node) {
             return Err(StoreError::Local(format!("the move to {node} was withdrawn or changed meanwhile")));
+        }
+        if now.spec.node_name != ws.spec.node_name {
+            return Err(StoreError::Local("the session was placed elsewhere meanwhile".into()));
         }
         let patch = json!({
             "metadata": {"resourceVersion": now.resource_version(), "annotations": {crate::api::MOVE_ANNOTATION: null}},
