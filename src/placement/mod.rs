@@ -135,6 +135,9 @@ pub struct Plan {
     pub recheck_after: Option<Duration>,
 }
 
+/// How many nodes a `NoNodeFits` message names with their reason.
+pub const WHY_NODES: usize = 8;
+
 /// The placement rule.
 pub fn decide(world: &World, now: Instant) -> Plan {
     let mut load: HashMap<String, u32> = HashMap::new();
@@ -259,6 +262,12 @@ fn choose_among<'w>(
     match best {
         Some((name, _)) => Ok(name),
         None if why.is_empty() => Err("no node runs a worksession agent".into()),
+        // A condition's message for people (and for every tenant who can read the session): the first few nodes say
+        // why, the rest are counted.
+        None if why.len() > WHY_NODES => {
+            let more = why.len() - WHY_NODES;
+            Err(format!("no node fits: {}; and {more} more nodes", why[..WHY_NODES].join("; ")))
+        }
         None => Err(format!("no node fits: {}", why.join("; "))),
     }
 }

@@ -225,3 +225,14 @@ fn a_move_that_fits_nowhere_says_why() {
     let Decision::NoFit { why, lost: None } = &fleet.decide()[0].1 else { panic!() };
     assert_eq!(why, "no node fits: a: its own node");
 }
+
+#[test]
+fn why_nothing_fits_names_a_few_nodes_and_counts_the_rest() {
+    let mut fleet = Fleet::new();
+    for i in 0..20 {
+        fleet = fleet.node(&format!("n{i:02}"), &[], Some(0), NOW);
+    }
+    let Decision::NoFit { why, .. } = &fleet.session("s", None).decide()[0].1 else { panic!() };
+    assert!(why.starts_with("no node fits: n00: full (maxSessions); n01:"), "{why}");
+    assert!(why.ends_with("n07: full (maxSessions); and 12 more nodes"), "{why}");
+}
