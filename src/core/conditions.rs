@@ -189,6 +189,8 @@ words! {
         NodeDeleted,
         /// `False`: its node was lost and the session was placed again on another node (the message names both).
         MovedFromLostNode,
+        /// `False`: its node was lost and is back (its agent renews its Lease again); the session stayed there.
+        NodeReturned,
     }
 }
 

@@ -26,7 +26,7 @@ use serde_json::json;
 use super::{Agent, Decision, Lost, Node, Session, World, decide};
 use crate::agent::lease::{LEASE_LABEL, MAX_SESSIONS_ANNOTATION, NAMESPACES_ANNOTATION};
 use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
-use crate::core::{NodeLostReason, PlacedReason, Reason, set_condition};
+use crate::core::{ConditionType, NodeLostReason, PlacedReason, Reason, set_condition};
 
 /// The field manager of the bindings and of the conditions the controller writes.
 pub const FIELD_MANAGER: &str = "worksession-controller";
@@ -194,6 +194,9 @@ fn observe(
             on_node_lost: ws.spec.on_node_lost,
             move_request: ws.annotations().get(crate::api::MOVE_REQUEST_ANNOTATION).cloned(),
             move_to: ws.annotations().get(crate::api::MOVE_ANNOTATION).cloned(),
+            said_lost: ws.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| c.type_ == ConditionType::NodeLost.as_str() && c.status == "True")
+            }),
         })
         .collect();
     // The oldest first, as people made them.
@@ -248,6 +251,10 @@ async fn one(
             write_conditions(client, &ws, conditions).await.map(drop)
         }
         Decision::Move { node } => ask_to_move(client, &ws, node).await,
+        Decision::Returned { node } => {
+            let back = condition(NodeLostReason::NodeReturned, false, &format!("node {node} is back"));
+            write_conditions(client, &ws, vec![back]).await.map(drop)
+        }
         Decision::Waits { node, lost } => {
             let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
             write_conditions(client, &ws, vec![waits]).await.map(drop)
@@ -380,7 +387,9 @@ async fn write_conditions(
         .into_iter()
         .filter(|c| !same(c))
         .map(|mut c| {
-            if let Some(was) = current.iter().find(|o| o.type_ == c.type_ && o.status == c.status) {
+            // Each move from a lost node is a transition of its own (the agent tells a first spawn after it by it).
+            let moved = c.reason == NodeLostReason::MovedFromLostNode.as_str();
+            if let Some(was) = current.iter().find(|o| o.type_ == c.type_ && o.status == c.status).filter(|_| !moved) {
                 c.last_transition_time = was.last_transition_time.clone();
             }
             c

@@ -67,6 +67,8 @@ pub struct Session {
     pub move_request: Option<String>,
     /// Its [`crate::api::MOVE_ANNOTATION`], if a move was decided (its agent makes it).
     pub move_to: Option<String>,
+    /// Its `NodeLost` condition says its node is lost (it waited there, or fitted nowhere else).
+    pub said_lost: bool,
 }
 
 /// Everything observed.
@@ -116,6 +118,11 @@ pub enum Decision {
         /// The chosen node.
         node: String,
     },
+    /// Its node, said lost, is live again: say so.
+    Returned {
+        /// The node.
+        node: String,
+    },
     /// Its node is lost and its policy says wait.
     Waits {
         /// The lost node.
@@ -158,6 +165,9 @@ pub fn decide(world: &World, now: Instant) -> Plan {
                 Err(wait) => {
                     if let Some(wait) = wait {
                         recheck(wait);
+                    }
+                    if s.said_lost {
+                        decisions.push((key.clone(), Decision::Returned { node: node.clone() }));
                     }
                     // On a live node: moved only when asked (a person's request, or a cordon), once decided by
                     // nobody else (a decided move is its agent's to make).

@@ -41,6 +41,7 @@ impl Fleet {
             on_node_lost: NodeLostPolicy::Move,
             move_request: None,
             move_to: None,
+            said_lost: false,
         });
         self
     }
@@ -235,4 +236,11 @@ fn why_nothing_fits_names_a_few_nodes_and_counts_the_rest() {
     let Decision::NoFit { why, .. } = &fleet.session("s", None).decide()[0].1 else { panic!() };
     assert!(why.starts_with("no node fits: n00: full (maxSessions); n01:"), "{why}");
     assert!(why.ends_with("n07: full (maxSessions); and 12 more nodes"), "{why}");
+}
+
+#[test]
+fn a_node_said_lost_that_is_back_is_said_back() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).session("s", Some("a"));
+    let fleet = fleet.with(|w| w.sessions[0].said_lost = true);
+    assert_eq!(fleet.decide(), [("s".into(), Decision::Returned { node: "a".into() })]);
 }
