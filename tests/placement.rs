@@ -29,10 +29,14 @@ struct Process(tokio::process::Child);
 
 impl Process {
     fn start(args: &[String]) -> Self {
+        Self::start_with(&support::control_plane().kubeconfig, args)
+    }
+
+    fn start_with(kubeconfig: &std::path::Path, args: &[String]) -> Self {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_worksession"))
             .args(args)
             .env("RUST_LOG", "worksession=info")
-            .env("KUBECONFIG", &support::control_plane().kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -44,6 +48,56 @@ impl Process {
     fn signal(&self, signal: &str) {
         let pid = self.0.id().expect("running").to_string();
         assert!(std::process::Command::new("kill").args([signal, &pid]).status().unwrap().success());
+    }
+}
+
+/// A TCP link to the API server that the test can cut, as a partition would: every connection through it is dropped
+/// and new ones are refused until it is mended.
+struct Link {
+    addr: std::net::SocketAddr,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Link {
+    async fn new() -> Self {
+        let kubeconfig = std::fs::read_to_string(&support::control_plane().kubeconfig).unwrap();
+        let upstream = kubeconfig.lines().find_map(|l| l.trim().strip_prefix("server: https://")).unwrap().to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = open.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // refused: dropped at once
+                }
+                let (upstream, flag) = (upstream.clone(), flag.clone());
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
+                    let cut = async {
+                        while flag.load(std::sync::atomic::Ordering::SeqCst) {
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    };
+                    tokio::select! { _ = copy => {}, () = cut => {} }
+                });
+            }
+        });
+        Self { addr, open, _task: task }
+    }
+
+    /// The admin kubeconfig, its server this link.
+    fn kubeconfig(&self, path: &std::path::Path) -> std::path::PathBuf {
+        let kubeconfig = std::fs::read_to_string(&support::control_plane().kubeconfig).unwrap();
+        let server = kubeconfig.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().to_string();
+        std::fs::write(path, kubeconfig.replace(&server, &format!("https://{}", self.addr))).unwrap();
+        path.to_path_buf()
+    }
+
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -88,6 +142,20 @@ impl Cluster {
         edit: impl Fn(&TmuxServer, String) -> String,
         shared_state: bool,
     ) -> Self {
+        Self::build_with(nodes, edit, shared_state, None).await
+    }
+
+    /// Nodes whose first agent reaches the API server through `link` (a connection the test can cut).
+    async fn with_link(nodes: &[(&str, serde_json::Value, Option<u32>)], link: &Link) -> Self {
+        Self::build_with(nodes, |_, yaml| yaml, true, Some(link)).await
+    }
+
+    async fn build_with(
+        nodes: &[(&str, serde_json::Value, Option<u32>)],
+        edit: impl Fn(&TmuxServer, String) -> String,
+        shared_state: bool,
+        link: Option<&Link>,
+    ) -> Self {
         let ns = TestNamespace::new().await;
         support::install_crds(ns.client.clone()).await;
         let shared = TmuxServer::new();
@@ -116,15 +184,22 @@ impl Cluster {
             );
             let config = dir.path().join(format!("{suffix}.yaml"));
             std::fs::write(&config, yaml).unwrap();
-            n.agent = Some(Process::start(&[
-                "agent".into(),
-                "--node".into(),
-                n.name.clone(),
-                "--config".into(),
-                config.display().to_string(),
-                "--admin-addr".into(),
-                "127.0.0.1:0".into(),
-            ]));
+            let kubeconfig = match link.filter(|_| made.is_empty()) {
+                Some(link) => link.kubeconfig(&dir.path().join(format!("{suffix}.kubeconfig"))),
+                None => support::control_plane().kubeconfig.clone(),
+            };
+            n.agent = Some(Process::start_with(
+                &kubeconfig,
+                &[
+                    "agent".into(),
+                    "--node".into(),
+                    n.name.clone(),
+                    "--config".into(),
+                    config.display().to_string(),
+                    "--admin-addr".into(),
+                    "127.0.0.1:0".into(),
+                ],
+            ));
             made.push(n);
         }
         let controller = Process::start(&[
@@ -469,4 +544,42 @@ async fn without_shared_storage_a_lost_nodes_session_starts_fresh_elsewhere_and_
     assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(fresh.as_str()));
     let on_b = standin::read_prompts(&c.node("b").tmux.state());
     assert_eq!(on_b.iter().filter(|p| p.prompt == "after the node was lost").count(), 1, "delivered once: {on_b:?}");
+}
+
+/// The fence itself, with the agent running and cut off from the API server (a partition, not a freeze): once its
+/// Lease has not been renewed for its duration plus half the grace, it stops its harness by itself, before the
+/// controller may move the session (its duration plus the whole grace after it last saw a renewal); the session then
+/// moves and its event is delivered once, on the other node.
+#[tokio::test]
+async fn a_partitioned_agent_stops_its_harness_before_the_session_may_move() {
+    let link = Link::new().await;
+    let c = Cluster::with_link(&[("a", json!({}), None), ("b", json!({}), None)], &link).await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
+    c.await_session("item", "running on a", running).await;
+    let session = c.tmux_session("item");
+
+    link.cut();
+    let cut_at = std::time::Instant::now();
+    set_ready(&c.ns, &a, false).await;
+    support::until("the partitioned agent's own stop of its harness", || async {
+        c.node("a").tmux.runner.observe().await.map(|o| o.liveness(&session) == Liveness::Absent).unwrap_or(true)
+    })
+    .await;
+    // Stopped by the agent itself (it is still running, and cannot reach the API server), while the session is still
+    // placed on a: nothing could have moved it yet.
+    assert!(c.node("a").agent.as_ref().unwrap().0.id().is_some(), "the agent runs");
+    let ws = c.sessions().get("item").await.unwrap();
+    assert_eq!(
+        node_of(&ws).as_deref(),
+        Some(a.as_str()),
+        "stopped before any move ({:?} after the cut)",
+        cut_at.elapsed()
+    );
+
+    c.send("item", "item-1", "after the partition").await;
+    c.await_session("item", "moved to b", |ws| node_of(ws).as_deref() == Some(b.as_str())).await;
+    c.await_delivered("item-1").await;
+    let prompts = c.shared.prompts();
+    assert_eq!(prompts.iter().filter(|p| p.prompt == "after the partition").count(), 1, "delivered once");
 }

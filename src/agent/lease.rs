@@ -112,9 +112,10 @@ pub async fn run<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconcil
             Ok(Err(e)) => tracing::warn!(event = "lease.renew_failed", error = %e, "cannot renew the agent's Lease"),
             Err(_) => tracing::warn!(event = "lease.renew_failed", "renewing the agent's Lease did not answer in time"),
         }
-        // Awake again for the next renewal, or the moment the fence would run out, whichever comes first.
+        // Awake again for the next renewal, or the moment the fence will run out if that comes first (one that ran out
+        // already was acted on: the next renewal is then the next thing to do).
         let runs_out = fence.runs_out(placement.fence_after());
-        let next = (asked + every).min(runs_out.max(Instant::now()));
+        let next = if runs_out > Instant::now() { (asked + every).min(runs_out) } else { asked + every };
         tokio::time::sleep_until(next.into()).await;
     }
 }
