@@ -286,6 +286,14 @@ fn condition(ws: &WorkSession, type_: &str) -> Option<(String, String, String)> 
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// Running with its initial prompt known delivered: the harness made its conversation (a pane alive at the probe
+/// may be a harness still starting, which a node lost then takes with it before it wrote anything).
+fn first_words_in(ws: &WorkSession) -> bool {
+    running(ws)
+        && ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
+            == Some(EventPhase::Delivered)
+}
+
 fn running(ws: &WorkSession) -> bool {
     ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)
 }
@@ -337,7 +345,7 @@ async fn a_lost_nodes_session_resumes_on_another_node_and_its_waiting_event_is_d
     let mut c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
     let a = c.node("a").name.clone();
     c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
-    let ws = c.await_session("item", "running on a", running).await;
+    let ws = c.await_session("item", "running on a, its first words in its conversation", first_words_in).await;
     let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
 
     // The node goes: its agent and its tmux server (and harness) with it, and its Node turns NotReady.
@@ -373,7 +381,7 @@ async fn a_cut_off_agent_stops_its_harness_when_it_continues_and_delivers_nothin
     let c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
     let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
     c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
-    c.await_session("item", "running on a", running).await;
+    c.await_session("item", "running on a, its first words in its conversation", first_words_in).await;
     let session = c.tmux_session("item");
     let old_harness = c.node("a").tmux.pane_pid(&session);
 
@@ -421,7 +429,7 @@ async fn a_move_on_purpose_hands_the_conversation_to_the_other_node_and_a_cordon
     let c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
     let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
     c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
-    let ws = c.await_session("item", "running on a", running).await;
+    let ws = c.await_session("item", "running on a, its first words in its conversation", first_words_in).await;
     let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
     let session = c.tmux_session("item");
 
@@ -523,7 +531,7 @@ async fn without_shared_storage_a_lost_nodes_session_starts_fresh_elsewhere_and_
     let mut c = Cluster::unshared(&[("a", json!({}), None), ("b", json!({}), None)]).await;
     let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
     c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
-    let ws = c.await_session("item", "running on a", running).await;
+    let ws = c.await_session("item", "running on a, its first words in its conversation", first_words_in).await;
     let old = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
 
     let mut agent = c.nodes[0].agent.take().unwrap();
@@ -556,7 +564,7 @@ async fn a_partitioned_agent_stops_its_harness_before_the_session_may_move() {
     let c = Cluster::with_link(&[("a", json!({}), None), ("b", json!({}), None)], &link).await;
     let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
     c.create_session("item", json!({"nodeName": a, "initialPrompt": "the first words"})).await;
-    c.await_session("item", "running on a", running).await;
+    c.await_session("item", "running on a, its first words in its conversation", first_words_in).await;
     let session = c.tmux_session("item");
 
     link.cut();
