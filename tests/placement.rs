@@ -248,6 +248,16 @@ impl Cluster {
         .await
     }
 
+    /// The first node goes: its agent and its tmux server (and harness) with it, and its Node turns NotReady.
+    async fn lose_first_node(&mut self) {
+        let mut agent = self.nodes[0].agent.take().unwrap();
+        agent.0.kill().await.unwrap();
+        self.nodes[0].tmux.kill_server();
+        let harness_gone = self.nodes[0].tmux.runner.observe().await.map(|o| o.is_empty()).unwrap_or(true);
+        assert!(harness_gone, "the first node's tmux server is gone, and its harness with it");
+        set_ready(&self.ns, &self.nodes[0].name, false).await;
+    }
+
     /// The tmux session the agents give `name`.
     fn tmux_session(&self, name: &str) -> String {
         format!("loop-{}_{name}", self.ns.name)
@@ -348,13 +358,7 @@ async fn a_lost_nodes_session_resumes_on_another_node_and_its_waiting_event_is_d
     let ws = c.await_session("item", "running on a, its first words in its conversation", first_words_in).await;
     let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
 
-    // The node goes: its agent and its tmux server (and harness) with it, and its Node turns NotReady.
-    let mut agent = c.nodes[0].agent.take().unwrap();
-    agent.0.kill().await.unwrap();
-    c.node("a").tmux.kill_server();
-    let harness_gone = c.node("a").tmux.runner.observe().await.map(|o| o.is_empty()).unwrap_or(true);
-    assert!(harness_gone, "node a's tmux server is gone, and its harness with it");
-    set_ready(&c.ns, &a, false).await;
+    c.lose_first_node().await;
     c.send("item", "item-1", "after the node was lost").await;
 
     let b = c.node("b").name.clone();
@@ -534,10 +538,7 @@ async fn without_shared_storage_a_lost_nodes_session_starts_fresh_elsewhere_and_
     let ws = c.await_session("item", "running on a, its first words in its conversation", first_words_in).await;
     let old = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
 
-    let mut agent = c.nodes[0].agent.take().unwrap();
-    agent.0.kill().await.unwrap();
-    c.node("a").tmux.kill_server();
-    set_ready(&c.ns, &a, false).await;
+    c.lose_first_node().await;
     c.send("item", "item-1", "after the node was lost").await;
     let ev = c.await_delivered("item-1").await;
     let ws =

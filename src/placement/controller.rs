@@ -177,7 +177,7 @@ fn observe(
         .collect();
     let cached = sessions.state();
     bound.retain(|(ns, name), (version, _)| {
-        let ws = cached.iter().find(|ws| ws.namespace().as_deref() == Some(ns) && ws.name_any() == *name);
+        let ws = sessions.get(&reflector::ObjectRef::new(name).within(ns));
         ws.is_some_and(|ws| ws.resource_version().as_deref() == Some(version))
     });
     let mut sessions: Vec<Session> = cached
