@@ -25,6 +25,10 @@ pub const FIELD_MANAGER: &str = "worksession-labeler";
 /// How long an event naming a missing session waits before it is looked at again (a session made after its event;
 /// an agent would not deliver it either until the session exists).
 pub const NO_SESSION_REQUEUE: Duration = Duration::from_secs(30);
+/// How long an unlabelled WorkEvent whose WorkSession does not exist is kept before it is deleted: its session was
+/// deleted before any agent started it (so no agent's finalizer removed its events), or never came. Events carry no
+/// owner reference (the bridge writes them from its cache); this and the agent's finalizer are what remove them.
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(600);
 /// Requeue after a failed patch.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
 
@@ -35,6 +39,8 @@ pub struct LabelerMetrics {
     pub labelled: Counter,
     /// Events whose session did not exist when looked at.
     pub no_session: Counter,
+    /// Events deleted because their session had not existed for [`ORPHAN_GRACE`].
+    pub orphans_deleted: Counter,
     /// Failed reads or patches.
     pub errors: Counter,
 }
@@ -56,6 +62,11 @@ pub async fn run(
     let metrics = LabelerMetrics::default();
     registry.register("labelled", "WorkEvents labelled with their session's node", metrics.labelled.clone());
     registry.register("no_session", "WorkEvents whose session did not exist (yet)", metrics.no_session.clone());
+    registry.register(
+        "orphans_deleted",
+        "Unlabelled WorkEvents deleted because their session had not existed for 10 minutes",
+        metrics.orphans_deleted.clone(),
+    );
     registry.register("errors", "Failed reads or patches", metrics.errors.clone());
     let ready = Arc::new(AtomicBool::new(false));
     if let Some(addr) = admin_addr {
@@ -104,6 +115,10 @@ async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
     }
     let sessions: Api<WorkSession> = Api::namespaced(ctx.client.clone(), &namespace);
     let Some(ws) = sessions.get_opt(&ev.spec.session).await? else {
+        let created = ev.creation_timestamp().map(|t| t.0);
+        if created.is_some_and(|t| t + ORPHAN_GRACE <= k8s_openapi::jiff::Timestamp::now()) {
+            return delete_orphan(&ctx, &ev).await;
+        }
         ctx.metrics.no_session.inc();
         tracing::info!(
             event = "labeler.no_session",
@@ -146,6 +161,31 @@ async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
     };
     ctx.metrics.labelled.inc();
     tracing::info!(event = "labeler.labelled", namespace, name, node, "labelled for its session's node");
+    Ok(Action::await_change())
+}
+
+/// Deletes an event whose session has not existed for [`ORPHAN_GRACE`] (only this very object: a precondition on its
+/// UID).
+async fn delete_orphan(ctx: &Ctx, ev: &WorkEvent) -> Result<Action, kube::Error> {
+    let (namespace, name) = (ev.namespace().unwrap_or_default(), ev.name_any());
+    let events: Api<WorkEvent> = Api::namespaced(ctx.client.clone(), &namespace);
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions { uid: ev.uid(), resource_version: None }),
+        ..Default::default()
+    };
+    match events.delete(&name, &params).await {
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        result => drop(result?),
+    }
+    ctx.metrics.orphans_deleted.inc();
+    tracing::info!(
+        event = "labeler.orphan_deleted",
+        namespace,
+        name,
+        session = ev.spec.session,
+        "its WorkSession has not existed for {}s: deleted",
+        ORPHAN_GRACE.as_secs()
+    );
     Ok(Action::await_change())
 }
 

@@ -11,6 +11,7 @@ pub mod bridge;
 pub mod config;
 pub mod core;
 pub mod get;
+pub mod github;
 pub mod harness;
 pub mod hook;
 pub mod labeler;

@@ -346,14 +346,18 @@ async fn run(cli: Cli) -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(&e),
             };
-            let options = bridge::Options { config: reloader.config(), listen, admin_addr: Some(admin_addr) };
+            let mut options =
+                bridge::Options { config: reloader.config(), listen, admin_addr: Some(admin_addr), feedback: None };
             let result = match local {
                 Some(dir) => match LocalStore::new(dir) {
                     Ok(store) => bridge::run(Arc::new(store), options).await,
                     Err(e) => Err(e),
                 },
                 None => match kube::Client::try_default().await {
-                    Ok(client) => bridge::run(KubeSink::new(client), options).await,
+                    Ok(client) => {
+                        options.feedback = Some(client.clone());
+                        bridge::run(KubeSink::new(client), options).await
+                    }
                     Err(e) => return fail(&e),
                 },
             };

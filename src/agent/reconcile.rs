@@ -464,6 +464,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 }
                 Op::Forget => self.spawn_failures.settle(owner_name, None),
                 Op::ReleaseFinalizer => {
+                    // Its events go with it, read fresh (one written since this reconcile read them too); the
+                    // finalizer stays until they are gone.
+                    let namespace = ws.namespace().unwrap_or_default();
+                    let events = self.store.events(&namespace, &ws.name_any()).await.map_err(ReconcileError::Read)?;
+                    for ev in &events {
+                        self.store.delete_event(ev).await.map_err(ReconcileError::ReleaseFinalizer)?;
+                    }
                     self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
                 }
             }

@@ -28,6 +28,11 @@ pub const MOVE_REQUEST_ANNOTATION: &str = "worksession.dev/move-request";
 /// The annotation by which the controller decides a move: the node. The session's agent stops its harness once no
 /// prompt is being delivered, then records the node in `spec.nodeName` and takes the annotation away, in one patch.
 pub const MOVE_ANNOTATION: &str = "worksession.dev/move-to";
+
+/// When an archived WorkSession is deleted (RFC 3339): written by the bridge when its work item closes under a route
+/// with `onClose: Delete`, removed when it reopens; the bridge deletes the session once the time has passed and it is
+/// still archived.
+pub const DELETE_AT_ANNOTATION: &str = "worksession.dev/delete-at";
 /// The [`MOVE_REQUEST_ANNOTATION`] value that lets the controller choose the node.
 pub const ANY_NODE: &str = "*";
 
@@ -114,6 +119,12 @@ pub struct WorkSessionSpec {
     /// Stop an idle harness and wake it on the next event; unset: the agent config's default (off unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleSpec>,
+    /// The work item is closed (the bridge sets it when its issue or pull request closes, and clears it when it
+    /// reopens): the harness is stopped once it has been quiet for the idle period, at most 60 seconds (with hooks,
+    /// once its turn ended), and the session reads `Archived`, its conversation kept. A prompt still wakes it (and it
+    /// is stopped again once quiet); cleared, the conversation is resumed at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archived: bool,
     /// Boot prompt for a first spawn when no event is pending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1048576))]
@@ -303,6 +314,9 @@ crate::words::words! {
         Suspended,
         /// Stopped after `spec.idle.suspendAfterSeconds` of quiet; the next prompt resumes it.
         Idle,
+        /// Stopped because its work item is closed (`spec.archived`), its conversation kept; the next prompt, or the
+        /// work item reopening, resumes it.
+        Archived,
         /// Failing repeatedly; waiting until `nextRetryTime`.
         BackOff,
         /// Cannot run as specified; see the `Ready` condition.
@@ -412,6 +426,16 @@ pub struct EventSource {
     /// A link to what the event is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The repository (`owner/name`) of a GitHub event: where the bridge gives its feedback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// The issue or pull-request number of a GitHub event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u64>,
+    /// The GitHub comment it was made from (an issue comment, or a pull-request review comment): what the bridge
+    /// reacts to once it is `Delivered` (without one, the issue or pull request itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment_id: Option<u64>,
 }
 
 /// The kind of sender of an event.

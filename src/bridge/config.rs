@@ -44,6 +44,70 @@ pub struct GithubConfig {
     /// The roles (`author_association`) whose comments, issues and reviews may prompt an agent; a route may say
     /// otherwise ([`Route::allowed_author_associations`]).
     pub allowed_author_associations: Vec<String>,
+    /// GitHub's REST API, for the feedback on comments; `None`: no feedback (the bridge holds no credentials).
+    pub api: Option<ApiConfig>,
+    /// The feedback of a route that names none: `Reactions` with `api`, else `Off`.
+    pub feedback: Feedback,
+}
+
+/// Where GitHub's REST API is and how the bridge proves who it is there.
+#[derive(Clone)]
+pub struct ApiConfig {
+    /// `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise Server.
+    pub base_url: String,
+    /// The credentials.
+    pub auth: ApiAuth,
+}
+
+/// The bridge's GitHub credentials (mounted from a Secret; the agent and the harnesses never see them).
+#[derive(Clone)]
+pub enum ApiAuth {
+    /// A token, read from this file at each use.
+    TokenFile(PathBuf),
+    /// A GitHub App: its id, its private key (PEM, read when the config is loaded), and optionally the installation.
+    App {
+        /// The App's id.
+        id: u64,
+        /// The private key, PEM.
+        private_key: Vec<u8>,
+        /// The installation to use; `None`: looked up per account.
+        installation_id: Option<u64>,
+    },
+}
+
+impl std::fmt::Debug for ApiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let auth = match &self.auth {
+            ApiAuth::TokenFile(path) => format!("token file {}", path.display()),
+            ApiAuth::App { id, installation_id, .. } => format!("App {id} (installation {installation_id:?})"),
+        };
+        f.debug_struct("ApiConfig").field("base_url", &self.base_url).field("auth", &auth).finish()
+    }
+}
+
+/// What the bridge tells a GitHub comment about its WorkEvent.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum Feedback {
+    /// Nothing.
+    #[default]
+    Off,
+    /// A reaction: `eyes` once `Delivered`, `confused` once `Failed`.
+    Reactions,
+    /// The reactions, and on `Failed` one short comment with the reason.
+    Comments,
+}
+
+/// What closing an issue or pull request (`issues: closed`, `pull_request: closed`, merged or not) does to its
+/// WorkSession; `reopened` undoes it.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum OnClose {
+    /// `spec.archived`: the harness stopped once quiet, the conversation kept; an event or a reopening resumes it.
+    #[default]
+    Archive,
+    /// Archived, then deleted `deleteAfterSeconds` later unless reopened meanwhile.
+    Delete,
+    /// Nothing.
+    Nothing,
 }
 
 /// Every `author_association` GitHub sends.
@@ -59,6 +123,8 @@ impl std::fmt::Debug for GithubConfig {
             .field("secret", &"<redacted>")
             .field("ignore_senders", &self.ignore_senders)
             .field("allowed_author_associations", &self.allowed_author_associations)
+            .field("api", &self.api)
+            .field("feedback", &self.feedback)
             .finish()
     }
 }
@@ -117,7 +183,16 @@ pub struct Route {
     pub max_sessions: Option<usize>,
     /// The value of [`ROUTE_LABEL`] on the sessions it creates: the [`slug`] of its pattern.
     pub id: String,
+    /// What its GitHub comments are told about their WorkEvents.
+    pub feedback: Feedback,
+    /// What closing a work item does to its session.
+    pub on_close: OnClose,
+    /// With [`OnClose::Delete`]: how long after closing the session is deleted.
+    pub delete_after: std::time::Duration,
 }
+
+/// The default `deleteAfterSeconds`: a week.
+pub const DEFAULT_DELETE_AFTER_SECONDS: u64 = 7 * 24 * 3600;
 
 /// The label on a WorkSession the bridge created, naming the route that created it (see [`Route::id`]).
 pub const ROUTE_LABEL: &str = "worksession.dev/route";
@@ -142,6 +217,24 @@ struct GithubFile {
     ignore_senders: Vec<String>,
     events: Option<BTreeMap<String, Vec<String>>>,
     allowed_author_associations: Option<Vec<String>>,
+    api: Option<ApiFile>,
+    feedback: Option<Feedback>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ApiFile {
+    base_url: Option<String>,
+    token_file: Option<PathBuf>,
+    app: Option<AppFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AppFile {
+    id: u64,
+    private_key_file: PathBuf,
+    installation_id: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +260,9 @@ struct RouteFile {
     workspace: Option<crate::api::WorkspaceSpec>,
     allowed_author_associations: Option<Vec<String>>,
     max_sessions: Option<usize>,
+    feedback: Option<Feedback>,
+    on_close: Option<OnClose>,
+    delete_after_seconds: Option<u64>,
 }
 
 /// `list` when every value is an `author_association` GitHub sends.
@@ -224,6 +320,30 @@ fn secret(path: &Path, key: &str, file: Option<&PathBuf>, env: Option<&String>) 
     Ok(trimmed)
 }
 
+/// The API settings, the private key read and checked.
+fn api(path: &Path, a: ApiFile) -> Result<ApiConfig, ConfigError> {
+    let invalid = |key: &str, problem: String| ConfigError::Invalid { path: path.into(), key: key.into(), problem };
+    let base_url = a.base_url.unwrap_or_else(|| crate::github::DEFAULT_BASE_URL.into());
+    crate::github::base_url_allowed(&base_url).map_err(|why| invalid("github.api.baseUrl", why))?;
+    let auth = match (a.token_file, a.app) {
+        (Some(file), None) => {
+            // Read now too, so a missing file refuses the config instead of every call failing later.
+            std::fs::metadata(&file)
+                .map_err(|e| invalid("github.api.tokenFile", format!("cannot read {}: {e}", file.display())))?;
+            ApiAuth::TokenFile(file)
+        }
+        (None, Some(app)) => {
+            let key = "github.api.app.privateKeyFile";
+            let pem = std::fs::read(&app.private_key_file)
+                .map_err(|e| invalid(key, format!("cannot read {}: {e}", app.private_key_file.display())))?;
+            crate::github::app::App::new(app.id, &pem, app.installation_id).map_err(|why| invalid(key, why))?;
+            ApiAuth::App { id: app.id, private_key: pem, installation_id: app.installation_id }
+        }
+        _ => return Err(invalid("github.api", "set exactly one of tokenFile and app".into())),
+    };
+    Ok(ApiConfig { base_url, auth })
+}
+
 impl BridgeConfig {
     /// Parses and validates bridge config YAML, reading the secrets it names.
     pub fn parse(yaml: &str, path: &Path) -> Result<Self, ConfigError> {
@@ -231,19 +351,30 @@ impl BridgeConfig {
             .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         let invalid = |key: String, problem: String| ConfigError::Invalid { path: path.into(), key, problem };
         let github = match file.github {
-            Some(g) => Some(GithubConfig {
-                secret: secret(path, "github.secretFile", g.secret_file.as_ref(), g.secret_env.as_ref())?,
-                ignore_senders: g.ignore_senders,
-                events: g.events.unwrap_or_else(default_github_events),
-                allowed_author_associations: associations(
-                    g.allowed_author_associations
-                        .unwrap_or_else(|| DEFAULT_AUTHOR_ASSOCIATIONS.iter().map(|a| a.to_string()).collect()),
-                    "github.allowedAuthorAssociations".into(),
-                    path,
-                )?,
-            }),
+            Some(g) => {
+                let api = g.api.map(|a| api(path, a)).transpose()?;
+                let feedback = g.feedback.unwrap_or(if api.is_some() { Feedback::Reactions } else { Feedback::Off });
+                Some(GithubConfig {
+                    secret: secret(path, "github.secretFile", g.secret_file.as_ref(), g.secret_env.as_ref())?,
+                    ignore_senders: g.ignore_senders,
+                    events: g.events.unwrap_or_else(default_github_events),
+                    allowed_author_associations: associations(
+                        g.allowed_author_associations
+                            .unwrap_or_else(|| DEFAULT_AUTHOR_ASSOCIATIONS.iter().map(|a| a.to_string()).collect()),
+                        "github.allowedAuthorAssociations".into(),
+                        path,
+                    )?,
+                    api,
+                    feedback,
+                })
+            }
             None => None,
         };
+        let api_set = github.as_ref().is_some_and(|g| g.api.is_some());
+        let default_feedback = github.as_ref().map_or(Feedback::Off, |g| g.feedback);
+        if default_feedback != Feedback::Off && !api_set {
+            return Err(invalid("github.feedback".into(), "feedback needs github.api (credentials)".into()));
+        }
         let generic = match file.generic {
             Some(g) => {
                 let token = secret(path, "generic.tokenFile", g.token_file.as_ref(), g.token_env.as_ref())?;
@@ -262,7 +393,19 @@ impl BridgeConfig {
             let allowed = r
                 .allowed_author_associations
                 .map(|list| associations(list, format!("routes[{i}].allowedAuthorAssociations"), path));
+            let feedback = r.feedback.unwrap_or(default_feedback);
+            if feedback != Feedback::Off && !api_set {
+                return Err(invalid(format!("routes[{i}].feedback"), "feedback needs github.api (credentials)".into()));
+            }
+            if r.delete_after_seconds.is_some() && r.on_close != Some(OnClose::Delete) {
+                return Err(invalid(format!("routes[{i}].deleteAfterSeconds"), "only with onClose: Delete".into()));
+            }
             routes.push(Route {
+                feedback,
+                on_close: r.on_close.unwrap_or_default(),
+                delete_after: std::time::Duration::from_secs(
+                    r.delete_after_seconds.unwrap_or(DEFAULT_DELETE_AFTER_SECONDS),
+                ),
                 repository: glob(&r.repository),
                 id: slug(&r.repository),
                 allowed_author_associations: allowed.transpose()?,

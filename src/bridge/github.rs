@@ -53,6 +53,9 @@ pub struct Subject {
     /// The role of its author in the repository (`author_association` of the comment, the review, or the issue or
     /// pull request itself, whichever the event is about); `None` when the payload has none.
     pub association: Option<String>,
+    /// The comment's id (`issue_comment`, `pull_request_review_comment`); `None` for an issue, a pull request or a
+    /// review.
+    pub comment_id: Option<u64>,
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -78,6 +81,7 @@ pub fn subject(payload: &Value) -> Result<Subject, &'static str> {
         body: str_at(detail, &["body"]).unwrap_or_default().to_string(),
         url: str_at(detail, &["html_url"]).or_else(|| str_at(item, &["html_url"])).unwrap_or_default().to_string(),
         association: str_at(detail, &["author_association"]).map(str::to_string),
+        comment_id: payload.get("comment").and_then(|c| c.get("id")).and_then(Value::as_u64),
     })
 }
 
@@ -116,6 +120,7 @@ mod tests {
         })))
         .unwrap();
         assert_eq!(comment.association.as_deref(), Some("MEMBER"), "the comment's author, not the issue's");
+        assert_eq!(comment.comment_id, None, "this one carries no id");
         assert_eq!(
             (comment.number, comment.body.as_str(), comment.url.as_str(), comment.repo.as_str()),
             (7, "please look", "https://x/7#c1", "hello")

@@ -14,13 +14,32 @@ pub(crate) struct IgnoredLabels {
 
 /// Why a delivery is answered 202 `ignored`: the `reason` label of `worksession_bridge_ignored_total`.
 pub const IGNORED_REASONS: &[&str] =
-    &["event", "subject", "sender", "unrouted", "author_association", "max_sessions", "empty_work_item"];
+    &["event", "subject", "sender", "unrouted", "author_association", "max_sessions", "empty_work_item", "lifecycle"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
     pub(crate) endpoint: &'static str,
     pub(crate) status: u16,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct GithubLabels {
+    pub(crate) call: &'static str,
+    pub(crate) outcome: &'static str,
+}
+
+/// The calls to GitHub's API (`call` of `worksession_bridge_github_calls_total`).
+pub const GITHUB_CALLS: &[&str] = &["reaction", "comment", "search"];
+/// How each ended (`outcome`): done, failed and tried again later, refused for good.
+pub const GITHUB_OUTCOMES: &[&str] = &["ok", "retried", "refused"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LifecycleLabels {
+    pub(crate) action: &'static str,
+}
+
+/// What closing and reopening did (`action` of `worksession_bridge_lifecycle_total`).
+pub const LIFECYCLE_ACTIONS: &[&str] = &["archived", "reopened", "deleted"];
 
 /// The bridge's metrics, under the prefix `worksession_bridge`.
 #[derive(Clone)]
@@ -31,6 +50,8 @@ pub struct BridgeMetrics {
     pub(crate) signature_failures: Counter,
     pub(crate) api_latency: Histogram,
     pub(crate) ignored: Family<IgnoredLabels, Counter>,
+    pub(crate) github_calls: Family<GithubLabels, Counter>,
+    pub(crate) lifecycle: Family<LifecycleLabels, Counter>,
 }
 
 impl BridgeMetrics {
@@ -43,7 +64,27 @@ impl BridgeMetrics {
             signature_failures: Counter::default(),
             api_latency: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             ignored: Family::default(),
+            github_calls: Family::default(),
+            lifecycle: Family::default(),
         };
+        registry.register(
+            "github_calls",
+            "Calls to GitHub's API for feedback, by call and outcome",
+            m.github_calls.clone(),
+        );
+        for call in GITHUB_CALLS {
+            for outcome in GITHUB_OUTCOMES {
+                let _ = m.github_calls.get_or_create(&GithubLabels { call, outcome });
+            }
+        }
+        registry.register(
+            "lifecycle",
+            "Sessions archived, reopened and deleted as their work items closed",
+            m.lifecycle.clone(),
+        );
+        for action in LIFECYCLE_ACTIONS {
+            let _ = m.lifecycle.get_or_create(&LifecycleLabels { action });
+        }
         registry.register("ignored", "Deliveries answered 202 ignored, by reason", m.ignored.clone());
         for reason in IGNORED_REASONS {
             let _ = m.ignored.get_or_create(&IgnoredLabels { reason });

@@ -3,6 +3,7 @@
 //! is the one error type, mapped to HTTP statuses.
 
 pub mod config;
+pub mod feedback;
 pub mod github;
 pub mod metrics;
 
@@ -17,7 +18,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use kube::Resource;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -188,13 +188,17 @@ impl<S: Sink> Bridge<S> {
             },
             create => self.session(namespace, session, create.map(|(ws, _)| ws)).await?,
         };
+        if ws.metadata.deletion_timestamp.is_some() {
+            // Its events go with it (the agent's finalizer deletes them): one written now would be lost once
+            // acknowledged. After it is gone, a route makes a new session for the retry.
+            return Err(ApiError::Unavailable(format!("WorkSession {namespace}/{session} is being deleted; retry")));
+        }
         let labels = event.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SESSION_LABEL.into(), session.into());
         // An unplaced session's events stay unlabelled: the controller labels them when it places the session.
         if let Some(node) = &ws.spec.node_name {
             labels.insert(NODE_LABEL.into(), node_label_value(node));
         }
-        event.metadata.owner_references = owner_reference(&ws).map(|o| vec![o]);
         let name = event.metadata.name.clone().unwrap_or_default();
         if self.sink.create_event(namespace, &event).await? {
             self.metrics.events_created.inc();
@@ -238,8 +242,7 @@ impl<S: Sink> Bridge<S> {
         self.session(namespace, name, Some(create)).await.map(Ok)
     }
 
-    /// The WorkSession, read fresh (creating it from `create` when missing): the event's owner reference must name
-    /// the session that lives now, or garbage collection would delete the event after it was acknowledged.
+    /// The WorkSession (from the store's cache where it keeps one; creating it from `create` when missing).
     async fn session(&self, namespace: &str, name: &str, create: Option<WorkSession>) -> Result<WorkSession, ApiError> {
         match self.sink.session(namespace, name, create).await? {
             Some(ws) => Ok(ws),
@@ -301,19 +304,30 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         return Ok(answer(StatusCode::OK, "pong", json!({})));
     }
     let action = payload.get("action").and_then(Value::as_str).unwrap_or_default().to_string();
-    if !gh.events.get(&kind).is_some_and(|actions| actions.iter().any(|a| a == &action)) {
+    // The work item closing or reopening: never a prompt, whoever did it (the agents' own bot merging its pull
+    // request archives it too).
+    let closing = matches!(kind.as_str(), "issues" | "pull_request").then(|| match action.as_str() {
+        "closed" => Some(true),
+        "reopened" => Some(false),
+        _ => None,
+    });
+    if closing.flatten().is_none() && !gh.events.get(&kind).is_some_and(|actions| actions.iter().any(|a| a == &action))
+    {
         return Ok(bridge.ignored("event", format!("event {kind:?} with action {action:?} is not accepted")));
     }
     let subject = match github::subject(&payload) {
         Ok(s) => s,
         Err(why) => return Ok(bridge.ignored("subject", why.into())),
     };
-    if gh.ignore_senders.iter().any(|s| s == &subject.sender) {
-        return Ok(bridge.ignored("sender", format!("sender {} is on the ignore list", subject.sender)));
-    }
     let Some(route) = config.route(&subject.repository) else {
         return Ok(bridge.ignored("unrouted", format!("no rule routes {}", subject.repository)));
     };
+    if let Some(closed) = closing.flatten() {
+        return lifecycle(bridge, route, &subject, closed).await;
+    }
+    if gh.ignore_senders.iter().any(|s| s == &subject.sender) {
+        return Ok(bridge.ignored("sender", format!("sender {} is on the ignore list", subject.sender)));
+    }
     // Who may prompt: the role of the person behind the comment, review or issue (see the README's table of checks).
     let allowed = route.allowed_author_associations.as_ref().unwrap_or(&gh.allowed_author_associations);
     let association = subject.association.as_deref().unwrap_or("NONE");
@@ -339,13 +353,9 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         ("url", subject.url.as_str()),
         ("body", subject.body.as_str()),
     ];
-    let rendered = render(&route.work_item, &vars);
-    if crate::api::dns_label(&rendered).is_empty() {
-        // Nothing of it is left in a name (a slug would make one from the hash of nothing: every such event in one
-        // session).
+    let Some(work_item) = work_item_of(route, &vars) else {
         return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
-    }
-    let work_item = slug(&rendered);
+    };
     let mut create = WorkSession::new(
         &work_item,
         WorkSessionSpec {
@@ -362,7 +372,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
     );
     create.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.id.clone())].into());
     let cap = route.max_sessions.map(|max| Cap { route: &route.id, max });
-    let event = work_event(
+    let mut event = work_event(
         event_name("gh", &delivery),
         &work_item,
         render(&config.prompt_template, &vars),
@@ -372,18 +382,66 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             event: Some(kind),
             action: Some(action),
             url: (!subject.url.is_empty()).then_some(subject.url.clone()),
+            repository: Some(subject.repository.clone()),
+            number: Some(subject.number),
+            comment_id: subject.comment_id,
         },
     );
+    // The route it came by: its feedback setting applies (bridge/feedback.rs watches events with this label).
+    event.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.id.clone())].into());
     bridge.deliver(&route.namespace, &work_item, Some((create, cap)), event).await
 }
 
-/// The owner reference that ties a WorkEvent to its WorkSession.
-fn owner_reference(ws: &WorkSession) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    ws.controller_owner_ref(&()).map(|mut o| {
-        o.controller = Some(false);
-        o.block_owner_deletion = None;
-        o
-    })
+/// The work item a route makes of an event; `None` when nothing of it is left in a name (a slug would make one from
+/// the hash of nothing: every such event in one session).
+fn work_item_of(route: &config::Route, vars: &[(&str, &str)]) -> Option<String> {
+    let rendered = render(&route.work_item, vars);
+    (!crate::api::dns_label(&rendered).is_empty()).then(|| slug(&rendered))
+}
+
+/// An issue or pull request closed (`closed`) or reopened: its session archived or woken as the route says.
+async fn lifecycle<S: Sink>(
+    bridge: &Bridge<S>,
+    route: &config::Route,
+    subject: &github::Subject,
+    closed: bool,
+) -> Result<Response, ApiError> {
+    let action = if closed { "closed" } else { "reopened" };
+    if route.on_close == config::OnClose::Nothing {
+        return Ok(
+            bridge.ignored("lifecycle", format!("rule {} does nothing when a work item is {action}", route.pattern))
+        );
+    }
+    let number = subject.number.to_string();
+    let vars = [
+        ("owner", subject.owner.as_str()),
+        ("repo", subject.repo.as_str()),
+        ("repository", subject.repository.as_str()),
+        ("number", number.as_str()),
+    ];
+    let Some(work_item) = work_item_of(route, &vars) else {
+        return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
+    };
+    let namespace = route.namespace.as_str();
+    let delete_at = (closed && route.on_close == config::OnClose::Delete).then(|| {
+        let after = k8s_openapi::jiff::SignedDuration::try_from(route.delete_after).unwrap_or_default();
+        k8s_openapi::jiff::Timestamp::now().checked_add(after).unwrap_or(k8s_openapi::jiff::Timestamp::MAX)
+    });
+    let written = tokio::time::timeout(API_TIMEOUT, bridge.sink.archive(namespace, &work_item, closed, delete_at))
+        .await
+        .map_err(|_| {
+            ApiError::Unavailable(format!("the API server did not answer within {}s", API_TIMEOUT.as_secs()))
+        })??;
+    if !written {
+        return Ok(bridge.ignored(
+            "lifecycle",
+            format!("{} was {action}; it has no WorkSession {namespace}/{work_item}", subject.repository),
+        ));
+    }
+    let (outcome, counted) = if closed { ("archived", "archived") } else { ("reopened", "reopened") };
+    bridge.metrics.lifecycle.get_or_create(&metrics::LifecycleLabels { action: counted }).inc();
+    tracing::info!(event = "bridge.lifecycle", namespace, session = work_item, action, delete_at = ?delete_at, "{} #{} {action}", subject.repository, subject.number);
+    Ok(answer(StatusCode::OK, outcome, json!({"workSession": work_item, "namespace": namespace})))
 }
 
 fn work_event(name: String, session: &str, prompt: String, source: EventSource) -> WorkEvent {
@@ -436,7 +494,13 @@ pub struct Options {
     pub listen: SocketAddr,
     /// Where `/metrics`, `/livez`, `/readyz` are served.
     pub admin_addr: Option<SocketAddr>,
+    /// The API server to watch the bridge's WorkEvents on for GitHub feedback (with `github.api` set); `None` in local
+    /// mode, which gives none.
+    pub feedback: Option<kube::Client>,
 }
+
+/// How often archived sessions whose deletion time passed are looked for (`onClose: Delete`).
+pub const DELETE_SWEEP: Duration = Duration::from_secs(60);
 
 /// Runs the bridge, writing to `sink`, until the process is asked to stop.
 pub async fn run<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<()> {
@@ -452,6 +516,34 @@ pub async fn run<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<
             loop {
                 ready.store(sink.ready().await, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    });
+    let api = options.config.borrow().github.as_ref().and_then(|g| g.api.clone());
+    if let (Some(client), Some(api)) = (options.feedback, api) {
+        let github = Arc::new(feedback::github_of(&api)?);
+        tokio::spawn(feedback::run(client, github, options.config.clone(), metrics.clone()));
+    }
+    tokio::spawn({
+        let (sink, metrics) = (sink.clone(), metrics.clone());
+        async move {
+            loop {
+                tokio::time::sleep(DELETE_SWEEP).await;
+                match sink.delete_due(k8s_openapi::jiff::Timestamp::now()).await {
+                    Ok(deleted) => {
+                        for session in deleted {
+                            metrics.lifecycle.get_or_create(&metrics::LifecycleLabels { action: "deleted" }).inc();
+                            tracing::info!(
+                                event = "bridge.deleted",
+                                session,
+                                "archived past its deleteAfterSeconds: deleted"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(event = "bridge.delete_failed", error = %e, "deleting archived sessions failed; trying again")
+                    }
+                }
             }
         }
     });

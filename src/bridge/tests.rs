@@ -66,6 +66,29 @@ impl Sink for Arc<Recorder> {
         Ok(true)
     }
 
+    async fn archive(
+        &self,
+        namespace: &str,
+        name: &str,
+        archived: bool,
+        delete_at: Option<k8s_openapi::jiff::Timestamp>,
+    ) -> Result<bool, SinkError> {
+        let mut sessions = self.sessions.lock().unwrap();
+        let Some(ws) = sessions.get_mut(&format!("{namespace}/{name}")) else { return Ok(false) };
+        ws.spec.archived = archived;
+        let at = delete_at.filter(|_| archived).map(|t| t.to_string());
+        let annotations = ws.metadata.annotations.get_or_insert_with(Default::default);
+        match at {
+            Some(at) => annotations.insert(crate::api::DELETE_AT_ANNOTATION.into(), at),
+            None => annotations.remove(crate::api::DELETE_AT_ANNOTATION),
+        };
+        Ok(true)
+    }
+
+    async fn delete_due(&self, _now: k8s_openapi::jiff::Timestamp) -> Result<Vec<String>, SinkError> {
+        Ok(Vec::new())
+    }
+
     async fn ready(&self) -> bool {
         !self.down.load(Ordering::Relaxed)
     }
@@ -82,6 +105,8 @@ fn config() -> BridgeConfig {
             ignore_senders: vec!["agents-bot".into()],
             events: config::default_github_events(),
             allowed_author_associations: config::DEFAULT_AUTHOR_ASSOCIATIONS.iter().map(|a| a.to_string()).collect(),
+            api: None,
+            feedback: config::Feedback::Off,
         }),
         generic: Some(config::GenericConfig {
             token: TOKEN.into(),
@@ -103,6 +128,9 @@ fn config() -> BridgeConfig {
             allowed_author_associations: None,
             max_sessions: None,
             id: config::slug("octo-org/*"),
+            feedback: config::Feedback::Off,
+            on_close: config::OnClose::Archive,
+            delete_after: std::time::Duration::from_secs(config::DEFAULT_DELETE_AFTER_SECONDS),
         }],
         prompt_template: config::DEFAULT_PROMPT_TEMPLATE.into(),
     }

@@ -94,6 +94,9 @@ words! {
         Moving,
         /// Stopped after `spec.idle.suspendAfterSeconds` of quiet; the next prompt resumes it.
         Idle,
+        /// Stopped because its work item is closed (`spec.archived`); the next prompt, or the work item reopening,
+        /// resumes it.
+        Archived,
         /// Another session of the workdir is still discovering its conversation's id.
         WaitingForDiscovery,
         /// Rooms are on and this session has none: no harness starts.

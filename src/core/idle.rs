@@ -12,6 +12,9 @@ use k8s_openapi::jiff::Timestamp;
 use super::{Decision, EventReason, Notice, Op, ReadyReason, Settings, later, until};
 use crate::api::Phase;
 
+/// The first words of an archived session's `Ready` message.
+const ARCHIVED: &str = "its work item is closed (spec.archived); the next event resumes the conversation";
+
 impl Decision<'_, '_> {
     /// After the live pane's prompts are handled: stop it when it has been quiet for the idle period and nothing is
     /// owed to it, else come back when the period would end.
@@ -40,16 +43,40 @@ impl Decision<'_, '_> {
             return;
         }
         self.ops.push(Op::Stop { session: self.session.clone() });
-        self.status.phase = Some(Phase::Idle);
         self.status.idle_since = Some(Time(input.context.now));
+        if settings.archived {
+            self.status.phase = Some(Phase::Archived);
+            let message = format!("{ARCHIVED}; stopped after {after}s without output, the conversation kept");
+            self.ready(false, ReadyReason::Archived, message.clone());
+            self.notice(Notice::new(EventReason::Archived, message));
+            return;
+        }
+        self.status.phase = Some(Phase::Idle);
         let message = format!("stopped after {after}s without output; the next event resumes the conversation");
         self.ready(false, ReadyReason::Idle, message.clone());
         self.notice(Notice::new(EventReason::IdleStopped, message));
     }
 
-    /// Not running: whether the session stays idle (nothing waits for it). A prompt that waits wakes it.
+    /// Not running: whether the session stays idle or archived (nothing waits for it, and an archived one is still
+    /// archived). A prompt that waits wakes it; so does an archived session's work item reopening.
     pub(super) fn stays_idle(&mut self, waiting: usize) -> bool {
-        if self.status.phase != Some(Phase::Idle) {
+        let archived = self.input.object.spec.archived;
+        if self.status.phase == Some(Phase::Archived) && !archived {
+            self.status.idle_since = None;
+            self.notice(Notice::new(EventReason::Woken, "its work item reopened: the conversation is resumed"));
+            return false;
+        }
+        if archived && waiting == 0 {
+            // Also one that was not running when its work item closed: it reads archived, and nothing starts it.
+            if self.status.phase != Some(Phase::Archived)
+                || !super::has_reason(&self.status.conditions, ReadyReason::Archived)
+            {
+                self.status.phase = Some(Phase::Archived);
+                self.ready(false, ReadyReason::Archived, format!("{ARCHIVED}, the conversation kept"));
+            }
+            return true;
+        }
+        if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived)) {
             return false;
         }
         if waiting == 0 {
@@ -61,7 +88,8 @@ impl Decision<'_, '_> {
             return true;
         }
         self.status.idle_since = None;
-        let message = format!("{waiting} prompt(s) wake the idle harness");
+        let what = if self.status.phase == Some(Phase::Archived) { "archived" } else { "idle" };
+        let message = format!("{waiting} prompt(s) wake the {what} harness");
         self.notice(Notice::new(EventReason::Woken, message));
         false
     }

@@ -67,6 +67,10 @@ pub const CONFLICT_RECHECK: Duration = Duration::from_secs(5);
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(600);
 
+/// The longest quiet before the harness of an archived session (`spec.archived`) is stopped: one that closed its work
+/// item is usually long quiet, one woken by a comment on the closed item works on it first.
+pub const ARCHIVE_QUIET_SECONDS: u32 = 60;
+
 /// Whether an update of a prompt counts a delivery attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attempt {
@@ -84,24 +88,33 @@ struct Settings {
     enabled: bool,
     probe: u32,
     settle: u32,
-    /// Seconds of quiet before an idle stop; `None`: never.
+    /// Seconds of quiet before an idle stop (or, archived, the archive stop); `None`: never.
     idle: Option<u32>,
+    /// `spec.archived`: the quiet stop is an archive, and nothing but a prompt starts the harness.
+    archived: bool,
 }
 
 impl Settings {
     fn of(spec: &WorkSessionSpec, config: &Config) -> Self {
         let r = spec.resume.clone().unwrap_or_default();
         let d = config.defaults;
+        let idle = spec
+            .idle
+            .as_ref()
+            .and_then(|i| i.suspend_after_seconds)
+            .or(d.idle_suspend_after_seconds)
+            .filter(|s| *s > 0);
+        let idle = if spec.archived {
+            Some(idle.map_or(ARCHIVE_QUIET_SECONDS, |s| s.min(ARCHIVE_QUIET_SECONDS)))
+        } else {
+            idle
+        };
         Self {
             enabled: r.enabled.unwrap_or(d.resume_on_respawn),
             probe: r.probe_seconds.unwrap_or(d.resume_probe_seconds),
             settle: r.settle_seconds.unwrap_or(d.resume_settle_seconds),
-            idle: spec
-                .idle
-                .as_ref()
-                .and_then(|i| i.suspend_after_seconds)
-                .or(d.idle_suspend_after_seconds)
-                .filter(|s| *s > 0),
+            idle,
+            archived: spec.archived,
         }
     }
 }
@@ -319,7 +332,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             // tmux runs in a container of its own: never start a server here; wait for it to come back.
             self.return_unconfirmed("the tmux server is gone; it will be sent again");
             // An idle session stays idle: it was stopped on purpose, and only a prompt wakes it.
-            if self.status.phase != Some(Phase::Idle) {
+            if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived)) {
                 self.status.phase = Some(Phase::Pending);
             }
             self.ready(

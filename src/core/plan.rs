@@ -299,7 +299,9 @@ pub enum Op {
     Event(EventUpdate),
     /// Report: a log line with the seed's event name, and a Kubernetes Event.
     Notice(Notice),
-    /// Drop the agent's finalizer.
+    /// Delete the session's WorkEvents, then drop the agent's finalizer: the finalizer is what removes a deleted
+    /// session's events (the bridge writes them from its cache, with no owner reference a stale UID could make the
+    /// garbage collector act on).
     ReleaseFinalizer,
     /// The object is going without the agent's finalizer: it is no longer this agent's, and nothing of the node is
     /// held for it any more (its claims, a spawn failure kept for it).
@@ -389,6 +391,8 @@ crate::words::words! {
         WaitingForInput,
         /// The session was handed to another node (a move asked for it).
         Moved,
+        /// The harness of a session whose work item is closed was stopped (`spec.archived`).
+        Archived,
     }
 }
 
@@ -412,6 +416,7 @@ impl EventReason {
             EventReason::ConversationChanged => "session.conversation_changed",
             EventReason::WaitingForInput => "session.waiting_for_input",
             EventReason::Moved => "session.moved",
+            EventReason::Archived => "session.archived",
         }
     }
 
@@ -425,7 +430,8 @@ impl EventReason {
             | EventReason::Woken
             | EventReason::WorkspacePrepared
             | EventReason::ConversationChanged
-            | EventReason::Moved => Severity::Normal,
+            | EventReason::Moved
+            | EventReason::Archived => Severity::Normal,
             _ => Severity::Warning,
         }
     }

@@ -46,11 +46,13 @@ impl<'a, 'i> Decision<'a, 'i> {
         let mut waiting = self.prompts();
         // Those the transcript showed were just recorded delivered.
         waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key)));
+        let reopened = self.status.phase == Some(Phase::Archived) && !input.object.spec.archived;
         if self.stays_idle(waiting.len()) {
             return;
         }
-        let wanted = !waiting.is_empty() || first_start || input.object.spec.restart_policy == RestartPolicy::Always;
-        if input.object.spec.restart_policy == RestartPolicy::Never && !first_start {
+        let wanted =
+            !waiting.is_empty() || reopened || first_start || input.object.spec.restart_policy == RestartPolicy::Always;
+        if input.object.spec.restart_policy == RestartPolicy::Never && !first_start && !reopened {
             self.status.phase = Some(Phase::Failed);
             let message = format!("the harness exited and restartPolicy is Never ({} prompts wait)", waiting.len());
             self.ready(false, ReadyReason::HarnessExited, message);
@@ -157,6 +159,13 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
         };
         let boot_key = boot.map(|(key, _)| key);
+        // An initial prompt this command line does not carry (too long, or a resume without `{prompt}`) is recorded
+        // as owed before the spawn: once the spawn is on record, an untracked one reads as a session adopted
+        // mid-life, which is never sent it.
+        let owed = super::initial_prompt_owed(input.object.spec, &self.status) == Some(EventPhase::Pending);
+        if owed && boot_key != Some(INITIAL_PROMPT) && self.status.initial_prompt.is_none() {
+            self.set_prompt(INITIAL_PROMPT, EventPhase::Pending, None, Attempt::No, None);
+        }
         self.claim_for(profile, &v);
         self.status.verification = Some(v);
         if self.session != self.configured {

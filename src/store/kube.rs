@@ -2,14 +2,21 @@
 //! reads that are quorum reads (so a decision never starts from a status older than the agent's own last write),
 //! and creates under the bridge's field manager.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::{FINALIZER, Sink, SinkError, Store, StoreError};
-use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use crate::api::{DELETE_AT_ANNOTATION, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
 use crate::core::{Notice, Severity};
 
 /// The Kubernetes store.
@@ -140,12 +147,30 @@ impl Store for KubeStore {
 #[derive(Clone)]
 pub struct KubeSink {
     client: Client,
+    /// Every WorkSession, as a watch keeps it: what a delivery reads (a fresh read per delivery held the bridge to
+    /// 0.62x of creating WorkEvents directly). Nothing a delivery takes from it can be wrong in a way that loses an
+    /// event: the event names its session by name (no owner reference by UID), and a session missing here is read
+    /// fresh before one is created.
+    sessions: reflector::Store<WorkSession>,
+    synced: Arc<AtomicBool>,
 }
 
 impl KubeSink {
-    /// Writes through `client`.
+    /// Writes through `client`; starts the watch of WorkSessions (in every namespace: routes may name any).
     pub fn new(client: Client) -> Self {
-        Self { client }
+        let (sessions, writer) = reflector::store();
+        let synced = Arc::new(AtomicBool::new(false));
+        let stream = reflector(writer, watcher(Api::<WorkSession>::all(client.clone()), watcher::Config::default()));
+        tokio::spawn(stream.default_backoff().for_each(|_| std::future::ready(())));
+        tokio::spawn({
+            let (sessions, synced) = (sessions.clone(), synced.clone());
+            async move {
+                if sessions.wait_until_ready().await.is_ok() {
+                    synced.store(true, Ordering::Relaxed);
+                }
+            }
+        });
+        Self { client, sessions, synced }
     }
 }
 
@@ -160,6 +185,12 @@ impl Sink for KubeSink {
         name: &str,
         create: Option<WorkSession>,
     ) -> Result<Option<WorkSession>, SinkError> {
+        if self.synced.load(Ordering::Relaxed)
+            && let Some(ws) = self.sessions.get(&ObjectRef::new(name).within(namespace))
+        {
+            return Ok(Some((*ws).clone()));
+        }
+        // Not in the cache (made a moment ago, or never): read fresh before creating.
         let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
         if let Some(ws) = api.get_opt(name).await? {
             return Ok(Some(ws));
@@ -170,6 +201,52 @@ impl Sink for KubeSink {
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(api.get_opt(name).await?), // made meanwhile
             Err(e) => Err(e.into()),
         }
+    }
+
+    async fn archive(
+        &self,
+        namespace: &str,
+        name: &str,
+        archived: bool,
+        delete_at: Option<Timestamp>,
+    ) -> Result<bool, SinkError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        let delete_at = delete_at.filter(|_| archived).map(|t| t.to_string());
+        let patch =
+            json!({"metadata": {"annotations": {DELETE_AT_ANNOTATION: delete_at}}, "spec": {"archived": archived}});
+        match api
+            .patch(
+                name,
+                &PatchParams { field_manager: Some("worksession-bridge".into()), ..Default::default() },
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn delete_due(&self, now: Timestamp) -> Result<Vec<String>, SinkError> {
+        let due = self.sessions.state().into_iter().filter(|ws| {
+            let at = ws.annotations().get(DELETE_AT_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok());
+            ws.spec.archived && ws.metadata.deletion_timestamp.is_none() && at.is_some_and(|t| t <= now)
+        });
+        let mut deleted = Vec::new();
+        for ws in due {
+            let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
+            let api = Api::<WorkSession>::namespaced(self.client.clone(), &namespace);
+            // Only the very object the cache showed archived (reopened since, it has another resourceVersion).
+            let preconditions = kube::api::Preconditions { uid: ws.uid(), resource_version: ws.resource_version() };
+            let params = kube::api::DeleteParams { preconditions: Some(preconditions), ..Default::default() };
+            match api.delete(&name, &params).await {
+                Ok(_) => deleted.push(format!("{namespace}/{name}")),
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(deleted)
     }
 
     async fn count_sessions(&self, namespace: &str, (key, value): (&str, &str)) -> Result<usize, SinkError> {

@@ -127,6 +127,21 @@ pub trait Sink: Send + Sync + 'static {
     ) -> impl Future<Output = Result<usize, SinkError>> + Send;
     /// Creates `event`; `Ok(false)` when it already exists (a redelivery).
     fn create_event(&self, namespace: &str, event: &WorkEvent) -> impl Future<Output = Result<bool, SinkError>> + Send;
+    /// Archives the WorkSession `namespace/name` (`archived`: `spec.archived` set, with [`crate::api::DELETE_AT_ANNOTATION`]
+    /// at `delete_at` when given) or reopens it (both cleared); `Ok(false)` when it does not exist.
+    fn archive(
+        &self,
+        namespace: &str,
+        name: &str,
+        archived: bool,
+        delete_at: Option<k8s_openapi::jiff::Timestamp>,
+    ) -> impl Future<Output = Result<bool, SinkError>> + Send;
+    /// Deletes every archived WorkSession whose [`crate::api::DELETE_AT_ANNOTATION`] time is before `now`; returns
+    /// their `namespace/name`s.
+    fn delete_due(
+        &self,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> impl Future<Output = Result<Vec<String>, SinkError>> + Send;
     /// Whether the API server answers (for `/readyz`).
     fn ready(&self) -> impl Future<Output = bool> + Send;
 }

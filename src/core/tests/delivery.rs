@@ -303,3 +303,27 @@ fn crash_safe_a_fresh_spawn_whose_tmux_server_restarted_is_not_run_again() {
     case.now = t(200);
     assert_eq!(spawned(&case.step()), format!("spawn loop-ns_repo-12 claude --resume {NEW} -- please fix the bug"));
 }
+
+#[test]
+fn an_initial_prompt_not_on_the_command_line_is_owed_until_pasted() {
+    // Too long for a command line (and so is one of a resume without `{prompt}`, opencode's): the spawn survives the
+    // probe before its harness shows it is ready, and the prompt is still owed, then pasted once it is.
+    let long = "x".repeat(ARGV_PROMPT_LIMIT + 1);
+    let mut case = first_start();
+    case.spec.initial_prompt = Some(long.clone());
+    let plan = case.step();
+    assert!(!spawned(&plan).contains('x'), "no prompt on the command line: {}", spawned(&plan));
+    assert_eq!(initial(&plan), Some(EventPhase::Pending), "owed, from the intent on");
+    case.liveness = Liveness::Alive;
+    case.screen = Some("booting");
+    case.now = t(102);
+    let plan = case.step();
+    assert_eq!(initial(&plan), Some(EventPhase::Pending), "survived, not yet ready: still owed");
+    case.now = t(103);
+    assert_eq!(initial(&case.step()), Some(EventPhase::Pending), "and after its spawn is recorded");
+    case.screen = Some(CLAUDE_READY);
+    case.now = t(104);
+    let plan = case.step();
+    assert_eq!(ops(&plan)[0], format!("paste {INITIAL_PROMPT} into loop-ns_repo-12: {long}"));
+    assert_eq!(initial(&plan), Some(EventPhase::Delivering));
+}

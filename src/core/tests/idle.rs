@@ -108,3 +108,74 @@ fn an_idle_session_stays_idle_while_the_tmux_server_is_gone() {
     assert_eq!(ops(&plan), Vec::<String>::new());
     assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Idle), Some(("False", "Idle"))));
 }
+
+// Issue 28: a closed work item archives its session (`spec.archived`), the stop of an idle one with a short period.
+
+#[test]
+fn a_closed_work_item_stops_its_quiet_harness_within_a_minute_as_archived() {
+    let mut case = quiet_since(39); // quiet for 61 s at t(100); the session's own idle period is an hour
+    case.spec.idle = Some(IdleSpec { suspend_after_seconds: Some(3600) });
+    case.spec.archived = true;
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["stop loop-ns_repo-12", "session.archived"]);
+    assert_eq!(
+        (plan.status.phase, condition(&plan.status, READY)),
+        (Some(Phase::Archived), Some(("False", "Archived")))
+    );
+    assert_eq!((plan.status.failure_count, plan.status.respawn_count), (0, 0), "not a death");
+    // Without an idle period of its own, archived: the same minute.
+    let mut unset = quiet_since(39);
+    unset.spec.idle = None;
+    unset.spec.archived = true;
+    assert_eq!(ops(&unset.step()), ["stop loop-ns_repo-12", "session.archived"]);
+    // One that printed within the minute works on: it is stopped once quiet.
+    let mut busy = quiet_since(70);
+    busy.spec.archived = true;
+    let plan = busy.step();
+    assert_eq!((ops(&plan), plan.requeue_after), (Vec::<String>::new(), Some(Duration::from_secs(30))));
+}
+
+/// A session archived while it ran with restartPolicy Always, its harness since stopped.
+fn archived_and_stopped() -> Case {
+    let mut case = quiet_since(0);
+    case.spec.archived = true;
+    case.spec.restart_policy = RestartPolicy::Always;
+    case.step();
+    case.liveness = Liveness::Absent;
+    case.tmux = None;
+    case.now = t(200);
+    case
+}
+
+#[test]
+fn an_archived_session_is_not_started_but_a_prompt_wakes_it_and_reopening_resumes_it() {
+    let mut case = archived_and_stopped();
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "whatever its restart policy");
+    assert_eq!(plan.status.phase, Some(Phase::Archived));
+    // A comment on the closed work item: resumed with it, never lost to the archive.
+    case.events = vec![ev("e1", "please fix the bug")];
+    let plan = case.step();
+    assert_eq!(ops(&plan)[..2], ["record intent", "session.woken"]);
+    assert_eq!(spawned(&plan), RESUME_E1);
+    // Reopened: the conversation is resumed at once, nothing waiting.
+    let mut case = archived_and_stopped();
+    case.step();
+    case.spec.archived = false;
+    let plan = case.step();
+    assert_eq!(ops(&plan)[..2], ["record intent", "session.woken"]);
+    assert_eq!(spawned(&plan), format!("spawn loop-ns_repo-12 claude --resume {OLD}"));
+}
+
+#[test]
+fn a_session_not_running_when_its_work_item_closes_reads_archived_and_never_starts() {
+    let mut case = Case::new(WorkSessionStatus::default()); // never started
+    case.events = Vec::new();
+    case.spec.archived = true;
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new());
+    assert_eq!(
+        (plan.status.phase, condition(&plan.status, READY)),
+        (Some(Phase::Archived), Some(("False", "Archived")))
+    );
+}

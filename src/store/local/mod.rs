@@ -282,6 +282,39 @@ impl Sink for std::sync::Arc<LocalStore> {
         Ok(created)
     }
 
+    async fn archive(
+        &self,
+        _namespace: &str,
+        name: &str,
+        archived: bool,
+        _delete_at: Option<k8s_openapi::jiff::Timestamp>,
+    ) -> Result<bool, SinkError> {
+        let unavailable = |e: String| SinkError::Unavailable(e);
+        let Some((path, _)) = self.session_path(name).map_err(|e| unavailable(e.to_string()))? else {
+            return Ok(false);
+        };
+        // The manifest as written (a person's comments and all but `spec.archived` stay as they are in meaning).
+        let text = std::fs::read_to_string(&path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        let mut value: Value =
+            serde_yaml_ng::from_str(&text).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
+            return Err(SinkError::Rejected(format!("{} has no spec", path.display())));
+        };
+        if archived {
+            spec.insert("archived".into(), Value::Bool(true));
+        } else {
+            spec.remove("archived");
+        }
+        write_atomic(&path, &value).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        lock(&self.index).reload(&path);
+        Ok(true)
+    }
+
+    async fn delete_due(&self, _now: k8s_openapi::jiff::Timestamp) -> Result<Vec<String>, SinkError> {
+        // Local mode keeps what it archived (its manifests are a person's files): `onClose: Delete` archives only.
+        Ok(Vec::new())
+    }
+
     async fn ready(&self) -> bool {
         self.dir.is_dir()
     }

@@ -1,0 +1,105 @@
+//! What a WorkEvent is owed, in the issue's words (issue 28, point 1): a reaction once `Delivered` and not before; on
+//! `Failed` a sign and, with comments, one short comment that never repeats the prompt; once per change; and the claim
+//! that keeps two bridges from both acting.
+
+use super::*;
+use crate::api::{EventSource, WorkEventSpec, WorkEventStatus};
+
+fn event(kind: &str, comment_id: Option<u64>, phase: Option<EventPhase>) -> WorkEvent {
+    let mut ev = WorkEvent::new(
+        "gh-1",
+        WorkEventSpec {
+            session: "octo-hello-7".into(),
+            prompt: "please refactor the parser".into(),
+            source: Some(EventSource {
+                type_: SourceType::Github,
+                event: Some(kind.into()),
+                repository: Some("octo/hello".into()),
+                number: Some(7),
+                comment_id,
+                ..Default::default()
+            }),
+            command: false,
+        },
+    );
+    ev.metadata.namespace = Some("agents".into());
+    ev.status = Some(WorkEventStatus { phase, ..Default::default() });
+    ev
+}
+
+#[test]
+fn a_reaction_once_delivered_and_not_before() {
+    for phase in [None, Some(EventPhase::Pending), Some(EventPhase::Delivering)] {
+        assert_eq!(owed(&event("issue_comment", Some(42), phase), Feedback::Reactions), None, "{phase:?}");
+    }
+    let owed = owed(&event("issue_comment", Some(42), Some(EventPhase::Delivered)), Feedback::Comments).unwrap();
+    assert_eq!(owed.reaction, (Target::IssueComment(42), "eyes"));
+    assert_eq!(owed.comment, None, "a delivery is told by the reaction alone");
+    assert_eq!(owed.reaction.0.reactions("octo/hello"), "/repos/octo/hello/issues/comments/42/reactions");
+}
+
+#[test]
+fn each_kind_of_comment_gets_its_own_reaction_and_the_rest_react_on_the_item() {
+    let target =
+        |kind, id| owed(&event(kind, id, Some(EventPhase::Delivered)), Feedback::Reactions).unwrap().reaction.0;
+    assert_eq!(target("pull_request_review_comment", Some(5)), Target::ReviewComment(5));
+    assert_eq!(Target::ReviewComment(5).reactions("o/r"), "/repos/o/r/pulls/comments/5/reactions");
+    assert_eq!(target("issues", None), Target::Issue(7), "an opened issue");
+    assert_eq!(target("pull_request_review", None), Target::Issue(7), "GitHub has no reactions on reviews");
+    assert_eq!(Target::Issue(7).reactions("o/r"), "/repos/o/r/issues/7/reactions");
+}
+
+#[test]
+fn a_failure_gets_a_sign_and_with_comments_one_short_comment_without_the_prompt() {
+    let mut ev = event("issue_comment", Some(42), Some(EventPhase::Failed));
+    let reactions = owed(&ev, Feedback::Reactions).unwrap();
+    assert_eq!((reactions.reaction.1, reactions.comment), ("confused", None));
+    let long = "x".repeat(500);
+    ev.status.as_mut().unwrap().message =
+        Some(format!("cannot be sent: please refactor the parser is `odd` {long}\nsecond line"));
+    let comment = owed(&ev, Feedback::Comments).unwrap().comment.unwrap();
+    assert!(!comment.contains("please refactor the parser"), "never the prompt: {comment}");
+    assert!(!comment.contains("second line"), "one line");
+    assert!(comment.len() < 400, "kept short: {}", comment.len());
+    assert_eq!(comment.matches('`').count(), 2, "the reason quoted, nothing in it read as markup: {comment}");
+    assert!(comment.ends_with("<!-- worksession:agents/gh-1 -->"), "{comment}");
+}
+
+#[test]
+fn once_per_change_off_or_not_from_github_nothing() {
+    let mut ev = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+    assert_eq!(owed(&ev, Feedback::Off), None, "off");
+    ev.metadata.annotations = Some([(GIVEN_ANNOTATION.to_string(), "Delivered".to_string())].into());
+    assert_eq!(owed(&ev, Feedback::Reactions), None, "given once: a restart does not repeat it");
+    let mut manual = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+    manual.spec.source.as_mut().unwrap().type_ = SourceType::Manual;
+    assert_eq!(owed(&manual, Feedback::Reactions), None, "not a GitHub comment");
+}
+
+#[test]
+fn one_holder_at_a_time_and_a_lapsed_claim_is_taken_over() {
+    let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+    let at = |s: &str| s.parse::<Timestamp>().unwrap();
+    assert_eq!(turn(None, EventPhase::Delivered, "a", now), Turn::Ours { taken_over: None });
+    let claim = Claim::parse("Delivered b-1 2026-12-01T11:59:30Z").unwrap();
+    assert_eq!(claim.value(), "Delivered b-1 2026-12-01T11:59:30Z", "written as read");
+    assert_eq!(turn(Some(&claim), EventPhase::Delivered, "a", now), Turn::Wait(Duration::from_secs(90)));
+    assert_eq!(turn(Some(&claim), EventPhase::Delivered, "b-1", now), Turn::Ours { taken_over: None }, "its own");
+    assert_eq!(turn(Some(&claim), EventPhase::Failed, "a", now), Turn::Ours { taken_over: None }, "another phase");
+    let lapsed = Claim { time: at("2026-12-01T11:57:00Z"), ..claim };
+    assert_eq!(
+        turn(Some(&lapsed), EventPhase::Delivered, "a", now),
+        Turn::Ours { taken_over: Some(at("2026-12-01T11:57:00Z")) }
+    );
+    assert_eq!(Claim::parse("Delivered"), None);
+    assert_eq!(Claim::parse("Nonsense b 2026-12-01T11:57:00Z"), None);
+}
+
+#[test]
+fn failing_calls_back_off_to_five_minutes() {
+    assert_eq!(
+        [0, 1, 2, 8, 9, 40].map(backoff),
+        [1, 2, 4, 256, 300, 300].map(Duration::from_secs),
+        "1 s doubling, at most 300 s"
+    );
+}

@@ -1,0 +1,191 @@
+//! GitHub's REST API, as the bridge calls it (beside the pipeline: the feedback on a WorkEvent's comment, see
+//! [`crate::bridge::feedback`]). A small client over the hyper and rustls already linked through kube: the bridge
+//! makes three calls (a reaction, a comment, a look for its own comment), and a general client crate would bring a
+//! second HTTP stack, its own retry layer and a JWT crate for what [`app`] does in a page. Credentials are a token
+//! file (read at each use, so a rotated Secret takes effect) or a GitHub App ([`app`]); the base URL may name a
+//! GitHub Enterprise Server.
+
+pub mod app;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode, header};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// GitHub.com's API.
+pub const DEFAULT_BASE_URL: &str = "https://api.github.com";
+
+/// How long one call may take (a stalled GitHub is a failed call, retried later; it never holds anything else up).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest answer read (GitHub's pages of comments are well under it).
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// A call that did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum GithubError {
+    /// No answer (connection, TLS, timeout) or a 5xx, 429 or rate-limit 403: worth trying again later.
+    #[error("GitHub did not answer: {0}")]
+    Unavailable(String),
+    /// GitHub refused it for good (401, 404, 422, ...): retrying changes nothing.
+    #[error("GitHub refused: {status}: {message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// GitHub's `message`, or the body's first words.
+        message: String,
+    },
+    /// The credentials could not be read or used.
+    #[error("GitHub credentials: {0}")]
+    Credentials(String),
+}
+
+impl GithubError {
+    /// Whether a later try may succeed.
+    pub fn retryable(&self) -> bool {
+        matches!(self, GithubError::Unavailable(_))
+    }
+}
+
+/// How the bridge proves who it is.
+pub enum Auth {
+    /// A token (personal, fine-grained, or an installation's), read from this file at each use.
+    TokenFile(PathBuf),
+    /// A GitHub App: installation tokens minted from its private key and renewed before they expire.
+    App(Box<app::App>),
+}
+
+/// A GitHub API endpoint with its credentials.
+pub struct Github {
+    base: String,
+    http: HttpClient<Https, Full<Bytes>>,
+    auth: Auth,
+}
+
+impl Github {
+    /// A client of the API at `base` (`https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise
+    /// Server; plain `http://` only to a loopback address, as tests serve it).
+    pub fn new(base: &str, auth: Auth) -> std::io::Result<Self> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(rustls::crypto::ring::default_provider())?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let http = HttpClient::builder(TokioExecutor::new()).build(https);
+        Ok(Self { base: base.trim_end_matches('/').to_string(), http, auth })
+    }
+
+    /// The API's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// One call with the credentials for `repository` (`owner/name`): `path` is under the base URL.
+    pub async fn call(
+        &self,
+        method: Method,
+        repository: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value), GithubError> {
+        let token = match &self.auth {
+            Auth::TokenFile(file) => {
+                let token = tokio::fs::read_to_string(file)
+                    .await
+                    .map_err(|e| GithubError::Credentials(format!("cannot read {}: {e}", file.display())))?;
+                token.trim().to_string()
+            }
+            Auth::App(app) => app.token(self, repository).await?,
+        };
+        self.send(method, path, &format!("token {token}"), body).await
+    }
+
+    /// One call with `authorization` as given (an App's JWT, or a token).
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        authorization: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value), GithubError> {
+        let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header(header::ACCEPT, "application/vnd.github+json")
+            .header(header::USER_AGENT, concat!("worksession/", env!("CARGO_PKG_VERSION")))
+            .header(header::AUTHORIZATION, authorization)
+            .header("X-GitHub-Api-Version", "2022-11-28")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(bytes))
+            .map_err(|e| GithubError::Refused { status: 0, message: format!("cannot make the request: {e}") })?;
+        let call = async {
+            let response = self.http.request(request).await.map_err(|e| GithubError::Unavailable(e.to_string()))?;
+            let status = response.status();
+            let limited = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES);
+            let body = limited.collect().await.map_err(|e| GithubError::Unavailable(e.to_string()))?.to_bytes();
+            Ok::<_, GithubError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(CALL_TIMEOUT, call)
+            .await
+            .map_err(|_| GithubError::Unavailable(format!("no answer within {}s", CALL_TIMEOUT.as_secs())))??;
+        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok((status, value));
+        }
+        let message = value
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+        // GitHub's rate limits answer 429, or 403 saying so: both pass.
+        let limited = status == StatusCode::FORBIDDEN && message.to_lowercase().contains("rate limit");
+        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || limited {
+            return Err(GithubError::Unavailable(format!("{status}: {message}")));
+        }
+        Err(GithubError::Refused { status: status.as_u16(), message })
+    }
+}
+
+/// Whether `url` may be given a token: `https://`, or plain `http://` to a loopback address (a test's server).
+pub fn base_url_allowed(url: &str) -> Result<(), String> {
+    if url.starts_with("https://") {
+        return Ok(());
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!("{url:?} is not an https:// URL"));
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = host.rsplit_once(':').filter(|(h, port)| !h.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+    let host = host.map_or(rest.split('/').next().unwrap_or_default(), |(h, _)| h);
+    if matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+        Ok(())
+    } else {
+        Err(format!("{url:?}: plain http:// only to a loopback address (a token would cross the network in clear)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_go_only_over_tls_or_to_loopback() {
+        assert!(base_url_allowed("https://api.github.com").is_ok());
+        assert!(base_url_allowed("https://ghe.example.com/api/v3").is_ok());
+        assert!(base_url_allowed("http://127.0.0.1:8080").is_ok());
+        assert!(base_url_allowed("http://localhost:1/api/v3").is_ok());
+        assert!(base_url_allowed("http://[::1]:9").is_ok());
+        assert!(base_url_allowed("http://ghe.example.com").is_err());
+        assert!(base_url_allowed("http://127.0.0.1.evil.example:80").is_err());
+        assert!(base_url_allowed("ftp://x").is_err());
+    }
+}
