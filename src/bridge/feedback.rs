@@ -200,10 +200,11 @@ struct Ctx {
     failures: Mutex<HashMap<String, u32>>,
 }
 
-/// Gives feedback on the bridge's GitHub WorkEvents (those with [`ROUTE_LABEL`]) in every namespace until the
-/// process is asked to stop.
+/// Gives feedback on the bridge's GitHub WorkEvents (those with [`ROUTE_LABEL`]) that `events` reaches (every
+/// namespace, for the bridge; one, for a test) until the process is asked to stop.
 pub async fn run(
     client: Client,
+    events: Api<WorkEvent>,
     github: Arc<Github>,
     config: watch::Receiver<Arc<BridgeConfig>>,
     metrics: BridgeMetrics,
@@ -217,7 +218,6 @@ pub async fn run(
     let recorder = Recorder::new(client.clone(), reporter);
     let ctx =
         Arc::new(Ctx { client: client.clone(), github, config, metrics, recorder, holder, failures: Mutex::default() });
-    let events: Api<WorkEvent> = Api::all(client);
     tracing::info!(event = "feedback.started", "giving GitHub feedback on the bridge's WorkEvents");
     Controller::new(events, watcher::Config::default().labels(ROUTE_LABEL))
         .with_config(kube::runtime::controller::Config::default().concurrency(8))
@@ -225,6 +225,21 @@ pub async fn run(
         .run(give, on_error, ctx)
         .for_each(|_| async {})
         .await;
+}
+
+/// The feedback `ev` is given under `config`: its route's, and only where the route could have made it (the route's
+/// namespace, a repository it routes). Anyone who may create WorkEvents in a namespace can label one; the bridge's
+/// credentials then reach no repository but those routed to that very namespace.
+pub fn mode_of(config: &BridgeConfig, ev: &WorkEvent) -> Feedback {
+    let route = ev.labels().get(ROUTE_LABEL).map(String::as_str).unwrap_or_default();
+    let repository = ev.spec.source.as_ref().and_then(|s| s.repository.as_deref()).unwrap_or_default();
+    let namespace = ev.namespace().unwrap_or_default();
+    config
+        .routes
+        .iter()
+        .find(|r| r.id == route)
+        .filter(|r| r.namespace == namespace && config.route(repository).is_some_and(|first| first.id == r.id))
+        .map_or(Feedback::Off, |r| r.feedback)
 }
 
 /// Why a reconcile of the feedback stopped.
@@ -235,8 +250,7 @@ enum FeedbackError {
 }
 
 async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, FeedbackError> {
-    let route = ev.labels().get(ROUTE_LABEL).cloned().unwrap_or_default();
-    let mode = ctx.config.borrow().routes.iter().find(|r| r.id == route).map_or(Feedback::Off, |r| r.feedback);
+    let mode = mode_of(&ctx.config.borrow(), &ev);
     let Some(owed) = owed(&ev, mode) else { return Ok(Action::await_change()) };
     let claim = ev.annotations().get(CLAIM_ANNOTATION).and_then(|c| Claim::parse(c));
     let now = Timestamp::now();

@@ -522,7 +522,8 @@ pub async fn run<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<
     let api = options.config.borrow().github.as_ref().and_then(|g| g.api.clone());
     if let (Some(client), Some(api)) = (options.feedback, api) {
         let github = Arc::new(feedback::github_of(&api)?);
-        tokio::spawn(feedback::run(client, github, options.config.clone(), metrics.clone()));
+        let events = kube::Api::all(client.clone());
+        tokio::spawn(feedback::run(client, events, github, options.config.clone(), metrics.clone()));
     }
     tokio::spawn({
         let (sink, metrics) = (sink.clone(), metrics.clone());

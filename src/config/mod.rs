@@ -96,6 +96,8 @@ pub struct Defaults {
     pub resume_settle_seconds: u32,
     /// Seconds of quiet after which a harness is stopped as idle (`None`: never, unless a session asks).
     pub idle_suspend_after_seconds: Option<u32>,
+    /// The longest quiet before the harness of an archived session (`spec.archived`, its work item closed) is stopped.
+    pub archive_quiet_seconds: u32,
 }
 
 impl Default for Config {
@@ -107,6 +109,7 @@ impl Default for Config {
                 resume_probe_seconds: 2,
                 resume_settle_seconds: 60,
                 idle_suspend_after_seconds: None,
+                archive_quiet_seconds: crate::core::ARCHIVE_QUIET_SECONDS,
             },
             harnesses: harness::builtin(),
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
@@ -197,6 +200,7 @@ struct DefaultsFile {
     resume_probe_seconds: Option<u32>,
     resume_settle_seconds: Option<u32>,
     idle_suspend_after_seconds: Option<u32>,
+    archive_quiet_seconds: Option<u32>,
 }
 
 impl Config {
@@ -227,6 +231,10 @@ impl Config {
         d.resume_settle_seconds = file.defaults.resume_settle_seconds.unwrap_or(d.resume_settle_seconds);
         // 0 says "off" as explicitly as leaving it out.
         d.idle_suspend_after_seconds = file.defaults.idle_suspend_after_seconds.filter(|s| *s > 0);
+        d.archive_quiet_seconds = file.defaults.archive_quiet_seconds.unwrap_or(d.archive_quiet_seconds);
+        if d.archive_quiet_seconds > 86_400 {
+            return Err(invalid("defaults.archiveQuietSeconds".into(), "must be between 0 and 86400".into()));
+        }
         if d.resume_probe_seconds > 300 {
             return Err(invalid("defaults.resumeProbeSeconds".into(), "must be between 0 and 300".into()));
         }
@@ -373,7 +381,8 @@ mod tests {
                 resume_on_respawn: true,
                 resume_probe_seconds: 2,
                 resume_settle_seconds: 60,
-                idle_suspend_after_seconds: None
+                idle_suspend_after_seconds: None,
+                archive_quiet_seconds: 60,
             }
         );
         assert_eq!(
@@ -433,7 +442,8 @@ harnessHome: /srv/home
                 resume_on_respawn: false,
                 resume_probe_seconds: 0,
                 resume_settle_seconds: 120,
-                idle_suspend_after_seconds: Some(3600)
+                idle_suspend_after_seconds: Some(3600),
+                archive_quiet_seconds: 60,
             }
         );
         let mine = &c.harnesses["myharness"];

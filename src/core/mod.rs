@@ -67,8 +67,9 @@ pub const CONFLICT_RECHECK: Duration = Duration::from_secs(5);
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(600);
 
-/// The longest quiet before the harness of an archived session (`spec.archived`) is stopped: one that closed its work
-/// item is usually long quiet, one woken by a comment on the closed item works on it first.
+/// The default longest quiet before the harness of an archived session (`spec.archived`) is stopped
+/// (`defaults.archiveQuietSeconds`): one that closed its work item is usually long quiet, one woken by a comment on
+/// the closed item works on it first.
 pub const ARCHIVE_QUIET_SECONDS: u32 = 60;
 
 /// Whether an update of a prompt counts a delivery attempt.
@@ -104,11 +105,8 @@ impl Settings {
             .and_then(|i| i.suspend_after_seconds)
             .or(d.idle_suspend_after_seconds)
             .filter(|s| *s > 0);
-        let idle = if spec.archived {
-            Some(idle.map_or(ARCHIVE_QUIET_SECONDS, |s| s.min(ARCHIVE_QUIET_SECONDS)))
-        } else {
-            idle
-        };
+        let quiet = d.archive_quiet_seconds;
+        let idle = if spec.archived { Some(idle.map_or(quiet, |s| s.min(quiet))) } else { idle };
         Self {
             enabled: r.enabled.unwrap_or(d.resume_on_respawn),
             probe: r.probe_seconds.unwrap_or(d.resume_probe_seconds),

@@ -1,0 +1,370 @@
+//! Issue 28 end to end: the GitHub loop against a fake GitHub API on loopback (tests/fake_github), the real API
+//! server, the real agent on real tmux and the stand-in harness. Feedback where the comment is (a reaction once
+//! `Delivered` and not before, once per change across restarts, a sign and one comment on `Failed`), a stalled or
+//! failing GitHub that never holds up a delivery, sessions that follow their issue (closed archives, a comment or a
+//! reopening wakes), and the credentials: a GitHub App's tokens minted from a test key and renewed before expiry, on
+//! an Enterprise Server's base URL.
+
+mod fake_github;
+#[path = "fixtures/github.rs"]
+mod fixtures;
+mod scenarios;
+mod standin;
+mod support;
+mod world;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fake_github::FakeGithub;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::eventually;
+use worksession::api::{EventPhase, NODE_LABEL, Phase, WorkEvent};
+use worksession::bridge::config::ROUTE_LABEL;
+use worksession::bridge::feedback::{CLAIM_ANNOTATION, GIVEN_ANNOTATION};
+use worksession::bridge::{BridgeConfig, BridgeMetrics, github};
+use worksession::store::Sink;
+use worksession::store::kube::KubeSink;
+use world::World;
+
+const SECRET: &str = "it's a secret to everybody";
+const REPO: &str = "octo-org/hello-world";
+
+/// The bridge (webhooks) and its feedback driver, on config `route_extra` for the one route.
+struct Bridge {
+    addr: SocketAddr,
+    config: Arc<BridgeConfig>,
+    feedback: Option<tokio::task::JoinHandle<()>>,
+    sink: KubeSink,
+}
+
+impl Bridge {
+    async fn start(w: &World, gh: &FakeGithub, route_extra: &str) -> Self {
+        let dir = w.tmux.dir.path();
+        std::fs::write(dir.join("github-secret"), SECRET).unwrap();
+        std::fs::write(dir.join("github-token"), "ghp_test\n").unwrap();
+        let yaml = format!(
+            "github:\n  secretFile: {secret}\n  api: {{baseUrl: '{base}', tokenFile: {token}}}\n  events: {{issue_comment: [created]}}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: standin\n    workdir: {workdir}\n{route_extra}",
+            secret = dir.join("github-secret").display(),
+            token = dir.join("github-token").display(),
+            base = gh.url(""),
+            ns = w.ns.name,
+            node = w.node,
+            workdir = w.tmux.workdir().display(),
+        );
+        let config = Arc::new(BridgeConfig::parse(&yaml, std::path::Path::new("bridge.yaml")).unwrap());
+        let sink = KubeSink::new(w.ns.client.clone());
+        let app = support::bridge_router(&yaml, sink.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let mut bridge = Bridge { addr, config, feedback: None, sink };
+        bridge.start_feedback(w);
+        bridge
+    }
+
+    /// (Re)starts the feedback driver: a new process, as far as its claims go.
+    fn start_feedback(&mut self, w: &World) {
+        if let Some(old) = self.feedback.take() {
+            old.abort();
+        }
+        let api = self.config.github.as_ref().unwrap().api.clone().unwrap();
+        let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
+        let metrics = BridgeMetrics::register(&mut prometheus_client::registry::Registry::default());
+        let config = tokio::sync::watch::channel(self.config.clone()).1;
+        let (client, events) = (w.ns.client.clone(), w.events()); // this test's namespace: each test has its own bridge
+        let feedback = worksession::bridge::feedback::run(client, events, github, config, metrics);
+        self.feedback = Some(tokio::spawn(feedback));
+    }
+}
+
+/// POSTs a signed GitHub delivery of `kind`; returns the status and the body.
+async fn deliver(bridge: SocketAddr, kind: &str, delivery: &str, payload: &Value) -> (u16, String) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let signature = github::sign(SECRET.as_bytes(), &body);
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", kind),
+        ("X-GitHub-Delivery", delivery),
+        ("X-Hub-Signature-256", &signature),
+    ];
+    support::http(bridge, "POST", "/webhooks/github", &headers, &body).await.unwrap()
+}
+
+/// A comment `body` with id `comment` on issue `number`.
+fn comment(number: u64, id: u64, body: &str) -> Value {
+    let mut payload = fixtures::issue_comment(REPO, number, "mona", body);
+    payload["comment"]["id"] = id.into();
+    payload
+}
+
+/// The issue `number` closed (`closed`) or reopened.
+fn issue(number: u64, action: &str) -> Value {
+    let mut payload = fixtures::issue_comment(REPO, number, "octocat", "");
+    payload["action"] = action.into();
+    payload.as_object_mut().unwrap().remove("comment");
+    payload
+}
+
+#[tokio::test]
+async fn a_delivered_comment_gets_eyes_once_after_it_is_delivered_across_restarts() {
+    let mut w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let mut bridge = Bridge::start(&w, &gh, "    feedback: Reactions\n").await;
+    let first = worksession::bridge::event_name("gh", "eyes-1");
+    gh.watch_event(w.events(), &first);
+
+    let (status, body) = deliver(bridge.addr, "issue_comment", "eyes-1", &comment(21, 501, "please look")).await;
+    assert_eq!(status, 201, "{body}");
+    w.await_event(&first, EventPhase::Delivered).await;
+    let reactions = eventually("the reaction", || async {
+        let calls = gh.calls_to("/reactions");
+        (!calls.is_empty()).then_some(calls)
+    })
+    .await;
+    assert_eq!(reactions[0].path, format!("/repos/{REPO}/issues/comments/501/reactions"));
+    assert_eq!(
+        (reactions[0].body["content"].as_str(), reactions[0].authorization.as_str()),
+        (Some("eyes"), "token ghp_test")
+    );
+    assert_eq!(reactions[0].phase.as_deref(), Some("Delivered"), "after Delivered, not before");
+    eventually("recorded as given", || async {
+        let ev = w.events().get(&first).await.unwrap();
+        ev.metadata.annotations.unwrap_or_default().get(GIVEN_ANNOTATION).filter(|p| *p == "Delivered").map(drop)
+    })
+    .await;
+
+    // The agent and the bridge's feedback restarted: the change was given; only the next comment gets a reaction.
+    w.stop_agent();
+    w.start_agent();
+    bridge.start_feedback(&w);
+    let (status, _) = deliver(bridge.addr, "issue_comment", "eyes-2", &comment(21, 502, "and this")).await;
+    assert_eq!(status, 201);
+    w.await_event(&worksession::bridge::event_name("gh", "eyes-2"), EventPhase::Delivered).await;
+    eventually("the second reaction", || async { (!gh.calls_to("/comments/502/").is_empty()).then_some(()) }).await;
+    assert_eq!(gh.calls_to("/comments/501/").len(), 1, "one call per change: {:?}", gh.calls());
+    assert!(gh.calls_to("/issues/21/comments").is_empty(), "no comment on a delivery");
+}
+
+#[tokio::test]
+async fn a_stalled_or_failing_github_never_delays_a_delivery_and_is_tried_again() {
+    let w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let bridge = Bridge::start(&w, &gh, "    feedback: Reactions\n").await;
+    gh.stall(true);
+    let name = worksession::bridge::event_name("gh", "stall-1");
+    let (status, body) =
+        deliver(bridge.addr, "issue_comment", "stall-1", &comment(22, 601, "while GitHub hangs")).await;
+    assert_eq!(status, 201, "answered without GitHub: {body}");
+    w.await_event(&name, EventPhase::Delivered).await;
+    eventually("a call held by the stalled GitHub", || async {
+        (!gh.calls_to("/comments/601/").is_empty()).then_some(())
+    })
+    .await;
+    // It answers again, failing twice first: the feedback comes, by back-off, with a Warning Event for each failure.
+    gh.fail_next(2);
+    gh.stall(false);
+    eventually("the reaction given at last", || async {
+        let ev = w.events().get(&name).await.unwrap();
+        ev.metadata.annotations.unwrap_or_default().get(GIVEN_ANNOTATION).filter(|p| *p == "Delivered").map(drop)
+    })
+    .await;
+    assert!(gh.calls_to("/comments/601/").len() >= 3, "the stalled call, two failures, the success: {:?}", gh.calls());
+    let k8s_events: kube::Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+    let failures = eventually("a Warning Event on the WorkEvent", || async {
+        let list = k8s_events.list(&Default::default()).await.unwrap().items;
+        let failed: Vec<_> = list.into_iter().filter(|e| e.reason.as_deref() == Some("GitHubFeedbackFailed")).collect();
+        (!failed.is_empty()).then_some(failed)
+    })
+    .await;
+    assert_eq!(failures[0].regarding.as_ref().and_then(|r| r.name.clone()), Some(name));
+}
+
+/// A WorkEvent as the bridge makes them from comment `id` on issue 23, addressed to a session that does not exist
+/// (its status is the test's to write).
+async fn bridge_event(w: &World, name: &str, id: u64, prompt: &str) -> WorkEvent {
+    let mut ev: WorkEvent = serde_json::from_value(json!({
+        "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent",
+        "metadata": {"name": name, "labels": {ROUTE_LABEL: worksession::api::slug("octo-org/*"), NODE_LABEL: "elsewhere"}},
+        "spec": {"session": "nobody", "prompt": prompt,
+                 "source": {"type": "github", "event": "issue_comment", "repository": REPO, "number": 23, "commentId": id}},
+    }))
+    .unwrap();
+    ev = w.events().create(&PostParams::default(), &ev).await.unwrap();
+    ev
+}
+
+async fn fail(w: &World, name: &str, message: &str) {
+    let status = json!({"status": {"phase": "Failed", "message": message}});
+    w.events().patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_event_gets_a_sign_and_one_short_comment_that_never_repeats_the_prompt() {
+    let w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let _bridge = Bridge::start(&w, &gh, "    feedback: Comments\n").await;
+    bridge_event(&w, "gh-fail-1", 701, "deploy the secret thing now").await;
+    fail(&w, "gh-fail-1", "cannot be delivered: deploy the secret thing now was refused by the harness").await;
+    let comments = eventually("the failure's comment", || async {
+        let calls: Vec<_> = gh.calls_to("/issues/23/comments").into_iter().filter(|c| c.method == "POST").collect();
+        (!calls.is_empty()).then_some(calls)
+    })
+    .await;
+    let text = comments[0].body["body"].as_str().unwrap();
+    assert!(text.contains("could not deliver") && text.contains("refused by the harness"), "{text}");
+    assert!(!text.contains("deploy the secret thing now"), "never the prompt: {text}");
+    let reaction = gh.calls_to("/issues/comments/701/reactions");
+    assert_eq!(reaction[0].body["content"], "confused");
+
+    // A claim that lapsed (its bridge died after commenting): the new holder finds the comment and does not repeat it.
+    bridge_event(&w, "gh-fail-2", 702, "another prompt here").await;
+    let lapsed = format!(
+        "Failed gone-bridge {}",
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(600)
+    );
+    let annotate = json!({"metadata": {"annotations": {CLAIM_ANNOTATION: lapsed}}});
+    w.events().patch("gh-fail-2", &PatchParams::default(), &Patch::Merge(&annotate)).await.unwrap();
+    let made = worksession::github::Github::new(
+        &gh.url(""),
+        worksession::github::Auth::TokenFile(w.tmux.dir.path().join("github-token")),
+    )
+    .unwrap();
+    made.call(
+        hyper::Method::POST,
+        REPO,
+        &format!("/repos/{REPO}/issues/23/comments"),
+        Some(&json!({"body": format!("earlier\n\n<!-- worksession:{}/gh-fail-2 -->", w.ns.name)})),
+    )
+    .await
+    .unwrap();
+    fail(&w, "gh-fail-2", "not confirmed").await;
+    eventually("given after the takeover", || async {
+        let ev = w.events().get("gh-fail-2").await.unwrap();
+        ev.metadata.annotations.unwrap_or_default().get(GIVEN_ANNOTATION).map(drop)
+    })
+    .await;
+    assert!(!gh.calls_to("/issues/23/comments?since=").is_empty(), "looked for its comment first");
+    let posted = gh.calls_to("/issues/23/comments").into_iter().filter(|c| c.method == "POST").count();
+    assert_eq!(
+        posted,
+        2,
+        "the first failure's comment and the one made before the takeover, no third: {:?}",
+        gh.calls()
+    );
+}
+
+#[tokio::test]
+async fn closing_an_issue_archives_its_session_and_a_comment_or_reopening_wakes_it() {
+    let w = World::with_yaml(|_, yaml| {
+        yaml.replace("defaults:\n", "defaults:\n  idleSuspendAfterSeconds: 3600\n  archiveQuietSeconds: 1\n")
+    })
+    .await;
+    let gh = FakeGithub::start().await;
+    let bridge = Bridge::start(&w, &gh, "    feedback: 'Off'\n").await;
+    let session = "octo-org-hello-world-31";
+    assert_eq!(deliver(bridge.addr, "issue_comment", "life-1", &comment(31, 801, "start on it")).await.0, 201);
+    w.await_event("gh-life-1", EventPhase::Delivered).await;
+    let running = w.await_phase(session, Phase::Running).await;
+    let conversation = world::recorded_id(&running);
+
+    let (status, body) = deliver(bridge.addr, "issues", "life-close", &issue(31, "closed")).await;
+    assert_eq!((status, body.contains("archived")), (200, true), "{body}");
+    assert!(w.sessions().get(session).await.unwrap().spec.archived);
+    // Quiet already (the stand-in printed its answer and waits): stopped within the minute, the conversation kept.
+    let archived = w.await_phase(session, Phase::Archived).await;
+    assert_eq!(world::recorded_id(&archived), conversation);
+    w.tmux.await_liveness(&w.tmux_session(session), worksession::tmux::Liveness::Absent).await; // the harness stopped
+
+    // A comment on the closed issue: delivered into the same conversation, never lost to the archive.
+    assert_eq!(deliver(bridge.addr, "issue_comment", "life-2", &comment(31, 802, "one more thing")).await.0, 201);
+    let ev = w.await_event("gh-life-2", EventPhase::Delivered).await;
+    assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(conversation.as_str()), "resumed");
+    w.await_phase(session, Phase::Archived).await;
+
+    // Reopened: the conversation resumed at once, with nothing waiting.
+    let before = w.sessions().get(session).await.unwrap().status.unwrap().respawn_count;
+    let (status, body) = deliver(bridge.addr, "issues", "life-open", &issue(31, "reopened")).await;
+    assert_eq!((status, body.contains("reopened")), (200, true), "{body}");
+    let woken = w
+        .await_session(session, "resumed on reopening", |ws| {
+            ws.status.as_ref().is_some_and(|s| s.respawn_count > before && s.phase == Some(Phase::Running))
+        })
+        .await;
+    assert!(!woken.spec.archived);
+    assert_eq!(world::recorded_id(&woken), conversation);
+}
+
+#[tokio::test]
+async fn on_close_delete_deletes_the_archived_session_once_its_time_passed_and_not_a_reopened_one() {
+    let w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let bridge = Bridge::start(&w, &gh, "    feedback: 'Off'\n    onClose: Delete\n    deleteAfterSeconds: 0\n").await;
+    for n in [41, 42] {
+        let (status, _) =
+            deliver(bridge.addr, "issue_comment", &format!("del-{n}"), &comment(n, 900 + n, "hello")).await;
+        assert_eq!(status, 201);
+        assert_eq!(deliver(bridge.addr, "issues", &format!("del-close-{n}"), &issue(n, "closed")).await.0, 200);
+    }
+    assert_eq!(deliver(bridge.addr, "issues", "del-open-42", &issue(42, "reopened")).await.0, 200);
+    let ws = w.sessions().get("octo-org-hello-world-41").await.unwrap();
+    assert!(ws.metadata.annotations.unwrap().contains_key(worksession::api::DELETE_AT_ANNOTATION));
+    // What the bridge's sweep runs every minute, once its cache shows the reopening.
+    let deleted = eventually("the closed one deleted", || async {
+        let deleted = bridge.sink.delete_due(k8s_openapi::jiff::Timestamp::now()).await.unwrap();
+        let reopened = w.sessions().get("octo-org-hello-world-42").await.unwrap();
+        (!deleted.is_empty() && !reopened.spec.archived).then_some(deleted)
+    })
+    .await;
+    assert_eq!(deleted, [format!("{}/octo-org-hello-world-41", w.ns.name)]);
+    eventually("41 gone", || async {
+        w.sessions().get_opt("octo-org-hello-world-41").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(w.sessions().get_opt("octo-org-hello-world-42").await.unwrap().is_some(), "reopened: kept");
+}
+
+/// A fresh RSA key as GitHub gives an App's (PKCS#1 PEM), and its public half (PKCS#1 DER) for the fake to check.
+fn app_key(dir: &std::path::Path) -> (Vec<u8>, Vec<u8>) {
+    let pem = dir.join("app.pem");
+    let der = dir.join("app.pub.der");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["genrsa", "-traditional", "-out", pem.to_str().unwrap(), "2048"]);
+    run(&["rsa", "-in", pem.to_str().unwrap(), "-RSAPublicKey_out", "-outform", "DER", "-out", der.to_str().unwrap()]);
+    (std::fs::read(pem).unwrap(), std::fs::read(der).unwrap())
+}
+
+#[tokio::test]
+async fn an_app_token_is_minted_from_its_key_and_renewed_before_expiry_on_an_enterprise_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pem, public) = app_key(dir.path());
+    let gh = FakeGithub::start().await;
+    // The first token has four minutes left when it comes: inside the renewal margin, so the next use renews it.
+    gh.app(4242, public, Duration::from_secs(240));
+    let app = worksession::github::app::App::new(4242, &pem, None).unwrap();
+    let client =
+        worksession::github::Github::new(&gh.url("/api/v3"), worksession::github::Auth::App(Box::new(app))).unwrap();
+    let path = format!("/repos/{REPO}/issues/comments/1/reactions");
+    for _ in 0..3 {
+        client.call(hyper::Method::POST, REPO, &path, Some(&json!({"content": "eyes"}))).await.unwrap();
+    }
+    let calls = gh.calls();
+    assert!(calls.iter().all(|c| c.path.starts_with("/api/v3/")), "the Enterprise Server's base URL: {calls:?}");
+    assert_eq!(gh.calls_to(&format!("/api/v3/repos/{REPO}/installation")).len(), 1, "the installation looked up once");
+    assert_eq!(gh.minted(), 2, "minted, then renewed before it ran out, then kept");
+    let used: Vec<&str> =
+        calls.iter().filter(|c| c.path.ends_with("/reactions")).map(|c| c.authorization.as_str()).collect();
+    assert_eq!(used, ["token ghs_1", "token ghs_2", "token ghs_2"]);
+    // A key that is not the App's buys nothing.
+    let (other, _) = app_key(dir.path());
+    let wrong = worksession::github::app::App::new(4242, &other, Some(77)).unwrap();
+    let wrong =
+        worksession::github::Github::new(&gh.url("/api/v3"), worksession::github::Auth::App(Box::new(wrong))).unwrap();
+    let err = wrong.call(hyper::Method::POST, REPO, &path, None).await.unwrap_err();
+    assert!(err.to_string().contains("not signed by the App's key"), "{err}");
+}
