@@ -80,7 +80,7 @@ async fn main() {
     // Warm-up: creates the WorkSession and the connections.
     post(addr, usize::MAX).await;
 
-    // The same objects the bridge writes (labels, owner reference, source, rendered prompt), under new names.
+    // The same objects the bridge writes (labels, source, rendered prompt), under new names.
     let events: Api<WorkEvent> = ns.api();
     let template = events.get(&bridge::event_name("gh", &format!("bench-{}", usize::MAX))).await.unwrap();
     let t = Instant::now();
@@ -89,7 +89,6 @@ async fn main() {
             let events = events.clone();
             let mut ev = WorkEvent::new(&format!("direct-{i}"), template.spec.clone());
             ev.metadata.labels = template.metadata.labels.clone();
-            ev.metadata.owner_references = template.metadata.owner_references.clone();
             ev.spec.prompt = ev.spec.prompt.replace(&usize::MAX.to_string(), &i.to_string());
             async move {
                 let t = Instant::now();
@@ -108,5 +107,5 @@ async fn main() {
     let bridge_rate = report("signed webhooks through the bridge", t.elapsed(), via_bridge);
     let sessions: Api<WorkSession> = ns.api();
     assert!(sessions.get("octo-org-hello-1347").await.is_ok());
-    println!("bridge / direct: {:.2}x (goal >= 0.8x)", bridge_rate / direct_rate);
+    println!("bridge / direct: {:.2}x (goal >= 0.95x)", bridge_rate / direct_rate);
 }
