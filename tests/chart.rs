@@ -378,6 +378,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         bridge_sessions.patch_status("rho", &PatchParams::default(), &Patch::Merge(&status)).await,
         "bridge patches status",
     );
+    // Deleting is granted only with a route whose onClose is Delete (none here).
     forbidden(bridge_sessions.delete("rho", &Default::default()).await.map(|_| ()), "bridge deletes sessions");
     forbidden(
         Api::<WorkEvent>::namespaced(bridge_client.clone(), &w.ns.name).delete("rho-1", &Default::default()).await,
@@ -411,7 +412,11 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         labeler_events.patch_status("rho-2", &PatchParams::default(), &Patch::Merge(&status)).await,
         "labeler patches event status",
     );
-    forbidden(labeler_events.delete("rho-2", &Default::default()).await, "labeler deletes events");
+    // It deletes an unlabelled event whose session has not existed for 10 minutes (issue 28), and writes none.
+    let made: WorkEvent =
+        serde_json::from_value(json!({"metadata": {"name": "nope"}, "spec": {"session": "rho", "prompt": "x"}}))
+            .unwrap();
+    forbidden(labeler_events.create(&PostParams::default(), &made).await, "labeler creates events");
     forbidden(
         Api::<Secret>::namespaced(labeler, &w.ns.name).list(&ListParams::default()).await,
         "labeler reads secrets",

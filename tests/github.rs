@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use support::eventually;
 use worksession::api::{EventPhase, NODE_LABEL, Phase, WorkEvent};
 use worksession::bridge::config::ROUTE_LABEL;
-use worksession::bridge::feedback::{CLAIM_ANNOTATION, GIVEN_ANNOTATION};
+use worksession::bridge::feedback::{GIVEN_ANNOTATION, HOLD_ANNOTATION};
 use worksession::bridge::{BridgeConfig, BridgeMetrics, github};
 use worksession::store::Sink;
 use worksession::store::kube::KubeSink;
@@ -65,7 +65,7 @@ impl Bridge {
         bridge
     }
 
-    /// (Re)starts the feedback driver: a new process, as far as its claims go.
+    /// (Re)starts the feedback driver: a new process, as far as its holds go.
     fn start_feedback(&mut self, w: &World) {
         if let Some(old) = self.feedback.take() {
             old.abort();
@@ -219,13 +219,13 @@ async fn a_failed_event_gets_a_sign_and_one_short_comment_that_never_repeats_the
     let reaction = gh.calls_to("/issues/comments/701/reactions");
     assert_eq!(reaction[0].body["content"], "confused");
 
-    // A claim that lapsed (its bridge died after commenting): the new holder finds the comment and does not repeat it.
+    // A hold that lapsed (its bridge died after commenting): the new holder finds the comment and does not repeat it.
     bridge_event(&w, "gh-fail-2", 702, "another prompt here").await;
     let lapsed = format!(
         "Failed gone-bridge {}",
         k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(600)
     );
-    let annotate = json!({"metadata": {"annotations": {CLAIM_ANNOTATION: lapsed}}});
+    let annotate = json!({"metadata": {"annotations": {HOLD_ANNOTATION: lapsed}}});
     w.events().patch("gh-fail-2", &PatchParams::default(), &Patch::Merge(&annotate)).await.unwrap();
     let made = worksession::github::Github::new(
         &gh.url(""),

@@ -290,13 +290,13 @@ pub fn default_github_events() -> BTreeMap<String, Vec<String>> {
     .collect()
 }
 
-/// A glob over `owner/name` as an anchored regex.
+/// A glob over `owner/name` as an anchored regex (`*` and `?` stay within the owner or the name).
 fn glob(pattern: &str) -> Regex {
     let mut re = String::from("^");
     for c in pattern.chars() {
         match c {
-            '*' => re.push_str(".*"),
-            '?' => re.push('.'),
+            '*' => re.push_str("[^/]*"), // an owner or a name, never across the `/`
+            '?' => re.push_str("[^/]"),
             c => re.push_str(&regex::escape(&c.to_string())),
         }
     }
@@ -396,6 +396,15 @@ impl BridgeConfig {
             let feedback = r.feedback.unwrap_or(default_feedback);
             if feedback != Feedback::Off && !api_set {
                 return Err(invalid(format!("routes[{i}].feedback"), "feedback needs github.api (credentials)".into()));
+            }
+            let work_item = r.work_item.as_deref().unwrap_or(DEFAULT_WORK_ITEM);
+            if r.on_close != Some(OnClose::Nothing) && !work_item.contains("{number}") {
+                // One session for many items: whoever closes one of them (its author, a stranger on a public
+                // repository) would archive every other's.
+                return Err(invalid(
+                    format!("routes[{i}].onClose"),
+                    "a work item without {number} is shared by many issues: set onClose: Nothing".into(),
+                ));
             }
             if r.delete_after_seconds.is_some() && r.on_close != Some(OnClose::Delete) {
                 return Err(invalid(format!("routes[{i}].deleteAfterSeconds"), "only with onClose: Delete".into()));

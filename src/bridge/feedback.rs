@@ -1,7 +1,7 @@
 //! Feedback where the comment is, after status: a WorkEvent the bridge made from a GitHub comment that becomes
 //! `Delivered` gets an `eyes` reaction; one that becomes `Failed` a `confused` one and, with `feedback: Comments`, one
 //! short comment saying why (never the prompt). What is owed is decided here from the event alone ([`owed`]); the
-//! driver ([`run`]) watches the bridge's events, claims each change before calling (an annotation written with the
+//! driver ([`run`]) watches the bridge's events, holds each change before calling (an annotation written with the
 //! object's resourceVersion, so one bridge replica acts), calls GitHub, and records the change as given (another
 //! annotation), so a restart never repeats it. Failed calls are retried with back-off, beside delivery, never in
 //! its way: a stalled GitHub delays only this.
@@ -30,12 +30,13 @@ use crate::github::{Github, GithubError};
 /// good), it is never given again.
 pub const GIVEN_ANNOTATION: &str = "worksession.dev/github-feedback";
 /// Who is giving the feedback of which phase since when (`<phase> <holder> <time>`): written before the calls.
-pub const CLAIM_ANNOTATION: &str = "worksession.dev/github-feedback-claim";
-/// How long a claim holds without being renewed: a bridge that stopped mid-call is taken over after it (and its
+pub const HOLD_ANNOTATION: &str = "worksession.dev/github-feedback-hold";
+/// How long a hold holds without being renewed: a bridge that stopped mid-call is taken over after it (and its
 /// comment looked for before it is made again).
-pub const CLAIM_TTL: Duration = Duration::from_secs(120);
+pub const HOLD_TTL: Duration = Duration::from_secs(120);
 /// The longest wait between tries of a failing call.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Under [`HOLD_TTL`]: a holder that keeps trying keeps its hold (it renews it at each try).
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// The longest failure reason a comment repeats.
 const REASON_CHARS: usize = 200;
 
@@ -84,7 +85,7 @@ pub fn owed(ev: &WorkEvent, mode: Feedback) -> Option<Owed> {
     if mode == Feedback::Off || given(ev) == Some(phase) {
         return None;
     }
-    let (repository, number) = (source.repository.clone()?, source.number?);
+    let (repository, number) = (source.repository.clone().filter(|r| repository_shaped(r))?, source.number?);
     let target = match (source.event.as_deref(), source.comment_id) {
         (Some("issue_comment"), Some(id)) => Target::IssueComment(id),
         (Some("pull_request_review_comment"), Some(id)) => Target::ReviewComment(id),
@@ -96,6 +97,18 @@ pub fn owed(ev: &WorkEvent, mode: Feedback) -> Option<Owed> {
     Some(Owed { phase, repository, number, reaction, comment })
 }
 
+/// Whether `repository` is `owner/name` as GitHub spells them (no `.` or `..` name, nothing a URL path would read
+/// otherwise): it goes into the API paths.
+pub fn repository_shaped(repository: &str) -> bool {
+    let Some((owner, name)) = repository.split_once('/') else { return false };
+    let owner_ok = !owner.is_empty() && owner.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let name_ok = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    owner_ok && name_ok
+}
+
 /// The phase whose feedback was given.
 fn given(ev: &WorkEvent) -> Option<EventPhase> {
     ev.annotations().get(GIVEN_ANNOTATION).and_then(|p| EventPhase::from_name(p))
@@ -105,7 +118,10 @@ fn given(ev: &WorkEvent) -> Option<EventPhase> {
 /// prompt may not be), and a marker by which a bridge that took over finds it made already.
 pub fn failure_comment(ev: &WorkEvent) -> String {
     let message = ev.status.as_ref().and_then(|s| s.message.as_deref()).unwrap_or("no reason was recorded");
-    let mut reason: String = message.lines().next().unwrap_or_default().to_string();
+    // One line: nothing after a line break of any kind, and no control character at all (a lone `\r` ends a
+    // paragraph in GitHub's markdown).
+    let first = message.split(['\n', '\r']).next().unwrap_or_default();
+    let mut reason: String = first.chars().filter(|c| !c.is_control()).collect();
     let prompt = ev.spec.prompt.trim();
     if prompt.len() >= 8 {
         reason = reason.replace(prompt, "(the prompt)");
@@ -123,9 +139,9 @@ fn marker(ev: &WorkEvent) -> String {
     format!("<!-- worksession:{}/{} -->", ev.namespace().unwrap_or_default(), ev.name_any())
 }
 
-/// A claim on an event's feedback.
+/// A hold on an event's feedback.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Claim {
+pub struct Hold {
     /// The phase being told.
     pub phase: EventPhase,
     /// The bridge process that holds it.
@@ -134,11 +150,11 @@ pub struct Claim {
     pub time: Timestamp,
 }
 
-impl Claim {
+impl Hold {
     fn parse(value: &str) -> Option<Self> {
         let mut parts = value.split(' ');
         let (phase, holder, time) = (EventPhase::from_name(parts.next()?)?, parts.next()?, parts.next()?.parse().ok()?);
-        Some(Claim { phase, holder: holder.to_string(), time })
+        Some(Hold { phase, holder: holder.to_string(), time })
     }
 
     fn value(&self) -> String {
@@ -146,29 +162,29 @@ impl Claim {
     }
 }
 
-/// Whether `holder` may give the feedback of `phase` now, given the event's claim.
+/// Whether `holder` may give the feedback of `phase` now, given the event's hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Turn {
-    /// Yes; `taken_over` when another holder's claim lapsed (it may have made the calls already).
+    /// Yes; `taken_over` when another holder's hold lapsed (it may have made the calls already).
     Ours {
-        /// Since when a lapsed claim was held (its comment may exist from then on).
+        /// Since when a lapsed hold was held (its comment may exist from then on).
         taken_over: Option<Timestamp>,
     },
-    /// Another holder's live claim: look again after this.
+    /// Another holder's live hold: look again after this.
     Wait(Duration),
 }
 
-/// The rule of claims: no claim, one of ours, or one for another phase is ours; another holder's lapses after
-/// [`CLAIM_TTL`].
-pub fn turn(claim: Option<&Claim>, phase: EventPhase, holder: &str, now: Timestamp) -> Turn {
-    let Some(claim) = claim.filter(|c| c.phase == phase) else { return Turn::Ours { taken_over: None } };
-    if claim.holder == holder {
+/// The rule of holds: no hold, one of ours, or one for another phase is ours; another holder's lapses after
+/// [`HOLD_TTL`].
+pub fn turn(hold: Option<&Hold>, phase: EventPhase, holder: &str, now: Timestamp) -> Turn {
+    let Some(hold) = hold.filter(|c| c.phase == phase) else { return Turn::Ours { taken_over: None } };
+    if hold.holder == holder {
         return Turn::Ours { taken_over: None };
     }
-    let age = Duration::try_from(now.duration_since(claim.time)).unwrap_or(Duration::ZERO);
-    match CLAIM_TTL.checked_sub(age) {
+    let age = Duration::try_from(now.duration_since(hold.time)).unwrap_or(Duration::ZERO);
+    match HOLD_TTL.checked_sub(age) {
         Some(left) if !left.is_zero() => Turn::Wait(left),
-        _ => Turn::Ours { taken_over: Some(claim.time) },
+        _ => Turn::Ours { taken_over: Some(hold.time) },
     }
 }
 
@@ -196,8 +212,9 @@ struct Ctx {
     metrics: BridgeMetrics,
     recorder: Recorder,
     holder: String,
-    /// Failed tries so far, by event (`namespace/name`), for the back-off.
-    failures: Mutex<HashMap<String, u32>>,
+    /// Failed tries so far and when the next may run, by event (`namespace/name`): the hold's own write wakes the
+    /// watch, and a requeue cannot hold back a reconcile the watch already asked for, so the back-off is kept here.
+    failures: Mutex<HashMap<String, (u32, Timestamp)>>,
 }
 
 /// Gives feedback on the bridge's GitHub WorkEvents (those with [`ROUTE_LABEL`]) that `events` reaches (every
@@ -252,19 +269,25 @@ enum FeedbackError {
 async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, FeedbackError> {
     let mode = mode_of(&ctx.config.borrow(), &ev);
     let Some(owed) = owed(&ev, mode) else { return Ok(Action::await_change()) };
-    let claim = ev.annotations().get(CLAIM_ANNOTATION).and_then(|c| Claim::parse(c));
+    let hold = ev.annotations().get(HOLD_ANNOTATION).and_then(|c| Hold::parse(c));
     let now = Timestamp::now();
-    let taken_over = match turn(claim.as_ref(), owed.phase, &ctx.holder, now) {
-        Turn::Wait(left) => return Ok(Action::requeue(left)),
-        Turn::Ours { taken_over } => taken_over,
-    };
     let key = format!("{}/{}", ev.namespace().unwrap_or_default(), ev.name_any());
+    let next = ctx.failures.lock().unwrap_or_else(|p| p.into_inner()).get(&key).map(|(_, next)| *next);
+    if let Some(next) = next.filter(|next| *next > now) {
+        return Ok(Action::requeue(Duration::try_from(next.duration_since(now)).unwrap_or(Duration::ZERO)));
+    }
+    let taken_over = match turn(hold.as_ref(), owed.phase, &ctx.holder, now) {
+        Turn::Wait(left) => return Ok(Action::requeue(left)),
+        // A hold of this phase already there (another's that lapsed, or ours from a try that failed, maybe after
+        // GitHub made the comment): its comment is looked for before one is made.
+        Turn::Ours { taken_over } => taken_over.or(hold.as_ref().filter(|h| h.phase == owed.phase).map(|h| h.time)),
+    };
     let api: Api<WorkEvent> = Api::namespaced(ctx.client.clone(), &ev.namespace().unwrap_or_default());
-    // The claim, as a compare-and-swap: of two bridges that saw the change, one writes it; the other's write
-    // conflicts, and the watch brings it the claimed version.
-    let mine = Claim { phase: owed.phase, holder: ctx.holder.clone(), time: now };
+    // The hold, as a compare-and-swap: of two bridges that saw the change, one writes it; the other's write
+    // conflicts, and the watch brings it the held version.
+    let mine = Hold { phase: owed.phase, holder: ctx.holder.clone(), time: now };
     let patch = json!({"metadata": {"resourceVersion": ev.resource_version(),
-        "annotations": {CLAIM_ANNOTATION: mine.value()}}});
+        "annotations": {HOLD_ANNOTATION: mine.value()}}});
     match api.patch(&ev.name_any(), &params(), &Patch::Merge(&patch)).await {
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(Action::await_change()),
         result => drop(result?),
@@ -279,18 +302,20 @@ async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, FeedbackError
             Ok(Action::await_change())
         }
         Err(e) if e.retryable() => {
-            let attempt = {
+            let (attempt, wait) = {
                 let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
-                let n = failures.entry(key).or_default();
-                *n += 1;
-                *n
+                let entry = failures.entry(key).or_insert((0, now));
+                entry.0 += 1;
+                let wait = backoff(entry.0 - 1);
+                let span = k8s_openapi::jiff::SignedDuration::try_from(wait).unwrap_or_default();
+                entry.1 = Timestamp::now().checked_add(span).unwrap_or(Timestamp::MAX);
+                (entry.0, wait)
             };
-            let wait = backoff(attempt - 1);
             tracing::warn!(event = "feedback.retrying", namespace = ev.namespace(), name = ev.name_any(), error = %e, attempt, "GitHub feedback failed; trying again in {}s", wait.as_secs());
             let note =
                 format!("telling GitHub {} failed (try {attempt}, next in {}s): {e}", owed.phase, wait.as_secs());
             publish(&ctx, &ev, EventType::Warning, "GitHubFeedbackFailed", note).await;
-            // Renewed at the next try: the claim stays ours while we keep trying.
+            // Renewed at the next try: the hold stays ours while we keep trying.
             Ok(Action::requeue(wait))
         }
         Err(e) => {
@@ -306,7 +331,7 @@ async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, FeedbackError
 }
 
 /// The calls of `owed`: the reaction (GitHub keeps one per user and content, so a second one changes nothing),
-/// then the comment unless a bridge that held the claim before made it.
+/// then the comment unless a bridge that held the hold before made it.
 async fn calls(ctx: &Ctx, owed: &Owed, ev: &WorkEvent, taken_over: Option<Timestamp>) -> Result<(), GithubError> {
     let (target, content) = owed.reaction;
     let path = target.reactions(&owed.repository);
@@ -350,9 +375,9 @@ async fn counted<T>(
     result
 }
 
-/// Records `phase` as given and lets go of the claim.
+/// Records `phase` as given and lets go of the hold.
 async fn given_now(api: &Api<WorkEvent>, ev: &WorkEvent, phase: EventPhase) -> Result<(), kube::Error> {
-    let patch = json!({"metadata": {"annotations": {GIVEN_ANNOTATION: phase.as_str(), CLAIM_ANNOTATION: null}}});
+    let patch = json!({"metadata": {"annotations": {GIVEN_ANNOTATION: phase.as_str(), HOLD_ANNOTATION: null}}});
     match api.patch(&ev.name_any(), &params(), &Patch::Merge(&patch)).await {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         result => result.map(drop),

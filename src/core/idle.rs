@@ -66,7 +66,8 @@ impl Decision<'_, '_> {
             self.notice(Notice::new(EventReason::Woken, "its work item reopened: the conversation is resumed"));
             return false;
         }
-        if archived && waiting == 0 {
+        // One that failed (restartPolicy Never, an exit) stays failed: reopening must not bring it back.
+        if archived && waiting == 0 && self.status.phase != Some(Phase::Failed) {
             // Also one that was not running when its work item closed: it reads archived, and nothing starts it.
             if self.status.phase != Some(Phase::Archived)
                 || !super::has_reason(&self.status.conditions, ReadyReason::Archived)

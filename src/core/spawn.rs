@@ -47,12 +47,14 @@ impl<'a, 'i> Decision<'a, 'i> {
         // Those the transcript showed were just recorded delivered.
         waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key)));
         let reopened = self.status.phase == Some(Phase::Archived) && !input.object.spec.archived;
+        // Stopped on purpose (idle, archived), not exited: restartPolicy Never does not keep a prompt from waking it.
+        let stopped = matches!(self.status.phase, Some(Phase::Idle | Phase::Archived));
         if self.stays_idle(waiting.len()) {
             return;
         }
         let wanted =
             !waiting.is_empty() || reopened || first_start || input.object.spec.restart_policy == RestartPolicy::Always;
-        if input.object.spec.restart_policy == RestartPolicy::Never && !first_start && !reopened {
+        if input.object.spec.restart_policy == RestartPolicy::Never && !first_start && !stopped {
             self.status.phase = Some(Phase::Failed);
             let message = format!("the harness exited and restartPolicy is Never ({} prompts wait)", waiting.len());
             self.ready(false, ReadyReason::HarnessExited, message);

@@ -92,6 +92,12 @@ impl App {
         Ok(token.to_string())
     }
 
+    /// Forgets every token and installation kept (GitHub refused one).
+    pub(super) async fn forget(&self) {
+        self.tokens.lock().await.clear();
+        self.installations.lock().await.clear();
+    }
+
     /// The installation of the App on `repository`'s account: configured, or looked up once per account.
     async fn installation_of(&self, github: &Github, repository: &str) -> Result<u64, GithubError> {
         if let Some(id) = self.installation {

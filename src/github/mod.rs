@@ -49,9 +49,10 @@ pub enum GithubError {
 }
 
 impl GithubError {
-    /// Whether a later try may succeed.
+    /// Whether a later try may succeed: no answer, and credentials that failed (a token file being rotated, a
+    /// revoked token renewed), unlike a refusal of the call itself.
     pub fn retryable(&self) -> bool {
-        matches!(self, GithubError::Unavailable(_))
+        matches!(self, GithubError::Unavailable(_) | GithubError::Credentials(_))
     }
 }
 
@@ -105,7 +106,13 @@ impl Github {
             }
             Auth::App(app) => app.token(self, repository).await?,
         };
-        self.send(method, path, &format!("token {token}"), body).await
+        let result = self.send(method, path, &format!("token {token}"), body).await;
+        if let (Err(GithubError::Refused { status: 401, message }), Auth::App(app)) = (&result, &self.auth) {
+            // A token GitHub no longer takes (revoked, the App reinstalled): the next try mints a new one.
+            app.forget().await;
+            return Err(GithubError::Credentials(format!("the installation token was refused: {message}")));
+        }
+        result
     }
 
     /// One call with `authorization` as given (an App's JWT, or a token).

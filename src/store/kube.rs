@@ -231,7 +231,14 @@ impl Sink for KubeSink {
     async fn delete_due(&self, now: Timestamp) -> Result<Vec<String>, SinkError> {
         let due = self.sessions.state().into_iter().filter(|ws| {
             let at = ws.annotations().get(DELETE_AT_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok());
-            ws.spec.archived && ws.metadata.deletion_timestamp.is_none() && at.is_some_and(|t| t <= now)
+            // Only a session a route made, stopped as archived (not one a comment woke, working on it).
+            let stopped = ws.status.as_ref().and_then(|s| s.phase) == Some(crate::api::Phase::Archived);
+            let routed = ws.labels().contains_key(crate::bridge::config::ROUTE_LABEL);
+            ws.spec.archived
+                && stopped
+                && routed
+                && ws.metadata.deletion_timestamp.is_none()
+                && at.is_some_and(|t| t <= now)
         });
         let mut deleted = Vec::new();
         for ws in due {

@@ -1,5 +1,5 @@
 //! What a WorkEvent is owed, in the issue's words (issue 28, point 1): a reaction once `Delivered` and not before; on
-//! `Failed` a sign and, with comments, one short comment that never repeats the prompt; once per change; and the claim
+//! `Failed` a sign and, with comments, one short comment that never repeats the prompt; once per change; and the hold
 //! that keeps two bridges from both acting.
 
 use super::*;
@@ -58,6 +58,10 @@ fn a_failure_gets_a_sign_and_with_comments_one_short_comment_without_the_prompt(
     ev.status.as_mut().unwrap().message =
         Some(format!("cannot be sent: please refactor the parser is `odd` {long}\nsecond line"));
     let comment = owed(&ev, Feedback::Comments).unwrap().comment.unwrap();
+    let mut cr = ev.clone();
+    cr.status.as_mut().unwrap().message = Some("failed\r\r@everyone **bold**\u{7}".into());
+    let cr = owed(&cr, Feedback::Comments).unwrap().comment.unwrap();
+    assert!(!cr.contains("@everyone") && !cr.contains('\u{7}'), "nothing after a carriage return: {cr}");
     assert!(!comment.contains("please refactor the parser"), "never the prompt: {comment}");
     assert!(!comment.contains("second line"), "one line");
     assert!(comment.len() < 400, "kept short: {}", comment.len());
@@ -71,6 +75,12 @@ fn once_per_change_off_or_not_from_github_nothing() {
     assert_eq!(owed(&ev, Feedback::Off), None, "off");
     ev.metadata.annotations = Some([(GIVEN_ANNOTATION.to_string(), "Delivered".to_string())].into());
     assert_eq!(owed(&ev, Feedback::Reactions), None, "given once: a restart does not repeat it");
+    let mut traversal = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+    traversal.spec.source.as_mut().unwrap().repository = Some("octo/x/../../other/secret".into());
+    assert_eq!(owed(&traversal, Feedback::Reactions), None, "only owner/name goes into a path");
+    assert!(
+        repository_shaped("octo-org/hello.world_2") && !repository_shaped("octo/..") && !repository_shaped("o/r/x")
+    );
     let mut manual = event("issue_comment", Some(42), Some(EventPhase::Delivered));
     manual.spec.source.as_mut().unwrap().type_ = SourceType::Manual;
     assert_eq!(owed(&manual, Feedback::Reactions), None, "not a GitHub comment");
@@ -81,25 +91,26 @@ fn one_holder_at_a_time_and_a_lapsed_claim_is_taken_over() {
     let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
     let at = |s: &str| s.parse::<Timestamp>().unwrap();
     assert_eq!(turn(None, EventPhase::Delivered, "a", now), Turn::Ours { taken_over: None });
-    let claim = Claim::parse("Delivered b-1 2026-12-01T11:59:30Z").unwrap();
-    assert_eq!(claim.value(), "Delivered b-1 2026-12-01T11:59:30Z", "written as read");
-    assert_eq!(turn(Some(&claim), EventPhase::Delivered, "a", now), Turn::Wait(Duration::from_secs(90)));
-    assert_eq!(turn(Some(&claim), EventPhase::Delivered, "b-1", now), Turn::Ours { taken_over: None }, "its own");
-    assert_eq!(turn(Some(&claim), EventPhase::Failed, "a", now), Turn::Ours { taken_over: None }, "another phase");
-    let lapsed = Claim { time: at("2026-12-01T11:57:00Z"), ..claim };
+    let hold = Hold::parse("Delivered b-1 2026-12-01T11:59:30Z").unwrap();
+    assert_eq!(hold.value(), "Delivered b-1 2026-12-01T11:59:30Z", "written as read");
+    assert_eq!(turn(Some(&hold), EventPhase::Delivered, "a", now), Turn::Wait(Duration::from_secs(90)));
+    assert_eq!(turn(Some(&hold), EventPhase::Delivered, "b-1", now), Turn::Ours { taken_over: None }, "its own");
+    assert_eq!(turn(Some(&hold), EventPhase::Failed, "a", now), Turn::Ours { taken_over: None }, "another phase");
+    let lapsed = Hold { time: at("2026-12-01T11:57:00Z"), ..hold };
     assert_eq!(
         turn(Some(&lapsed), EventPhase::Delivered, "a", now),
         Turn::Ours { taken_over: Some(at("2026-12-01T11:57:00Z")) }
     );
-    assert_eq!(Claim::parse("Delivered"), None);
-    assert_eq!(Claim::parse("Nonsense b 2026-12-01T11:57:00Z"), None);
+    assert_eq!(Hold::parse("Delivered"), None);
+    assert_eq!(Hold::parse("Nonsense b 2026-12-01T11:57:00Z"), None);
 }
 
 #[test]
-fn failing_calls_back_off_to_five_minutes() {
+fn failing_calls_back_off_to_a_minute_within_the_hold() {
+    assert!(BACKOFF_MAX < HOLD_TTL, "a holder that keeps trying keeps its hold");
     assert_eq!(
         [0, 1, 2, 8, 9, 40].map(backoff),
-        [1, 2, 4, 256, 300, 300].map(Duration::from_secs),
-        "1 s doubling, at most 300 s"
+        [1, 2, 4, 60, 60, 60].map(Duration::from_secs),
+        "1 s doubling, at most 60 s"
     );
 }

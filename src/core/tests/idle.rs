@@ -179,3 +179,13 @@ fn a_session_not_running_when_its_work_item_closes_reads_archived_and_never_star
         (Some(Phase::Archived), Some(("False", "Archived")))
     );
 }
+
+#[test]
+fn restart_policy_never_does_not_keep_a_prompt_from_waking_an_archived_session() {
+    let mut case = archived_and_stopped();
+    case.spec.restart_policy = RestartPolicy::Never;
+    case.step();
+    case.events = vec![ev("e1", "please fix the bug")];
+    let plan = case.step();
+    assert_eq!(spawned(&plan), RESUME_E1, "stopped on purpose is not an exit");
+}
