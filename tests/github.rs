@@ -299,7 +299,7 @@ async fn closing_an_issue_archives_its_session_and_a_comment_or_reopening_wakes_
 
 #[tokio::test]
 async fn on_close_delete_deletes_the_archived_session_once_its_time_passed_and_not_a_reopened_one() {
-    let w = World::new().await;
+    let w = World::with_yaml(|_, yaml| yaml.replace("defaults:\n", "defaults:\n  archiveQuietSeconds: 1\n")).await;
     let gh = FakeGithub::start().await;
     let bridge = Bridge::start(&w, &gh, "    feedback: 'Off'\n    onClose: Delete\n    deleteAfterSeconds: 0\n").await;
     for n in [41, 42] {
@@ -309,7 +309,7 @@ async fn on_close_delete_deletes_the_archived_session_once_its_time_passed_and_n
         assert_eq!(deliver(bridge.addr, "issues", &format!("del-close-{n}"), &issue(n, "closed")).await.0, 200);
     }
     assert_eq!(deliver(bridge.addr, "issues", "del-open-42", &issue(42, "reopened")).await.0, 200);
-    let ws = w.sessions().get("octo-org-hello-world-41").await.unwrap();
+    let ws = w.await_phase("octo-org-hello-world-41", Phase::Archived).await; // stopped: only then deleted
     assert!(ws.metadata.annotations.unwrap().contains_key(worksession::api::DELETE_AT_ANNOTATION));
     // What the bridge's sweep runs every minute, once its cache shows the reopening.
     let deleted = eventually("the closed one deleted", || async {

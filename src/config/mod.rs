@@ -100,6 +100,11 @@ pub struct Defaults {
     pub archive_quiet_seconds: u32,
 }
 
+/// The default longest quiet before the harness of an archived session (`spec.archived`) is stopped
+/// (`defaults.archiveQuietSeconds`): one that closed its work item is usually long quiet, one woken by a comment on
+/// the closed item works on it first.
+pub const DEFAULT_ARCHIVE_QUIET_SECONDS: u32 = 60;
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -109,7 +114,7 @@ impl Default for Config {
                 resume_probe_seconds: 2,
                 resume_settle_seconds: 60,
                 idle_suspend_after_seconds: None,
-                archive_quiet_seconds: crate::core::ARCHIVE_QUIET_SECONDS,
+                archive_quiet_seconds: DEFAULT_ARCHIVE_QUIET_SECONDS,
             },
             harnesses: harness::builtin(),
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),

@@ -67,11 +67,6 @@ pub const CONFLICT_RECHECK: Duration = Duration::from_secs(5);
 /// A harness that ran this long is healthy: its death is not a failure, and the failure count resets.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(600);
 
-/// The default longest quiet before the harness of an archived session (`spec.archived`) is stopped
-/// (`defaults.archiveQuietSeconds`): one that closed its work item is usually long quiet, one woken by a comment on
-/// the closed item works on it first.
-pub const ARCHIVE_QUIET_SECONDS: u32 = 60;
-
 /// Whether an update of a prompt counts a delivery attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attempt {
