@@ -9,6 +9,7 @@ pub mod agent;
 pub mod api;
 pub mod bridge;
 pub mod config;
+pub mod console;
 pub mod core;
 pub mod get;
 pub mod github;

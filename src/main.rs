@@ -109,6 +109,22 @@ enum Command {
         #[command(flatten)]
         at: Where,
     },
+    /// Serve a read-only web page of every session, live, on this machine with your own credentials; prints the
+    /// address to open.
+    Console {
+        /// Where to listen: loopback unless told otherwise (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Only this namespace (default: every namespace your credentials can list, like `get -A`).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Local mode: the manifests directory.
+        #[arg(long, value_name = "DIR")]
+        local: Option<PathBuf>,
+        /// Local mode: the agent config (for the tmux socket and session prefix).
+        #[arg(long, requires = "local")]
+        config: Option<PathBuf>,
+    },
     /// Move a session to another node: its agent stops the harness once no prompt is being delivered and hands it
     /// over; the new node's agent resumes the conversation where the state is shared.
     Move {
@@ -279,6 +295,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Peek { name, lines, at } => terminal(&name, at, Some(lines)).await,
         Command::Attach { name, at } => terminal(&name, at, None).await,
         Command::Move { name, to, namespace } => move_session(&name, to, namespace).await,
+        Command::Console { listen, namespace, local, config } => console(listen, namespace, local, config).await,
         Command::Crd => {
             print!("{}", worksession::api::crds_yaml());
             ExitCode::SUCCESS
@@ -462,6 +479,36 @@ async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
     match cmd.status() {
         Ok(status) if status.success() => ExitCode::SUCCESS,
         Ok(status) => ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1)),
+        Err(e) => fail(&e),
+    }
+}
+
+/// `worksession console`: the page, from the cluster (the user's kubeconfig) or a local directory.
+async fn console(
+    listen: std::net::SocketAddr,
+    namespace: Option<String>,
+    local: Option<PathBuf>,
+    config: Option<PathBuf>,
+) -> ExitCode {
+    use worksession::console::{self, source};
+    let result = match local {
+        Some(dir) => {
+            let config = match config.as_deref().map(Config::load).transpose() {
+                Ok(config) => config.unwrap_or_default(),
+                Err(e) => return fail(&e),
+            };
+            match LocalStore::watching(dir) {
+                Ok(store) => console::serve(source::Local::new(store, config), listen).await,
+                Err(e) => return fail(&e),
+            }
+        }
+        None => match kube::Client::try_default().await {
+            Ok(client) => console::serve(source::Cluster::new(client, namespace), listen).await,
+            Err(e) => return fail(&e),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
 }

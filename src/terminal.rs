@@ -28,6 +28,14 @@ pub fn peek_args(session: &str, lines: usize) -> Vec<String> {
     ["capture-pane", "-p", "-J", "-S", &format!("-{lines}"), "-t", &format!("={session}:")].map(String::from).to_vec()
 }
 
+/// The tmux arguments that print the last `lines` lines of `session`'s pane with their colours (SGR escapes), for the
+/// console.
+pub fn screen_args(session: &str, lines: usize) -> Vec<String> {
+    ["capture-pane", "-p", "-e", "-J", "-S", &format!("-{lines}"), "-t", &format!("={session}:")]
+        .map(String::from)
+        .to_vec()
+}
+
 /// The tmux arguments that attach the terminal to `session`.
 pub fn attach_args(session: &str) -> Vec<String> {
     ["attach-session", "-t", &format!("={session}")].map(String::from).to_vec()

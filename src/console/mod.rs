@@ -1,0 +1,292 @@
+//! `worksession console`: a read-only web page for people, beside the pipeline (it reads what status says, as `get`
+//! and `peek` do). Every WorkSession with what it is doing, kept current by the watch ([`source::Source::changed`]
+//! pushed as server-sent events: no polling of the API server); one session's page with its live screen (read as
+//! `peek` reads it, colours as [`ansi`] runs), its conditions, its WorkEvents and its Kubernetes Events. The page and
+//! its script are in the binary; it is served on loopback with the user's own credentials, answers only `GET`, only
+//! for its own `Host` (a page elsewhere cannot reach it by DNS rebinding), and every text it shows is set as text.
+
+pub mod ansi;
+pub mod source;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::Stream;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::api::{WorkEvent, WorkSession};
+use crate::core::ConditionType;
+pub use source::Source;
+
+/// How many lines of the screen a session's page shows.
+pub const SCREEN_LINES: usize = 60;
+
+const INDEX: &str = include_str!("assets/index.html");
+const SESSION: &str = include_str!("assets/session.html");
+const SCRIPT: &str = include_str!("assets/console.js");
+const STYLE: &str = include_str!("assets/console.css");
+
+/// The page's security headers: its own script and style only, nothing framed, no referrer.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
+                   base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// One row of the list.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+    /// Its phase.
+    pub phase: String,
+    /// What the harness does where its hooks say (`Working`, `WaitingForInput`, `Idle`).
+    pub activity: String,
+    /// `True`/`False` and the reason of `Resumed`.
+    pub resumed: String,
+    /// The conversation id.
+    pub conversation: String,
+    /// Its node.
+    pub node: String,
+    /// The harness profile.
+    pub harness: String,
+    /// Its age, like kubectl's.
+    pub age: String,
+    /// The words of what went wrong last, if anything is wrong now.
+    pub failure: String,
+}
+
+/// `Ready=False` reasons that are a state, not a failure.
+const NOT_FAILURES: &[&str] = &[
+    "Idle",
+    "Archived",
+    "Suspended",
+    "Moving",
+    "Starting",
+    "Verifying",
+    "Preparing",
+    "HarnessNotRunning",
+    "WaitingForDiscovery",
+];
+
+/// `Resumed=False` reasons that are no failure: nothing to resume, or resuming not asked for.
+const NOT_RESUME_FAILURES: &[&str] = &["NoRecordedSession", "ResumeDisabled", "HarnessCannotResume"];
+
+/// The row of `ws` at `now`.
+pub fn row(ws: &WorkSession, now: Timestamp) -> Row {
+    let st = ws.status.clone().unwrap_or_default();
+    let condition = |t: ConditionType| st.conditions.iter().find(|c| c.type_ == t.as_str());
+    let ready = condition(ConditionType::Ready);
+    let failure = ready
+        .filter(|c| c.status == "False" && !NOT_FAILURES.contains(&c.reason.as_str()))
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .or_else(|| {
+            condition(ConditionType::Resumed)
+                .filter(|c| c.status == "False" && !NOT_RESUME_FAILURES.contains(&c.reason.as_str()))
+                .map(|c| format!("{}: {}", c.reason, c.message))
+        })
+        .unwrap_or_default();
+    Row {
+        namespace: ws.namespace().unwrap_or_else(|| crate::store::DEFAULT_NAMESPACE.into()),
+        name: ws.name_any(),
+        phase: st.phase.map(|p| p.to_string()).unwrap_or_default(),
+        activity: condition(ConditionType::Activity).map(|c| c.reason.clone()).unwrap_or_default(),
+        resumed: condition(ConditionType::Resumed).map(|c| format!("{} {}", c.status, c.reason)).unwrap_or_default(),
+        conversation: st.harness_session_id.clone().unwrap_or_default(),
+        node: ws.spec.node_name.clone().unwrap_or_default(),
+        harness: ws.spec.harness.clone(),
+        age: crate::get::age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
+        failure,
+    }
+}
+
+/// The rows of every session, sorted by namespace and name.
+fn rows(mut sessions: Vec<WorkSession>) -> Vec<Row> {
+    sessions.sort_by_key(|ws| (ws.namespace(), ws.name_any()));
+    let now = Timestamp::now();
+    sessions.iter().map(|ws| row(ws, now)).collect()
+}
+
+/// A WorkEvent as a session's page lists it.
+fn event_json(ev: &WorkEvent) -> Value {
+    let st = ev.status.clone().unwrap_or_default();
+    let source = ev.spec.source.clone().unwrap_or_default();
+    // Only a web link is a link: a `javascript:` URL from a hand-made event never becomes one.
+    let url = source.url.filter(|u| u.starts_with("https://") || u.starts_with("http://"));
+    json!({
+        "name": ev.name_any(),
+        "phase": st.phase.map(|p| p.to_string()).unwrap_or_else(|| "Pending".into()),
+        "via": st.via.map(|v| v.to_string()).unwrap_or_default(),
+        "source": format!("{:?}", source.type_).to_lowercase(),
+        "url": url,
+        "created": ev.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+        "deliveredAt": st.delivered_at.map(|t| t.0.to_string()).unwrap_or_default(),
+        "message": st.message.unwrap_or_default(),
+    })
+}
+
+struct Console<S> {
+    source: S,
+    /// The `Host` values this console answers (its own address, as a browser names it).
+    hosts: Vec<String>,
+}
+
+/// The console's routes over `source`, answering requests for `hosts` only.
+pub fn router<S: Source>(source: S, hosts: Vec<String>) -> Router {
+    let console = Arc::new(Console { source, hosts });
+    Router::new()
+        .route("/", get(|| async { html(INDEX) }))
+        .route("/sessions/{namespace}/{name}", get(|| async { html(SESSION) }))
+        .route("/assets/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/assets/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/api/sessions", get(list::<S>))
+        .route("/api/watch", get(watch::<S>))
+        .route("/api/sessions/{namespace}/{name}", get(detail::<S>))
+        .route("/api/sessions/{namespace}/{name}/screen", get(screen::<S>))
+        .layer(axum::middleware::from_fn_with_state(console.clone(), guard::<S>))
+        .with_state(console)
+}
+
+/// Only its own `Host`, and the headers every answer carries.
+async fn guard<S: Source>(State(console): State<Arc<Console<S>>>, request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    if !console.hosts.iter().any(|h| h == host) {
+        return (StatusCode::MISDIRECTED_REQUEST, "not this console's address").into_response();
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn html(body: &'static str) -> Response {
+    asset("text/html; charset=utf-8", body)
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+fn failed(status: StatusCode, why: String) -> Response {
+    (status, axum::Json(json!({"error": why}))).into_response()
+}
+
+async fn list<S: Source>(State(console): State<Arc<Console<S>>>) -> Response {
+    match console.source.sessions().await {
+        Ok(sessions) => axum::Json(json!({"sessions": rows(sessions)})).into_response(),
+        Err(why) => failed(StatusCode::BAD_GATEWAY, why),
+    }
+}
+
+/// The rows now, then again at every change the source reports.
+async fn watch<S: Source>(
+    State(console): State<Arc<Console<S>>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let stream = futures::stream::unfold((console, true), |(console, first)| async move {
+        if !first {
+            console.source.changed().await;
+        }
+        let data = match console.source.sessions().await {
+            Ok(sessions) => json!({"sessions": rows(sessions)}),
+            Err(why) => json!({"error": why}),
+        };
+        Some((Ok(Event::default().event("sessions").data(data.to_string())), (console, false)))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+async fn find<S: Source>(console: &Console<S>, namespace: &str, name: &str) -> Result<WorkSession, Response> {
+    let sessions = console.source.sessions().await.map_err(|why| failed(StatusCode::BAD_GATEWAY, why))?;
+    let found = sessions.into_iter().find(|ws| {
+        ws.name_any() == name && ws.namespace().as_deref().unwrap_or(crate::store::DEFAULT_NAMESPACE) == namespace
+    });
+    found.ok_or_else(|| failed(StatusCode::NOT_FOUND, format!("no WorkSession {namespace}/{name}")))
+}
+
+async fn detail<S: Source>(
+    State(console): State<Arc<Console<S>>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let ws = match find(&console, &namespace, &name).await {
+        Ok(ws) => ws,
+        Err(response) => return response,
+    };
+    let (events, notices) =
+        tokio::join!(console.source.events(&namespace, &name), console.source.notices(&namespace, &name));
+    let mut events = events.unwrap_or_default();
+    events.sort_by_key(|e| e.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let mut conditions = ws.status.clone().unwrap_or_default().conditions;
+    conditions.sort_by_key(|c| c.last_transition_time.0);
+    let conditions: Vec<Value> = conditions
+        .iter()
+        .map(|c| {
+            json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message,
+                        "since": c.last_transition_time.0.to_string()})
+        })
+        .collect();
+    let notices = match notices {
+        Ok(list) => json!(list),
+        Err(why) => json!({"error": why}),
+    };
+    axum::Json(json!({
+        "row": row(&ws, Timestamp::now()),
+        "workItem": ws.spec.work_item,
+        "workdir": ws.spec.workdir,
+        "tmuxSession": ws.status.as_ref().and_then(|s| s.tmux_session.clone()).unwrap_or_default(),
+        "conditions": conditions,
+        "events": events.iter().map(event_json).collect::<Vec<_>>(),
+        "notices": notices,
+    }))
+    .into_response()
+}
+
+async fn screen<S: Source>(
+    State(console): State<Arc<Console<S>>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let ws = match find(&console, &namespace, &name).await {
+        Ok(ws) => ws,
+        Err(response) => return response,
+    };
+    match console.source.screen(&ws, SCREEN_LINES).await {
+        Ok(text) => axum::Json(json!({"runs": ansi::runs(text.trim_end())})).into_response(),
+        Err(why) => axum::Json(json!({"error": why})).into_response(),
+    }
+}
+
+/// The `Host` values a browser sends for `addr` (loopback also as `localhost`).
+pub fn hosts_for(addr: SocketAddr) -> Vec<String> {
+    let mut hosts = vec![addr.to_string()];
+    if addr.ip().is_loopback() {
+        hosts.push(format!("localhost:{}", addr.port()));
+    }
+    hosts
+}
+
+/// Serves `source` on `listen` until the process is asked to stop; prints the address to open.
+pub async fn serve<S: Source>(source: S, listen: SocketAddr) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() {
+        eprintln!("worksession console: listening on {addr}, not loopback: anyone who reaches it sees what you see");
+    }
+    println!("worksession console: http://{addr}/");
+    axum::serve(listener, router(source, hosts_for(addr))).with_graceful_shutdown(crate::signal::shutdown()).await
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! Where the console reads from, with the user's own rights: the API server (a watched cache of WorkSessions through
+//! the user's kubeconfig; WorkEvents and Kubernetes Events read when a session's page asks; the screen by `kubectl
+//! exec`, as `worksession peek`) or a local directory (its manifests, its file-system notifications, tmux on this
+//! machine). Read only: nothing here writes.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::ListParams;
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::Notify;
+
+use crate::api::{WorkEvent, WorkSession};
+use crate::config::Config;
+use crate::store::{Changes, Listing};
+
+/// A Kubernetes Event about a session, as its page shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Notice {
+    /// When it last happened.
+    pub time: String,
+    /// `Normal` or `Warning`.
+    pub kind: String,
+    /// Its reason (`Respawned`, `ResumeFailed`, ...).
+    pub reason: String,
+    /// Its words.
+    pub note: String,
+    /// How many times.
+    pub count: i32,
+}
+
+/// What the console reads.
+pub trait Source: Send + Sync + 'static {
+    /// Every WorkSession in scope, as last seen.
+    fn sessions(&self) -> impl Future<Output = Result<Vec<WorkSession>, String>> + Send;
+    /// Resolves at the next change (a watch event, a file written).
+    fn changed(&self) -> impl Future<Output = ()> + Send;
+    /// The WorkEvents of a session.
+    fn events(&self, namespace: &str, session: &str) -> impl Future<Output = Result<Vec<WorkEvent>, String>> + Send;
+    /// The Kubernetes Events about a session (none in local mode).
+    fn notices(&self, namespace: &str, session: &str) -> impl Future<Output = Result<Vec<Notice>, String>> + Send;
+    /// What the session's pane shows now, with its colours (`capture-pane -e`).
+    fn screen(&self, ws: &WorkSession, lines: usize) -> impl Future<Output = Result<String, String>> + Send;
+}
+
+/// The API server, as the user's kubeconfig reaches it.
+pub struct Cluster {
+    client: Client,
+    sessions: reflector::Store<WorkSession>,
+    changes: Arc<Notify>,
+}
+
+impl Cluster {
+    /// Watches the WorkSessions of `namespace` (every namespace: `None`).
+    pub fn new(client: Client, namespace: Option<String>) -> Self {
+        let api: Api<WorkSession> = match &namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let (sessions, writer) = reflector::store();
+        let changes = Arc::new(Notify::new());
+        let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+        let notify = changes.clone();
+        tokio::spawn(stream.for_each(move |_| {
+            notify.notify_waiters();
+            std::future::ready(())
+        }));
+        Self { client, sessions, changes }
+    }
+}
+
+impl Source for Cluster {
+    async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
+        self.sessions.wait_until_ready().await.map_err(|e| e.to_string())?;
+        Ok(self.sessions.state().iter().map(|ws| (**ws).clone()).collect())
+    }
+
+    async fn changed(&self) {
+        self.changes.notified().await
+    }
+
+    async fn events(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
+        let api: Api<WorkEvent> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default().fields(&format!("spec.session={session}"));
+        api.list(&params).await.map(|l| l.items).map_err(|e| format!("listing WorkEvents: {e}"))
+    }
+
+    async fn notices(&self, namespace: &str, session: &str) -> Result<Vec<Notice>, String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let params =
+            ListParams::default().fields(&format!("involvedObject.kind=WorkSession,involvedObject.name={session}"));
+        let list = api.list(&params).await.map_err(|e| format!("listing Events: {e}"))?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|e| {
+                let time = e.last_timestamp.map(|t| t.0.to_string()).or_else(|| e.event_time.map(|t| t.0.to_string()));
+                Notice {
+                    time: time.unwrap_or_default(),
+                    kind: e.type_.unwrap_or_default(),
+                    reason: e.reason.unwrap_or_default(),
+                    note: e.message.unwrap_or_default(),
+                    count: e.count.unwrap_or(1),
+                }
+            })
+            .collect())
+    }
+
+    async fn screen(&self, ws: &WorkSession, lines: usize) -> Result<String, String> {
+        let node = ws.spec.node_name.as_deref().ok_or("not placed on a node yet")?;
+        let (namespace, pod) = crate::terminal::agent_pod(&self.client, node).await?;
+        let session = crate::terminal::session_of(ws, &Config::default());
+        let args = crate::terminal::screen_args(&session, lines);
+        let cmd = crate::terminal::kubectl_tmux(&namespace, &pod, &args, false);
+        output(cmd).await
+    }
+}
+
+/// A local directory of manifests (the store `main` opens on it, watching), and tmux on this machine.
+pub struct Local<L> {
+    store: L,
+    config: Config,
+}
+
+impl<L> Local<L> {
+    /// Reads `store`, with the agent config `config` (for the tmux socket and session names).
+    pub fn new(store: L, config: Config) -> Self {
+        Self { store, config }
+    }
+}
+
+impl<L: Listing + Changes + 'static> Source for Local<L> {
+    async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
+        self.store.listed_sessions().map_err(|e| e.to_string())
+    }
+
+    async fn changed(&self) {
+        self.store.changed().await
+    }
+
+    async fn events(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
+        let all = self.store.listed_events().map_err(|e| e.to_string())?;
+        let ours = |ev: &WorkEvent| {
+            ev.spec.session == session
+                && ev.namespace().as_deref().unwrap_or(crate::store::DEFAULT_NAMESPACE) == namespace
+        };
+        Ok(all.into_iter().filter(ours).collect())
+    }
+
+    async fn notices(&self, _namespace: &str, _session: &str) -> Result<Vec<Notice>, String> {
+        Ok(Vec::new()) // local mode records no Events: the agent's log is the record
+    }
+
+    async fn screen(&self, ws: &WorkSession, lines: usize) -> Result<String, String> {
+        let session = crate::terminal::session_of(ws, &self.config);
+        let args = crate::terminal::screen_args(&session, lines);
+        output(crate::terminal::local_tmux(self.config.tmux.socket.as_deref(), &args)).await
+    }
+}
+
+/// A command's standard output, or its error words.
+async fn output(cmd: std::process::Command) -> Result<String, String> {
+    let out = tokio::process::Command::from(cmd).output().await.map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}

@@ -1,0 +1,124 @@
+//! The console's routes against an in-memory source (the browser tests in `tests/console.rs` use the real ones):
+//! what each answers, only for its own `Host`, only `GET`, with its security headers; rows in the status's words.
+
+use std::sync::Mutex;
+
+use axum::body::Body;
+use axum::http::Request;
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+use super::*;
+use crate::api::{EventSource, SourceType, WorkEventSpec, WorkSessionSpec, WorkSessionStatus};
+
+#[derive(Default)]
+struct Memory {
+    sessions: Mutex<Vec<WorkSession>>,
+    events: Vec<WorkEvent>,
+}
+
+impl Source for Arc<Memory> {
+    async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
+        Ok(self.sessions.lock().unwrap().clone())
+    }
+    async fn changed(&self) {
+        std::future::pending().await
+    }
+    async fn events(&self, _namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
+        Ok(self.events.iter().filter(|e| e.spec.session == session).cloned().collect())
+    }
+    async fn notices(&self, _namespace: &str, _session: &str) -> Result<Vec<source::Notice>, String> {
+        Ok(Vec::new())
+    }
+    async fn screen(&self, _ws: &WorkSession, _lines: usize) -> Result<String, String> {
+        Ok("\u{1b}[32mready>\u{1b}[0m <b>hi</b>\n".into())
+    }
+}
+
+fn session(name: &str, ready: (&str, &str, &str)) -> WorkSession {
+    let mut ws = WorkSession::new(name, WorkSessionSpec { harness: "claude".into(), ..Default::default() });
+    ws.metadata.namespace = Some("agents".into());
+    let condition = |t: &str, (status, reason, message): (&str, &str, &str)| {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: t.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    };
+    ws.status = Some(WorkSessionStatus {
+        phase: Some(crate::api::Phase::Running),
+        harness_session_id: Some("abc".into()),
+        conditions: vec![condition("Ready", ready)],
+        ..Default::default()
+    });
+    ws
+}
+
+const HOST: &str = "127.0.0.1:7000";
+
+async fn get(app: &Router, path: &str, host: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+    let request = Request::get(path).header("host", host).body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    (parts.status, parts.headers, String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap())
+}
+
+fn app() -> Router {
+    let mut memory = Memory::default();
+    memory.sessions.lock().unwrap().push(session("fine", ("True", "Running", "the harness is running")));
+    memory.sessions.lock().unwrap().push(session("broken", ("False", "SpawnFailed", "tmux said no")));
+    memory.events.push(WorkEvent::new(
+        "fine-1",
+        WorkEventSpec {
+            session: "fine".into(),
+            prompt: "p".into(),
+            source: Some(EventSource {
+                type_: SourceType::Github,
+                url: Some("javascript:alert(1)".into()),
+                ..Default::default()
+            }),
+            command: false,
+        },
+    ));
+    router(Arc::new(memory), hosts_for(HOST.parse().unwrap()))
+}
+
+#[tokio::test]
+async fn rows_say_phase_and_the_last_failure_in_the_status_words() {
+    let (status, headers, body) = get(&app(), "/api/sessions", HOST).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap().contains("script-src 'self'"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let rows = v["sessions"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["name"].as_str().unwrap()).collect::<Vec<_>>(), ["broken", "fine"], "sorted");
+    assert_eq!(rows[0]["failure"], "SpawnFailed: tmux said no");
+    assert_eq!((rows[1]["failure"].as_str(), rows[1]["phase"].as_str()), (Some(""), Some("Running")));
+}
+
+#[tokio::test]
+async fn only_its_own_host_and_only_get() {
+    let app = app();
+    assert_eq!(get(&app, "/", "evil.example:7000").await.0, StatusCode::MISDIRECTED_REQUEST, "DNS rebinding");
+    assert_eq!(get(&app, "/", "localhost:7000").await.0, StatusCode::OK);
+    let post = Request::post("/api/sessions").header("host", HOST).body(Body::empty()).unwrap();
+    assert_eq!(app.clone().oneshot(post).await.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED, "read only");
+    let (_, headers, page) = get(&app, "/sessions/agents/fine", HOST).await;
+    assert!(page.contains("<h2 id=\"screen-h\">Screen</h2>"));
+    assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+}
+
+#[tokio::test]
+async fn a_session_page_gets_its_screen_as_runs_and_no_link_that_is_not_a_web_link() {
+    let app = app();
+    let (_, _, body) = get(&app, "/api/sessions/agents/fine/screen", HOST).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["runs"][0], json!({"text": "ready>", "fg": "#00cd00"}));
+    assert_eq!(v["runs"][1]["text"], " <b>hi</b>", "markup is text");
+    let (_, _, body) = get(&app, "/api/sessions/agents/fine", HOST).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["events"][0]["url"], Value::Null, "a javascript: URL is no link");
+    assert_eq!(get(&app, "/api/sessions/agents/nobody", HOST).await.0, StatusCode::NOT_FOUND);
+}

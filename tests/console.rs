@@ -1,0 +1,209 @@
+//! Issue 29: the console as a person uses it, in headless Chromium (Debian's `chromium` over `chromium-driver`):
+//! against local mode (the real agent on a directory, real tmux, the stand-in) and against the test control plane
+//! (the real agent on its API server). What a person sees is read through the DOM: the session list, a phase
+//! change that appears without a reload, a session's page with the stand-in's ready prompt on its screen, its
+//! WorkEvents and its Kubernetes Events; and a hostile prompt shown on the screen stays text. Screenshots of the two
+//! pages go to `target/console/` (and to `docs/` with `WORKSESSION_CONSOLE_SHOTS=docs`).
+
+mod browser;
+mod scenarios;
+mod standin;
+mod support;
+mod world;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use browser::Browser;
+use serde_json::{Value, json};
+use standin::TmuxServer;
+use support::eventually;
+use worksession::api::{EventPhase, Phase};
+use worksession::config::Config;
+use worksession::console;
+
+/// Serves the console's router for `source` on a free loopback port.
+async fn serve<S: console::Source>(source: S) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = console::router(source, console::hosts_for(addr));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// The text of cell `column` of the list's row for `namespace/name` (`null` while there is none).
+async fn cell(b: &Browser, session: &str, column: usize) -> Value {
+    let script = format!(
+        "const r = document.querySelector('tr[data-session=\"{session}\"]'); return r ? r.children[{column}].textContent : null;"
+    );
+    b.script(&script).await
+}
+
+async fn await_cell(b: &Browser, session: &str, column: usize, want: &str) {
+    eventually(&format!("{session}: column {column} shows {want}"), || async {
+        (cell(b, session, column).await == json!(want)).then_some(())
+    })
+    .await;
+}
+
+/// Where screenshots go.
+fn shots() -> PathBuf {
+    match std::env::var("WORKSESSION_CONSOLE_SHOTS").ok().as_deref() {
+        Some("docs") => support::repo_root().join("docs"),
+        _ => {
+            let dir = support::repo_root().join("target/console");
+            std::fs::create_dir_all(&dir).unwrap();
+            dir
+        }
+    }
+}
+
+fn png(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    // Written whole and renamed into place, as an editor does, so one notification names it.
+    std::fs::write(dir.join(format!("{name}.tmp")), text).unwrap();
+    std::fs::rename(dir.join(format!("{name}.tmp")), dir.join(format!("{name}.yaml"))).unwrap();
+}
+
+#[tokio::test]
+async fn in_local_mode_a_person_sees_the_list_a_live_phase_change_and_the_screen() {
+    let tmux = TmuxServer::new();
+    let dir = tmux.dir.path().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Beside the stand-in, a hostile harness: it prints markup, in red, where a person will look.
+    let hostile = "  hostile:\n    binary: /bin/sh\n    interactive: ['-c', 'printf \"\\033[31m<img src=x onerror=document.title=1>\\033[0m\\nready>\\n\"; exec sleep 3600', sh, '{prompt}']\n";
+    let yaml = tmux.agent_config_yaml() + hostile;
+    let config = Config::parse(&yaml, Path::new("local.yaml")).unwrap();
+    let agent = {
+        let (dir, config) = (dir.clone(), Arc::new(config.clone()));
+        tokio::spawn(async move {
+            let store = worksession::store::local::LocalStore::watching(dir).unwrap();
+            let options = worksession::agent::Options {
+                config: tokio::sync::watch::channel(config).1,
+                admin_addr: None,
+                admin_listening: None,
+                failpoint: None,
+            };
+            worksession::agent::run_on_changes(store, options).await.unwrap();
+        })
+    };
+    let session = |suspend: bool| {
+        format!(
+            "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {{name: fix-parser}}\nspec: {{workItem: fix-parser, harness: standin, workdir: {}, suspend: {suspend}, initialPrompt: 'Read issue 12 and propose a plan.'}}\n",
+            tmux.workdir().display()
+        )
+    };
+    write(&dir, "fix-parser", &session(false));
+    let store = worksession::store::local::LocalStore::watching(dir.clone()).unwrap();
+    let addr = serve(console::source::Local::new(store, config)).await;
+    let b = Browser::start().await;
+
+    b.open(&format!("http://{addr}/")).await;
+    await_cell(&b, "default/fix-parser", 2, "Running").await;
+    assert_eq!(b.text("h1").await, json!("worksession"), "a real heading");
+    assert_eq!(b.script("return document.querySelector('label[for=namespace]').textContent").await, json!("Namespace"));
+    write(
+        &dir,
+        "fix-parser-1",
+        "apiVersion: worksession.dev/v1alpha1\nkind: WorkEvent\nmetadata: {name: fix-parser-1}\nspec: {session: fix-parser, prompt: 'Also add a test, please.', source: {type: github, url: 'https://github.com/octo/repo/issues/12#issuecomment-1'}}\n",
+    );
+    write(
+        &dir,
+        "hostile",
+        &format!(
+            "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {{name: hostile}}\nspec: {{workItem: hostile, harness: hostile, workdir: {}}}\n",
+            tmux.workdir().display()
+        ),
+    );
+    await_cell(&b, "default/hostile", 2, "Running").await;
+    assert_eq!(cell(&b, "default/fix-parser", 8).await, json!(""), "a first start is no failure");
+    let list = b.screenshot().await;
+    assert!(png(&list));
+    std::fs::write(shots().join("console-list.png"), &list).unwrap();
+
+    b.open(&format!("http://{addr}/sessions/default/fix-parser")).await;
+    eventually("the screen shows the stand-in's ready prompt", || async {
+        b.text("#screen").await.as_str().unwrap_or_default().contains("ready>").then_some(())
+    })
+    .await;
+    eventually("the WorkEvent Delivered, linked to its comment", || async {
+        let phase = b.text("tr[data-event=\"fix-parser-1\"] td:nth-child(3)").await;
+        let link = b
+            .script("const a = document.querySelector('tr[data-event=\"fix-parser-1\"] a'); return a ? a.href : null")
+            .await;
+        (phase == json!("Delivered") && link == json!("https://github.com/octo/repo/issues/12#issuecomment-1"))
+            .then_some(())
+    })
+    .await;
+    assert!(b.text("#conditions tbody").await.as_str().unwrap().contains("Ready"), "its conditions");
+    assert_ne!(b.script("return document.title").await, json!("1"), "no markup ran");
+    let page = b.screenshot().await;
+    assert!(png(&page));
+    std::fs::write(shots().join("console-session.png"), &page).unwrap();
+
+    // The hostile harness's screen: its markup is text, in its red, and nothing of it runs.
+    b.open(&format!("http://{addr}/sessions/default/hostile")).await;
+    eventually("the hostile screen shown as text", || async {
+        b.text("#screen")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .contains("<img src=x onerror=document.title=1>")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(b.script("return document.querySelectorAll('img').length").await, json!(0), "no element made");
+    let red = b.script("return [...document.querySelectorAll('#screen span')].find(s => s.textContent.includes('<img')).style.color").await;
+    assert_eq!(red, json!("rgb(205, 0, 0)"), "its colour kept");
+    assert_ne!(b.script("return document.title").await, json!("1"), "no script ran");
+
+    // Back to the list, marked: the phase change arrives by the watch, with no reload (the mark survives).
+    b.open(&format!("http://{addr}/")).await;
+    await_cell(&b, "default/fix-parser", 2, "Running").await;
+    b.script("window.kept = 'this page'; return null").await;
+    write(&dir, "fix-parser", &session(true));
+    await_cell(&b, "default/fix-parser", 2, "Suspended").await;
+    assert_eq!(b.script("return window.kept || null").await, json!("this page"), "no reload");
+    agent.abort();
+}
+
+#[tokio::test]
+async fn on_the_test_control_plane_a_person_sees_the_list_a_live_phase_change_and_the_events() {
+    let w = world::World::new().await;
+    w.create_session("api-review", json!({"harness": "standin", "initialPrompt": "Review the API."})).await;
+    w.await_phase("api-review", Phase::Running).await;
+    w.send("api-review", "api-review-1", "and the docs").await;
+    w.await_event("api-review-1", EventPhase::Delivered).await;
+    let addr = serve(console::source::Cluster::new(w.ns.client.clone(), Some(w.ns.name.clone()))).await;
+    let b = Browser::start().await;
+    let key = format!("{}/api-review", w.ns.name);
+
+    b.open(&format!("http://{addr}/")).await;
+    await_cell(&b, &key, 2, "Running").await;
+    assert!(cell(&b, &key, 4).await.as_str().unwrap().starts_with("False"), "Resumed: a first start is no resume");
+    b.script("window.kept = 'this page'; return null").await;
+    let patch = json!({"spec": {"suspend": true}});
+    w.sessions()
+        .patch("api-review", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+    await_cell(&b, &key, 2, "Suspended").await;
+    assert_eq!(b.script("return window.kept || null").await, json!("this page"), "no reload");
+
+    b.open(&format!("http://{addr}/sessions/{}/api-review", w.ns.name)).await;
+    eventually("its WorkEvent and the agent's Kubernetes Events", || async {
+        let event = b.text("tr[data-event=\"api-review-1\"] td:nth-child(3)").await;
+        let notices = b.text("#notices tbody").await;
+        (event == json!("Delivered") && notices.as_str().unwrap_or_default().contains("Started")).then_some(())
+    })
+    .await;
+    // No agent pod here to exec into (the agent runs in the test): the screen says why, and the rest still shows.
+    eventually("the screen says why it is not shown", || async {
+        b.text("#screen").await.as_str().unwrap_or_default().starts_with("(no screen:").then_some(())
+    })
+    .await;
+}
