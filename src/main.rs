@@ -115,8 +115,8 @@ enum Command {
         /// Where to listen: loopback unless told otherwise (port 0: any free port).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: std::net::SocketAddr,
-        /// Only this namespace (default: every namespace your credentials can list, like `get -A`).
-        #[arg(short, long)]
+        /// Only this namespace (default: every namespace, like `get -A`, which needs `list` cluster-wide).
+        #[arg(short, long, conflicts_with = "local")]
         namespace: Option<String>,
         /// Local mode: the manifests directory.
         #[arg(long, value_name = "DIR")]

@@ -23,11 +23,14 @@ use worksession::api::{EventPhase, Phase};
 use worksession::config::Config;
 use worksession::console;
 
+/// The console's token in these tests.
+const TOKEN: &str = "console-test-token";
+
 /// Serves the console's router for `source` on a free loopback port.
 async fn serve<S: console::Source>(source: S) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = console::router(source, console::hosts_for(addr));
+    let app = console::router(source, console::hosts_for(addr), TOKEN.into());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr
 }
@@ -102,7 +105,7 @@ async fn in_local_mode_a_person_sees_the_list_a_live_phase_change_and_the_screen
     let addr = serve(console::source::Local::new(store, config)).await;
     let b = Browser::start().await;
 
-    b.open(&format!("http://{addr}/")).await;
+    b.open(&format!("http://{addr}/?token={TOKEN}")).await; // as the console prints it; a cookie after
     await_cell(&b, "default/fix-parser", 2, "Running").await;
     assert_eq!(b.text("h1").await, json!("worksession"), "a real heading");
     assert_eq!(b.script("return document.querySelector('label[for=namespace]').textContent").await, json!("Namespace"));
@@ -182,7 +185,7 @@ async fn on_the_test_control_plane_a_person_sees_the_list_a_live_phase_change_an
     let b = Browser::start().await;
     let key = format!("{}/api-review", w.ns.name);
 
-    b.open(&format!("http://{addr}/")).await;
+    b.open(&format!("http://{addr}/?token={TOKEN}")).await;
     await_cell(&b, &key, 2, "Running").await;
     assert!(cell(&b, &key, 4).await.as_str().unwrap().starts_with("False"), "Resumed: a first start is no resume");
     b.script("window.kept = 'this page'; return null").await;

@@ -184,12 +184,17 @@ pub fn runs(screen: &str) -> Vec<Run> {
                 }
             },
             '\n' | '\t' => text.push(c),
-            c if c.is_control() => {}
+            c if c.is_control() || bidi(c) => {}
             c => text.push(c),
         }
     }
     flush(&mut text, &style, &mut out);
     out
+}
+
+/// A character that reorders what follows it (a screen could show text other than what it holds).
+fn bidi(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]
@@ -216,5 +221,6 @@ mod tests {
         assert_eq!(text, "<script>alert(1)</script>linkok", "markup is text for the page's textContent");
         assert_eq!(runs("a\u{1b}[38;5mb"), [Run { text: "ab".into(), ..Default::default() }], "a short 256 code");
         assert!(runs("\u{1b}[").is_empty(), "a cut sequence");
+        assert_eq!(runs("abc\u{202e}fed")[0].text, "abcfed", "no reordering");
     }
 }

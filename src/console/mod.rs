@@ -111,10 +111,11 @@ pub fn row(ws: &WorkSession, now: Timestamp) -> Row {
 }
 
 /// The rows of every session, sorted by namespace and name.
-fn rows(mut sessions: Vec<WorkSession>) -> Vec<Row> {
-    sessions.sort_by_key(|ws| (ws.namespace(), ws.name_any()));
+fn rows(sessions: Vec<WorkSession>) -> Vec<Row> {
     let now = Timestamp::now();
-    sessions.iter().map(|ws| row(ws, now)).collect()
+    let mut rows: Vec<Row> = sessions.iter().map(|ws| row(ws, now)).collect();
+    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    rows
 }
 
 /// A WorkEvent as a session's page lists it.
@@ -139,11 +140,16 @@ struct Console<S> {
     source: S,
     /// The `Host` values this console answers (its own address, as a browser names it).
     hosts: Vec<String>,
+    /// The secret of the address it printed: a request carries it (`?token=`, once) or its cookie.
+    token: String,
 }
 
-/// The console's routes over `source`, answering requests for `hosts` only.
-pub fn router<S: Source>(source: S, hosts: Vec<String>) -> Router {
-    let console = Arc::new(Console { source, hosts });
+/// The cookie that carries the console's token after the first page.
+pub const COOKIE: &str = "worksession-console";
+
+/// The console's routes over `source`, answering requests for `hosts` that carry `token` only.
+pub fn router<S: Source>(source: S, hosts: Vec<String>, token: String) -> Router {
+    let console = Arc::new(Console { source, hosts, token });
     Router::new()
         .route("/", get(|| async { html(INDEX) }))
         .route("/sessions/{namespace}/{name}", get(|| async { html(SESSION) }))
@@ -157,14 +163,41 @@ pub fn router<S: Source>(source: S, hosts: Vec<String>) -> Router {
         .with_state(console)
 }
 
-/// Only its own `Host`, and the headers every answer carries.
+/// Only its own `Host`, only with its token (another user of the machine reaches the port, not the token), never for
+/// another site's page, and the headers every answer carries.
 async fn guard<S: Source>(State(console): State<Arc<Console<S>>>, request: Request, next: Next) -> Response {
-    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let headers = request.headers();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
     if !console.hosts.iter().any(|h| h == host) {
         return (StatusCode::MISDIRECTED_REQUEST, "not this console's address").into_response();
     }
+    // A request a page of another site makes (an <img> pointed here): the browser says so.
+    let site = headers.get("sec-fetch-site").and_then(|h| h.to_str().ok());
+    if site.is_some_and(|s| s != "same-origin" && s != "none") {
+        return (StatusCode::FORBIDDEN, "not from this console's own page").into_response();
+    }
+    let query = request.uri().query().unwrap_or_default();
+    let given = query.split('&').find_map(|kv| kv.strip_prefix("token=")).map(str::to_string);
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .flat_map(|h| h.split(';'))
+        .find_map(|c| c.trim().strip_prefix(COOKIE).and_then(|c| c.strip_prefix('=')).map(str::to_string));
+    let ours = |t: &Option<String>| {
+        t.as_deref().is_some_and(|t| crate::bridge::github::same_secret(t.as_bytes(), console.token.as_bytes()))
+    };
+    let given_ours = ours(&given);
+    if !given_ours && !ours(&cookie) {
+        let why = "open the address the console printed (it carries its token)";
+        return (StatusCode::UNAUTHORIZED, why).into_response();
+    }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
+    if given_ours {
+        let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", console.token);
+        headers.insert(header::SET_COOKIE, HeaderValue::from_str(&cookie).expect("a token is a header value"));
+    }
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
@@ -192,19 +225,19 @@ async fn list<S: Source>(State(console): State<Arc<Console<S>>>) -> Response {
     }
 }
 
-/// The rows now, then again at every change the source reports.
+/// The rows now, then again at every change the source reports (a change during an answer is seen after it).
 async fn watch<S: Source>(
     State(console): State<Arc<Console<S>>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let stream = futures::stream::unfold((console, true), |(console, first)| async move {
-        if !first {
-            console.source.changed().await;
-        }
+    let mut changes = console.source.changes();
+    changes.mark_changed();
+    let stream = futures::stream::unfold((console, changes), |(console, mut changes)| async move {
+        changes.changed().await.ok()?;
         let data = match console.source.sessions().await {
             Ok(sessions) => json!({"sessions": rows(sessions)}),
             Err(why) => json!({"error": why}),
         };
-        Some((Ok(Event::default().event("sessions").data(data.to_string())), (console, false)))
+        Some((Ok(Event::default().event("sessions").data(data.to_string())), (console, changes)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
@@ -227,8 +260,11 @@ async fn detail<S: Source>(
     };
     let (events, notices) =
         tokio::join!(console.source.events(&namespace, &name), console.source.notices(&namespace, &name));
-    let mut events = events.unwrap_or_default();
-    events.sort_by_key(|e| e.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let (mut events, events_error) = match events {
+        Ok(list) => (list, None),
+        Err(why) => (Vec::new(), Some(why)),
+    };
+    events.sort_by_key(|e| (e.metadata.creation_timestamp.as_ref().map(|t| t.0), e.name_any()));
     let mut conditions = ws.status.clone().unwrap_or_default().conditions;
     conditions.sort_by_key(|c| c.last_transition_time.0);
     let conditions: Vec<Value> = conditions
@@ -249,6 +285,7 @@ async fn detail<S: Source>(
         "tmuxSession": ws.status.as_ref().and_then(|s| s.tmux_session.clone()).unwrap_or_default(),
         "conditions": conditions,
         "events": events.iter().map(event_json).collect::<Vec<_>>(),
+        "eventsError": events_error,
         "notices": notices,
     }))
     .into_response()
@@ -277,15 +314,17 @@ pub fn hosts_for(addr: SocketAddr) -> Vec<String> {
     hosts
 }
 
-/// Serves `source` on `listen` until the process is asked to stop; prints the address to open.
+/// Serves `source` on `listen` until the process is interrupted; prints the address to open (with its token).
 pub async fn serve<S: Source>(source: S, listen: SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     if !addr.ip().is_loopback() {
-        eprintln!("worksession console: listening on {addr}, not loopback: anyone who reaches it sees what you see");
+        eprintln!("worksession console: listening on {addr}, not loopback: whoever has the address sees what you see");
     }
-    println!("worksession console: http://{addr}/");
-    axum::serve(listener, router(source, hosts_for(addr))).with_graceful_shutdown(crate::signal::shutdown()).await
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    println!("worksession console: http://{addr}/?token={token}");
+    // No graceful shutdown: the live pages' streams never end, and an interrupt ends the process.
+    axum::serve(listener, router(source, hosts_for(addr), token)).await
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! machine). Read only: nothing here writes.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
@@ -12,7 +13,7 @@ use kube::api::ListParams;
 use kube::runtime::reflector::{self, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 use crate::api::{WorkEvent, WorkSession};
 use crate::config::Config;
@@ -37,8 +38,9 @@ pub struct Notice {
 pub trait Source: Send + Sync + 'static {
     /// Every WorkSession in scope, as last seen.
     fn sessions(&self) -> impl Future<Output = Result<Vec<WorkSession>, String>> + Send;
-    /// Resolves at the next change (a watch event, a file written).
-    fn changed(&self) -> impl Future<Output = ()> + Send;
+    /// A receiver that sees every change (a watch event, a file written) from now on, one per page: a change that
+    /// comes while a page is being answered is not lost.
+    fn changes(&self) -> watch::Receiver<u64>;
     /// The WorkEvents of a session.
     fn events(&self, namespace: &str, session: &str) -> impl Future<Output = Result<Vec<WorkEvent>, String>> + Send;
     /// The Kubernetes Events about a session (none in local mode).
@@ -51,8 +53,13 @@ pub trait Source: Send + Sync + 'static {
 pub struct Cluster {
     client: Client,
     sessions: reflector::Store<WorkSession>,
-    changes: Arc<Notify>,
+    changes: watch::Receiver<u64>,
+    /// The watch's last error while it has not listed yet (a user who may not list every namespace).
+    failing: Arc<Mutex<Option<String>>>,
 }
+
+/// How long a screen may take (a `kubectl exec` that hangs is a screen not shown, its process killed).
+pub const SCREEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Cluster {
     /// Watches the WorkSessions of `namespace` (every namespace: `None`).
@@ -62,25 +69,31 @@ impl Cluster {
             None => Api::all(client.clone()),
         };
         let (sessions, writer) = reflector::store();
-        let changes = Arc::new(Notify::new());
+        let (tx, changes) = watch::channel(0u64);
+        let failing = Arc::new(Mutex::new(None));
         let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-        let notify = changes.clone();
-        tokio::spawn(stream.for_each(move |_| {
-            notify.notify_waiters();
+        let seen = failing.clone();
+        tokio::spawn(stream.for_each(move |event| {
+            *seen.lock().unwrap_or_else(|p| p.into_inner()) = event.err().map(|e| e.to_string());
+            tx.send_modify(|n| *n += 1);
             std::future::ready(())
         }));
-        Self { client, sessions, changes }
+        Self { client, sessions, changes, failing }
     }
 }
 
 impl Source for Cluster {
     async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
-        self.sessions.wait_until_ready().await.map_err(|e| e.to_string())?;
+        let ready = tokio::time::timeout(Duration::from_secs(5), self.sessions.wait_until_ready()).await;
+        if !matches!(ready, Ok(Ok(()))) {
+            let why = self.failing.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            return Err(why.unwrap_or_else(|| "the API server has not listed the WorkSessions yet".into()));
+        }
         Ok(self.sessions.state().iter().map(|ws| (**ws).clone()).collect())
     }
 
-    async fn changed(&self) {
-        self.changes.notified().await
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
     }
 
     async fn events(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
@@ -115,21 +128,46 @@ impl Source for Cluster {
         let (namespace, pod) = crate::terminal::agent_pod(&self.client, node).await?;
         let session = crate::terminal::session_of(ws, &Config::default());
         let args = crate::terminal::screen_args(&session, lines);
-        let cmd = crate::terminal::kubectl_tmux(&namespace, &pod, &args, false);
-        output(cmd).await
+        output(crate::terminal::kubectl_tmux(&namespace, &pod, &args, false)).await
     }
 }
 
 /// A local directory of manifests (the store `main` opens on it, watching), and tmux on this machine.
 pub struct Local<L> {
-    store: L,
+    store: Arc<L>,
     config: Config,
+    changes: watch::Receiver<u64>,
 }
 
-impl<L> Local<L> {
-    /// Reads `store`, with the agent config `config` (for the tmux socket and session names).
+impl<L: Listing + Changes + 'static> Local<L> {
+    /// Reads `store`, with the agent config `config` (for the tmux socket and session names). One task waits for the
+    /// store's notifications (it wakes one waiter) and tells every page.
     pub fn new(store: L, config: Config) -> Self {
-        Self { store, config }
+        let store = Arc::new(store);
+        let (tx, changes) = watch::channel(0u64);
+        let waiting = store.clone();
+        tokio::spawn(async move {
+            loop {
+                waiting.changed().await;
+                if tx.send_modify_checked() {
+                    break;
+                }
+            }
+        });
+        Self { store, config, changes }
+    }
+}
+
+/// Counting a change, until no page and no console listens.
+trait Count {
+    /// Counts one; `true` when nobody will ever read it.
+    fn send_modify_checked(&self) -> bool;
+}
+
+impl Count for watch::Sender<u64> {
+    fn send_modify_checked(&self) -> bool {
+        self.send_modify(|n| *n += 1);
+        self.is_closed()
     }
 }
 
@@ -138,8 +176,8 @@ impl<L: Listing + Changes + 'static> Source for Local<L> {
         self.store.listed_sessions().map_err(|e| e.to_string())
     }
 
-    async fn changed(&self) {
-        self.store.changed().await
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
     }
 
     async fn events(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
@@ -162,9 +200,14 @@ impl<L: Listing + Changes + 'static> Source for Local<L> {
     }
 }
 
-/// A command's standard output, or its error words.
+/// A command's standard output, or its error words; killed when it takes over [`SCREEN_TIMEOUT`] or its page went.
 async fn output(cmd: std::process::Command) -> Result<String, String> {
-    let out = tokio::process::Command::from(cmd).output().await.map_err(|e| e.to_string())?;
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(SCREEN_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| format!("no screen within {}s", SCREEN_TIMEOUT.as_secs()))?
+        .map_err(|e| e.to_string())?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

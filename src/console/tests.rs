@@ -21,8 +21,8 @@ impl Source for Arc<Memory> {
     async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
         Ok(self.sessions.lock().unwrap().clone())
     }
-    async fn changed(&self) {
-        std::future::pending().await
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        tokio::sync::watch::channel(0).1
     }
     async fn events(&self, _namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
         Ok(self.events.iter().filter(|e| e.spec.session == session).cloned().collect())
@@ -58,9 +58,11 @@ fn session(name: &str, ready: (&str, &str, &str)) -> WorkSession {
 }
 
 const HOST: &str = "127.0.0.1:7000";
+const TOKEN: &str = "0123456789abcdef";
 
 async fn get(app: &Router, path: &str, host: &str) -> (StatusCode, axum::http::HeaderMap, String) {
-    let request = Request::get(path).header("host", host).body(Body::empty()).unwrap();
+    let cookie = format!("{COOKIE}={TOKEN}");
+    let request = Request::get(path).header("host", host).header("cookie", cookie).body(Body::empty()).unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     let (parts, body) = response.into_parts();
     (parts.status, parts.headers, String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap())
@@ -83,7 +85,7 @@ fn app() -> Router {
             command: false,
         },
     ));
-    router(Arc::new(memory), hosts_for(HOST.parse().unwrap()))
+    router(Arc::new(memory), hosts_for(HOST.parse().unwrap()), TOKEN.into())
 }
 
 #[tokio::test]
@@ -103,7 +105,31 @@ async fn only_its_own_host_and_only_get() {
     let app = app();
     assert_eq!(get(&app, "/", "evil.example:7000").await.0, StatusCode::MISDIRECTED_REQUEST, "DNS rebinding");
     assert_eq!(get(&app, "/", "localhost:7000").await.0, StatusCode::OK);
-    let post = Request::post("/api/sessions").header("host", HOST).body(Body::empty()).unwrap();
+    // Another user of the machine reaches the port, not the token; a page of another site gets nothing either.
+    let bare = Request::get("/api/sessions").header("host", HOST).body(Body::empty()).unwrap();
+    assert_eq!(app.clone().oneshot(bare).await.unwrap().status(), StatusCode::UNAUTHORIZED, "no token");
+    let first = Request::get(format!("/?token={TOKEN}")).header("host", HOST).body(Body::empty()).unwrap();
+    let answer = app.clone().oneshot(first).await.unwrap();
+    let cookie = answer.headers()[header::SET_COOKIE].to_str().unwrap().to_string();
+    assert!(
+        cookie.starts_with(&format!("{COOKIE}={TOKEN};"))
+            && cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict")
+    );
+    let wrong = Request::get("/?token=guess").header("host", HOST).body(Body::empty()).unwrap();
+    assert_eq!(app.clone().oneshot(wrong).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let cross = Request::get("/api/sessions/agents/fine/screen")
+        .header("host", HOST)
+        .header("cookie", format!("{COOKIE}={TOKEN}"))
+        .header("sec-fetch-site", "cross-site")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.clone().oneshot(cross).await.unwrap().status(), StatusCode::FORBIDDEN, "another site's <img>");
+    let post = Request::post("/api/sessions")
+        .header("host", HOST)
+        .header("cookie", format!("{COOKIE}={TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
     assert_eq!(app.clone().oneshot(post).await.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED, "read only");
     let (_, headers, page) = get(&app, "/sessions/agents/fine", HOST).await;
     assert!(page.contains("<h2 id=\"screen-h\">Screen</h2>"));

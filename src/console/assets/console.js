@@ -22,7 +22,7 @@ function live(text) {
 // The list: every WorkSession, from the watch (one server-sent event per change), filtered by namespace here.
 function listPage() {
   const select = $("#namespace");
-  const wanted = new URLSearchParams(location.search).get("namespace") || "";
+  let wanted = new URLSearchParams(location.search).get("namespace") || "";
   let sessions = [];
   function render() {
     const namespaces = [...new Set(sessions.map((s) => s.namespace))].sort();
@@ -45,7 +45,9 @@ function listPage() {
     $("#empty").hidden = shown.length > 0;
   }
   select.addEventListener("change", () => {
+    wanted = select.value;
     const url = new URL(location.href);
+    url.searchParams.delete("token");
     if (select.value) url.searchParams.set("namespace", select.value); else url.searchParams.delete("namespace");
     history.replaceState(null, "", url);
     render();
@@ -81,7 +83,18 @@ function sessionPage() {
     }));
   }
 
+  // One refresh at a time; changes meanwhile make one more, so the last answer shown is the newest.
+  let busy = false, again = false;
   async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try { await show(); } finally {
+      busy = false;
+      if (again) { again = false; refresh(); }
+    }
+  }
+
+  async function show() {
     const response = await fetch(base);
     const d = await response.json();
     if (d.error) { live(d.error); return; }
@@ -106,6 +119,8 @@ function sessionPage() {
         cell(e.message));
       return tr;
     }));
+    if (d.eventsError) live("WorkEvents: " + d.eventsError);
+    if (d.notices && d.notices.error) live("Events: " + d.notices.error);
     const notices = Array.isArray(d.notices) ? d.notices : [];
     setRows($("#notices tbody"), notices.map((n) => {
       const tr = document.createElement("tr");
@@ -115,6 +130,7 @@ function sessionPage() {
   }
 
   async function screen() {
+    if (document.hidden) { setTimeout(screen, 2000); return; } // a tab not looked at starts no kubectl
     try {
       const d = await (await fetch(base + "/screen")).json();
       const pre = $("#screen");
