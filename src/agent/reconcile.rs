@@ -465,10 +465,18 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::Forget => self.spawn_failures.settle(owner_name, None),
                 Op::ReleaseFinalizer => {
                     // Its events go with it, read fresh (one written since this reconcile read them too); the
-                    // finalizer stays until they are gone.
+                    // finalizer stays until they are gone. One made after the deletion began is kept: a bridge
+                    // that had not seen the deletion yet acknowledged it, and a session of that name made again
+                    // (the route's next delivery) delivers it.
                     let namespace = ws.namespace().unwrap_or_default();
                     let events = self.store.events(&namespace, &ws.name_any()).await.map_err(ReconcileError::Read)?;
-                    for ev in &events {
+                    let going_since = ws.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+                    let before = |ev: &&WorkEvent| {
+                        let made = ev.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                        matches!((made, going_since), (Some(made), Some(since)) if made < since)
+                            || going_since.is_none()
+                    };
+                    for ev in events.iter().filter(before) {
                         self.store.delete_event(ev).await.map_err(ReconcileError::ReleaseFinalizer)?;
                     }
                     self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
