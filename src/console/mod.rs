@@ -253,11 +253,8 @@ async fn find<S: Source>(console: &Console<S>, namespace: &str, name: &str) -> R
 async fn detail<S: Source>(
     State(console): State<Arc<Console<S>>>,
     Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    let ws = match find(&console, &namespace, &name).await {
-        Ok(ws) => ws,
-        Err(response) => return response,
-    };
+) -> Result<Response, Response> {
+    let ws = find(&console, &namespace, &name).await?;
     let (events, notices) =
         tokio::join!(console.source.events(&namespace, &name), console.source.notices(&namespace, &name));
     let (mut events, events_error) = match events {
@@ -278,7 +275,7 @@ async fn detail<S: Source>(
         Ok(list) => json!(list),
         Err(why) => json!({"error": why}),
     };
-    axum::Json(json!({
+    Ok(axum::Json(json!({
         "row": row(&ws, Timestamp::now()),
         "workItem": ws.spec.work_item,
         "workdir": ws.spec.workdir,
@@ -288,21 +285,18 @@ async fn detail<S: Source>(
         "eventsError": events_error,
         "notices": notices,
     }))
-    .into_response()
+    .into_response())
 }
 
 async fn screen<S: Source>(
     State(console): State<Arc<Console<S>>>,
     Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    let ws = match find(&console, &namespace, &name).await {
-        Ok(ws) => ws,
-        Err(response) => return response,
-    };
-    match console.source.screen(&ws, SCREEN_LINES).await {
+) -> Result<Response, Response> {
+    let ws = find(&console, &namespace, &name).await?;
+    Ok(match console.source.screen(&ws, SCREEN_LINES).await {
         Ok(text) => axum::Json(json!({"runs": ansi::runs(text.trim_end())})).into_response(),
         Err(why) => axum::Json(json!({"error": why})).into_response(),
-    }
+    })
 }
 
 /// The `Host` values a browser sends for `addr` (loopback also as `localhost`).
