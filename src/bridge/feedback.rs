@@ -259,14 +259,7 @@ pub fn mode_of(config: &BridgeConfig, ev: &WorkEvent) -> Feedback {
         .map_or(Feedback::Off, |r| r.feedback)
 }
 
-/// Why a reconcile of the feedback stopped.
-#[derive(Debug, thiserror::Error)]
-enum FeedbackError {
-    #[error("the API server: {0}")]
-    Kube(#[from] kube::Error),
-}
-
-async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, FeedbackError> {
+async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
     let mode = mode_of(&ctx.config.borrow(), &ev);
     let Some(owed) = owed(&ev, mode) else { return Ok(Action::await_change()) };
     let hold = ev.annotations().get(HOLD_ANNOTATION).and_then(|c| Hold::parse(c));
@@ -396,7 +389,7 @@ async fn publish(ctx: &Ctx, ev: &WorkEvent, type_: EventType, reason: &str, note
     }
 }
 
-fn on_error(ev: Arc<WorkEvent>, error: &FeedbackError, _ctx: Arc<Ctx>) -> Action {
+fn on_error(ev: Arc<WorkEvent>, error: &kube::Error, _ctx: Arc<Ctx>) -> Action {
     tracing::warn!(event = "feedback.failed", namespace = ev.namespace(), name = ev.name_any(), error = %error, "recording the feedback failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

@@ -322,8 +322,22 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
     let Some(route) = config.route(&subject.repository) else {
         return Ok(bridge.ignored("unrouted", format!("no rule routes {}", subject.repository)));
     };
+    let number = subject.number.to_string();
+    let vars = [
+        ("owner", subject.owner.as_str()),
+        ("repo", subject.repo.as_str()),
+        ("repository", subject.repository.as_str()),
+        ("number", number.as_str()),
+        ("sender", subject.sender.as_str()),
+        ("event", kind.as_str()),
+        ("action", action.as_str()),
+        ("title", subject.title.as_str()),
+        ("url", subject.url.as_str()),
+        ("body", subject.body.as_str()),
+    ];
+    // One rendering of the work item for its prompts and for its closing: the same session either way.
     if let Some(closed) = closing.flatten() {
-        return lifecycle(bridge, route, &subject, closed).await;
+        return lifecycle(bridge, route, &subject, &vars, closed).await;
     }
     if gh.ignore_senders.iter().any(|s| s == &subject.sender) {
         return Ok(bridge.ignored("sender", format!("sender {} is on the ignore list", subject.sender)));
@@ -340,19 +354,6 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         );
         return Ok(bridge.ignored("author_association", why));
     }
-    let number = subject.number.to_string();
-    let vars = [
-        ("owner", subject.owner.as_str()),
-        ("repo", subject.repo.as_str()),
-        ("repository", subject.repository.as_str()),
-        ("number", number.as_str()),
-        ("sender", subject.sender.as_str()),
-        ("event", kind.as_str()),
-        ("action", action.as_str()),
-        ("title", subject.title.as_str()),
-        ("url", subject.url.as_str()),
-        ("body", subject.body.as_str()),
-    ];
     let Some(work_item) = work_item_of(route, &vars) else {
         return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
     };
@@ -404,6 +405,7 @@ async fn lifecycle<S: Sink>(
     bridge: &Bridge<S>,
     route: &config::Route,
     subject: &github::Subject,
+    vars: &[(&str, &str)],
     closed: bool,
 ) -> Result<Response, ApiError> {
     let action = if closed { "closed" } else { "reopened" };
@@ -412,14 +414,7 @@ async fn lifecycle<S: Sink>(
             bridge.ignored("lifecycle", format!("rule {} does nothing when a work item is {action}", route.pattern))
         );
     }
-    let number = subject.number.to_string();
-    let vars = [
-        ("owner", subject.owner.as_str()),
-        ("repo", subject.repo.as_str()),
-        ("repository", subject.repository.as_str()),
-        ("number", number.as_str()),
-    ];
-    let Some(work_item) = work_item_of(route, &vars) else {
+    let Some(work_item) = work_item_of(route, vars) else {
         return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
     };
     let namespace = route.namespace.as_str();
@@ -438,8 +433,8 @@ async fn lifecycle<S: Sink>(
             format!("{} was {action}; it has no WorkSession {namespace}/{work_item}", subject.repository),
         ));
     }
-    let (outcome, counted) = if closed { ("archived", "archived") } else { ("reopened", "reopened") };
-    bridge.metrics.lifecycle.get_or_create(&metrics::LifecycleLabels { action: counted }).inc();
+    let outcome = if closed { "archived" } else { "reopened" };
+    bridge.metrics.lifecycle.get_or_create(&metrics::LifecycleLabels { action: outcome }).inc();
     tracing::info!(event = "bridge.lifecycle", namespace, session = work_item, action, delete_at = ?delete_at, "{} #{} {action}", subject.repository, subject.number);
     Ok(answer(StatusCode::OK, outcome, json!({"workSession": work_item, "namespace": namespace})))
 }

@@ -149,25 +149,13 @@ impl<L: Listing + Changes + 'static> Local<L> {
         tokio::spawn(async move {
             loop {
                 waiting.changed().await;
-                if tx.send_modify_checked() {
-                    break;
+                tx.send_modify(|n| *n += 1);
+                if tx.is_closed() {
+                    break; // no console listens any more
                 }
             }
         });
         Self { store, config, changes }
-    }
-}
-
-/// Counting a change, until no page and no console listens.
-trait Count {
-    /// Counts one; `true` when nobody will ever read it.
-    fn send_modify_checked(&self) -> bool;
-}
-
-impl Count for watch::Sender<u64> {
-    fn send_modify_checked(&self) -> bool {
-        self.send_modify(|n| *n += 1);
-        self.is_closed()
     }
 }
 

@@ -114,3 +114,31 @@ fn failing_calls_back_off_to_a_minute_within_the_hold() {
         "1 s doubling, at most 60 s"
     );
 }
+
+#[test]
+fn a_forged_event_points_the_credentials_at_no_repository_but_its_namespaces_own() {
+    // Anyone who may create WorkEvents can write the route label and the source: only an event in its route's
+    // namespace, about a repository that route routes, is given feedback.
+    let token = tempfile::NamedTempFile::new().unwrap();
+    let yaml = format!(
+        "github:\n  secretEnv: PATH\n  api: {{tokenFile: {}}}\nroutes:\n  - repository: 'octo/*'\n    namespace: agents\n    harness: claude\n    workdir: /srv/{{repo}}\n",
+        token.path().display()
+    );
+    let config = BridgeConfig::parse(&yaml, std::path::Path::new("bridge.yaml")).unwrap();
+    let labelled = |namespace: &str, route: &str, repository: &str| {
+        let mut ev = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+        ev.metadata.namespace = Some(namespace.into());
+        ev.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.to_string())].into());
+        ev.spec.source.as_mut().unwrap().repository = Some(repository.into());
+        ev
+    };
+    let route = crate::api::slug("octo/*");
+    assert_eq!(mode_of(&config, &labelled("agents", &route, "octo/hello")), Feedback::Reactions, "its own");
+    assert_eq!(mode_of(&config, &labelled("tenant-b", &route, "octo/hello")), Feedback::Off, "another namespace");
+    assert_eq!(
+        mode_of(&config, &labelled("agents", &route, "victim/secret")),
+        Feedback::Off,
+        "a repository not routed"
+    );
+    assert_eq!(mode_of(&config, &labelled("agents", "no-such-route", "octo/hello")), Feedback::Off, "no such route");
+}
