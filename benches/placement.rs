@@ -1,6 +1,7 @@
 //! Placement benchmark (issue 27, point 6), on the real API server: 20 agents (their Leases and Ready Nodes, as
 //! the agents and kubelets keep them) and `worksession controller`'s placement, in this process. 1,000 WorkSessions
-//! without a node are created at once; it prints the time until every one is bound, the requests it took, and the
+//! without a node are created at once; it prints the time until every one is bound, the requests the API server
+//! counted meanwhile on WorkSessions and WorkEvents (by verb, resource and code: conflicts are the 409s), and the
 //! spread (sessions per node).
 //!
 //!     cargo bench --bench placement          # 1,000 sessions across 20 agents
@@ -71,6 +72,7 @@ async fn main() {
     }
 
     let api: Api<WorkSession> = Api::namespaced(client.clone(), &ns.name);
+    let before = requests(&client).await;
     let started = Instant::now();
     // Created by 16 writers at once, as a bridge under a burst of webhooks would.
     let writers: Vec<_> = (0..16)
@@ -105,6 +107,19 @@ async fn main() {
     };
     let bound = started.elapsed();
     controller.abort();
+    // What the API server counted meanwhile (the bench's own creates and its polling LISTs among them).
+    let after = requests(&client).await;
+    let mut counted = BTreeMap::new();
+    for (key, n) in &after {
+        let n = n - before.get(key).copied().unwrap_or(0.0);
+        if n > 0.0 {
+            counted.insert(key.clone(), n);
+        }
+    }
+    let conflicts: f64 = counted.iter().filter(|(k, _)| k.ends_with(" 409")).map(|(_, n)| n).sum();
+    for (key, n) in &counted {
+        println!("placement: requests {key}: {n} ({:.2} per session)", n / sessions as f64);
+    }
     let (min, max) = (per_node.values().min().unwrap(), per_node.values().max().unwrap());
     println!(
         "placement: {sessions} sessions across {agents} agents: created in {:.2} s, all bound {:.2} s after the first \
@@ -117,9 +132,34 @@ async fn main() {
     println!(
         "{}",
         json!({"bench": "placement", "sessions": sessions, "agents": agents, "bound_seconds": bound.as_secs_f64(),
-            "min_per_node": min, "max_per_node": max})
+            "min_per_node": min, "max_per_node": max, "conflicts": conflicts, "requests": counted})
     );
     for name in &names {
         let _ = nodes.delete(name, &Default::default()).await;
     }
+}
+
+/// The API server's count of requests on WorkSessions and WorkEvents, by verb, resource (and subresource) and code,
+/// from its own `apiserver_request_total`: what the placement cost, not what the controller believes it sent.
+async fn requests(client: &kube::Client) -> BTreeMap<String, f64> {
+    let request = hyper::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.expect("the API server's metrics (the admin may read them)");
+    let mut counts = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let Some((labels, value)) = line.rsplit_once(' ') else { continue };
+        // `name="value"`, right after the `{` or a `,` (so `resource` is never read out of `subresource`).
+        let label = |name: &str| {
+            let at =
+                [format!("{{{name}=\""), format!(",{name}=\"")].iter().find_map(|k| Some(labels.find(k)? + k.len()))?;
+            labels[at..].split('"').next()
+        };
+        let resource = label("resource").unwrap_or_default();
+        if resource != "worksessions" && resource != "workevents" {
+            continue;
+        }
+        let sub = label("subresource").filter(|s| !s.is_empty()).map(|s| format!("/{s}")).unwrap_or_default();
+        let key = format!("{} {resource}{sub} {}", label("verb").unwrap_or("?"), label("code").unwrap_or("?"));
+        *counts.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+    }
+    counts
 }

@@ -592,3 +592,24 @@ async fn a_partitioned_agent_stops_its_harness_before_the_session_may_move() {
     let prompts = c.shared.prompts();
     assert_eq!(prompts.iter().filter(|p| p.prompt == "after the partition").count(), 1, "delivered once");
 }
+
+/// Every write of the controller is from the version its decision read, or nothing: a decision from a cache that
+/// still shows a session unbound after it was bound (a lagging watch, a second controller during a rollout) binds
+/// nothing, where its conditions' write used to succeed over the newer version and hand the binding a version it never
+/// decided from (a session bound twice, to two nodes).
+#[tokio::test]
+async fn a_binding_decided_from_a_stale_read_binds_nothing() {
+    let ns = TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    let sessions: Api<WorkSession> = ns.api();
+    let spec = json!({"workItem": "stale", "harness": "standin", "workdir": "/tmp"});
+    let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": "stale"}, "spec": spec})).unwrap();
+    sessions.create(&PostParams::default(), &ws).await.unwrap();
+    let read = sessions.get("stale").await.unwrap();
+    let bind = |node| worksession::placement::controller::bind(&ns.client, &read, node, None);
+    assert!(bind("node-a").await.unwrap().is_some(), "bound from the version read");
+    assert_eq!(bind("node-b").await.unwrap(), None, "the same read again: the session left that version");
+    let ws = sessions.get("stale").await.unwrap();
+    assert_eq!(node_of(&ws).as_deref(), Some("node-a"));
+    assert_eq!(condition(&ws, "Placed").map(|c| c.2), Some("placed on node node-a".into()), "no word of node-b");
+}

@@ -94,9 +94,11 @@ pub async fn run<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconcil
         let placement = ctx.config.borrow().placement.clone();
         let runs_out = fence.runs_out(placement.fence_after());
         if Instant::now() >= runs_out && stopped_for != Some(runs_out) {
-            // Cut off for longer than the controller waits before it may move a session: first stop them all.
-            stop_every_harness(ctx).await;
-            stopped_for = Some(runs_out);
+            // Cut off for longer than the controller waits before it may move a session: first stop them all; until
+            // every one is, tried again each turn (below: within a second).
+            if stop_every_harness(ctx).await {
+                stopped_for = Some(runs_out);
+            }
         }
         let api: Api<Lease> = Api::namespaced(client.clone(), &placement.lease_namespace);
         let asked = Instant::now();
@@ -115,22 +117,33 @@ pub async fn run<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconcil
         // Awake again for the next renewal, or the moment the fence will run out if that comes first (one that ran out
         // already was acted on: the next renewal is then the next thing to do).
         let runs_out = fence.runs_out(placement.fence_after());
-        let next = if runs_out > Instant::now() { (asked + every).min(runs_out) } else { asked + every };
+        let next = if runs_out > Instant::now() {
+            (asked + every).min(runs_out)
+        } else if stopped_for != Some(runs_out) {
+            (asked + every).min(Instant::now() + STOP_RETRY)
+        } else {
+            asked + every
+        };
         tokio::time::sleep_until(next.into()).await;
     }
 }
 
+/// How soon a fence that could not stop every harness tries again.
+const STOP_RETRY: Duration = Duration::from_secs(1);
+
 /// Stops every harness of this agent's tmux server (each session tagged with an owner), as an idle stop does: the
-/// conversations stay, and a session still placed here is resumed by its next reconcile.
-async fn stop_every_harness<S: Store, T: Tmux>(ctx: &Reconciler<S, T>) {
+/// conversations stay, and a session still placed here is resumed by its next reconcile. Whether every one is stopped
+/// (a tmux server that could not be seen, or refused a stop, leaves some running: the fence tries again).
+async fn stop_every_harness<S: Store, T: Tmux>(ctx: &Reconciler<S, T>) -> bool {
     let tmux = ctx.observer.tmux();
     let observation = match tmux.observe().await {
         Ok(o) => o,
         Err(e) => {
             tracing::error!(event = "fence.observe_failed", error = %e, "cannot see the harnesses to stop");
-            return;
+            return false;
         }
     };
+    let mut all = true;
     for (session, view) in observation.sessions().filter(|(_, v)| !v.owner.is_empty()) {
         match tmux.stop(session, &view.owner).await {
             Ok(()) => tracing::warn!(
@@ -139,7 +152,11 @@ async fn stop_every_harness<S: Store, T: Tmux>(ctx: &Reconciler<S, T>) {
                 owner = view.owner_name,
                 "stopped: the agent's Lease ran out, so its session may run elsewhere now"
             ),
-            Err(e) => tracing::error!(event = "fence.stop_failed", session, error = %e, "cannot stop the harness"),
+            Err(e) => {
+                all = false;
+                tracing::error!(event = "fence.stop_failed", session, error = %e, "cannot stop the harness")
+            }
         }
     }
+    all
 }

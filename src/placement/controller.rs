@@ -3,9 +3,11 @@
 //! write the conditions). It wakes on a change of anything watched, or when the plan says a node may become lost;
 //! with nothing changing it does nothing.
 //!
-//! A binding is a compare-and-swap on the session's `resourceVersion`, like a Pod's binding: two controllers (a
-//! second replica, an old one still stopping) can never bind one session twice, so the Deployment needs no leader
-//! election; it runs one replica because one is enough (docs/scale.md).
+//! Every write is a compare-and-swap on the `resourceVersion` the decision read, the conditions' apply too, and a
+//! binding, like a Pod's, is made from that version or not at all: a decision from a cache that lags (or a second
+//! controller's, an old one still stopping) can never bind one session twice, so the Deployment needs no leader
+//! election; it runs one replica because one is enough (docs/scale.md), with the Recreate strategy so that two never
+//! count a node's room at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -265,10 +267,11 @@ async fn one(
     }))
 }
 
-/// Says in status where the session goes, records `node` as the session's, then labels its events for that node's
-/// agent; the resourceVersion it was bound from, if it was (not when the session changed since: the next decision
-/// sees the change).
-async fn bind(
+/// Binds the session `ws`, as the decision read it, to `node` (`from`: the lost node it leaves): says in status where
+/// it goes, records `node` as the session's, then labels its events for that node's agent, each from the version read
+/// or not at all; the resourceVersion it was bound from, if it was (not when the session changed since: the next
+/// decision sees the change).
+pub async fn bind(
     client: &Client,
     ws: &WorkSession,
     node: &str,
@@ -283,8 +286,13 @@ async fn bind(
         let message = format!("node {lost} was lost ({}); placed again on node {node}", lost_words(why));
         conditions.push(condition(NodeLostReason::MovedFromLostNode, false, &message));
     }
-    let version = write_conditions(client, ws, conditions).await?.or_else(|| ws.resource_version());
-    // The resourceVersion makes the binding a compare-and-swap: bound from the version decided on, or not at all.
+    let version = match write_conditions(client, ws, conditions).await? {
+        Written::Stale => return Ok(None),
+        Written::At(version) => Some(version),
+        Written::Nothing => ws.resource_version(),
+    };
+    // The resourceVersion makes the binding a compare-and-swap: bound from the version decided on (or the one its
+    // conditions, written from it, made), or not at all.
     // A move asked or decided before the node was lost is over: the session is placed anew.
     let patch = json!({"metadata": {"resourceVersion": version, "annotations": {
         crate::api::MOVE_ANNOTATION: null, crate::api::MOVE_REQUEST_ANNOTATION: null}}, "spec": {"nodeName": node}});
@@ -319,7 +327,11 @@ async fn ask_to_move(client: &Client, ws: &WorkSession, node: &str) -> Result<()
     let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
     let from = ws.spec.node_name.as_deref().unwrap_or_default();
     let placed = condition(PlacedReason::Placed, true, &format!("placed on node {node} (moved from {from})"));
-    let version = write_conditions(client, ws, vec![placed]).await?.or_else(|| ws.resource_version());
+    let version = match write_conditions(client, ws, vec![placed]).await? {
+        Written::Stale => return Ok(()),
+        Written::At(version) => Some(version),
+        Written::Nothing => ws.resource_version(),
+    };
     let patch = json!({"metadata": {"resourceVersion": version,
         "annotations": {crate::api::MOVE_ANNOTATION: node, crate::api::MOVE_REQUEST_ANNOTATION: null}}});
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -372,11 +384,23 @@ fn condition<R: Reason>(reason: R, ok: bool, message: &str) -> Condition {
 
 /// Applies `conditions` to the session's status under the controller's field manager, those that differ from what
 /// its status says (a transition keeps its time otherwise); the session's new resourceVersion, if it wrote.
+/// What writing conditions did.
+#[derive(Debug)]
+enum Written {
+    /// They were as they are: nothing written.
+    Nothing,
+    /// Written; the session's new resourceVersion.
+    At(String),
+    /// Not written: the session changed since the version the decision read (the watch brings the change, and the
+    /// next decision sees it).
+    Stale,
+}
+
 async fn write_conditions(
     client: &Client,
     ws: &WorkSession,
     conditions: Vec<Condition>,
-) -> Result<Option<String>, kube::Error> {
+) -> Result<Written, kube::Error> {
     let current = ws.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let same = |c: &Condition| {
         current
@@ -396,13 +420,15 @@ async fn write_conditions(
         })
         .collect();
     if changed.is_empty() {
-        return Ok(None);
+        return Ok(Written::Nothing);
     }
     let api: Api<WorkSession> = Api::namespaced(client.clone(), &ws.namespace().unwrap_or_default());
-    let patch =
-        json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": {"conditions": changed}});
+    // From the version decided on, or not at all (a resourceVersion in an apply is a precondition): conditions
+    // written over a newer version would hand the binding that follows a version it never decided from.
+    let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession",
+        "metadata": {"resourceVersion": ws.resource_version()}, "status": {"conditions": changed}});
     match api.patch_status(&ws.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        result => Ok(result?.resource_version()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Written::Stale),
+        result => Ok(result?.resource_version().map_or(Written::Nothing, Written::At)),
     }
 }
