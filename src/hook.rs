@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-pub use crate::harness::hooks::{Line, Turn, file_of};
+pub use crate::harness::hooks::{Hooks, Line, Turn, file_of};
 
 /// The most a hook may hand over on stdin: a prompt is at most what the API allows, far below this.
 const STDIN_LIMIT: u64 = 1 << 20;
@@ -43,12 +43,12 @@ pub fn receive(out: &Path, event: &str, spawn: &str, stdin: impl Read) -> std::i
     file.write_all(&line)
 }
 
-/// `worksession hook-exec --style gemini --out FILE --spawn TAG -- COMMAND...`: writes the settings that make a
-/// Gemini CLI harness run the receiver on its events ([`crate::harness::hooks::gemini_settings`], beside its hook file,
-/// `0600`, its directory `0700`, never through a link), then becomes `COMMAND` with
-/// `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming them. Run where the harness runs, as its user (in its room): the file is
-/// the harness's own. Returns only when it could not.
-pub fn exec_through(out: &Path, spawn: &str, command: &[std::ffi::OsString]) -> std::io::Error {
+/// `worksession hook-exec --style STYLE --out FILE --spawn TAG -- COMMAND...`: writes what a harness that takes its
+/// hooks only from files needs to run the receiver on its events ([`crate::harness::through::prepare`]: Gemini CLI's
+/// settings, Copilot CLI's plugin directory, opencode's plugin; beside its hook file, `0600`, folders `0700`, never
+/// through a link), then becomes `COMMAND` told of them (its environment, or words in front of its argv). Run where
+/// the harness runs, as its user (in its room): the files are the harness's own. Returns only when it could not.
+pub fn exec_through(style: Hooks, out: &Path, spawn: &str, command: &[std::ffi::OsString]) -> std::io::Error {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     use std::os::unix::process::CommandExt;
     let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
@@ -57,27 +57,31 @@ pub fn exec_through(out: &Path, spawn: &str, command: &[std::ffi::OsString]) -> 
         Ok(helper) => helper,
         Err(e) => return e,
     };
-    let Some(settings) = crate::harness::hooks::gemini_settings(&helper, out, spawn) else {
-        return invalid("the receiver, hook file or spawn tag is not a plain word");
+    let config = std::env::var(crate::harness::through::OPENCODE_CONFIG).ok();
+    let Some(prepared) = crate::harness::through::prepare(style, &helper, out, spawn, config.as_deref()) else {
+        return invalid("the style takes no files, or the receiver, hook file or spawn tag is not a plain word");
     };
-    let path = crate::harness::hooks::settings_of(out);
-    let written = (|| {
-        if let Some(dir) = path.parent() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    for (path, content) in &prepared.files {
+        let written = (|| {
+            if let Some(dir) = path.parent() {
+                std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(path)?;
+            file.write_all(content.as_bytes())
+        })();
+        if let Err(e) = written {
+            return e;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&path)?;
-        file.write_all(settings.as_bytes())
-    })();
-    if let Err(e) = written {
-        return e;
     }
-    std::process::Command::new(program).args(args).env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", &path).exec()
+    let mut harness = std::process::Command::new(program);
+    harness.args(&prepared.before).args(args).envs(prepared.env.iter().map(|(k, v)| (k, v)));
+    harness.exec()
 }
 
 /// The longest hook line read back: a `UserPromptSubmit` carries its prompt (at most [`STDIN_LIMIT`] handed over,
@@ -131,8 +135,9 @@ pub struct Heard {
     /// The conversation the harness moved to: its latest `SessionStart` whose `source` says it moved (`clear`,
     /// `compact`, `resume`).
     pub moved_to: Option<String>,
-    /// The conversation its latest Codex notify named (`thread-id`): the one it runs, known at its first turn's end.
-    pub thread: Option<String>,
+    /// The conversation its latest hook naming one named: Codex's notify (`thread-id`, known at its first turn's
+    /// end), a `UserPromptSubmit` or `SessionStart` (`session_id`: opencode's prompts name their conversation).
+    pub named: Option<String>,
     /// Its latest turn event ([`TURN_EVENTS`]).
     pub turn: Option<Turn>,
     /// The prompts it reported taking (`UserPromptSubmit`) from the mark asked for on.
@@ -175,13 +180,16 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>)
     let mut heard = Heard { len, ..Heard::default() };
     let tail_lines: Vec<(u64, &str)> = lines(&tail, tail_start, tail_start > 0).collect();
     for (_, line) in tail_lines.iter().rev() {
-        if heard.moved_to.is_some() && heard.turn.is_some() || heard.thread.is_some() {
+        if heard.moved_to.is_some() && heard.turn.is_some() && heard.named.is_some() {
             break;
         }
         let Some(s) = said(line) else { continue };
         let data = s.data.unwrap_or_default();
+        if heard.named.is_none() {
+            let names = matches!(s.hook.as_ref(), "UserPromptSubmit" | "SessionStart");
+            heard.named = data.thread_id.clone().or_else(|| data.session_id.clone().filter(|_| names));
+        }
         if s.hook == crate::harness::hooks::NOTIFY {
-            heard.thread = data.thread_id;
             continue;
         }
         if heard.moved_to.is_none() && s.hook == "SessionStart" && data.source.as_deref().is_some_and(moved) {

@@ -161,10 +161,10 @@ enum Command {
         payload: Option<String>,
     },
     /// Write a hook-backed harness's settings beside its hook file, then become the harness (a profile with
-    /// `hooks: gemini` runs its harness through this, where tmux runs, as the harness's user).
+    /// `hooks: gemini`, `copilot` or `opencode` runs its harness through this, where tmux runs, as its user).
     #[command(hide = true)]
     HookExec {
-        /// How the harness takes hooks (`gemini`).
+        /// How the harness takes hooks (`gemini`, `copilot`, `opencode`).
         #[arg(long)]
         style: String,
         /// The session's hook file.
@@ -272,11 +272,11 @@ fn main() -> ExitCode {
         };
     }
     if let Command::HookExec { style, out, spawn, command } = &cli.command {
-        if style != "gemini" {
-            eprintln!("worksession hook-exec: unknown style {style:?} (known: gemini)");
+        let Some(style) = worksession::hook::Hooks::from_name(style) else {
+            eprintln!("worksession hook-exec: unknown style {style:?} (known: gemini, copilot, opencode)");
             return ExitCode::FAILURE;
-        }
-        let e = worksession::hook::exec_through(out, spawn, command);
+        };
+        let e = worksession::hook::exec_through(style, out, spawn, command);
         eprintln!("worksession hook-exec: {}: {e}", out.display());
         return ExitCode::FAILURE;
     }

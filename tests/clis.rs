@@ -205,3 +205,77 @@ async fn opencode_through_the_agent_its_id_is_discovered_and_resumed() {
     assert_eq!(recorded_id(&ws), id, "the discovered conversation");
     assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("Resumed".into()));
 }
+
+/// Whether `ws`'s initial prompt is in `phase`.
+fn initial_prompt_is(ws: &worksession::api::WorkSession, phase: worksession::api::EventPhase) -> bool {
+    ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(phase)
+}
+
+/// Issue 26, point 6, with the real opencode offline: given its hooks the way the built-in profile gives them
+/// (`worksession hook-exec` writes a plugin beside the session's hook file and starts the CLI with
+/// `OPENCODE_CONFIG_CONTENT` naming it), its `chat.message` says it took the initial prompt before any model call: the
+/// prompt is `Delivered` on its word, the conversation's id is the one it names, and a WorkEvent pasted while its turn
+/// retries (offline, for ever) is queued, reported and `Delivered` too.
+#[tokio::test]
+async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_conversation() {
+    use worksession::api::EventPhase;
+    let w = world_with("opencode").await;
+    w.create_session("oc", json!({"harness": "opencode", "initialPrompt": "hello from the tests"})).await;
+    w.await_session("oc", "the initial prompt Delivered", |ws| initial_prompt_is(ws, EventPhase::Delivered)).await;
+    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/oc", w.ns.name));
+    let said = std::fs::read_to_string(&hooks).unwrap();
+    assert!(said.contains("\"UserPromptSubmit\"") && said.contains("hello from the tests"), "chat.message: {said}");
+    let ws = w
+        .await_session("oc", "its id from its hooks", |ws| {
+            condition(ws, "ConversationId").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+    let id = recorded_id(&ws);
+    assert!(id.starts_with("ses_") && said.contains(&id), "the conversation its prompt went to: {id} in {said}");
+    let activity = condition(&ws, "Activity").expect("its hooks say what it does");
+    assert_eq!((activity.0.as_str(), activity.1.as_str()), ("True", "Working"), "offline its turn retries");
+
+    w.send("oc", "oc-1", "a second prompt from the tests").await;
+    w.await_event("oc-1", EventPhase::Delivered).await;
+    let said = std::fs::read_to_string(&hooks).unwrap();
+    assert!(said.contains("a second prompt from the tests"), "queued and reported: {said}");
+    assert_eq!(said.matches("a second prompt from the tests").count(), 1, "sent once");
+}
+
+/// Issue 26, point 6, with the real Copilot CLI offline: given its hooks the way the built-in profile gives them (a
+/// plugin directory, `--plugin-dir`), a prompt the CLI throws away (without an account it takes none: "Please use
+/// /login") is never `Delivered`: its `userPromptSubmitted` never fires, the deadline sends it once more, then it is
+/// `Failed` saying which evidence stayed silent. (Without hooks the settle window counted it delivered.) That the
+/// plugin was loaded shows in its `sessionEnd`, the one hook it runs offline, when a person leaves it.
+#[tokio::test]
+async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() {
+    use worksession::api::EventPhase;
+    let w = world_with("copilot").await;
+    // A person trusted the folder once (else its first prompt answers that question).
+    let config = w.tmux.state().join(".copilot");
+    std::fs::create_dir_all(&config).unwrap();
+    let trusted = json!({"trustedFolders": [w.tmux.workdir()]});
+    std::fs::write(config.join("config.json"), trusted.to_string()).unwrap();
+    w.create_session("cp", json!({"harness": "copilot", "initialPrompt": "hello from the tests"})).await;
+    let ws = w.await_session("cp", "the initial prompt Failed", |ws| initial_prompt_is(ws, EventPhase::Failed)).await;
+    let prompt = ws.status.as_ref().and_then(|s| s.initial_prompt.clone()).unwrap();
+    let message = prompt.message.unwrap_or_default();
+    assert!(message.contains("UserPromptSubmit"), "names the silent evidence: {message}");
+    assert_eq!(prompt.attempts, 2, "sent once more at the deadline, then given up");
+
+    // A person leaves it (Ctrl-C twice): its plugin's sessionEnd runs the receiver.
+    let session = w.tmux_session("cp");
+    for _ in 0..2 {
+        let keys = ["-S", w.tmux.socket().to_str().unwrap(), "send-keys", "-t", &session, "C-c"];
+        std::process::Command::new("tmux").args(keys).status().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
+    support::poll("its sessionEnd", support::WAIT, || async {
+        let said = std::fs::read_to_string(&hooks).unwrap_or_default();
+        if said.contains("\"SessionEnd\"") { Ok(()) } else { Err(format!("hooks: {said:?}")) }
+    })
+    .await;
+    let said = std::fs::read_to_string(&hooks).unwrap();
+    assert!(!said.contains("\"UserPromptSubmit\""), "it took no prompt: {said}");
+}

@@ -292,8 +292,9 @@ impl<S, T: Tmux> Reconciler<S, T> {
             evidence.screen = tmux.screen(session).await.ok();
         }
         let identity = owner_tags(ws).1;
-        // Given hooks that name its conversation (Codex's notify), a harness's id is what they say, found or not in its
-        // store; the store is still looked at meanwhile (a harness started before it was given hooks says nothing).
+        // Given hooks that name its conversation (Codex's notify, opencode's prompts), a harness's id is what they say,
+        // found or not in its store; the store is still looked at meanwhile (a harness started before it was given
+        // hooks says nothing).
         let hooks_given = crate::core::hook_args(profile, config, home, &identity, "spawn").is_some();
         let named_by_hooks = hooks_given && profile.hooks.is_some_and(crate::harness::hooks::Hooks::names_conversation);
         // A harness that shows its id after the start: looked for only while its status waits for it.
@@ -333,15 +334,15 @@ impl<S, T: Tmux> Reconciler<S, T> {
         let place = super::record::Place { home, identity: &identity, workdir, spawn, conversation };
         let proof = crate::core::Proof::of(profile, config, Some(home), &identity);
         if named_by_hooks && liveness == Liveness::Alive {
-            // Hooks that confirm nothing still name the conversation: its id, at its first turn's end, and the one
-            // it moved to (a new thread of the same process).
-            let thread = super::record::hooks(&place, &[], profile).await.thread;
+            // Hooks that name the conversation: its id (at Codex's first turn's end, at opencode's first prompt), and
+            // the one it moved to (a new thread of the same process, a new session a person opened).
+            let named = super::record::hooks(&place, &[], profile).await.named;
             // A harness writes its hook file: an id another session of the node holds is never taken.
-            let thread = thread.filter(|id| self.discoveries.conversation_holder(id, &identity).is_none());
-            if discovering(status) && thread.is_some() {
-                evidence.discovered = thread.clone();
+            let named = named.filter(|id| self.discoveries.conversation_holder(id, &identity).is_none());
+            if discovering(status) && named.is_some() {
+                evidence.discovered = named.clone();
             }
-            evidence.hooked = thread.filter(|id| status.harness_session_id.as_ref().is_some_and(|r| r != id));
+            evidence.hooked = named.filter(|id| status.harness_session_id.as_ref().is_some_and(|r| r != id));
         }
         let said = match proof {
             Proof::Hooks => super::record::hooks(&place, &sent, profile).await,

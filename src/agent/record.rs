@@ -64,8 +64,8 @@ pub struct Said {
     pub reported: Vec<String>,
     /// The conversation the live harness moved to (hooks).
     pub moved_to: Option<String>,
-    /// The conversation the live harness's latest Codex notify named (hooks).
-    pub thread: Option<String>,
+    /// The conversation the live harness's latest hook naming one named (hooks).
+    pub named: Option<String>,
     /// Its latest turn event (hooks).
     pub turn: Option<Turn>,
 }
@@ -111,7 +111,7 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
         }
     }
     let (confirmed, reported) = persisted(place, profile, taken).await;
-    Said { len: heard.len, confirmed, reported, moved_to: heard.moved_to, thread: heard.thread, turn: heard.turn }
+    Said { len: heard.len, confirmed, reported, moved_to: heard.moved_to, named: heard.named, turn: heard.turn }
 }
 
 /// How much of a transcript's end is searched for a prompt its hook reported: the harness writes the prompt there

@@ -12,7 +12,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{
-    Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings, later, until,
+    ActivityReason, Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings,
+    later, until,
 };
 use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
@@ -173,6 +174,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.status.last_respawn.as_ref().map(|r| later(r.time.0, Duration::from_secs(settings.settle.into())));
         let ready = profile.ready(input.observed.screen);
         let proof = input.evidence.record.proof;
+        // A harness that takes no prompt while it works (Gemini CLI) is given one only between turns, where its hooks
+        // say when a turn ends: a paste meanwhile would stay unsent in its input box, and the next would join it.
+        let one_at_a_time = !profile.queues_prompts && proof == Proof::Hooks;
+        let working = input.evidence.turn.is_some_and(|t| super::hooks::activity(t).0 == ActivityReason::Working);
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
@@ -194,6 +199,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         continue;
                     }
                     let deadline = later(prompt.sent.unwrap_or(now), input.context.config.confirm_timeout);
+                    blocked |= one_at_a_time; // the next waits until the harness took this one and finished it
                     if now < deadline {
                         // A hook file that grows wakes the session; a transcript (also one that is about to show
                         // what a hook reported) is looked at again.
@@ -227,6 +233,10 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK);
                 }
+                _ if one_at_a_time && working => {
+                    // Its turn's end (a hook) wakes the session; no deadline: a turn takes as long as it takes.
+                    blocked = true;
+                }
                 _ if ready => {
                     // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude Code's
                     // shell mode.
@@ -237,6 +247,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.ops.push(Op::Paste { session, key, tag, text });
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), Attempt::SentAt(mark), None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
+                    blocked |= one_at_a_time;
                 }
                 _ => {
                     blocked = true; // later prompts keep their place behind this one

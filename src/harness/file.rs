@@ -22,10 +22,11 @@ pub struct ProfileFile {
     store_path: Option<String>,
     discover: Option<DiscoverFile>,
     command_prefixes: Option<Vec<String>>,
-    /// `claude`, `codex`, or empty to turn a built-in profile's off.
+    /// A hook style ([`super::hooks::Hooks`]), or empty to turn a built-in profile's off.
     hooks: Option<String>,
     /// Variables over the base's (a value `null` takes one of the base's away).
     env: Option<std::collections::BTreeMap<String, Option<String>>>,
+    queues_prompts: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +112,7 @@ impl ProfileFile {
             conversation_path: path(self.conversation_path, base.as_ref().and_then(|b| b.conversation_path.clone())),
             store_path: path(self.store_path, base.as_ref().and_then(|b| b.store_path.clone())),
             discover,
+            queues_prompts: self.queues_prompts.or_else(|| base.as_ref().map(|b| b.queues_prompts)).unwrap_or(true),
             command_prefixes: self
                 .command_prefixes
                 .or_else(|| base.as_ref().map(|b| b.command_prefixes.clone()))

@@ -1,6 +1,8 @@
 //! A profile's hooks, as the core uses them: which events a hook-backed harness reports, where its reports go, and the
 //! arguments that make it run the receiver (`worksession hook`, [`crate::hook`]) on them: Claude Code's per-run
-//! `--settings` (a command hook per event) or Codex CLI's `-c notify=[...]` (a program at the end of each turn).
+//! `--settings` (a command hook per event), Codex CLI's `-c notify=[...]` (a program at the end of each turn), or, for
+//! the harnesses that take hooks only from files (Gemini CLI, Copilot CLI, opencode), `worksession hook-exec`, which
+//! writes them ([`super::through`]) and becomes the harness.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +20,13 @@ crate::words::words! {
         /// Gemini CLI: run through `worksession hook-exec`, which writes a settings file of command hooks and starts
         /// the harness with `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming it (Gemini takes hooks from settings files only).
         Gemini = "gemini",
+        /// Copilot CLI: run through `worksession hook-exec`, which writes a plugin directory whose `hooks.json` runs
+        /// the receiver, and starts the harness with `--plugin-dir` naming it.
+        Copilot = "copilot",
+        /// opencode: run through `worksession hook-exec`, which writes a plugin (JavaScript) that runs the receiver,
+        /// and starts the harness with `OPENCODE_CONFIG_CONTENT` naming it. Its prompts carry their conversation's
+        /// id: how the id is known without reading its log.
+        Opencode = "opencode",
     }
 }
 
@@ -27,17 +36,17 @@ impl Hooks {
     /// prompt again in the middle of its turn.
     pub fn confirms_prompts(self) -> bool {
         match self {
-            Hooks::Claude | Hooks::Gemini => true,
+            Hooks::Claude | Hooks::Gemini | Hooks::Copilot | Hooks::Opencode => true,
             Hooks::Codex => false,
         }
     }
 
     /// Whether the harness's hooks name the conversation it runs without being told it (Codex's notify, its
-    /// `thread-id`): an id discovered from them.
+    /// `thread-id`; opencode's prompts, their `sessionID`): an id discovered from them.
     pub fn names_conversation(self) -> bool {
         match self {
-            Hooks::Claude | Hooks::Gemini => false,
-            Hooks::Codex => true,
+            Hooks::Claude | Hooks::Gemini | Hooks::Copilot => false,
+            Hooks::Codex | Hooks::Opencode => true,
         }
     }
 }
@@ -88,41 +97,10 @@ pub enum Launch {
     Through(String, Vec<String>),
 }
 
-/// Gemini CLI's hook events, each with the name the receiver records it under (Claude Code's, which the agent reads).
-pub const GEMINI_EVENTS: &[(&str, &str)] = &[
-    ("SessionStart", "SessionStart"),
-    ("BeforeAgent", "UserPromptSubmit"),
-    ("AfterAgent", "Stop"),
-    ("Notification", "Notification"),
-    ("SessionEnd", "SessionEnd"),
-];
-
-/// The settings file `worksession hook-exec` writes for a Gemini CLI spawn tagged `spawn`: a command hook per event of
-/// [`GEMINI_EVENTS`] running the receiver `helper`, appending to `out`; `None` unless each is a plain word (Gemini
-/// runs a hook's command through a shell).
-pub fn gemini_settings(helper: &Path, out: &Path, spawn: &str) -> Option<String> {
-    let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
-    let (helper, out, spawn) = (plain(helper.to_str()?)?, plain(out.to_str()?)?, plain(spawn)?);
-    let hooks: serde_json::Map<String, serde_json::Value> = GEMINI_EVENTS
-        .iter()
-        .map(|(event, as_)| {
-            let command = format!("{helper} hook --out {out} --spawn {spawn} --event {as_}");
-            (event.to_string(), serde_json::json!([{"hooks": [{"type": "command", "command": command}]}]))
-        })
-        .collect();
-    Some(serde_json::json!({ "hooks": hooks }).to_string())
-}
-
-/// Where `worksession hook-exec` writes a Gemini spawn's settings: beside its hook file `out`, in the session's own
-/// 0700 directory (Gemini skips a settings file any of whose parent directories others can write).
-pub fn settings_of(out: &Path) -> std::path::PathBuf {
-    out.with_extension("settings.json")
-}
-
 /// The arguments that make the harness of the spawn tagged `spawn` run the receiver `helper` on its events (each of
-/// [`EVENTS`] for Claude Code and Gemini CLI, the end of each turn for Codex), appending to `out`; `None` when a value
-/// could not go into a hook's command as a plain word (Claude Code and Gemini run it through a shell, Codex parses it
-/// as TOML).
+/// [`EVENTS`] for Claude Code, the end of each turn for Codex, the events of [`super::through`] for the others),
+/// appending to `out`; `None` when a value could not go into a hook's command as a plain word (Claude Code and Gemini
+/// run it through a shell, Codex parses it as TOML, opencode's plugin holds it in JavaScript).
 pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Launch> {
     let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
     let (helper, out, spawn) = (plain(helper.to_str()?)?, plain(out.to_str()?)?, plain(spawn)?);
@@ -143,9 +121,9 @@ pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Laun
             let words: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
             Some(Launch::Before(vec!["-c".into(), format!("notify=[{}]", words.join(","))]))
         }
-        Hooks::Gemini => {
-            gemini_settings(Path::new(&helper), Path::new(&out), &spawn)?;
-            let words = ["hook-exec", "--style", "gemini", "--out", &out, "--spawn", &spawn, "--"];
+        Hooks::Gemini | Hooks::Copilot | Hooks::Opencode => {
+            // What `hook-exec` writes holds only these plain words (`super::through::prepare`).
+            let words = ["hook-exec", "--style", style.as_str(), "--out", &out, "--spawn", &spawn, "--"];
             Some(Launch::Through(helper.clone(), words.map(String::from).to_vec()))
         }
     }
@@ -179,20 +157,16 @@ mod tests {
     }
 
     #[test]
-    fn gemini_runs_through_the_receiver_which_writes_its_settings() {
+    fn the_file_taking_harnesses_run_through_the_receiver() {
         let (helper, out) = (Path::new("/usr/local/bin/worksession"), Path::new("/h/.worksession/hooks/a_b.jsonl"));
-        let Some(Launch::Through(program, words)) = args(Hooks::Gemini, helper, out, "spawn-1") else {
-            panic!("through the receiver")
-        };
-        assert_eq!(program, "/usr/local/bin/worksession");
-        let want = "hook-exec --style gemini --out /h/.worksession/hooks/a_b.jsonl --spawn spawn-1 --";
-        assert_eq!(words.join(" "), want);
-        let settings: serde_json::Value =
-            serde_json::from_str(&gemini_settings(helper, out, "spawn-1").unwrap()).unwrap();
-        let command = settings["hooks"]["BeforeAgent"][0]["hooks"][0]["command"].as_str().unwrap();
-        assert!(command.ends_with("--spawn spawn-1 --event UserPromptSubmit"), "recorded as Claude Code names it");
-        assert_eq!(settings["hooks"].as_object().unwrap().len(), GEMINI_EVENTS.len());
-        assert_eq!(settings_of(out), Path::new("/h/.worksession/hooks/a_b.settings.json"));
-        assert_eq!(super::args(Hooks::Gemini, helper, out, "s `id`"), None, "never a shell word");
+        for style in [Hooks::Gemini, Hooks::Copilot, Hooks::Opencode] {
+            let Some(Launch::Through(program, words)) = args(style, helper, out, "spawn-1") else {
+                panic!("{style} through the receiver")
+            };
+            assert_eq!(program, "/usr/local/bin/worksession");
+            let want = format!("hook-exec --style {style} --out /h/.worksession/hooks/a_b.jsonl --spawn spawn-1 --");
+            assert_eq!(words.join(" "), want);
+            assert_eq!(super::args(style, helper, out, "s `id`"), None, "never a shell word");
+        }
     }
 }

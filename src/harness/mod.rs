@@ -7,6 +7,7 @@
 
 mod file;
 pub mod hooks;
+pub mod through;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -60,6 +61,10 @@ pub struct Profile {
     pub discover: Option<Discover>,
     /// How the harness is given hooks that report what it accepted ([`hooks`]); `None`: it reports nothing.
     pub hooks: Option<hooks::Hooks>,
+    /// Whether the harness takes a prompt pasted while it works on a turn (Claude Code and opencode queue it). One
+    /// that does not (Gemini CLI: the paste stays unsent in its input box, and the next one joins it) is given prompts
+    /// only between turns, one at a time, where its hooks say when a turn ends.
+    pub queues_prompts: bool,
     /// What, leading a prompt (after any whitespace), makes the harness run it as one of its own commands (Claude
     /// Code runs a `/clear` given on its command line or pasted, and a pasted `!touch x` in its shell mode): such a
     /// prompt is sent with [`LITERAL_PREFIX`] in front (see [`Profile::literal`]).

@@ -68,6 +68,8 @@ macro_rules! shared_scenarios {
             shared_a_resume_never_opens_the_summary_picker: hazards::a_resume_never_opens_the_summary_picker;
             shared_a_conversation_busy_elsewhere_waits_and_is_resumed:
                 hazards::a_conversation_busy_elsewhere_waits_and_is_resumed;
+            shared_a_harness_without_a_queue_gets_prompts_between_turns:
+                hazards::a_harness_without_a_queue_gets_prompts_between_turns;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {

@@ -34,9 +34,9 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
         |s| initial_phase(s) == Some(EventPhase::Delivered),
     )
     .await;
-    if shape == "gemini" {
-        // Its hooks (given through `worksession hook-exec`, from a settings file) say what it does; without them
-        // there is no Activity condition at all.
+    if matches!(shape, "gemini" | "copilot" | "opencode") {
+        // Its hooks (given through `worksession hook-exec`: a settings file, a plugin directory, a plugin) say what it
+        // does; without them there is no Activity condition at all.
         let said = |s: &WorkSessionStatus| !condition(s, ConditionType::Activity).1.is_empty();
         let st = await_value(&format!("{a}: its hooks say what it does"), || rig.session_status(&a), said).await;
         let activity = condition(&st, ConditionType::Activity).1;

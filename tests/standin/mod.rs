@@ -105,7 +105,9 @@ impl TmuxServer {
     /// - `standin-hooks`: `standin` with Claude Code's hooks (`hooks: claude`, received by this build's `worksession
     ///   hook`): they, not the transcript, confirm a delivery;
     /// - `standin-unkind`: the same, storing each prompt with its whitespace altered, firing each hook 1 s late;
-    /// - `standin-deaf`: the same as `standin-hooks`, losing the first paste it is given.
+    /// - `standin-deaf`: the same as `standin-hooks`, losing the first paste it is given;
+    /// - `standin-gemini`, `standin-copilot`, `standin-opencode`, `standin-codex`: those CLIs' shapes with the built-in
+    ///   profiles' argv, patterns and hooks (opencode's logging nothing, so its hooks alone name its conversation).
     ///
     /// A sent prompt waits 15 s (`delivery.confirmTimeoutSeconds`) for its confirmation before it is sent again.
     pub fn agent_config_yaml(&self) -> String {
@@ -137,22 +139,24 @@ impl TmuxServer {
             "['--session-id', '{sessionId}', '{extraArgs}', '--prompt-interactive={prompt}']",
             "['--resume', '{sessionId}', '{extraArgs}', '--prompt-interactive={prompt}']",
             "Error resuming session|Invalid session identifier",
-            "\n    hooks: gemini",
+            "\n    hooks: gemini\n    queuesPrompts: false",
         );
         let copilot = shape(
             "copilot",
             "['--session-id={sessionId}', '{extraArgs}', '--interactive={prompt}']",
             "['--resume={sessionId}', '{extraArgs}', '--interactive={prompt}']",
             "No session, task, or name matched",
-            "\n    storePath: '{home}/.copilot/session-state/{sessionId}'",
+            "\n    storePath: '{home}/.copilot/session-state/{sessionId}'\n    hooks: copilot",
         );
+        // It logs no "created" line (`--no-log`): its plugin's hooks alone name its conversation.
         let opencode = shape(
             "opencode",
             "['{extraArgs}', '--prompt={prompt}']",
             "['--session={sessionId}', '{extraArgs}']",
             "Session not found",
-            "\n    discover:\n      log: {path: '{home}/.local/share/opencode/log/*.log', pattern: '^timestamp=(?P<time>\\S+) .*\\bmessage=created id=(?P<id>ses_[A-Za-z0-9]+) .*\\bdirectory={workdir} '}",
-        );
+            "\n    discover:\n      log: {path: '{home}/.local/share/opencode/log/*.log', pattern: '^timestamp=(?P<time>\\S+) .*\\bmessage=created id=(?P<id>ses_[A-Za-z0-9]+) .*\\bdirectory={workdir} '}\n    hooks: opencode",
+        )
+        .replace("--shape, opencode]", "--shape, opencode, --no-log]");
         let codex = |flags: &str| {
             format!(
                 "binary: {bin}\n    extraArgs: [--state, {state}, --codex-store{flags}]\n    interactive: ['{{extraArgs}}', '--', '{{prompt}}']\n    resume: [--resume, '{{sessionId}}', '{{extraArgs}}', '--', '{{prompt}}']\n    resumeFailedPattern: No saved session found\n    readyPattern: 'ready>'\n    discover: {{path: '{{home}}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl', namesWorkdir: true}}",
@@ -278,6 +282,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         discover: None,
         command_prefixes: strings(worksession::harness::COMMAND_PREFIXES),
         hooks: None,
+        queues_prompts: true,
     }
 }
 

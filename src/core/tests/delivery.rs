@@ -327,3 +327,35 @@ fn an_initial_prompt_not_on_the_command_line_is_owed_until_pasted() {
     assert_eq!(ops(&plan)[0], format!("paste {INITIAL_PROMPT} into loop-ns_repo-12: {long}"));
     assert_eq!(initial(&plan), Some(EventPhase::Delivering));
 }
+
+/// Issue 26's Gemini hazard: a harness that takes no prompt while it works (`queuesPrompts: false`) is given prompts
+/// only between turns, one at a time, by its hooks' word: a paste meanwhile would stay unsent in its input box and the
+/// next would join it there.
+#[test]
+fn a_harness_that_takes_no_prompt_while_it_works_gets_one_between_turns() {
+    let mut case = Case::new(ran_old());
+    case.config.harnesses.get_mut("claude").unwrap().queues_prompts = false;
+    (case.liveness, case.tmux, case.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    case.events = vec![ev("e1", "one"), ev("e2", "two")];
+    case.turn = Some(Turn { hook: "Stop".into(), at: Some(t(90)), kind: None, message: None });
+    assert_eq!(ops(&case.step()), ["paste e1 into loop-ns_repo-12: one", "event e1 Delivering via Pasted"], "one");
+    assert_eq!(ops(&case.step()), Vec::<String>::new(), "the next waits until the harness took it");
+    // Taken: its turn runs; the next waits for its end, with no deadline.
+    (case.confirmed, case.turn) = (
+        vec!["e1".into()],
+        Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(101)), kind: None, message: None }),
+    );
+    assert_eq!(ops(&case.step()), ["event e1 Delivered via Pasted", "event.delivered"]);
+    case.now = t(5000);
+    assert_eq!(ops(&case.step()), Vec::<String>::new(), "a turn takes as long as it takes");
+    case.turn = Some(Turn { hook: "Stop".into(), at: Some(t(5001)), kind: None, message: None });
+    assert_eq!(ops(&case.step()), ["paste e2 into loop-ns_repo-12: two", "event e2 Delivering via Pasted"]);
+    // A harness that queues (Claude Code) gets both at once; so does one whose turns nothing tells (no hooks).
+    let mut queues = Case::new(ran_old());
+    (queues.liveness, queues.tmux, queues.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    queues.events = vec![ev("e1", "one"), ev("e2", "two")];
+    queues.turn = Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(90)), kind: None, message: None });
+    assert_eq!(ops(&queues.step()).len(), 4, "both pasted: it queues them");
+}
