@@ -45,9 +45,10 @@ pub fn receive(out: &Path, event: &str, spawn: &str, stdin: impl Read) -> std::i
 
 /// `worksession hook-exec --style STYLE --out FILE --spawn TAG -- COMMAND...`: writes what a harness that takes its
 /// hooks only from files needs to run the receiver on its events ([`crate::harness::through::prepare`]: Gemini CLI's
-/// settings, Copilot CLI's plugin directory, opencode's plugin; beside its hook file, `0600`, folders `0700`, never
-/// through a link), then becomes `COMMAND` told of them (its environment, or words in front of its argv). Run where
-/// the harness runs, as its user (in its room): the files are the harness's own. Returns only when it could not.
+/// settings, Copilot CLI's plugin directory, emptied first, opencode's plugin; beside its hook file, `0600`, folders
+/// `0700`, never through a link in the last folder or the file), then becomes `COMMAND` told of them (its environment,
+/// or words in front of its argv). Run where the harness runs, as its user (in its room): the files are the harness's
+/// own, so a link further up gains it nothing it could not write itself. Returns only when it could not.
 pub fn exec_through(style: Hooks, out: &Path, spawn: &str, command: &[std::ffi::OsString]) -> std::io::Error {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     use std::os::unix::process::CommandExt;
@@ -58,13 +59,30 @@ pub fn exec_through(style: Hooks, out: &Path, spawn: &str, command: &[std::ffi::
         Err(e) => return e,
     };
     let config = std::env::var(crate::harness::through::OPENCODE_CONFIG).ok();
-    let Some(prepared) = crate::harness::through::prepare(style, &helper, out, spawn, config.as_deref()) else {
-        return invalid("the style takes no files, or the receiver, hook file or spawn tag is not a plain word");
+    let prepared = match crate::harness::through::prepare(style, &helper, out, spawn, config.as_deref()) {
+        Ok(prepared) => prepared,
+        Err(why) => return invalid(&why.to_string()),
     };
+    // A folder a link was planted at is never written through (the files themselves are opened without following
+    // one); a fresh one is emptied first.
+    let not_a_link = |dir: &Path| match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => Err(std::io::Error::other(format!("{} is a link", dir.display()))),
+        _ => Ok(()),
+    };
+    for dir in &prepared.fresh {
+        let emptied = not_a_link(dir).and_then(|()| match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        });
+        if let Err(e) = emptied {
+            return e;
+        }
+    }
     for (path, content) in &prepared.files {
         let written = (|| {
             if let Some(dir) = path.parent() {
                 std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+                not_a_link(dir)?;
             }
             let mut file = std::fs::OpenOptions::new()
                 .write(true)

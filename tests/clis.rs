@@ -219,7 +219,12 @@ fn initial_prompt_is(ws: &worksession::api::WorkSession, phase: worksession::api
 #[tokio::test]
 async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_conversation() {
     use worksession::api::EventPhase;
-    let w = world_with("opencode").await;
+    // Its first hook can come 15 s after its start under the whole suite's load (seen): the deadline is the real
+    // CLI tests' (tests/claude.rs), not the stand-in's 15 s.
+    let w = World::with_yaml(|tmux, yaml| {
+        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 120") + &offline_profile("opencode", tmux)
+    })
+    .await;
     w.create_session("oc", json!({"harness": "opencode", "initialPrompt": "hello from the tests"})).await;
     w.await_session("oc", "the initial prompt Delivered", |ws| initial_prompt_is(ws, EventPhase::Delivered)).await;
     let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/oc", w.ns.name));

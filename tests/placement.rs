@@ -613,3 +613,27 @@ async fn a_binding_decided_from_a_stale_read_binds_nothing() {
     assert_eq!(node_of(&ws).as_deref(), Some("node-a"));
     assert_eq!(condition(&ws, "Placed").map(|c| c.2), Some("placed on node node-a".into()), "no word of node-b");
 }
+
+/// The agent records a spawn's intent only over the version of the session it read: a session bound to another node
+/// between the agent's read and its spawn (a move landing while a returning agent reconciles) refuses the intent, and
+/// no harness is started for it (the next read no longer shows it on this node).
+#[tokio::test]
+async fn an_agent_never_records_a_spawn_for_a_session_moved_since_it_read_it() {
+    use worksession::store::Store;
+    let ns = TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    let sessions: Api<WorkSession> = ns.api();
+    let spec = json!({"workItem": "moved", "harness": "standin", "workdir": "/tmp", "nodeName": "node-a"});
+    let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": "moved"}, "spec": spec})).unwrap();
+    sessions.create(&PostParams::default(), &ws).await.unwrap();
+    let read = sessions.get("moved").await.unwrap();
+    // The controller moves it meanwhile.
+    let bind = json!({"spec": {"nodeName": "node-b"}});
+    sessions.patch("moved", &PatchParams::default(), &Patch::Merge(&bind)).await.unwrap();
+    let store = worksession::store::kube::KubeStore::new(ns.client.clone(), "node-a");
+    let intent = worksession::api::WorkSessionStatus { phase: Some(Phase::Starting), ..Default::default() };
+    assert!(!store.write_intent(&read, &intent).await.unwrap(), "refused: the session changed since it was read");
+    assert_eq!(sessions.get("moved").await.unwrap().status, None, "nothing recorded");
+    let now = sessions.get("moved").await.unwrap();
+    assert!(store.write_intent(&now, &intent).await.unwrap(), "over the version read, it is recorded");
+}

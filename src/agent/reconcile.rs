@@ -190,6 +190,8 @@ enum Executed {
     ClaimLost,
     /// Up to an op the fence refused: the agent's Lease is too old.
     Fenced,
+    /// Up to the intent, which the session refused: it changed since it was read (placed elsewhere, say).
+    Stale,
 }
 
 /// How soon a reconcile the fence held back looks again.
@@ -319,6 +321,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             // The holder's status lets it go when its harness shows its id; look again then, not at once.
             Executed::ClaimLost => return Ok(Some(core::DISCOVERY_RECHECK)),
             Executed::Fenced => return Ok(Some(FENCED_RECHECK)),
+            // Read again at once: the change decides (a session that left the node is no longer served).
+            Executed::Stale => return Ok(Some(Duration::ZERO)),
         }
         let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         let gone = plan.releases();
@@ -385,7 +389,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 }
                 Op::RecordIntent(intent) => {
                     self.discoveries.recorded(&ws.spec.workdir, owner_name, Some(intent), discovers);
-                    self.store.write_status(ws, intent).await.map_err(ReconcileError::WriteIntent)?;
+                    if !self.store.write_intent(ws, intent).await.map_err(ReconcileError::WriteIntent)? {
+                        tracing::info!(event = "intent.stale", "the session changed since it was read: decided again");
+                        return Ok(Executed::Stale);
+                    }
                     self.failpoint(Failpoint::AfterIntent).await;
                 }
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(ReconcileError::Stop)?,

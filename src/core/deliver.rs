@@ -175,9 +175,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         let ready = profile.ready(input.observed.screen);
         let proof = input.evidence.record.proof;
         // A harness that takes no prompt while it works (Gemini CLI) is given one only between turns, where its hooks
-        // say when a turn ends: a paste meanwhile would stay unsent in its input box, and the next would join it.
+        // say when a turn ends: a paste meanwhile would stay unsent in its input box, and the next would join it. A
+        // turn waiting for a person is still a turn (a paste would answer the question).
         let one_at_a_time = !profile.queues_prompts && proof == Proof::Hooks;
-        let working = input.evidence.turn.is_some_and(|t| super::hooks::activity(t).0 == ActivityReason::Working);
+        let busy = input.evidence.turn.is_some_and(|t| super::hooks::activity(t).0 != ActivityReason::Idle);
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
@@ -199,8 +200,8 @@ impl<'a, 'i> Decision<'a, 'i> {
                         continue;
                     }
                     let deadline = later(prompt.sent.unwrap_or(now), input.context.config.confirm_timeout);
-                    blocked |= one_at_a_time; // the next waits until the harness took this one and finished it
                     if now < deadline {
+                        blocked |= one_at_a_time; // the next waits until the harness took this one
                         // A hook file that grows wakes the session; a transcript (also one that is about to show
                         // what a hook reported) is looked at again.
                         let woken = proof == Proof::Hooks && !input.evidence.record.awaits_transcript;
@@ -233,8 +234,9 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK);
                 }
-                _ if one_at_a_time && working => {
-                    // Its turn's end (a hook) wakes the session; no deadline: a turn takes as long as it takes.
+                _ if one_at_a_time && busy => {
+                    // Its turn's end (a hook) wakes the session; no deadline: a turn takes as long as it takes (the
+                    // Activity condition says it works, or waits for a person).
                     blocked = true;
                 }
                 _ if ready => {

@@ -17,6 +17,8 @@ pub struct Prepared {
     pub env: Vec<(&'static str, String)>,
     /// Words in front of the harness's own argv.
     pub before: Vec<String>,
+    /// Folders emptied before the files are written: what a harness left there would load at its next start.
+    pub fresh: Vec<PathBuf>,
 }
 
 /// Gemini CLI's hook events, each with the name the receiver records it under (Claude Code's, which the agent reads).
@@ -41,16 +43,41 @@ pub const COPILOT_EVENTS: &[(&str, &str)] = &[
 /// The environment variable opencode reads its config from (a JSON object), where its plugin is named.
 pub const OPENCODE_CONFIG: &str = "OPENCODE_CONFIG_CONTENT";
 
+/// Why `worksession hook-exec` cannot prepare a harness's hooks.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unprepared {
+    /// The style is given its hooks on the harness's command line.
+    #[error("hooks {0} are given on the command line, not through hook-exec")]
+    OnTheCommandLine(Hooks),
+    /// A value that goes into a hook's command is not a plain word.
+    #[error("the receiver, hook file or spawn tag is not a plain word (letters, digits, '-', '.', '_', '/')")]
+    NotPlain,
+    /// The harness's own `OPENCODE_CONFIG_CONTENT` is no JSON object with a `plugin` list: never replaced.
+    #[error("{OPENCODE_CONFIG} is not a JSON object whose plugin is a list; the plugin is not added to it")]
+    OpencodeConfig,
+}
+
 /// What a harness of `style` run through `worksession hook-exec` needs to call the receiver `helper` on its events,
-/// reporting for the spawn tagged `spawn` to the hook file `out`; `None` for a style given its hooks on its command
-/// line, or unless each value is a plain word (the hooks' commands go through a shell, or into JavaScript).
-/// `config` is the harness's own `OPENCODE_CONFIG_CONTENT`, which opencode's plugin is added to.
-pub fn prepare(style: Hooks, helper: &Path, out: &Path, spawn: &str, config: Option<&str>) -> Option<Prepared> {
-    let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
-    let (helper, out, spawn) = (plain(helper.to_str()?)?, PathBuf::from(plain(out.to_str()?)?), plain(spawn)?);
-    let receiver = |event: &str| format!("{helper} hook --out {} --spawn {spawn} --event {event}", out.display());
+/// reporting for the spawn tagged `spawn` to the hook file `out`; refused for a style given its hooks on its command
+/// line, unless each value is a plain word (the hooks' commands go through a shell, or into JavaScript), and where the
+/// harness's own `config` (its `OPENCODE_CONFIG_CONTENT`, which opencode's plugin is added to) cannot take it.
+pub fn prepare(
+    style: Hooks,
+    helper: &Path,
+    out: &Path,
+    spawn: &str,
+    config: Option<&str>,
+) -> Result<Prepared, Unprepared> {
+    let plain = |s: Option<&str>| s.filter(|s| !s.is_empty() && crate::api::is_tag(s)).map(str::to_string);
+    let (Some(helper), Some(out), Some(spawn)) = (plain(helper.to_str()), plain(out.to_str()), plain(Some(spawn)))
+    else {
+        return Err(Unprepared::NotPlain);
+    };
+    let receiver = |event: &str| format!("{helper} hook --out {out} --spawn {spawn} --event {event}");
+    // Each beside the hook file: a plain word with another ending.
+    let beside = |ending: &str| Path::new(&out).with_extension(ending).display().to_string();
     match style {
-        Hooks::Claude | Hooks::Codex => None,
+        Hooks::Claude | Hooks::Codex => Err(Unprepared::OnTheCommandLine(style)),
         Hooks::Gemini => {
             // A command hook per event, as Claude Code's settings have them (Gemini runs each through a shell).
             let hooks: serde_json::Map<String, serde_json::Value> = GEMINI_EVENTS
@@ -59,18 +86,20 @@ pub fn prepare(style: Hooks, helper: &Path, out: &Path, spawn: &str, config: Opt
                     (event.to_string(), serde_json::json!([{"hooks": [{"type": "command", "command": receiver(as_)}]}]))
                 })
                 .collect();
-            let path = out.with_extension("settings.json");
-            let env = vec![("GEMINI_CLI_SYSTEM_SETTINGS_PATH", path.to_str()?.to_string())];
-            Some(Prepared {
-                files: vec![(path, serde_json::json!({ "hooks": hooks }).to_string())],
-                env,
+            let settings = beside("settings.json");
+            let files = vec![(PathBuf::from(&settings), serde_json::json!({ "hooks": hooks }).to_string())];
+            Ok(Prepared {
+                files,
+                env: vec![("GEMINI_CLI_SYSTEM_SETTINGS_PATH", settings)],
                 before: vec![],
+                fresh: vec![],
             })
         }
         Hooks::Copilot => {
             // A plugin given per run: it needs no folder trust and writes nothing into the repository, unlike the
-            // repository's `.github/hooks`. Its hooks run through bash.
-            let dir = out.with_extension("copilot");
+            // repository's `.github/hooks`. Its hooks run through bash. Emptied at each start: a harness that left
+            // agents or skills of its own there would have them loaded by its next start.
+            let dir = PathBuf::from(beside("copilot"));
             let hooks: serde_json::Map<String, serde_json::Value> = COPILOT_EVENTS
                 .iter()
                 .map(|(event, as_)| {
@@ -83,27 +112,29 @@ pub fn prepare(style: Hooks, helper: &Path, out: &Path, spawn: &str, config: Opt
                 (dir.join("plugin.json"), manifest.to_string()),
                 (dir.join("hooks.json"), serde_json::json!({"version": 1, "hooks": hooks}).to_string()),
             ];
-            Some(Prepared { files, env: vec![], before: vec!["--plugin-dir".into(), dir.to_str()?.to_string()] })
+            let before = vec!["--plugin-dir".into(), dir.display().to_string()];
+            Ok(Prepared { files, env: vec![], before, fresh: vec![dir] })
         }
         Hooks::Opencode => {
-            let path = out.with_extension("opencode.js");
-            let words = serde_json::json!([helper, "hook", "--out", out.to_str()?, "--spawn", spawn, "--event"]);
-            let plugin = OPENCODE_PLUGIN.replace("RECEIVER_WORDS", &words.to_string());
+            let plugin = beside("opencode.js");
+            let words = serde_json::json!([helper, "hook", "--out", out, "--spawn", spawn, "--event"]);
+            let code = OPENCODE_PLUGIN.replace("RECEIVER_WORDS", &words.to_string());
             // Added to the harness's own config where it has one (a profile's `env`), never replacing it.
-            let mut content = config
-                .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok())
-                .filter(serde_json::Value::is_object)
-                .unwrap_or_else(|| serde_json::json!({}));
-            let named = serde_json::Value::String(format!("file://{}", path.to_str()?));
-            match content.get_mut("plugin").and_then(serde_json::Value::as_array_mut) {
-                Some(plugins) => plugins.push(named),
+            let mut content = match config {
+                None => serde_json::json!({}),
+                Some(c) => serde_json::from_str::<serde_json::Value>(c)
+                    .ok()
+                    .filter(serde_json::Value::is_object)
+                    .ok_or(Unprepared::OpencodeConfig)?,
+            };
+            let named = serde_json::Value::String(format!("file://{plugin}"));
+            match content.get_mut("plugin") {
                 None => content["plugin"] = serde_json::json!([named]),
+                Some(serde_json::Value::Array(plugins)) => plugins.push(named),
+                Some(_) => return Err(Unprepared::OpencodeConfig),
             }
-            Some(Prepared {
-                files: vec![(path, plugin)],
-                env: vec![(OPENCODE_CONFIG, content.to_string())],
-                before: vec![],
-            })
+            let env = vec![(OPENCODE_CONFIG, content.to_string())];
+            Ok(Prepared { files: vec![(PathBuf::from(plugin), code)], env, before: vec![], fresh: vec![] })
         }
     }
 }
@@ -112,11 +143,13 @@ pub fn prepare(style: Hooks, helper: &Path, out: &Path, spawn: &str, config: Opt
 /// model call and for queued prompts too, with the session's id, the message's id and its text parts; the `event` hook
 /// sees `session.created` (a child session, a subagent's, names its `parentID`), `session.idle` at a turn's end (a
 /// failed one too), and `permission.asked` or `question.asked` when it waits for a person. Each is handed to the
-/// receiver as the Claude Code event it means, without a shell (`execFileSync`), in order (synchronously).
+/// receiver as the Claude Code event it means, without a shell (`execFileSync`), in order (synchronously). A child
+/// session's prompts and turns are not the conversation's: a session not known yet is asked of opencode
+/// (`client.session.get`, its own server, offline too), since its prompt may come before the event that says it is a
+/// child; its wait for a person is told all the same (it holds up the whole turn).
 const OPENCODE_PLUGIN: &str = r#"// Written by worksession hook-exec for one spawn: tells worksession what opencode takes and when its turn ends.
 import { execFileSync } from "node:child_process";
 const receiver = RECEIVER_WORDS;
-const children = new Set();
 const tell = (event, data) => {
   try {
     execFileSync(receiver[0], [...receiver.slice(1), event], {
@@ -124,33 +157,49 @@ const tell = (event, data) => {
     });
   } catch {}
 };
-export const Worksession = async () => ({
-  "chat.message": async (input, output) => {
-    const session_id = input?.sessionID ?? output?.message?.sessionID;
-    if (children.has(session_id)) return;
-    const prompt = (output?.parts ?? []).filter((p) => p?.type === "text" && !p.synthetic).map((p) => p.text).join("\n");
-    tell("UserPromptSubmit", { session_id, prompt, prompt_id: output?.message?.id });
-  },
-  event: async ({ event }) => {
-    const p = event?.properties ?? {};
-    switch (event?.type) {
-      case "session.created":
-        if (p.info?.parentID) children.add(p.info.id);
-        else tell("SessionStart", { session_id: p.info?.id, source: "startup" });
-        break;
-      case "session.idle":
-        if (!children.has(p.sessionID)) tell("Stop", { session_id: p.sessionID });
-        break;
-      case "permission.asked":
-      case "question.asked":
-        if (!children.has(p.sessionID)) {
+export const Worksession = async ({ client } = {}) => {
+  const children = new Set();
+  const mains = new Set();
+  const child = async (id) => {
+    if (!id || children.has(id)) return Boolean(id);
+    if (mains.has(id)) return false;
+    try {
+      const got = await client?.session?.get({ path: { id } });
+      if (got?.data?.parentID) children.add(id);
+      else if (got?.data) mains.add(id);
+    } catch {}
+    return children.has(id);
+  };
+  return {
+    "chat.message": async (input, output) => {
+      const session_id = input?.sessionID ?? output?.message?.sessionID;
+      if (await child(session_id)) return;
+      const parts = (output?.parts ?? []).filter((p) => p?.type === "text" && !p.synthetic);
+      tell("UserPromptSubmit", { session_id, prompt: parts.map((p) => p.text).join("\n"), prompt_id: output?.message?.id });
+    },
+    event: async ({ event }) => {
+      const p = event?.properties ?? {};
+      switch (event?.type) {
+        case "session.created":
+          if (p.info?.parentID) children.add(p.info.id);
+          else if (p.info?.id) {
+            mains.add(p.info.id);
+            tell("SessionStart", { session_id: p.info.id, source: "startup" });
+          }
+          break;
+        case "session.idle":
+          if (!(await child(p.sessionID))) tell("Stop", { session_id: p.sessionID });
+          break;
+        case "permission.asked":
+        case "question.asked": {
           const what = p.title ?? p.question ?? p.permission ?? event.type;
-          tell("Notification", { session_id: p.sessionID, message: `opencode asks: ${what}`, notification_type: event.type });
+          tell("Notification", { message: `opencode asks: ${what}`, notification_type: event.type });
+          break;
         }
-        break;
-    }
-  },
-});
+      }
+    },
+  };
+};
 "#;
 
 #[cfg(test)]
@@ -170,7 +219,11 @@ mod tests {
         let command = settings["hooks"]["BeforeAgent"][0]["hooks"][0]["command"].as_str().unwrap();
         assert!(command.ends_with("--spawn spawn-1 --event UserPromptSubmit"), "recorded as Claude Code names it");
         assert_eq!(settings["hooks"].as_object().unwrap().len(), GEMINI_EVENTS.len());
-        assert_eq!(prepare(Hooks::Gemini, helper, out, "s `id`", None), None, "never a shell word");
+        assert_eq!(
+            prepare(Hooks::Gemini, helper, out, "s `id`", None),
+            Err(Unprepared::NotPlain),
+            "never a shell word"
+        );
     }
 
     #[test]
@@ -178,6 +231,7 @@ mod tests {
         let (helper, out) = paths();
         let p = prepare(Hooks::Copilot, helper, out, "spawn-1", None).unwrap();
         assert_eq!(p.before, ["--plugin-dir", "/h/.worksession/hooks/a_b.copilot"]);
+        assert_eq!(p.fresh, [Path::new("/h/.worksession/hooks/a_b.copilot")], "emptied first: nothing left loads");
         assert_eq!(p.files[0].0, Path::new("/h/.worksession/hooks/a_b.copilot/plugin.json"));
         let hooks: serde_json::Value = serde_json::from_str(&p.files[1].1).unwrap();
         assert_eq!(hooks["version"], 1);
@@ -186,7 +240,8 @@ mod tests {
             bash,
             "/usr/local/bin/worksession hook --out /h/.worksession/hooks/a_b.jsonl --spawn spawn-1 --event UserPromptSubmit"
         );
-        assert_eq!(prepare(Hooks::Copilot, Path::new("/bin/x;id"), out, "s", None), None, "never a shell word");
+        let not_plain = prepare(Hooks::Copilot, Path::new("/bin/x;id"), out, "s", None);
+        assert_eq!(not_plain, Err(Unprepared::NotPlain), "never a shell word");
     }
 
     #[test]
@@ -205,7 +260,13 @@ mod tests {
         let p = prepare(Hooks::Opencode, helper, out, "spawn-1", Some(own)).unwrap();
         assert_eq!(config(&p)["plugin"].as_array().unwrap().len(), 2, "theirs kept, ours added");
         assert_eq!(config(&p)["model"], "m");
-        assert_eq!(prepare(Hooks::Opencode, helper, out, "s\"+x+\"", None), None, "never out of its string");
-        assert_eq!(prepare(Hooks::Claude, helper, out, "s", None), None, "given on its command line");
+        let escape = prepare(Hooks::Opencode, helper, out, "s\"+x+\"", None);
+        assert_eq!(escape, Err(Unprepared::NotPlain), "never out of its string");
+        for theirs in ["{\"plugin\": \"one.js\"}", "{ // jsonc\n}", "[]"] {
+            let refused = prepare(Hooks::Opencode, helper, out, "s", Some(theirs));
+            assert_eq!(refused, Err(Unprepared::OpencodeConfig), "{theirs}: never replaced");
+        }
+        let claude = prepare(Hooks::Claude, helper, out, "s", None);
+        assert_eq!(claude, Err(Unprepared::OnTheCommandLine(Hooks::Claude)), "given on its command line");
     }
 }

@@ -6,8 +6,9 @@
 //! Every write is a compare-and-swap on the `resourceVersion` the decision read, the conditions' apply too, and a
 //! binding, like a Pod's, is made from that version or not at all: a decision from a cache that lags (or a second
 //! controller's, an old one still stopping) can never bind one session twice, so the Deployment needs no leader
-//! election; it runs one replica because one is enough (docs/scale.md), with the Recreate strategy so that two never
-//! count a node's room at once.
+//! election; it runs one replica because one is enough (docs/scale.md), with the Recreate strategy so that a rollout
+//! never has two count a node's room at once (an evicted or partitioned pod can still overlap its replacement; then
+//! a node's last place may be given twice, never a session).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -122,9 +123,10 @@ impl Drop for Pump {
     }
 }
 
-/// The bindings made whose result the cache does not show yet: by session, the resourceVersion bound from and the
-/// node. While the cache holds that version, the session counts as on that node (its load, no second binding).
-type Bound = HashMap<(String, String), (String, String)>;
+/// The bindings made whose result the cache does not show yet: by session, the resourceVersions it had before (the
+/// one the decision read, the one its conditions' write made) and the node. While the cache holds one of those, the
+/// session counts as on that node (its load; and no second binding, which its compare-and-swap would refuse anyway).
+type Bound = HashMap<(String, String), (Vec<String>, String)>;
 
 /// By node: the last renewal seen of its agent's Lease and what the controller made of it (kept when the Lease goes:
 /// a deleted Lease is one that stopped being renewed, not one never seen).
@@ -178,9 +180,9 @@ fn observe(
         })
         .collect();
     let cached = sessions.state();
-    bound.retain(|(ns, name), (version, _)| {
+    bound.retain(|(ns, name), (versions, _)| {
         let ws = sessions.get(&reflector::ObjectRef::new(name).within(ns));
-        ws.is_some_and(|ws| ws.resource_version().as_deref() == Some(version))
+        ws.is_some_and(|ws| ws.resource_version().is_some_and(|v| versions.contains(&v)))
     });
     let mut sessions: Vec<Session> = cached
         .iter()
@@ -228,8 +230,8 @@ async fn execute(
     failed
 }
 
-/// A binding made: the session, the resourceVersion it was bound from, and the node.
-type Binding = ((String, String), (String, String));
+/// A binding made: the session, the resourceVersions it had before it, and the node.
+type Binding = ((String, String), (Vec<String>, String));
 
 /// Executes one decision: `None` when the session is gone from the cache, else whether the writes failed (logged)
 /// and the binding made, if any.
@@ -242,7 +244,10 @@ async fn one(
     let ws = cache.get(&reflector::ObjectRef::new(&name).within(&namespace))?;
     let result = match &decision {
         Decision::Bind { node, from } => match bind(client, &ws, node, from.as_ref()).await {
-            Ok(Some(version)) => return Some(Ok(Some(((namespace, name), (version, node.clone()))))),
+            Ok(Some(version)) => {
+                let versions = ws.resource_version().into_iter().chain([version]).collect();
+                return Some(Ok(Some(((namespace, name), (versions, node.clone())))));
+            }
             result => result.map(drop),
         },
         Decision::NoFit { why, lost } => {
@@ -382,8 +387,6 @@ fn condition<R: Reason>(reason: R, ok: bool, message: &str) -> Condition {
     one.remove(0)
 }
 
-/// Applies `conditions` to the session's status under the controller's field manager, those that differ from what
-/// its status says (a transition keeps its time otherwise); the session's new resourceVersion, if it wrote.
 /// What writing conditions did.
 #[derive(Debug)]
 enum Written {
@@ -396,6 +399,8 @@ enum Written {
     Stale,
 }
 
+/// Applies `conditions` to the session's status under the controller's field manager, those that differ from what
+/// its status says (a transition keeps its time otherwise), over the version `ws` was read at only.
 async fn write_conditions(
     client: &Client,
     ws: &WorkSession,

@@ -41,6 +41,28 @@ impl KubeStore {
     }
 }
 
+impl KubeStore {
+    /// Applies the session's status, over the version `from` only when given (a precondition).
+    async fn apply_status(
+        &self,
+        ws: &WorkSession,
+        status: &WorkSessionStatus,
+        from: Option<String>,
+    ) -> Result<(), StoreError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
+        // The controller's conditions are the controller's: the agent's apply never carries (and so never reverts)
+        // them.
+        let mut status = status.clone();
+        status.conditions.retain(|c| !crate::core::ConditionType::controllers().iter().any(|t| t.as_str() == c.type_));
+        let mut patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": status});
+        if let Some(version) = from {
+            patch["metadata"] = json!({"resourceVersion": version});
+        }
+        api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
+        Ok(())
+    }
+}
+
 fn ns_of<K: ResourceExt>(obj: &K) -> String {
     obj.namespace().unwrap_or_default()
 }
@@ -61,14 +83,15 @@ impl Store for KubeStore {
     }
 
     async fn write_status(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<(), StoreError> {
-        let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
-        // The controller's conditions are the controller's: the agent's apply never carries (and so never reverts)
-        // them.
-        let mut status = status.clone();
-        status.conditions.retain(|c| !crate::core::ConditionType::controllers().iter().any(|t| t.as_str() == c.type_));
-        let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": status});
-        api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
-        Ok(())
+        self.apply_status(ws, status, None).await
+    }
+
+    async fn write_intent(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<bool, StoreError> {
+        // The version read: the controller's writes (its conditions, a binding elsewhere) change it first.
+        match self.apply_status(ws, status, ws.resource_version()).await {
+            Err(StoreError::Kube(kube::Error::Api(s))) if s.code == 409 => Ok(false),
+            result => result.map(|()| true),
+        }
     }
 
     async fn write_event_status(&self, ev: &WorkEvent, status: &WorkEventStatus) -> Result<(), StoreError> {

@@ -59,6 +59,15 @@ pub trait Store: Send + Sync {
         ws: &WorkSession,
         status: &WorkSessionStatus,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records the intent of a spawn as the session's status, only over the very version `ws` was read at: where a
+    /// controller may hand the session to another node meanwhile (Kubernetes), a session changed since refuses it
+    /// (`Ok(false)`, nothing written), so no harness is started for a session that left the node between the read and
+    /// the spawn.
+    fn write_intent(
+        &self,
+        ws: &WorkSession,
+        status: &WorkSessionStatus,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Records an event's status.
     fn write_event_status(
         &self,

@@ -75,13 +75,14 @@ pub async fn a_conversation_busy_elsewhere_waits_and_is_resumed(rig: &impl Rig) 
 }
 
 /// Gemini CLI has no queue (measured with 0.61.0): a prompt pasted while it works stays unsent in its input box, and
-/// the next paste joins it there. The stand-in's gemini shape does the same, and its initial prompt is a turn of 4 s
-/// (`WORK 4`). An event sent meanwhile waits for the turn's end (its `AfterAgent` hook), is pasted then, alone, and
-/// reaches the harness once as it was written; pasted at once it would have stayed in the box, been sent again at its
-/// deadline into the same box, and reached the harness twice joined into one prompt (or never).
+/// the next paste joins it there. The stand-in's gemini shape does the same, and its initial prompt is a turn of 20 s
+/// (`WORK 20`), longer than the tests' 15 s confirm deadline: there is none while it works. An event sent meanwhile
+/// waits for the turn's end (its `AfterAgent` hook), is pasted then, alone, and reaches the harness once as it was
+/// written; pasted at once it would have stayed in the box, been sent again at its deadline into the same box, and
+/// reached the harness twice joined into one prompt (or never).
 pub async fn a_harness_without_a_queue_gets_prompts_between_turns(rig: &impl Rig) {
     let spec =
-        serde_json::json!({"harness": "standin-gemini", "initialPrompt": "WORK 4", "workdir": rig.tmux().state()});
+        serde_json::json!({"harness": "standin-gemini", "initialPrompt": "WORK 20", "workdir": rig.tmux().state()});
     rig.create_session("gq", spec).await;
     let working = |s: &WorkSessionStatus| condition(s, ConditionType::Activity).1 == "Working";
     await_value("gq: working on its first turn", || rig.session_status("gq"), working).await;
@@ -92,6 +93,6 @@ pub async fn a_harness_without_a_queue_gets_prompts_between_turns(rig: &impl Rig
     let ev = await_delivered(rig, "gq-2").await;
     assert_eq!(ev.attempts, 1, "{ev:?}");
     let taken: Vec<String> = rig.tmux().prompts().into_iter().map(|p| p.prompt).collect();
-    assert_eq!(taken, ["WORK 4", "after the turn", "and after that one"], "each alone, once, in order");
+    assert_eq!(taken, ["WORK 20", "after the turn", "and after that one"], "each alone, once, in order");
     assert_eq!(rig.event_status("gq-1").await.phase, Some(EventPhase::Delivered));
 }

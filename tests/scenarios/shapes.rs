@@ -42,6 +42,30 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
         let activity = condition(&st, ConditionType::Activity).1;
         assert!(activity == "Working" || activity == "Idle", "{shape}: {st:?}");
     }
+    if shape == "opencode" {
+        // A subagent works in a child session of its own, whose prompt its plugin hears (before the event that says it
+        // is a child): never the conversation's, never its id.
+        rig.send(&a, &format!("{a}-task"), "TASK look around").await;
+        await_delivered(rig, &format!("{a}-task")).await;
+        let hooks = worksession::hook::file_of(&rig.tmux().state(), &format!("{}/{a}", rig.namespace()));
+        let said = await_value(
+            &format!("{a}: the task's turn over in its hooks"),
+            || async { std::fs::read_to_string(&hooks).unwrap_or_default() },
+            |said| said.matches("\"Stop\"").count() >= 2,
+        )
+        .await;
+        assert!(
+            !said.contains("a subagent's own prompt"),
+            "{shape}: a child's prompt is not the conversation's: {said}"
+        );
+        let st = await_value(
+            &format!("{a}: idle"),
+            || rig.session_status(&a),
+            |s| condition(s, ConditionType::Activity).1 == "Idle",
+        )
+        .await;
+        assert_eq!(self::id(&st), id, "{shape}: still its own conversation");
+    }
     rig.tmux().kill_harness(&rig.tmux_session(&a)).await;
     let second = format!("second for {shape}");
     rig.send(&a, &format!("{a}-1"), &second).await;

@@ -351,11 +351,23 @@ fn a_harness_that_takes_no_prompt_while_it_works_gets_one_between_turns() {
     assert_eq!(ops(&case.step()), Vec::<String>::new(), "a turn takes as long as it takes");
     case.turn = Some(Turn { hook: "Stop".into(), at: Some(t(5001)), kind: None, message: None });
     assert_eq!(ops(&case.step()), ["paste e2 into loop-ns_repo-12: two", "event e2 Delivering via Pasted"]);
+    // Waiting for a person is still its turn: a paste would answer the question.
+    case.events.push(ev("e3", "three"));
+    case.turn =
+        Some(Turn { hook: "Notification".into(), at: Some(t(5002)), kind: None, message: Some("Allow?".into()) });
+    case.confirmed = vec!["e2".into()];
+    let plan = case.step();
+    assert!(ops(&plan).contains(&"event e2 Delivered via Pasted".to_string()), "{:?}", ops(&plan));
+    assert!(!ops(&plan).iter().any(|op| op.starts_with("paste")), "nothing pasted: {:?}", ops(&plan));
+    assert_eq!(ops(&case.step()), Vec::<String>::new(), "e3 waits for the person's answer and the turn's end");
     // A harness that queues (Claude Code) gets both at once; so does one whose turns nothing tells (no hooks).
-    let mut queues = Case::new(ran_old());
-    (queues.liveness, queues.tmux, queues.proof) =
-        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
-    queues.events = vec![ev("e1", "one"), ev("e2", "two")];
-    queues.turn = Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(90)), kind: None, message: None });
-    assert_eq!(ops(&queues.step()).len(), 4, "both pasted: it queues them");
+    for (queues_prompts, proof) in [(true, Proof::Hooks), (false, Proof::Settle)] {
+        let mut other = Case::new(ran_old());
+        other.config.harnesses.get_mut("claude").unwrap().queues_prompts = queues_prompts;
+        (other.liveness, other.tmux, other.proof) =
+            (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(proof));
+        other.events = vec![ev("e1", "one"), ev("e2", "two")];
+        other.turn = Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(90)), kind: None, message: None });
+        assert_eq!(ops(&other.step()).len(), 4, "both pasted ({queues_prompts}, {proof:?})");
+    }
 }

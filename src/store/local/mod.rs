@@ -212,6 +212,11 @@ impl Store for LocalStore {
         self.write_status_file(&path, &recorded)
     }
 
+    /// One machine: no other node the session could have been handed to meanwhile.
+    async fn write_intent(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<bool, StoreError> {
+        self.write_status(ws, status).await.map(|()| true)
+    }
+
     async fn write_event_status(&self, ev: &WorkEvent, status: &WorkEventStatus) -> Result<(), StoreError> {
         let Some(path) = self.event_path(&ev.name_any())? else { return Ok(()) };
         let mut recorded = ev.clone();
