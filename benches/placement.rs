@@ -116,7 +116,7 @@ async fn main() {
             counted.insert(key.clone(), n);
         }
     }
-    let conflicts: f64 = counted.iter().filter(|(k, _)| k.ends_with(" 409")).map(|(_, n)| n).sum();
+    let conflicts = counted.iter().filter(|(k, _)| k.ends_with(" 409")).fold(0.0, |sum, (_, n)| sum + n);
     for (key, n) in &counted {
         println!("placement: requests {key}: {n} ({:.2} per session)", n / sessions as f64);
     }
