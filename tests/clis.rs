@@ -268,17 +268,18 @@ async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() 
     assert!(message.contains("UserPromptSubmit"), "names the silent evidence: {message}");
     assert_eq!(prompt.attempts, 2, "sent once more at the deadline, then given up");
 
-    // A person leaves it (Ctrl-C twice): its plugin's sessionEnd runs the receiver.
+    // A person leaves it (Ctrl-C, pressed again until it goes: it asks for a second one): its plugin's sessionEnd
+    // runs the receiver.
     let session = w.tmux_session("cp");
-    for _ in 0..2 {
-        let keys = ["-S", w.tmux.socket().to_str().unwrap(), "send-keys", "-t", &session, "C-c"];
-        std::process::Command::new("tmux").args(keys).status().unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
     let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
     support::poll("its sessionEnd", support::WAIT, || async {
         let said = std::fs::read_to_string(&hooks).unwrap_or_default();
-        if said.contains("\"SessionEnd\"") { Ok(()) } else { Err(format!("hooks: {said:?}")) }
+        if said.contains("\"SessionEnd\"") {
+            return Ok(());
+        }
+        let keys = ["-S", w.tmux.socket().to_str().unwrap(), "send-keys", "-t", &session, "C-c"];
+        std::process::Command::new("tmux").args(keys).status().unwrap();
+        Err(format!("hooks: {said:?}"))
     })
     .await;
     let said = std::fs::read_to_string(&hooks).unwrap();
