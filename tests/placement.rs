@@ -637,3 +637,30 @@ async fn an_agent_never_records_a_spawn_for_a_session_moved_since_it_read_it() {
     let now = sessions.get("moved").await.unwrap();
     assert!(store.write_intent(&now, &intent).await.unwrap(), "over the version read, it is recorded");
 }
+
+/// An event labelled for a node its session has left (the bridge's cache older than a move, or a person's label) is
+/// relabelled by that node's agent for the node the session is on now, whose agent delivers it: no agent's watch would
+/// ever see it otherwise (the session idles, nothing else wakes it).
+#[tokio::test]
+async fn an_event_labelled_for_the_node_its_session_left_reaches_the_node_it_is_on() {
+    let c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    c.create_session("away", json!({"nodeName": b, "initialPrompt": "hello"})).await;
+    c.await_session("away", "running on b", running).await;
+    let ev: WorkEvent = serde_json::from_value(json!({
+        "metadata": {"name": "away-1", "labels": {worksession::api::NODE_LABEL: worksession::api::node_label_value(&a)}},
+        "spec": {"session": "away", "prompt": "labelled for the node it is not on"},
+    }))
+    .unwrap();
+    let events: Api<WorkEvent> = c.ns.api();
+    events.create(&PostParams::default(), &ev).await.unwrap();
+    let delivered = eventually("away-1 Delivered", || async {
+        let ev = events.get("away-1").await.ok()?;
+        (ev.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered)).then_some(ev)
+    })
+    .await;
+    let label = delivered.metadata.labels.unwrap_or_default().remove(worksession::api::NODE_LABEL);
+    assert_eq!(label, Some(worksession::api::node_label_value(&b)), "relabelled for b by a's agent");
+    let taken: Vec<String> = c.shared.prompts().into_iter().map(|p| p.prompt).collect();
+    assert_eq!(taken.iter().filter(|p| p.as_str() == "labelled for the node it is not on").count(), 1, "{taken:?}");
+}

@@ -1,6 +1,6 @@
 //! The Kubernetes driver: a kube-runtime controller over the WorkSessions of one node (a field selector on
 //! `spec.nodeName`), woken by their changes, by changes of the WorkEvents labelled for this node (a label selector on
-//! [`NODE_LABEL`]), by its own requeues
+//! [`NODE_LABEL`]; one whose session is elsewhere is relabelled for that session's node), by its own requeues
 //! (verification deadlines, back-off), and by the tmux [`super::poll`] that notices panes dying.
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -54,12 +54,16 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     let cache = writer.as_reader();
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
+    let (misaddressed, to_readdress) = futures::channel::mpsc::unbounded();
     let controller =
         Controller::for_stream(reflector(writer, watcher(sessions, mine)).applied_objects(), cache.clone())
             .watches(events, addressed_here, move |ev: WorkEvent| {
                 let session = ObjectRef::new(&ev.spec.session).within(&ev.namespace()?);
-                let addressed = if known.get(&session).is_some() { "true" } else { "false" };
-                notices.get_or_create(&AddressedLabel { addressed }).inc();
+                let addressed = known.get(&session).is_some();
+                notices.get_or_create(&AddressedLabel { addressed: if addressed { "true" } else { "false" } }).inc();
+                if !addressed {
+                    let _ = misaddressed.unbounded_send(ev);
+                }
                 Some(session)
             })
             .reconcile_on(poked)
@@ -77,10 +81,49 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     tokio::select! {
         () = run => {}
         () = poll::run(&ctx, &ready, sessions, poke) => {}
-        () = super::lease::run(client, node.clone(), &ctx) => {}
+        () = super::lease::run(client.clone(), node.clone(), &ctx) => {}
+        () = readdress(client, &node, to_readdress) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
+}
+
+/// Events labelled for this node whose session this agent does not serve: each is relabelled for the node its session
+/// is on now, read fresh, whose agent then delivers it. An event labelled from a view older than a move (the bridge's
+/// cache, or a person's label) would otherwise wake no agent: this one's serves not its session, and the new node's
+/// watches only its own label. A session that is not there, or is here after all (this agent's cache still filling),
+/// leaves the event as it is.
+async fn readdress(client: Client, node: &str, mut misaddressed: futures::channel::mpsc::UnboundedReceiver<WorkEvent>) {
+    while let Some(ev) = misaddressed.next().await {
+        let Some(namespace) = ev.namespace() else { continue };
+        let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
+        let there = match sessions.get_opt(&ev.spec.session).await {
+            Ok(ws) => ws.and_then(|ws| ws.spec.node_name).filter(|there| there != node),
+            Err(e) => {
+                tracing::warn!(event = "event.readdress_failed", namespace, name = ev.name_any(), error = %e, "cannot read its session");
+                continue;
+            }
+        };
+        let Some(there) = there else { continue };
+        let events: Api<WorkEvent> = Api::namespaced(client.clone(), &namespace);
+        // Only from the version seen: an event relabelled or changed meanwhile is left to whoever changed it.
+        let patch = serde_json::json!({"metadata": {"resourceVersion": ev.resource_version(),
+            "labels": {NODE_LABEL: node_label_value(&there)}}});
+        match events.patch(&ev.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => tracing::info!(
+                event = "event.readdressed",
+                namespace,
+                name = ev.name_any(),
+                node = there,
+                "labelled for its session's node"
+            ),
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(event = "event.readdress_failed", namespace, name = ev.name_any(), error = %e, "cannot label it for its session's node")
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {
