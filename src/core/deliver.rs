@@ -91,6 +91,8 @@ pub(super) struct Prompt<'i> {
     pub command: bool,
     /// Delivery attempts so far.
     pub attempts: u32,
+    /// Where the harness's record stood when it was sent: only what it records from there on confirms it.
+    pub offset: Option<u64>,
 }
 
 /// The tag a paste gives its tmux session: the prompt's, its attempt, and the mark it was sent at.
@@ -141,6 +143,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 created: input.object.created,
                 command: false,
                 attempts: recorded.map_or(0, |p| p.attempts),
+                offset: recorded.and_then(|p| p.sent_offset),
             });
         }
         prompts.extend(input.object.events.iter().map(|e| Prompt {
@@ -153,6 +156,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             created: e.created,
             command: e.command,
             attempts: e.attempts,
+            offset: e.offset,
         }));
         prompts
     }
@@ -211,9 +215,10 @@ impl<'a, 'i> Decision<'a, 'i> {
                     }
                     let waited = input.context.config.confirm_timeout.as_secs();
                     if prompt.attempts < CONFIRM_ATTEMPTS {
-                        // The paste may have gone nowhere (a TUI that dropped it): sent again, in its place.
+                        // The paste may have gone nowhere (a TUI that dropped it): sent again, in its place. Its
+                        // send's mark stays: a harness that took that send late (a slow start) says so after it.
                         let message = format!("{} did not show it within {waited}s; it is sent again", proof.said());
-                        self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::No, Some(message));
+                        self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Again, Some(message));
                         blocked = true;
                         self.requeue(Duration::ZERO);
                         continue;
@@ -240,14 +245,15 @@ impl<'a, 'i> Decision<'a, 'i> {
                     blocked = true;
                 }
                 _ if ready => {
-                    // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude Code's
-                    // shell mode.
-                    let text = profile.as_sent(prompt.text, prompt.command);
-                    // The paste's tag carries its mark, for a decision that does not see the send recorded.
-                    let mark = self.mark(Some(Via::Pasted));
-                    let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));
-                    self.ops.push(Op::Paste { session, key, tag, text });
-                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), Attempt::SentAt(mark), None);
+                    // A prompt its deadline sends again keeps the mark of its send (only such a `Pending` one has one).
+                    let (mark, attempt) = match prompt.offset {
+                        Some(sent_at) => (sent_at, Attempt::Counted),
+                        None => {
+                            let mark = self.mark(Some(Via::Pasted));
+                            (mark, Attempt::SentAt(mark))
+                        }
+                    };
+                    self.paste(profile, &prompt, mark, attempt, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
                     blocked |= one_at_a_time;
                 }
@@ -273,6 +279,18 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.idle_check(settings);
     }
 
+    /// Pastes `prompt` into the live pane, confirmed by what the harness records from `mark` on (`attempt` says
+    /// whether the send records that mark, or keeps the one recorded for it).
+    fn paste(&mut self, profile: &Profile, prompt: &Prompt<'_>, mark: u64, attempt: Attempt, message: Option<String>) {
+        // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude Code's shell
+        // mode.
+        let text = profile.as_sent(prompt.text, prompt.command);
+        // The paste's tag carries its mark, for a decision that does not see the send recorded.
+        let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(prompt, mark));
+        self.ops.push(Op::Paste { session, key, tag, text });
+        self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, message);
+    }
+
     /// The prompt `key`, if it is not yet known delivered.
     pub(super) fn prompt(&self, key: &str) -> Option<Prompt<'i>> {
         self.prompts().into_iter().find(|p| p.key == key)
@@ -290,6 +308,11 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// it goes back to `Pending`, in its place.
     pub(super) fn return_unconfirmed(&mut self, why: &str) {
         for prompt in self.prompts() {
+            if prompt.phase == EventPhase::Pending && prompt.offset.is_some() {
+                // A mark kept for its deadline's second send was the dead harness's: the next one starts afresh.
+                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::No, Some(why.to_string()));
+                continue;
+            }
             if prompt.phase != EventPhase::Delivering {
                 continue;
             }

@@ -76,6 +76,9 @@ enum Attempt {
     Counted,
     /// It does: a send, made when the harness's record stood at this mark.
     SentAt(u64),
+    /// It does not (no send now), and the mark of its last send stays for the next: a prompt its deadline sends
+    /// again, which a harness that took the first send late (a slow start) says it took after that mark.
+    Again,
 }
 
 /// The resume settings of a session: its spec over the config's defaults.
@@ -225,12 +228,14 @@ impl<'a, 'i> Decision<'a, 'i> {
         // A send: only what the harness records from its mark on confirms it.
         let offset = match attempt {
             Attempt::SentAt(mark) => Some(mark),
-            Attempt::No | Attempt::Counted => None,
+            Attempt::No | Attempt::Counted | Attempt::Again => None,
         };
-        let attempt = attempt != Attempt::No;
+        let keep_mark = attempt == Attempt::Again;
+        let attempt = !matches!(attempt, Attempt::No | Attempt::Again);
         if key != INITIAL_PROMPT {
             let event = key.to_string();
-            let update = EventUpdate { event, phase, via, harness_session_id, sent, offset, attempt, message };
+            let update =
+                EventUpdate { event, phase, via, harness_session_id, sent, offset, keep_mark, attempt, message };
             self.ops.push(Op::Event(update));
             return;
         }
@@ -239,7 +244,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.status.initial_prompt = Some(PromptStatus {
             phase: Some(phase),
             sent_time: if pending { None } else { sent.map(Time).or(old.sent_time) },
-            sent_offset: if pending { None } else { offset.or(old.sent_offset) },
+            sent_offset: if pending && !keep_mark { None } else { offset.or(old.sent_offset) },
             attempts: old.attempts + u32::from(attempt),
             delivered_at: delivered.then_some(Time(now)),
             via: if pending { None } else { via.or(old.via) },

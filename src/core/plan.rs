@@ -340,6 +340,8 @@ pub struct EventUpdate {
     pub sent: Option<Timestamp>,
     /// Where the harness's record stood when it was sent (for `Delivering`).
     pub offset: Option<u64>,
+    /// Keep the mark of its last send though it goes back to `Pending` (its deadline sends it again).
+    pub keep_mark: bool,
     /// Count one more delivery attempt.
     pub attempt: bool,
     /// Why.

@@ -371,3 +371,34 @@ fn a_harness_that_takes_no_prompt_while_it_works_gets_one_between_turns() {
         assert_eq!(ops(&other.step()).len(), 4, "both pasted ({queues_prompts}, {proof:?})");
     }
 }
+
+/// A prompt its deadline sends again keeps the mark of its first send (a harness that took that send late, a slow
+/// start, says so after it, and the prompt is not failed though taken); a death forgets it (the next harness's record
+/// starts afresh).
+#[test]
+fn a_prompt_sent_again_at_its_deadline_keeps_its_first_mark_until_a_death() {
+    let mut case = with_transcript(Case::new(ran_old()));
+    (case.liveness, case.tmux, case.record_len) = (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), 4096);
+    assert_eq!(sent_offsets(&case.step()), [("e1".to_string(), Some(4096))]);
+    (case.now, case.record_len) = (t(100 + 300), 8192);
+    assert_eq!(ops(&case.step()), ["event e1 Pending"]);
+    assert_eq!(case.events[0].offset, Some(4096), "kept for the second send");
+    case.tmux = Some(SessionView { alive: true, ..ours() });
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["paste e1 into loop-ns_repo-12: please fix the bug", "event e1 Delivering via Pasted"]);
+    assert_eq!((case.events[0].offset, case.events[0].attempts), (Some(4096), 2), "from the first send's mark on");
+    let Some(Op::Paste { tag, .. }) = plan.ops.first() else { unreachable!() };
+    assert!(tag.ends_with("/2/4096"), "its tag says the same, for an agent that restarts: {tag}");
+    // At its second deadline, then a death before the third look: the mark goes with the harness.
+    case.now = t(100 + 700);
+    assert_eq!(ops(&case.step()), ["event e1 Failed", "event.failed"]);
+    let mut died = with_transcript(Case::new(ran_old()));
+    (died.liveness, died.tmux, died.record_len) = (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), 4096);
+    died.step();
+    died.now = t(100 + 300);
+    died.step();
+    (died.liveness, died.now, died.record_len) = (Liveness::Dead, t(100 + 301), 5000);
+    let plan = died.step();
+    assert!(ops(&plan).contains(&"event e1 Pending".to_string()), "forgotten with the dead harness: {:?}", ops(&plan));
+    assert_eq!(died.events[0].offset, Some(5000), "its resume's own mark, not the kept one");
+}

@@ -229,7 +229,8 @@ impl Case {
                         e.phase = u.phase;
                         e.sent = if u.phase == EventPhase::Pending { None } else { u.sent.or(e.sent) };
                         e.via = if u.phase == EventPhase::Pending { None } else { u.via.or(e.via) };
-                        e.offset = if u.phase == EventPhase::Pending { None } else { u.offset.or(e.offset) };
+                        let forget = u.phase == EventPhase::Pending && !u.keep_mark;
+                        e.offset = if forget { None } else { u.offset.or(e.offset) };
                         e.attempts += u32::from(u.attempt);
                     }
                 }
