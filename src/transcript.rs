@@ -81,9 +81,7 @@ pub fn find_in_tail(home: &Path, path: &Path, tail: u64, needles: &[&str]) -> Op
     }
 }
 
-/// How much of a harness's record is read after a mark (where it stood when a prompt was sent): the harness writes
-/// the prompt within its next few lines.
-pub const AFTER_MARK_LIMIT: u64 = 4 << 20;
+pub use crate::core::AFTER_MARK_LIMIT;
 
 /// At most `limit` bytes of a file a harness wrote ([`open`]) from `start`, and how long the file is.
 pub fn read_from(home: &Path, path: &Path, start: u64, limit: u64) -> Option<(Vec<u8>, u64)> {

@@ -32,7 +32,10 @@ type Ctx<S> = Reconciler<S, TmuxRunner>;
 /// WorkSessions and WorkEvents, `store` reads and writes them.
 pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, options: Options) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
-    let ctx = Arc::new(super::reconciler(store, Some(node.clone()), options, ready.clone()).await?);
+    let (left_behind, to_readdress) = futures::channel::mpsc::unbounded();
+    let mut reconciler = super::reconciler(store, Some(node.clone()), options, ready.clone()).await?;
+    reconciler.left_behind = Some(left_behind.clone());
+    let ctx = Arc::new(reconciler);
 
     let sessions: Api<WorkSession> = Api::all(client.clone());
     let events: Api<WorkEvent> = Api::all(client.clone());
@@ -54,7 +57,7 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     let cache = writer.as_reader();
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
-    let (misaddressed, to_readdress) = futures::channel::mpsc::unbounded();
+    let misaddressed = left_behind.clone();
     let controller =
         Controller::for_stream(reflector(writer, watcher(sessions, mine)).applied_objects(), cache.clone())
             .watches(events, addressed_here, move |ev: WorkEvent| {
@@ -62,7 +65,7 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
                 let addressed = known.get(&session).is_some();
                 notices.get_or_create(&AddressedLabel { addressed: if addressed { "true" } else { "false" } }).inc();
                 if !addressed {
-                    let _ = misaddressed.unbounded_send(ev);
+                    let _ = misaddressed.unbounded_send((session.namespace.clone()?, session.name.clone()));
                 }
                 Some(session)
             })
@@ -77,53 +80,72 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
         }
     });
     // The poll lives exactly as long as the controller: when the controller stops, the poll is dropped with it.
+    let readdress_cache = cache.clone();
     let sessions = move || cache.state();
     tokio::select! {
         () = run => {}
         () = poll::run(&ctx, &ready, sessions, poke) => {}
         () = super::lease::run(client.clone(), node.clone(), &ctx) => {}
-        () = readdress(client, &node, to_readdress) => {}
+        () = readdress(client, &node, readdress_cache, left_behind, to_readdress) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
 }
 
-/// Events labelled for this node whose session this agent does not serve: each is relabelled for the node its session
-/// is on now, read fresh, whose agent then delivers it. An event labelled from a view older than a move (the bridge's
-/// cache, or a person's label) would otherwise wake no agent: this one's serves not its session, and the new node's
-/// watches only its own label. A session that is not there, or is here after all (this agent's cache still filling),
-/// leaves the event as it is.
-async fn readdress(client: Client, node: &str, mut misaddressed: futures::channel::mpsc::UnboundedReceiver<WorkEvent>) {
-    while let Some(ev) = misaddressed.next().await {
-        let Some(namespace) = ev.namespace() else { continue };
-        let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
-        let there = match sessions.get_opt(&ev.spec.session).await {
-            Ok(ws) => ws.and_then(|ws| ws.spec.node_name).filter(|there| there != node),
-            Err(e) => {
-                tracing::warn!(event = "event.readdress_failed", namespace, name = ev.name_any(), error = %e, "cannot read its session");
-                continue;
-            }
-        };
-        let Some(there) = there else { continue };
-        let events: Api<WorkEvent> = Api::namespaced(client.clone(), &namespace);
-        // Only from the version seen: an event relabelled or changed meanwhile is left to whoever changed it.
+/// Sessions whose events labelled for this node go to the node each is on now: those of events labelled here whose
+/// session this agent does not hold, and those a reconcile read elsewhere (this agent's cache had not seen them move).
+/// An event labelled from a view older than a move (the bridge's cache, or a person's label) would otherwise wake no
+/// agent: this one serves not its session, and the new node's watches only its own label. Each is tried again after
+/// [`ERROR_REQUEUE`] when the API server refuses or cannot be reached.
+async fn readdress(
+    client: Client,
+    node: &str,
+    cache: reflector::Store<WorkSession>,
+    again: super::LeftBehind,
+    mut left: futures::channel::mpsc::UnboundedReceiver<(String, String)>,
+) {
+    // Until this agent's cache is filled every session looks elsewhere.
+    let _ = cache.wait_until_ready().await;
+    while let Some((namespace, session)) = left.next().await {
+        if let Err(e) = relabel(&client, node, &namespace, &session).await {
+            tracing::warn!(event = "event.readdress_failed", namespace, session, error = %e, "trying again");
+            let again = again.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(ERROR_REQUEUE).await;
+                let _ = again.unbounded_send((namespace, session));
+            });
+        }
+    }
+    std::future::pending().await
+}
+
+/// Labels the events of `session` still labelled for `node` for the node the session is on now, read fresh; nothing
+/// when it is here, nowhere yet, or gone.
+async fn relabel(client: &Client, node: &str, namespace: &str, session: &str) -> Result<(), kube::Error> {
+    let sessions: Api<WorkSession> = Api::namespaced(client.clone(), namespace);
+    let there = sessions.get_opt(session).await?.and_then(|ws| ws.spec.node_name).filter(|there| there != node);
+    let Some(there) = there else { return Ok(()) };
+    let events: Api<WorkEvent> = Api::namespaced(client.clone(), namespace);
+    let here = format!("{NODE_LABEL}={}", node_label_value(node));
+    let listed = events.list(&ListParams::default().fields(&format!("spec.session={session}")).labels(&here)).await?;
+    for ev in listed.items {
+        // Only from the version listed: an event changed meanwhile and still labelled here is noticed again.
         let patch = serde_json::json!({"metadata": {"resourceVersion": ev.resource_version(),
             "labels": {NODE_LABEL: node_label_value(&there)}}});
-        match events.patch(&ev.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        let name = ev.name_any();
+        match events.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => tracing::info!(
                 event = "event.readdressed",
                 namespace,
-                name = ev.name_any(),
+                name,
                 node = there,
                 "labelled for its session's node"
             ),
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
-            Err(e) => {
-                tracing::warn!(event = "event.readdress_failed", namespace, name = ev.name_any(), error = %e, "cannot label it for its session's node")
-            }
+            Err(e) => return Err(e),
         }
     }
-    std::future::pending().await
+    Ok(())
 }
 
 async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {

@@ -30,6 +30,10 @@ pub use metrics::AgentMetrics;
 pub use on_changes::run_on_changes;
 pub use reconcile::{Failpoint, Observer, ReconcileError, Reconciler};
 
+/// Where the sessions whose events are labelled for this node but that are on another go (namespace, name): the
+/// cluster driver relabels those events for that node.
+pub type LeftBehind = futures::channel::mpsc::UnboundedSender<(String, String)>;
+
 /// How to run the agent.
 pub struct Options {
     /// The config, kept current by a [`crate::config::Reloader`] (or fixed).
@@ -84,5 +88,6 @@ async fn reconciler<S: Store>(
         rooms_reload_refused: Default::default(),
         spawn_failures: Default::default(),
         fence: fence_node.is_some().then(lease::Fence::default),
+        left_behind: None,
     })
 }

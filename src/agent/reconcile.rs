@@ -178,6 +178,8 @@ pub struct Reconciler<S, T> {
     /// The agent's Lease renewals (on a cluster; `None` in local mode, where nothing else can run its sessions):
     /// nothing is done while the fence does not hold.
     pub fence: Option<super::lease::Fence>,
+    /// Where a session read on another node goes, for the events still addressed here (on a cluster).
+    pub left_behind: Option<super::LeftBehind>,
 }
 
 /// How far a plan ran.
@@ -300,7 +302,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         );
         let Some(ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
         if !self.serves(&ws) {
-            return Ok(None); // another node's: never touched
+            // Another node's: never touched. Moved since this agent's cache saw it: its events addressed here go there.
+            if let (Some(left), Some(node)) = (&self.left_behind, &self.node)
+                && ws.spec.node_name.as_ref() != Some(node)
+            {
+                let _ = left.unbounded_send((namespace.to_string(), name.to_string()));
+            }
+            return Ok(None);
         }
         let events = events.map_err(ReconcileError::Read)?;
         let observation = observation.map_err(ReconcileError::Observe)?;

@@ -272,7 +272,7 @@ pub struct PromptStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_time: Option<Time>,
     /// How long the harness's record (its hook file with hooks, else its transcript) was when it was sent: only what
-    /// the harness writes after that point confirms it.
+    /// the harness writes after that point confirms it (kept while its confirm deadline sends it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_offset: Option<u64>,
     /// When it was known delivered.
@@ -466,7 +466,7 @@ pub struct WorkEventStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_time: Option<Time>,
     /// How long the harness's record (its hook file with hooks, else its transcript) was when it was sent: only what
-    /// the harness writes after that point confirms it.
+    /// the harness writes after that point confirms it (kept while its confirm deadline sends it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_offset: Option<u64>,
     /// How it reached the harness.

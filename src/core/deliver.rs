@@ -95,6 +95,10 @@ pub(super) struct Prompt<'i> {
     pub offset: Option<u64>,
 }
 
+/// How much of a harness's record is read after a mark (where it stood when a prompt was sent): the harness writes
+/// the prompt within its next few lines.
+pub const AFTER_MARK_LIMIT: u64 = 4 << 20;
+
 /// The tag a paste gives its tmux session: the prompt's, its attempt, and the mark it was sent at.
 fn paste_tag(prompt: &Prompt<'_>, mark: u64) -> String {
     format!("{}/{}/{mark}", prompt.tag, prompt.attempts + 1)
@@ -245,10 +249,14 @@ impl<'a, 'i> Decision<'a, 'i> {
                     blocked = true;
                 }
                 _ if ready => {
-                    // A prompt its deadline sends again keeps the mark of its send (only such a `Pending` one has one).
+                    // A prompt its deadline sends again keeps the mark of its send (only such a `Pending` one has one),
+                    // while what the harness recorded since is within what is read past a mark.
+                    let record = input.evidence.record.len;
                     let (mark, attempt) = match prompt.offset {
-                        Some(sent_at) => (sent_at, Attempt::Counted),
-                        None => {
+                        Some(sent_at) if record.saturating_sub(sent_at) < AFTER_MARK_LIMIT => {
+                            (sent_at, Attempt::Counted)
+                        }
+                        _ => {
                             let mark = self.mark(Some(Via::Pasted));
                             (mark, Attempt::SentAt(mark))
                         }

@@ -42,7 +42,7 @@ pub use conditions::{
     ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, NodeLostReason, PlacedReason, ReadyReason, Reason,
     WorkspaceReason, condition, find, has_reason, set_condition,
 };
-pub use deliver::{CONFIRM_ATTEMPTS, Proof, hook_args, initial_prompt_owed};
+pub use deliver::{AFTER_MARK_LIMIT, CONFIRM_ATTEMPTS, Proof, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;
 pub use plan::{
     Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
