@@ -261,7 +261,13 @@ impl<'a, 'i> Decision<'a, 'i> {
                             (mark, Attempt::SentAt(mark))
                         }
                     };
-                    self.paste(profile, &prompt, mark, attempt, None);
+                    // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude
+                    // Code's shell mode.
+                    let text = profile.as_sent(prompt.text, prompt.command);
+                    // The paste's tag carries its mark, for a decision that does not see the send recorded.
+                    let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));
+                    self.ops.push(Op::Paste { session, key, tag, text });
+                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
                     blocked |= one_at_a_time;
                 }
@@ -285,18 +291,6 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
         }
         self.idle_check(settings);
-    }
-
-    /// Pastes `prompt` into the live pane, confirmed by what the harness records from `mark` on (`attempt` says
-    /// whether the send records that mark, or keeps the one recorded for it).
-    fn paste(&mut self, profile: &Profile, prompt: &Prompt<'_>, mark: u64, attempt: Attempt, message: Option<String>) {
-        // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude Code's shell
-        // mode.
-        let text = profile.as_sent(prompt.text, prompt.command);
-        // The paste's tag carries its mark, for a decision that does not see the send recorded.
-        let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(prompt, mark));
-        self.ops.push(Op::Paste { session, key, tag, text });
-        self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, message);
     }
 
     /// The prompt `key`, if it is not yet known delivered.

@@ -102,8 +102,7 @@ pub enum Launch {
 /// appending to `out`; `None` when a value could not go into a hook's command as a plain word (Claude Code and Gemini
 /// run it through a shell, Codex parses it as TOML, opencode's plugin holds it in JavaScript).
 pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Launch> {
-    let plain = |s: &str| (!s.is_empty() && crate::api::is_tag(s)).then(|| s.to_string());
-    let (helper, out, spawn) = (plain(helper.to_str()?)?, plain(out.to_str()?)?, plain(spawn)?);
+    let (helper, out, spawn) = plain_words(helper, out, spawn)?;
     match style {
         Hooks::Claude => {
             let hooks: serde_json::Map<String, serde_json::Value> = EVENTS
@@ -127,6 +126,13 @@ pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Laun
             Some(Launch::Through(helper.clone(), words.map(String::from).to_vec()))
         }
     }
+}
+
+/// The receiver, the hook file and the spawn's tag, each only as a plain word (letters, digits, `-`, `.`, `_`, `/`):
+/// what goes into a hook's command, which a harness runs through a shell, parses as TOML or holds in JavaScript.
+pub(super) fn plain_words(helper: &Path, out: &Path, spawn: &str) -> Option<(String, String, String)> {
+    let plain = |s: Option<&str>| s.filter(|s| !s.is_empty() && crate::api::is_tag(s)).map(str::to_string);
+    Some((plain(helper.to_str())?, plain(out.to_str())?, plain(Some(spawn))?))
 }
 
 /// The event name a Codex notify is received under.

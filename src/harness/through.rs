@@ -68,11 +68,7 @@ pub fn prepare(
     spawn: &str,
     config: Option<&str>,
 ) -> Result<Prepared, Unprepared> {
-    let plain = |s: Option<&str>| s.filter(|s| !s.is_empty() && crate::api::is_tag(s)).map(str::to_string);
-    let (Some(helper), Some(out), Some(spawn)) = (plain(helper.to_str()), plain(out.to_str()), plain(Some(spawn)))
-    else {
-        return Err(Unprepared::NotPlain);
-    };
+    let (helper, out, spawn) = super::hooks::plain_words(helper, out, spawn).ok_or(Unprepared::NotPlain)?;
     let receiver = |event: &str| format!("{helper} hook --out {out} --spawn {spawn} --event {event}");
     // Each beside the hook file: a plain word with another ending.
     let beside = |ending: &str| Path::new(&out).with_extension(ending).display().to_string();
