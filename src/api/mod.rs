@@ -33,6 +33,16 @@ pub const MOVE_ANNOTATION: &str = "worksession.dev/move-to";
 /// with `onClose: Delete`, removed when it reopens; the bridge deletes the session once the time has passed and it is
 /// still archived.
 pub const DELETE_AT_ANNOTATION: &str = "worksession.dev/delete-at";
+/// Label on a WorkSession naming a pull request its work item's branch carries (a hash of `owner/name#number`, see
+/// [`pull_request_label`]): the bridge writes it when it sees the pull request, and finds the session by it for a
+/// comment on the pull request (whose payload does not name the branch).
+pub const PULL_REQUEST_LABEL: &str = "worksession.dev/pull-request";
+/// Annotation on a WorkSession: the CI prompts the bridge sent since a person last prompted it (its bound is
+/// `github.ci.maxPrompts`).
+pub const CI_PROMPTS_ANNOTATION: &str = "worksession.dev/ci-prompts";
+/// Annotation on a WorkSession: when GitHub says its work item last closed or reopened (RFC 3339), so that a late
+/// delivery of an older change (a `closed` after a `reopened`) changes nothing.
+pub const LIFECYCLE_AT_ANNOTATION: &str = "worksession.dev/lifecycle-at";
 /// The [`MOVE_REQUEST_ANNOTATION`] value that lets the controller choose the node.
 pub const ANY_NODE: &str = "*";
 
@@ -405,6 +415,11 @@ pub struct WorkEventSpec {
     /// `Prompt: ` in front, which the harness reads as text.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub command: bool,
+    /// Not delivered before this time: until then the event waits and others go first. The bridge sets it on a CI
+    /// failure's prompt, so that the other checks of the same commit that fail within a short quiet window join the
+    /// same prompt (it appends them to `prompt` while the time is ahead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Time>,
 }
 
 /// Where an event came from.

@@ -44,6 +44,29 @@ pub fn slug(raw: &str) -> String {
     }
 }
 
+/// The [`slug`] of `rendered`, a template filled with `parts`, such that two different lists of parts never share it.
+/// Parts joined by dashes meet ambiguously once a part holds a dash itself (`octo-org/hello` and `octo/org-hello` both
+/// render `octo-org-hello`), so then the label is `rendered`'s folding followed by `-` and a hash of the parts;
+/// otherwise it is `slug(rendered)`.
+pub fn slug_of_parts(rendered: &str, parts: &[&str]) -> String {
+    if !parts.iter().any(|p| p.contains('-')) {
+        return slug(rendered);
+    }
+    let folded = fold(rendered);
+    let hash = short_hash(&parts.join("\n"));
+    match folded[..folded.len().min(54)].trim_end_matches('-') {
+        "" => format!("h{hash}"),
+        head => format!("{head}-{hash}"),
+    }
+}
+
+/// The value of [`super::PULL_REQUEST_LABEL`] for pull request `number` of `repository` (`owner/name`): a hash, the
+/// same on every bridge, that no other pull request shares.
+pub fn pull_request_label(repository: &str, number: u64) -> String {
+    let digest = sha2::Sha256::digest(format!("{repository}#{number}").as_bytes());
+    format!("pr-{}", &hex::encode(digest)[..40])
+}
+
 /// A UID for an object that the API server did not make (local mode): from its identity and its creation, so an object
 /// made again under a used name is another object. Letters, digits and `-` only.
 pub fn made_uid(namespace: &str, name: &str, created: i128) -> String {

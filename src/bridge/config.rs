@@ -48,6 +48,40 @@ pub struct GithubConfig {
     pub api: Option<ApiConfig>,
     /// The feedback of a route that names none: `Reactions` with `api`, else `Off`.
     pub feedback: Feedback,
+    /// CI results on work items' pull requests.
+    pub ci: CiConfig,
+    /// Bot logins whose reviews and review comments prompt (bots have no role the person rule could check); empty
+    /// by default.
+    pub bot_reviewers: Vec<String>,
+}
+
+/// How CI results reach a work item's conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CiConfig {
+    /// The apps (`app.slug`) that may speak for CI; a `workflow_run` is `github-actions`'s.
+    pub apps: Vec<String>,
+    /// How long a failed commit's prompt waits for the commit's other failing checks to join it.
+    pub quiet: std::time::Duration,
+    /// The most CI prompts a session gets without a person prompting it in between; past it, failures are not sent
+    /// and the session's Events say why.
+    pub max_prompts: u32,
+}
+
+/// The default `github.ci.apps`.
+pub const DEFAULT_CI_APPS: &[&str] = &["github-actions"];
+/// The default `github.ci.quietSeconds`.
+pub const DEFAULT_CI_QUIET_SECONDS: u64 = 30;
+/// The default `github.ci.maxPrompts`.
+pub const DEFAULT_CI_MAX_PROMPTS: u32 = 3;
+
+impl Default for CiConfig {
+    fn default() -> Self {
+        Self {
+            apps: DEFAULT_CI_APPS.iter().map(|a| a.to_string()).collect(),
+            quiet: std::time::Duration::from_secs(DEFAULT_CI_QUIET_SECONDS),
+            max_prompts: DEFAULT_CI_MAX_PROMPTS,
+        }
+    }
 }
 
 /// Where GitHub's REST API is and how the bridge proves who it is there.
@@ -125,6 +159,8 @@ impl std::fmt::Debug for GithubConfig {
             .field("allowed_author_associations", &self.allowed_author_associations)
             .field("api", &self.api)
             .field("feedback", &self.feedback)
+            .field("ci", &self.ci)
+            .field("bot_reviewers", &self.bot_reviewers)
             .finish()
     }
 }
@@ -189,6 +225,8 @@ pub struct Route {
     pub on_close: OnClose,
     /// With [`OnClose::Delete`]: how long after closing the session is deleted.
     pub delete_after: std::time::Duration,
+    /// Whether a passing CI result is a prompt too (a failing one always is).
+    pub ci_on_success: bool,
 }
 
 /// The default `deleteAfterSeconds`: a week.
@@ -219,6 +257,17 @@ struct GithubFile {
     allowed_author_associations: Option<Vec<String>>,
     api: Option<ApiFile>,
     feedback: Option<Feedback>,
+    ci: Option<CiFile>,
+    #[serde(default)]
+    bot_reviewers: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CiFile {
+    apps: Option<Vec<String>>,
+    quiet_seconds: Option<u64>,
+    max_prompts: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -263,6 +312,8 @@ struct RouteFile {
     feedback: Option<Feedback>,
     on_close: Option<OnClose>,
     delete_after_seconds: Option<u64>,
+    #[serde(default)]
+    ci_on_success: bool,
 }
 
 /// `list` when every value is an `author_association` GitHub sends.
@@ -284,6 +335,8 @@ pub fn default_github_events() -> BTreeMap<String, Vec<String>> {
         ("issues", "opened"),
         ("pull_request_review_comment", "created"),
         ("pull_request_review", "submitted"),
+        ("check_run", "completed"),
+        ("workflow_run", "completed"),
     ]
     .into_iter()
     .map(|(e, a)| (e.to_string(), vec![a.to_string()]))
@@ -318,6 +371,18 @@ fn secret(path: &Path, key: &str, file: Option<&PathBuf>, env: Option<&String>) 
         return Err(invalid("the secret is empty".into()));
     }
     Ok(trimmed)
+}
+
+/// The CI settings over their defaults.
+fn ci(path: &Path, file: Option<CiFile>) -> Result<CiConfig, ConfigError> {
+    let d = CiConfig::default();
+    let Some(f) = file else { return Ok(d) };
+    let quiet = f.quiet_seconds.map_or(d.quiet, std::time::Duration::from_secs);
+    if quiet > std::time::Duration::from_secs(600) {
+        let problem = "at most 600: a prompt waits this long for the other checks of its commit".into();
+        return Err(ConfigError::Invalid { path: path.into(), key: "github.ci.quietSeconds".into(), problem });
+    }
+    Ok(CiConfig { apps: f.apps.unwrap_or(d.apps), quiet, max_prompts: f.max_prompts.unwrap_or(d.max_prompts) })
 }
 
 /// The API settings, the private key read and checked.
@@ -366,6 +431,8 @@ impl BridgeConfig {
                     )?,
                     api,
                     feedback,
+                    ci: ci(path, g.ci)?,
+                    bot_reviewers: g.bot_reviewers,
                 })
             }
             None => None,
@@ -387,6 +454,11 @@ impl BridgeConfig {
         };
         let mut routes = Vec::new();
         for (i, r) in file.routes.into_iter().enumerate() {
+            if r.repository.matches('/').count() != 1 {
+                // `*` stays within the owner or the name, so a glob without one `/` matches no repository at all.
+                let problem = format!("{:?} is not an owner/name glob (every repository: '*/*')", r.repository);
+                return Err(invalid(format!("routes[{i}].repository"), problem));
+            }
             if !r.workdir.starts_with('/') {
                 return Err(invalid(format!("routes[{i}].workdir"), "must be an absolute path template".into()));
             }
@@ -426,6 +498,7 @@ impl BridgeConfig {
                 workdir: r.workdir,
                 work_item: r.work_item.unwrap_or_else(|| DEFAULT_WORK_ITEM.into()),
                 workspace: r.workspace,
+                ci_on_success: r.ci_on_success,
             });
         }
         Ok(Self {

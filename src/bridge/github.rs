@@ -1,4 +1,6 @@
-//! GitHub webhooks: the signature check and what a payload says (repository, number, sender, text, link).
+//! GitHub webhooks, the bridge's first source: the signature check, and what a delivery asks ([`parse`]): a prompt,
+//! a closing or reopening, a work item's pull request seen or pushed to, a CI result. Which work item it is for is a
+//! [`Target`]: the route's template, or the branch `worksession/<workItem>` its pull request carries.
 
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
@@ -31,8 +33,12 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// What an issue or pull-request event is about.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The branch prefix of a work item's checkout: a pull request whose head is `worksession/<workItem>` of the same
+/// repository is that work item's.
+pub const BRANCH_PREFIX: &str = "worksession/";
+
+/// What a delivery is about: the repository, the issue or pull request, who sent it, and its text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Subject {
     /// `owner/name`.
     pub repository: String,
@@ -42,7 +48,7 @@ pub struct Subject {
     pub repo: String,
     /// The issue or pull-request number.
     pub number: u64,
-    /// Who sent it.
+    /// Who sent it (a CI result: the app's slug).
     pub sender: String,
     /// The issue or pull-request title.
     pub title: String,
@@ -56,33 +62,198 @@ pub struct Subject {
     /// The comment's id (`issue_comment`, `pull_request_review_comment`); `None` for an issue, a pull request or a
     /// review.
     pub comment_id: Option<u64>,
+    /// When GitHub says the issue or pull request last changed (`updated_at`): what orders its closings and reopenings.
+    pub at: Option<String>,
+}
+
+/// How the work item of a delivery is found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Rendered from the route's `workItem` template (an issue, or a pull request that is not a work item's).
+    Rendered,
+    /// The work item whose branch the pull request carries (`worksession/<workItem>` of the same repository).
+    Branch(String),
+    /// A pull request whose payload names no branch (a comment in its conversation): the session it was linked to
+    /// when its branch was seen, else [`Target::Rendered`].
+    Linked,
+}
+
+/// A CI result on a work item's pull request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    /// The commit it ran on.
+    pub sha: String,
+    /// Whether it failed (`failure`, `timed_out`, `startup_failure`); `false`: it passed.
+    pub failed: bool,
+    /// The app that reported it (`github-actions`): who may speak for CI is configured by app.
+    pub app: String,
+    /// One line for the prompt: the kind, name, conclusion, title and link.
+    pub line: String,
+}
+
+/// What a delivery asks of the bridge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// A prompt, from a person (or an allowed bot reviewer).
+    Prompt,
+    /// The work item closed (`true`: an issue closed, a work item's pull request merged) or reopened (`false`).
+    Lifecycle(bool),
+    /// A work item's pull request closed without merging: its conversation is told, nothing is archived.
+    ClosedUnmerged,
+    /// Someone pushed to a work item's branch (`synchronize`): its conversation is told, unless the agent did.
+    Pushed {
+        /// The commit before.
+        before: String,
+        /// The commit after.
+        after: String,
+    },
+    /// A work item's pull request seen (opened, edited, ...): only its link is recorded.
+    Link,
+    /// A CI result.
+    Ci(Check),
+}
+
+/// One GitHub delivery as the bridge acts on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    /// What it is about.
+    pub subject: Subject,
+    /// How its work item is found.
+    pub target: Target,
+    /// What it asks.
+    pub ask: Ask,
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
 }
 
-/// Reads the subject of an `issue_comment`, `issues`, `pull_request_review_comment` or `pull_request_review`
-/// payload; `Err` says what is missing.
-pub fn subject(payload: &Value) -> Result<Subject, &'static str> {
+/// The work item whose branch a pull request object (`pull_request`, or an entry of a check's `pull_requests`)
+/// carries, when its head is a branch of `repo_id`'s repository (a fork's branch is never trusted this way).
+fn branch_of(pr: &Value, repo_id: Option<u64>) -> Option<String> {
+    let head = pr.get("head")?;
+    let same = match (head.get("repo").and_then(|r| r.get("id")).and_then(Value::as_u64), repo_id) {
+        (Some(head), Some(base)) => head == base,
+        _ => false,
+    };
+    let item = str_at(head, &["ref"])?.strip_prefix(BRANCH_PREFIX)?;
+    (same && crate::api::slug(item) == item).then(|| item.to_string())
+}
+
+/// The conclusions that make a CI result a failure; any other conclusion of a completed run is not one.
+pub const FAILED_CONCLUSIONS: &[&str] = &["failure", "timed_out", "startup_failure"];
+
+/// The longest title or summary a CI line carries, in characters.
+const CI_TEXT_LIMIT: usize = 600;
+
+fn clipped(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(CI_TEXT_LIMIT) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// Reads a delivery of `kind` (`X-GitHub-Event`); `Err` says why it carries nothing to act on.
+pub fn parse(kind: &str, payload: &Value) -> Result<Parsed, &'static str> {
     let repository = str_at(payload, &["repository", "full_name"]).ok_or("no repository.full_name")?;
     let (owner, repo) = repository.split_once('/').ok_or("repository.full_name is not owner/name")?;
-    let item = payload.get("issue").or_else(|| payload.get("pull_request")).ok_or("no issue or pull_request")?;
-    let number = item.get("number").and_then(Value::as_u64).ok_or("no issue or pull request number")?;
+    let repo_id = payload.get("repository").and_then(|r| r.get("id")).and_then(Value::as_u64);
+    let action = str_at(payload, &["action"]).unwrap_or_default();
     let sender = str_at(payload, &["sender", "login"]).unwrap_or("someone");
-    let detail = payload.get("comment").or_else(|| payload.get("review")).unwrap_or(item);
-    Ok(Subject {
+    let base = Subject {
         repository: repository.to_string(),
         owner: owner.to_string(),
         repo: repo.to_string(),
-        number,
         sender: sender.to_string(),
+        ..Default::default()
+    };
+    if matches!(kind, "check_run" | "check_suite" | "workflow_run") {
+        return check(kind, payload, base, repo_id);
+    }
+    let item = payload.get("issue").or_else(|| payload.get("pull_request")).ok_or("no issue or pull_request")?;
+    let number = item.get("number").and_then(Value::as_u64).ok_or("no issue or pull request number")?;
+    let detail = payload.get("comment").or_else(|| payload.get("review")).unwrap_or(item);
+    let subject = Subject {
+        number,
         title: str_at(item, &["title"]).unwrap_or_default().to_string(),
         body: str_at(detail, &["body"]).unwrap_or_default().to_string(),
         url: str_at(detail, &["html_url"]).or_else(|| str_at(item, &["html_url"])).unwrap_or_default().to_string(),
         association: str_at(detail, &["author_association"]).map(str::to_string),
         comment_id: payload.get("comment").and_then(|c| c.get("id")).and_then(Value::as_u64),
-    })
+        at: str_at(item, &["updated_at"]).map(str::to_string),
+        ..base
+    };
+    let pull_request = payload.get("pull_request");
+    let target = match pull_request.and_then(|pr| branch_of(pr, repo_id)) {
+        Some(item) => Target::Branch(item),
+        // A comment in a pull request's conversation comes as an issue comment, with no branch in it.
+        None if pull_request.is_none() && payload.get("issue").and_then(|i| i.get("pull_request")).is_some() => {
+            Target::Linked
+        }
+        None => Target::Rendered,
+    };
+    let ask = match (kind, action, &target) {
+        ("issues" | "pull_request", "reopened", _) => Ask::Lifecycle(false),
+        ("issues", "closed", _) => Ask::Lifecycle(true),
+        ("pull_request", "closed", Target::Branch(_)) => {
+            match pull_request.and_then(|pr| pr.get("merged")).and_then(Value::as_bool) {
+                Some(true) => Ask::Lifecycle(true),
+                _ => Ask::ClosedUnmerged,
+            }
+        }
+        ("pull_request", "closed", _) => Ask::Lifecycle(true),
+        ("pull_request", "synchronize", Target::Branch(_)) => Ask::Pushed {
+            before: str_at(payload, &["before"]).unwrap_or_default().to_string(),
+            after: str_at(payload, &["after"]).unwrap_or_default().to_string(),
+        },
+        ("pull_request", _, Target::Branch(_)) => Ask::Link,
+        _ => Ask::Prompt,
+    };
+    Ok(Parsed { subject, target, ask })
+}
+
+/// A `check_run`, `check_suite` or `workflow_run` delivery: a CI result, trusted only on a pull request of the same
+/// repository whose head is a work item's branch.
+fn check(kind: &str, payload: &Value, base: Subject, repo_id: Option<u64>) -> Result<Parsed, &'static str> {
+    let run = payload.get(kind).ok_or("no check or run object")?;
+    if str_at(run, &["status"]) != Some("completed") {
+        return Err("not completed");
+    }
+    let conclusion = str_at(run, &["conclusion"]).ok_or("no conclusion")?;
+    let sha = str_at(run, &["head_sha"]).ok_or("no head_sha")?;
+    // Only the pull requests GitHub lists for the run (never a fork's), whose head is this commit.
+    let prs = run
+        .get("pull_requests")
+        .or_else(|| run.get("check_suite").and_then(|s| s.get("pull_requests")))
+        .and_then(Value::as_array)
+        .ok_or("no pull request")?;
+    let (pr, item) = prs
+        .iter()
+        .find_map(|pr| Some((pr, branch_of(pr, repo_id)?)))
+        .ok_or("no pull request of a work item's branch")?;
+    let number = pr.get("number").and_then(Value::as_u64).ok_or("no pull request number")?;
+    let app = match kind {
+        "workflow_run" => "github-actions",
+        _ => str_at(run, &["app", "slug"]).ok_or("no app")?,
+    };
+    let name = match kind {
+        "check_suite" => format!("{app} check suite"),
+        _ => str_at(run, &["name"]).unwrap_or("(unnamed)").to_string(),
+    };
+    let title = str_at(run, &["output", "title"]).or_else(|| str_at(run, &["display_title"])).unwrap_or_default();
+    let summary = str_at(run, &["output", "summary"]).unwrap_or_default();
+    let url = str_at(run, &["html_url"]).or_else(|| str_at(run, &["details_url"])).unwrap_or_default();
+    let mut line = format!("- {name}: {conclusion}");
+    for part in [title, summary].into_iter().filter(|p| !p.trim().is_empty()) {
+        line.push_str(&format!(" — {}", clipped(part).replace('\n', " ")));
+    }
+    if !url.is_empty() {
+        line.push_str(&format!(" ({url})"));
+    }
+    let check = Check { sha: sha.to_string(), failed: FAILED_CONCLUSIONS.contains(&conclusion), app: app.into(), line };
+    let subject = Subject { number, sender: app.to_string(), url: url.to_string(), ..base };
+    Ok(Parsed { subject, target: Target::Branch(item), ask: Ask::Ci(check) })
 }
 
 #[cfg(test)]
@@ -104,6 +275,10 @@ mod tests {
             sign(b"It's a Secret to Everybody", b"Hello, World!"),
             "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
         );
+    }
+
+    fn subject(payload: &Value) -> Result<Subject, &'static str> {
+        parse("issue_comment", payload).map(|p| p.subject)
     }
 
     #[test]

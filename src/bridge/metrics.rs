@@ -13,8 +13,20 @@ pub(crate) struct IgnoredLabels {
 }
 
 /// Why a delivery is answered 202 `ignored`: the `reason` label of `worksession_bridge_ignored_total`.
-pub const IGNORED_REASONS: &[&str] =
-    &["event", "subject", "sender", "unrouted", "author_association", "max_sessions", "empty_work_item", "lifecycle"];
+pub const IGNORED_REASONS: &[&str] = &[
+    "event",
+    "subject",
+    "sender",
+    "unrouted",
+    "author_association",
+    "max_sessions",
+    "empty_work_item",
+    "lifecycle",
+    "no_session",
+    "ci_app",
+    "ci_passed",
+    "ci_bound",
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {

@@ -2,6 +2,7 @@
 //! server, and only then are they acknowledged. Handlers parse and answer; [`Bridge`] does the work; [`ApiError`]
 //! is the one error type, mapped to HTTP statuses.
 
+mod ci;
 pub mod config;
 pub mod feedback;
 pub mod github;
@@ -23,11 +24,14 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use github::{Ask, Parsed, Target};
+use kube::ResourceExt;
+
 use crate::api::{
-    EventSource, NODE_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession, WorkSessionSpec,
-    WorkspaceSpec, node_label_value,
+    EventSource, NODE_LABEL, PULL_REQUEST_LABEL, SESSION_LABEL, SourceType, WorkEvent, WorkEventSpec, WorkSession,
+    WorkSessionSpec, WorkspaceSpec, node_label_value,
 };
-use crate::store::{Sink, SinkError};
+use crate::store::{Archived, Sink, SinkError};
 use crate::telemetry::Admin;
 pub use config::BridgeConfig;
 use config::{ROUTE_LABEL, render, slug};
@@ -304,21 +308,19 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         return Ok(answer(StatusCode::OK, "pong", json!({})));
     }
     let action = payload.get("action").and_then(Value::as_str).unwrap_or_default().to_string();
-    // The work item closing or reopening: never a prompt, whoever did it (the agents' own bot merging its pull
-    // request archives it too).
-    let closing = matches!(kind.as_str(), "issues" | "pull_request").then(|| match action.as_str() {
-        "closed" => Some(true),
-        "reopened" => Some(false),
-        _ => None,
-    });
-    if closing.flatten().is_none() && !gh.events.get(&kind).is_some_and(|actions| actions.iter().any(|a| a == &action))
-    {
+    let accepted = gh.events.get(&kind).is_some_and(|actions| actions.iter().any(|a| a == &action));
+    // Issues and pull requests are read whatever the accepted events say: their closing, reopening and (for a work
+    // item's pull request) its link and pushes are the work item's life, never a prompt a route opted into.
+    if !accepted && !matches!(kind.as_str(), "issues" | "pull_request") {
         return Ok(bridge.ignored("event", format!("event {kind:?} with action {action:?} is not accepted")));
     }
-    let subject = match github::subject(&payload) {
-        Ok(s) => s,
+    let Parsed { subject, target, ask } = match github::parse(&kind, &payload) {
+        Ok(p) => p,
         Err(why) => return Ok(bridge.ignored("subject", why.into())),
     };
+    if !accepted && matches!(ask, Ask::Prompt | Ask::Ci(_)) {
+        return Ok(bridge.ignored("event", format!("event {kind:?} with action {action:?} is not accepted")));
+    }
     let Some(route) = config.route(&subject.repository) else {
         return Ok(bridge.ignored("unrouted", format!("no rule routes {}", subject.repository)));
     };
@@ -335,69 +337,143 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         ("url", subject.url.as_str()),
         ("body", subject.body.as_str()),
     ];
-    // One rendering of the work item for its prompts and for its closing: the same session either way.
-    if let Some(closed) = closing.flatten() {
-        return lifecycle(bridge, route, &subject, &vars, closed).await;
-    }
-    if gh.ignore_senders.iter().any(|s| s == &subject.sender) {
-        return Ok(bridge.ignored("sender", format!("sender {} is on the ignore list", subject.sender)));
-    }
-    // Who may prompt: the role of the person behind the comment, review or issue (see the README's table of checks).
-    let allowed = route.allowed_author_associations.as_ref().unwrap_or(&gh.allowed_author_associations);
-    let association = subject.association.as_deref().unwrap_or("NONE");
-    if !allowed.iter().any(|a| a == association) {
-        let why = format!(
-            "{} is {association} of {}; only {} may prompt an agent",
-            subject.sender,
-            subject.repository,
-            allowed.join(", ")
-        );
-        return Ok(bridge.ignored("author_association", why));
-    }
-    let Some(work_item) = work_item_of(route, &vars) else {
-        return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
+    let namespace = route.namespace.as_str();
+    let link = crate::api::pull_request_label(&subject.repository, subject.number);
+    // Which work item: the one whose branch the pull request carries, the one a comment's pull request was linked
+    // to, or the route's rendering (an issue, or a pull request that is no work item's). Only a rendering creates.
+    let (work_item, creates) = match &target {
+        Target::Branch(item) => (item.clone(), false),
+        Target::Linked => match bridge.sink.find_session(namespace, (PULL_REQUEST_LABEL, &link)).await? {
+            Some(ws) => (ws.name_any(), false),
+            None => (work_item_of(route, &vars).unwrap_or_default(), true),
+        },
+        Target::Rendered => (work_item_of(route, &vars).unwrap_or_default(), true),
     };
-    let mut create = WorkSession::new(
-        &work_item,
-        WorkSessionSpec {
-            work_item: work_item.clone(),
-            node_name: route.node_name.clone(),
-            harness: route.harness.clone(),
-            workdir: render(&route.workdir, &vars),
-            workspace: route.workspace.as_ref().map(|w| WorkspaceSpec {
-                url: render(&w.url, &vars),
-                r#ref: w.r#ref.as_ref().map(|r| render(r, &vars)),
-            }),
-            ..Default::default()
-        },
-    );
-    create.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.id.clone())].into());
-    let cap = route.max_sessions.map(|max| Cap { route: &route.id, max });
-    let mut event = work_event(
-        event_name("gh", &delivery),
-        &work_item,
-        render(&config.prompt_template, &vars),
-        EventSource {
-            type_: SourceType::Github,
-            delivery_id: Some(delivery),
-            event: Some(kind),
-            action: Some(action),
-            url: (!subject.url.is_empty()).then_some(subject.url.clone()),
-            repository: Some(subject.repository.clone()),
-            number: Some(subject.number),
-            comment_id: subject.comment_id,
-        },
-    );
+    let work_item = match work_item.as_str() {
+        "" => {
+            return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
+        }
+        _ => work_item,
+    };
+    if !creates {
+        match bridge.sink.session(namespace, &work_item, None).await? {
+            None => {
+                let why = format!(
+                    "{}#{} is work item {work_item}'s, which has no WorkSession in {namespace}",
+                    subject.repository, subject.number
+                );
+                return Ok(bridge.ignored("no_session", why));
+            }
+            // The link a later comment in the pull request's conversation is routed by.
+            Some(ws) if matches!(target, Target::Branch(_)) && ws.labels().get(PULL_REQUEST_LABEL) != Some(&link) => {
+                bridge.sink.mark_session(namespace, &work_item, &[(PULL_REQUEST_LABEL, Some(&link))], &[]).await?;
+            }
+            Some(_) => {}
+        }
+    }
+    let source = EventSource {
+        type_: SourceType::Github,
+        delivery_id: Some(delivery.clone()),
+        event: Some(kind.clone()),
+        action: Some(action.clone()),
+        url: (!subject.url.is_empty()).then_some(subject.url.clone()),
+        repository: Some(subject.repository.clone()),
+        number: Some(subject.number),
+        comment_id: subject.comment_id,
+    };
+    let ignored_sender = gh.ignore_senders.iter().any(|s| s == &subject.sender);
+    let (prompt, by_person) = match ask {
+        Ask::Lifecycle(closed) => return lifecycle(bridge, route, &subject, &work_item, closed).await,
+        Ask::Link => {
+            let outcome = json!({"workSession": work_item, "namespace": namespace});
+            return Ok(answer(StatusCode::OK, "linked", outcome));
+        }
+        Ask::Ci(check) => return ci::deliver(bridge, route, &subject, &work_item, check, source).await,
+        _ if ignored_sender => {
+            return Ok(bridge.ignored("sender", format!("sender {} is on the ignore list", subject.sender)));
+        }
+        // Closing a pull request and pushing to a branch of the repository both take write access to it.
+        Ask::ClosedUnmerged => {
+            let words = format!(
+                "{} closed pull request {}#{} without merging it: {}\n{}",
+                subject.sender, subject.repository, subject.number, subject.title, subject.url
+            );
+            (words, true)
+        }
+        Ask::Pushed { before, after } => {
+            let words = format!(
+                "{} pushed to your branch {}{work_item} of {} (pull request #{}): {}..{}. Fetch it and build on it \
+                 before you push again.",
+                subject.sender,
+                github::BRANCH_PREFIX,
+                subject.repository,
+                subject.number,
+                short(&before),
+                short(&after),
+            );
+            (words, true)
+        }
+        Ask::Prompt => {
+            // Who may prompt: the role of the person behind the comment, review or issue (see the README's table of
+            // checks); a bot on the reviewers' list for its reviews.
+            let allowed = route.allowed_author_associations.as_ref().unwrap_or(&gh.allowed_author_associations);
+            let association = subject.association.as_deref().unwrap_or("NONE");
+            let bot_review = kind.starts_with("pull_request_review") && gh.bot_reviewers.contains(&subject.sender);
+            if !bot_review && !allowed.iter().any(|a| a == association) {
+                let why = format!(
+                    "{} is {association} of {}; only {} may prompt an agent",
+                    subject.sender,
+                    subject.repository,
+                    allowed.join(", ")
+                );
+                return Ok(bridge.ignored("author_association", why));
+            }
+            (render(&config.prompt_template, &vars), !bot_review)
+        }
+    };
+    let create = creates.then(|| {
+        let mut ws = WorkSession::new(
+            &work_item,
+            WorkSessionSpec {
+                work_item: work_item.clone(),
+                node_name: route.node_name.clone(),
+                harness: route.harness.clone(),
+                workdir: render(&route.workdir, &vars),
+                workspace: route.workspace.as_ref().map(|w| WorkspaceSpec {
+                    url: render(&w.url, &vars),
+                    r#ref: w.r#ref.as_ref().map(|r| render(r, &vars)),
+                }),
+                ..Default::default()
+            },
+        );
+        ws.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.id.clone())].into());
+        (ws, route.max_sessions.map(|max| Cap { route: &route.id, max }))
+    });
+    let mut event = work_event(event_name("gh", &delivery), &work_item, prompt, source);
     // The route it came by: its feedback setting applies (bridge/feedback.rs watches events with this label).
     event.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.id.clone())].into());
-    bridge.deliver(&route.namespace, &work_item, Some((create, cap)), event).await
+    let response = bridge.deliver(namespace, &work_item, create, event).await?;
+    if by_person && response.status().is_success() {
+        ci::person_prompted(bridge, namespace, &work_item).await?;
+    }
+    Ok(response)
 }
 
-/// The work item a route makes of an event; `None` when nothing of it is left in a name (a slug would make one from
-/// the hash of nothing: every such event in one session).
+/// The first seven characters of a commit id.
+fn short(sha: &str) -> &str {
+    sha.get(..7).unwrap_or(sha)
+}
+
+/// The work item a route makes of an event; `None` when nothing of it is left in a name. Two different lists of
+/// values never make one work item ([`crate::api::slug_of_parts`]): `octo-org/hello` and `octo/org-hello` are two.
 fn work_item_of(route: &config::Route, vars: &[(&str, &str)]) -> Option<String> {
     let rendered = render(&route.work_item, vars);
-    (!crate::api::dns_label(&rendered).is_empty()).then(|| slug(&rendered))
+    if crate::api::dns_label(&rendered).is_empty() {
+        return None;
+    }
+    let used: Vec<&str> =
+        vars.iter().filter(|(k, _)| route.work_item.contains(&format!("{{{k}}}"))).map(|(_, v)| *v).collect();
+    Some(crate::api::slug_of_parts(&rendered, &used))
 }
 
 /// An issue or pull request closed (`closed`) or reopened: its session archived or woken as the route says.
@@ -405,7 +481,7 @@ async fn lifecycle<S: Sink>(
     bridge: &Bridge<S>,
     route: &config::Route,
     subject: &github::Subject,
-    vars: &[(&str, &str)],
+    work_item: &str,
     closed: bool,
 ) -> Result<Response, ApiError> {
     let action = if closed { "closed" } else { "reopened" };
@@ -414,24 +490,31 @@ async fn lifecycle<S: Sink>(
             bridge.ignored("lifecycle", format!("rule {} does nothing when a work item is {action}", route.pattern))
         );
     }
-    let Some(work_item) = work_item_of(route, vars) else {
-        return Ok(bridge.ignored("empty_work_item", format!("rule {} renders an empty work item", route.pattern)));
-    };
     let namespace = route.namespace.as_str();
     let delete_at = (closed && route.on_close == config::OnClose::Delete).then(|| {
         let after = k8s_openapi::jiff::SignedDuration::try_from(route.delete_after).unwrap_or_default();
         k8s_openapi::jiff::Timestamp::now().checked_add(after).unwrap_or(k8s_openapi::jiff::Timestamp::MAX)
     });
-    let written = tokio::time::timeout(API_TIMEOUT, bridge.sink.archive(namespace, &work_item, closed, delete_at))
-        .await
-        .map_err(|_| {
-            ApiError::Unavailable(format!("the API server did not answer within {}s", API_TIMEOUT.as_secs()))
-        })??;
-    if !written {
-        return Ok(bridge.ignored(
-            "lifecycle",
-            format!("{} was {action}; it has no WorkSession {namespace}/{work_item}", subject.repository),
-        ));
+    let at = subject.at.as_deref().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    let write = bridge.sink.archive(namespace, work_item, closed, delete_at, at);
+    let written = tokio::time::timeout(API_TIMEOUT, write).await.map_err(|_| {
+        ApiError::Unavailable(format!("the API server did not answer within {}s", API_TIMEOUT.as_secs()))
+    })??;
+    match written {
+        Archived::Missing => {
+            let why = format!("{} was {action}; it has no WorkSession {namespace}/{work_item}", subject.repository);
+            return Ok(bridge.ignored("lifecycle", why));
+        }
+        Archived::Outdated => {
+            let why = format!(
+                "{}#{} was {action} at {}, before the last change recorded on {namespace}/{work_item}",
+                subject.repository,
+                subject.number,
+                subject.at.as_deref().unwrap_or("?")
+            );
+            return Ok(bridge.ignored("lifecycle", why));
+        }
+        Archived::Written => {}
     }
     let outcome = if closed { "archived" } else { "reopened" };
     bridge.metrics.lifecycle.get_or_create(&metrics::LifecycleLabels { action: outcome }).inc();
@@ -441,7 +524,7 @@ async fn lifecycle<S: Sink>(
 
 fn work_event(name: String, session: &str, prompt: String, source: EventSource) -> WorkEvent {
     // Never a harness command: what a webhook says is text (`command` stays false).
-    WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source), command: false })
+    WorkEvent::new(&name, WorkEventSpec { session: session.into(), prompt, source: Some(source), ..Default::default() })
 }
 
 async fn generic_handler<S: Sink>(State(bridge): State<Arc<Bridge<S>>>, request: Request) -> Response {

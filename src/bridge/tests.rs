@@ -19,6 +19,7 @@ mod fixture;
 struct Recorder {
     sessions: Mutex<BTreeMap<String, WorkSession>>,
     events: Mutex<Vec<WorkEvent>>,
+    notes: Mutex<Vec<String>>,
     down: AtomicBool,
 }
 
@@ -72,17 +73,80 @@ impl Sink for Arc<Recorder> {
         name: &str,
         archived: bool,
         delete_at: Option<k8s_openapi::jiff::Timestamp>,
+        at: Option<k8s_openapi::jiff::Timestamp>,
+    ) -> Result<Archived, SinkError> {
+        let mut sessions = self.sessions.lock().unwrap();
+        let Some(ws) = sessions.get_mut(&format!("{namespace}/{name}")) else { return Ok(Archived::Missing) };
+        if crate::store::outdated(ws, at) {
+            return Ok(Archived::Outdated);
+        }
+        ws.spec.archived = archived;
+        let at_mark = at.map(|t| t.to_string());
+        let delete = delete_at.filter(|_| archived).map(|t| t.to_string());
+        let annotations = ws.metadata.annotations.get_or_insert_with(Default::default);
+        for (key, value) in [(crate::api::DELETE_AT_ANNOTATION, delete), (crate::api::LIFECYCLE_AT_ANNOTATION, at_mark)]
+        {
+            match value {
+                Some(v) => annotations.insert(key.into(), v),
+                None => annotations.remove(key),
+            };
+        }
+        Ok(Archived::Written)
+    }
+
+    async fn find_session(
+        &self,
+        namespace: &str,
+        (key, value): (&str, &str),
+    ) -> Result<Option<WorkSession>, SinkError> {
+        let sessions = self.sessions.lock().unwrap();
+        let labelled = |ws: &&WorkSession| ws.labels().get(key).is_some_and(|v| v == value);
+        Ok(sessions
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{namespace}/")))
+            .map(|(_, ws)| ws)
+            .find(labelled)
+            .cloned())
+    }
+
+    async fn mark_session(
+        &self,
+        namespace: &str,
+        name: &str,
+        labels: &[(&str, Option<&str>)],
+        annotations: &[(&str, Option<&str>)],
     ) -> Result<bool, SinkError> {
         let mut sessions = self.sessions.lock().unwrap();
         let Some(ws) = sessions.get_mut(&format!("{namespace}/{name}")) else { return Ok(false) };
-        ws.spec.archived = archived;
-        let at = delete_at.filter(|_| archived).map(|t| t.to_string());
-        let annotations = ws.metadata.annotations.get_or_insert_with(Default::default);
-        match at {
-            Some(at) => annotations.insert(crate::api::DELETE_AT_ANNOTATION.into(), at),
-            None => annotations.remove(crate::api::DELETE_AT_ANNOTATION),
+        let set = |map: &mut BTreeMap<String, String>, pairs: &[(&str, Option<&str>)]| {
+            for (k, v) in pairs {
+                match v {
+                    Some(v) => map.insert(k.to_string(), v.to_string()),
+                    None => map.remove(*k),
+                };
+            }
         };
+        set(ws.metadata.labels.get_or_insert_with(Default::default), labels);
+        set(ws.metadata.annotations.get_or_insert_with(Default::default), annotations);
         Ok(true)
+    }
+
+    async fn event(&self, _namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
+        Ok(self.events.lock().unwrap().iter().find(|e| e.metadata.name.as_deref() == Some(name)).cloned())
+    }
+
+    async fn set_prompt(&self, event: &WorkEvent, prompt: &str) -> Result<bool, SinkError> {
+        let mut events = self.events.lock().unwrap();
+        let Some(stored) = events.iter_mut().find(|e| e.metadata.name == event.metadata.name) else { return Ok(false) };
+        if stored.spec != event.spec || stored.status.is_some() {
+            return Ok(false);
+        }
+        stored.spec.prompt = prompt.into();
+        Ok(true)
+    }
+
+    async fn note(&self, namespace: &str, name: &str, reason: &str, message: &str) {
+        self.notes.lock().unwrap().push(format!("{namespace}/{name} {reason}: {message}"));
     }
 
     async fn delete_due(&self, _now: k8s_openapi::jiff::Timestamp) -> Result<Vec<String>, SinkError> {
@@ -107,6 +171,8 @@ fn config() -> BridgeConfig {
             allowed_author_associations: config::DEFAULT_AUTHOR_ASSOCIATIONS.iter().map(|a| a.to_string()).collect(),
             api: None,
             feedback: config::Feedback::Off,
+            ci: config::CiConfig::default(),
+            bot_reviewers: vec!["reviewer-bot[bot]".into()],
         }),
         generic: Some(config::GenericConfig {
             token: TOKEN.into(),
@@ -131,6 +197,7 @@ fn config() -> BridgeConfig {
             feedback: config::Feedback::Off,
             on_close: config::OnClose::Archive,
             delete_after: std::time::Duration::from_secs(config::DEFAULT_DELETE_AFTER_SECONDS),
+            ci_on_success: false,
         }],
         prompt_template: config::DEFAULT_PROMPT_TEMPLATE.into(),
     }
@@ -520,3 +587,5 @@ async fn a_work_item_that_renders_to_nothing_is_ignored() {
     let sessions: Vec<String> = rec.sessions.lock().unwrap().keys().cloned().collect();
     assert_eq!(sessions, [format!("agents/{}", config::slug("Crash on start"))]);
 }
+
+mod pull_requests;

@@ -83,6 +83,7 @@ fn app() -> Router {
                 ..Default::default()
             }),
             command: false,
+            not_before: None,
         },
     ));
     router(Arc::new(memory), hosts_for(HOST.parse().unwrap()), TOKEN.into())

@@ -12,8 +12,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{
-    ActivityReason, Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, ReadyReason, Settings,
-    later, until,
+    ActivityReason, Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, PendingEvent,
+    ReadyReason, Settings, later, until,
 };
 use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
@@ -150,7 +150,10 @@ impl<'a, 'i> Decision<'a, 'i> {
                 offset: recorded.and_then(|p| p.sent_offset),
             });
         }
-        prompts.extend(input.object.events.iter().map(|e| Prompt {
+        // An event not due yet (`spec.notBefore`) waits without holding up the others; `held` wakes the decision then.
+        let now = input.context.now;
+        let due = |e: &&PendingEvent| e.phase != EventPhase::Pending || e.not_before.is_none_or(|t| t <= now);
+        prompts.extend(input.object.events.iter().filter(due).map(|e| Prompt {
             key: &e.name,
             tag: &e.tag,
             text: &e.prompt,
@@ -163,6 +166,13 @@ impl<'a, 'i> Decision<'a, 'i> {
             offset: e.offset,
         }));
         prompts
+    }
+
+    /// How long until the first event not due yet ([`PendingEvent::not_before`]) is, if one waits.
+    pub(super) fn held(&self) -> Option<std::time::Duration> {
+        let now = self.input.context.now;
+        let waiting = self.input.object.events.iter().filter(|e| e.phase == EventPhase::Pending);
+        waiting.filter_map(|e| e.not_before).filter(|t| *t > now).min().map(|t| until(now, t))
     }
 
     /// Alive and not verifying: confirm what was sent, then paste what waits, in order, once the harness is ready.

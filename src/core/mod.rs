@@ -178,6 +178,9 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// The plan in the executor's order: the room's record of a checkout prepared just now, expired events, claims,
     /// the intent, then the rest.
     fn plan(mut self) -> Plan {
+        if let Some(held) = self.held() {
+            self.requeue(held);
+        }
         let mut ops = Vec::new();
         let evidence = &self.input.evidence;
         if let (Workspace::Prepared { adopted: false, .. }, Confinement::Room(_)) = (evidence.workspace, evidence.room)

@@ -15,8 +15,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{FINALIZER, Sink, SinkError, Store, StoreError};
-use crate::api::{DELETE_AT_ANNOTATION, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use super::{Archived, FINALIZER, Sink, SinkError, Store, StoreError};
+use crate::api::{
+    DELETE_AT_ANNOTATION, LIFECYCLE_AT_ANNOTATION, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus,
+};
 use crate::core::{Notice, Severity};
 
 /// The Kubernetes store.
@@ -176,6 +178,8 @@ pub struct KubeSink {
     /// fresh before one is created.
     sessions: reflector::Store<WorkSession>,
     synced: Arc<AtomicBool>,
+    /// Records what the bridge did not do for a session (a CI prompt past its bound).
+    recorder: Recorder,
 }
 
 impl KubeSink {
@@ -193,8 +197,13 @@ impl KubeSink {
                 }
             }
         });
-        Self { client, sessions, synced }
+        let reporter = Reporter { controller: "worksession-bridge".into(), instance: None };
+        Self { recorder: Recorder::new(client.clone(), reporter), client, sessions, synced }
     }
+}
+
+fn bridge_patch() -> PatchParams {
+    PatchParams { field_manager: Some("worksession-bridge".into()), ..Default::default() }
 }
 
 fn post() -> PostParams {
@@ -232,22 +241,110 @@ impl Sink for KubeSink {
         name: &str,
         archived: bool,
         delete_at: Option<Timestamp>,
-    ) -> Result<bool, SinkError> {
+        at: Option<Timestamp>,
+    ) -> Result<Archived, SinkError> {
         let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
         let delete_at = delete_at.filter(|_| archived).map(|t| t.to_string());
-        let patch =
-            json!({"metadata": {"annotations": {DELETE_AT_ANNOTATION: delete_at}}, "spec": {"archived": archived}});
-        match api
-            .patch(
-                name,
-                &PatchParams { field_manager: Some("worksession-bridge".into()), ..Default::default() },
-                &Patch::Merge(&patch),
-            )
-            .await
+        // Read, compare GitHub's time with the one recorded, write over that very version: two deliveries of one
+        // work item (a late `closed`, a `reopened`) never both win.
+        for _ in 0..5 {
+            let Some(ws) = api.get_opt(name).await? else { return Ok(Archived::Missing) };
+            if super::outdated(&ws, at) {
+                return Ok(Archived::Outdated);
+            }
+            let mut annotations = serde_json::Map::new();
+            annotations.insert(DELETE_AT_ANNOTATION.into(), json!(delete_at));
+            if let Some(at) = at {
+                annotations.insert(LIFECYCLE_AT_ANNOTATION.into(), json!(at.to_string()));
+            }
+            let patch = json!({
+                "metadata": {"annotations": annotations, "resourceVersion": ws.resource_version()},
+                "spec": {"archived": archived},
+            });
+            match api.patch(name, &bridge_patch(), &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(Archived::Written),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Archived::Missing),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SinkError::Unavailable(format!("WorkSession {namespace}/{name} kept changing; retry")))
+    }
+
+    async fn find_session(
+        &self,
+        namespace: &str,
+        (key, value): (&str, &str),
+    ) -> Result<Option<WorkSession>, SinkError> {
+        let labelled = |ws: &WorkSession| {
+            ws.namespace().as_deref() == Some(namespace) && ws.labels().get(key).is_some_and(|v| v == value)
+        };
+        if self.synced.load(Ordering::Relaxed)
+            && let Some(ws) = self.sessions.state().into_iter().find(|ws| labelled(ws))
         {
+            return Ok(Some((*ws).clone()));
+        }
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        let list = api.list(&ListParams::default().labels(&format!("{key}={value}"))).await?;
+        Ok(list.items.into_iter().next())
+    }
+
+    async fn mark_session(
+        &self,
+        namespace: &str,
+        name: &str,
+        labels: &[(&str, Option<&str>)],
+        annotations: &[(&str, Option<&str>)],
+    ) -> Result<bool, SinkError> {
+        let map = |pairs: &[(&str, Option<&str>)]| {
+            pairs.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()
+        };
+        let patch = json!({"metadata": {"labels": map(labels), "annotations": map(annotations)}});
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        match api.patch(name, &bridge_patch(), &Patch::Merge(&patch)).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn event(&self, namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
+        Ok(Api::<WorkEvent>::namespaced(self.client.clone(), namespace).get_opt(name).await?)
+    }
+
+    async fn set_prompt(&self, event: &WorkEvent, prompt: &str) -> Result<bool, SinkError> {
+        if event.status.as_ref().is_some_and(|s| s.phase.is_some_and(|p| p != crate::api::EventPhase::Pending)) {
+            return Ok(false);
+        }
+        let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(event));
+        // Over the version read: an agent that began the delivery wrote its status, which moved it.
+        let patch = json!({"metadata": {"resourceVersion": event.resource_version()}, "spec": {"prompt": prompt}});
+        match api.patch(&event.name_any(), &bridge_patch(), &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn note(&self, namespace: &str, name: &str, reason: &str, message: &str) {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        let reference = match api.get_opt(name).await {
+            Ok(Some(ws)) => ws.object_ref(&()),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, reason, "could not read the session to record a Kubernetes Event");
+                return;
+            }
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Deliver".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, reason, "could not record a Kubernetes Event");
         }
     }
 

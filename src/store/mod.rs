@@ -137,14 +137,39 @@ pub trait Sink: Send + Sync + 'static {
     /// Creates `event`; `Ok(false)` when it already exists (a redelivery).
     fn create_event(&self, namespace: &str, event: &WorkEvent) -> impl Future<Output = Result<bool, SinkError>> + Send;
     /// Archives the WorkSession `namespace/name` (`archived`: `spec.archived` set, with [`crate::api::DELETE_AT_ANNOTATION`]
-    /// at `delete_at` when given) or reopens it (both cleared); `Ok(false)` when it does not exist.
+    /// at `delete_at` when given) or reopens it (both cleared), as GitHub said it happened `at`: a change older than
+    /// the last one recorded ([`crate::api::LIFECYCLE_AT_ANNOTATION`]) is [`Archived::Outdated`] and writes nothing.
     fn archive(
         &self,
         namespace: &str,
         name: &str,
         archived: bool,
         delete_at: Option<k8s_openapi::jiff::Timestamp>,
+        at: Option<k8s_openapi::jiff::Timestamp>,
+    ) -> impl Future<Output = Result<Archived, SinkError>> + Send;
+    /// The WorkSession of `namespace` that carries the label `key=value`, if one does.
+    fn find_session(
+        &self,
+        namespace: &str,
+        label: (&str, &str),
+    ) -> impl Future<Output = Result<Option<WorkSession>, SinkError>> + Send;
+    /// Sets (`Some`) or removes (`None`) labels and annotations of the WorkSession `namespace/name`; `Ok(false)` when
+    /// it does not exist.
+    fn mark_session(
+        &self,
+        namespace: &str,
+        name: &str,
+        labels: &[(&str, Option<&str>)],
+        annotations: &[(&str, Option<&str>)],
     ) -> impl Future<Output = Result<bool, SinkError>> + Send;
+    /// The WorkEvent `namespace/name`, fresh.
+    fn event(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<WorkEvent>, SinkError>> + Send;
+    /// Replaces the prompt of `event`, only over the version it was read at and only while no delivery of it has
+    /// begun; `Ok(false)` when either changed.
+    fn set_prompt(&self, event: &WorkEvent, prompt: &str) -> impl Future<Output = Result<bool, SinkError>> + Send;
+    /// Reports on the WorkSession `namespace/name` what the bridge did not do for it and why (a Kubernetes Event;
+    /// local mode logs it only). Failures are logged, not returned.
+    fn note(&self, namespace: &str, name: &str, reason: &str, message: &str) -> impl Future<Output = ()> + Send;
     /// Deletes every archived WorkSession whose [`crate::api::DELETE_AT_ANNOTATION`] time is before `now`; returns
     /// their `namespace/name`s.
     fn delete_due(
@@ -153,6 +178,25 @@ pub trait Sink: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<String>, SinkError>> + Send;
     /// Whether the API server answers (for `/readyz`).
     fn ready(&self) -> impl Future<Output = bool> + Send;
+}
+
+/// What a lifecycle write ([`Sink::archive`]) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Archived {
+    /// There is no such WorkSession.
+    Missing,
+    /// Archived or reopened.
+    Written,
+    /// A later closing or reopening was recorded already: nothing written.
+    Outdated,
+}
+
+/// Whether a lifecycle change at `at` is older than the one `ws` records.
+pub fn outdated(ws: &WorkSession, at: Option<k8s_openapi::jiff::Timestamp>) -> bool {
+    use ::kube::ResourceExt;
+    let recorded = ws.annotations().get(crate::api::LIFECYCLE_AT_ANNOTATION);
+    let recorded = recorded.and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    matches!((recorded, at), (Some(recorded), Some(at)) if at < recorded)
 }
 
 /// What `worksession get` lists of a store that is not the API server (local mode's directory): everything it holds,

@@ -20,6 +20,7 @@ fn event(kind: &str, comment_id: Option<u64>, phase: Option<EventPhase>) -> Work
                 ..Default::default()
             }),
             command: false,
+            not_before: None,
         },
     );
     ev.metadata.namespace = Some("agents".into());

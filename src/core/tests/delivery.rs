@@ -402,3 +402,24 @@ fn a_prompt_sent_again_at_its_deadline_keeps_its_first_mark_until_a_death() {
     assert!(ops(&plan).contains(&"event e1 Pending".to_string()), "forgotten with the dead harness: {:?}", ops(&plan));
     assert_eq!(died.events[0].offset, Some(5000), "its resume's own mark, not the kept one");
 }
+
+#[test]
+fn an_event_not_due_yet_waits_without_holding_up_the_others_and_wakes_the_decision_at_its_time() {
+    let mut case = Case::new(ran_old());
+    case.liveness = Liveness::Alive;
+    case.tmux = Some(SessionView { alive: true, ..ours() });
+    let batch = PendingEvent { not_before: Some(t(130)), ..ev("ci", "CI failed") };
+    case.events = vec![batch, ev("e2", "a comment")];
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["paste e2 into loop-ns_repo-12: a comment", "event e2 Delivering via Pasted"]);
+    assert!(plan.requeue_after <= Some(Duration::from_secs(30)), "woken by then: {:?}", plan.requeue_after);
+    case.events.retain(|e| e.name == "ci");
+    case.now = t(130);
+    assert_eq!(ops(&case.step()), ["paste ci into loop-ns_repo-12: CI failed", "event ci Delivering via Pasted"]);
+    // A dead pane is not respawned for an event that is not due: nothing waits to be delivered yet.
+    let mut dead = Case::new(ran_old());
+    dead.events = vec![PendingEvent { not_before: Some(t(130)), ..ev("ci", "CI failed") }];
+    let plan = dead.step();
+    assert_eq!(spawned(&plan), "", "no spawn before the event is due");
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(30)), "woken when it is due");
+}

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::{Changes, FINALIZER, Sink, SinkError, Store, StoreError};
-use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use super::{Archived, Changes, FINALIZER, Sink, SinkError, Store, StoreError};
+use crate::api::{EventPhase, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
 use crate::core::Notice;
 use index::{Index, is_indexed, status_path};
 
@@ -293,26 +293,87 @@ impl Sink for std::sync::Arc<LocalStore> {
         name: &str,
         archived: bool,
         _delete_at: Option<k8s_openapi::jiff::Timestamp>,
+        at: Option<k8s_openapi::jiff::Timestamp>,
+    ) -> Result<Archived, SinkError> {
+        let Some((path, ws)) = self.session_path(name).map_err(|e| SinkError::Unavailable(e.to_string()))? else {
+            return Ok(Archived::Missing);
+        };
+        if super::outdated(&ws, at) {
+            return Ok(Archived::Outdated);
+        }
+        self.edit_manifest(&path, |value| {
+            let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
+                return Err(SinkError::Rejected(format!("{} has no spec", path.display())));
+            };
+            if archived {
+                spec.insert("archived".into(), Value::Bool(true));
+            } else {
+                spec.remove("archived");
+            }
+            if let Some(at) = at {
+                set_meta(value, "annotations", crate::api::LIFECYCLE_AT_ANNOTATION, Some(&at.to_string()));
+            }
+            Ok(())
+        })?;
+        Ok(Archived::Written)
+    }
+
+    async fn find_session(
+        &self,
+        _namespace: &str,
+        (key, value): (&str, &str),
+    ) -> Result<Option<WorkSession>, SinkError> {
+        let sessions = self.session_files().map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        Ok(sessions.into_iter().map(|(_, ws)| ws).find(|ws| ws.labels().get(key).is_some_and(|v| v == value)))
+    }
+
+    async fn mark_session(
+        &self,
+        _namespace: &str,
+        name: &str,
+        labels: &[(&str, Option<&str>)],
+        annotations: &[(&str, Option<&str>)],
     ) -> Result<bool, SinkError> {
-        let unavailable = |e: String| SinkError::Unavailable(e);
-        let Some((path, _)) = self.session_path(name).map_err(|e| unavailable(e.to_string()))? else {
+        let Some((path, _)) = self.session_path(name).map_err(|e| SinkError::Unavailable(e.to_string()))? else {
             return Ok(false);
         };
-        // The manifest as written (a person's comments and all but `spec.archived` stay as they are in meaning).
-        let text = std::fs::read_to_string(&path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
-        let mut value: Value =
-            serde_yaml_ng::from_str(&text).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
-        let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
-            return Err(SinkError::Rejected(format!("{} has no spec", path.display())));
-        };
-        if archived {
-            spec.insert("archived".into(), Value::Bool(true));
-        } else {
-            spec.remove("archived");
-        }
-        write_atomic(&path, &value).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
-        lock(&self.index).reload(&path);
+        self.edit_manifest(&path, |value| {
+            for (key, v) in labels {
+                set_meta(value, "labels", key, *v);
+            }
+            for (key, v) in annotations {
+                set_meta(value, "annotations", key, *v);
+            }
+            Ok(())
+        })?;
         Ok(true)
+    }
+
+    async fn event(&self, _namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
+        let events = self.all_events().map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        Ok(events.into_iter().map(|(_, e)| e).find(|e| e.name_any() == name))
+    }
+
+    async fn set_prompt(&self, event: &WorkEvent, prompt: &str) -> Result<bool, SinkError> {
+        let unavailable = |e: StoreError| SinkError::Unavailable(e.to_string());
+        let name = event.name_any();
+        let Some(path) = self.event_path(&name).map_err(unavailable)? else { return Ok(false) };
+        // As it is now: a delivery begun since it was read (its status written) keeps the prompt it took.
+        let now = self.index().map_err(unavailable)?.events(None).into_iter().find(|(p, _)| *p == path);
+        let begun = |e: &WorkEvent| e.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != EventPhase::Pending);
+        if now.is_none_or(|(_, e)| begun(&e) || e.spec != event.spec) {
+            return Ok(false);
+        }
+        self.edit_manifest(&path, |value| {
+            value["spec"]["prompt"] = Value::String(prompt.to_string());
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
+    async fn note(&self, _namespace: &str, name: &str, reason: &str, message: &str) {
+        // Local mode has no Event objects: the log line is the record.
+        tracing::warn!(event = "bridge.note", session = name, reason, "{message}");
     }
 
     async fn delete_due(&self, _now: k8s_openapi::jiff::Timestamp) -> Result<Vec<String>, SinkError> {
@@ -323,6 +384,38 @@ impl Sink for std::sync::Arc<LocalStore> {
     async fn ready(&self) -> bool {
         self.dir.is_dir()
     }
+}
+
+impl LocalStore {
+    /// Rewrites the manifest at `path` as `edit` changes it (a person's comments go; all else keeps its meaning).
+    fn edit_manifest(
+        &self,
+        path: &Path,
+        edit: impl FnOnce(&mut Value) -> Result<(), SinkError>,
+    ) -> Result<(), SinkError> {
+        let unavailable = |e: String| SinkError::Unavailable(e);
+        let text = std::fs::read_to_string(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        let mut value: Value =
+            serde_yaml_ng::from_str(&text).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        edit(&mut value)?;
+        write_atomic(path, &value).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        lock(&self.index).reload(path);
+        Ok(())
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) `metadata.<field>.<key>` of a manifest.
+fn set_meta(manifest: &mut Value, field: &str, key: &str, value: Option<&str>) {
+    let Some(metadata) = manifest.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    let map = metadata.entry(field).or_insert_with(|| Value::Object(Default::default()));
+    if !map.is_object() {
+        *map = Value::Object(Default::default());
+    }
+    let Some(map) = map.as_object_mut() else { return };
+    match value {
+        Some(v) => map.insert(key.into(), Value::String(v.into())),
+        None => map.remove(key),
+    };
 }
 
 /// A manifest as a user would write it: no namespace (local mode has one) and no owner references.
