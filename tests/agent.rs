@@ -26,6 +26,19 @@ async fn after(w: &World, scenario: &str) {
             assert!(ws.finalizers().iter().any(|f| f == "worksession.dev/agent"));
             assert_eq!(ws.status.unwrap().respawn_count, 1);
         }
+        "shared_a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issue" => {
+            // The failure past the bound is not sent, and the session's Events say why.
+            let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+            let bounded = eventually("a CIPromptsBounded Event", || async {
+                let list = kube_events.list(&Default::default()).await.ok()?;
+                list.items.into_iter().find(|e| e.reason.as_deref() == Some("CIPromptsBounded"))
+            })
+            .await;
+            assert_eq!(bounded.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("hello-12"));
+            assert!(bounded.note.unwrap_or_default().contains("cccc333"), "it names the commit");
+            let ws = w.sessions().get("hello-12").await.unwrap();
+            assert!(ws.spec.archived, "the merge archived the work item");
+        }
         "shared_workspaces_per_work_item_from_one_clone" => {
             let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
             let kept = eventually("an Event saying what was kept", || async {

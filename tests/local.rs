@@ -246,6 +246,15 @@ impl scenarios::Rig for Local {
     fn tmux(&self) -> &TmuxServer {
         &self.tmux
     }
+
+    fn node(&self) -> String {
+        "local".into()
+    }
+
+    fn bridge(&self, yaml: &str) -> axum::Router {
+        let store = worksession::store::local::LocalStore::new(self.dir.clone()).unwrap();
+        support::bridge_router(yaml, Arc::new(store))
+    }
 }
 
 // The scenarios shared with the Kubernetes agent (tests/scenarios), registered from their one list.

@@ -14,8 +14,9 @@ use super::{ApiError, Bridge, answer, config, event_name, work_event};
 use crate::api::{CI_PROMPTS_ANNOTATION, EventPhase, EventSource, WorkSession};
 use crate::store::Sink;
 
-/// How long before a batch's `notBefore` the bridge stops adding to it: an agent's clock a little ahead of the
-/// bridge's may begin the delivery then, and a check added after that would be lost.
+/// How long before a batch's `notBefore` the bridge stops adding to it, at most: an agent's clock a little ahead of
+/// the bridge's may begin the delivery then, and a check added after that would be lost. A shorter quiet window keeps
+/// its first half open.
 pub const BATCH_MARGIN: SignedDuration = SignedDuration::from_secs(5);
 
 /// The Event reason on a session whose CI failure was not sent, its bound reached.
@@ -61,7 +62,8 @@ pub async fn deliver<S: Sink>(
     let found = bridge.sink.event(namespace, &name).await?;
     if let Some(batch) = found {
         let now = Timestamp::now();
-        let open = batch.spec.not_before.as_ref().is_some_and(|t| now.checked_add(BATCH_MARGIN).is_ok_and(|m| m < t.0));
+        let margin = SignedDuration::try_from(ci.quiet / 2).unwrap_or_default().min(BATCH_MARGIN);
+        let open = batch.spec.not_before.as_ref().is_some_and(|t| now.checked_add(margin).is_ok_and(|m| m < t.0));
         let begun = batch.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != EventPhase::Pending);
         let detail = json!({"workEvent": name, "namespace": namespace});
         if batch.spec.prompt.contains(&check.line) || !open || begun {

@@ -6,6 +6,7 @@ pub mod discover;
 pub mod front_door;
 pub mod hazards;
 pub mod hooks;
+pub mod pull_requests;
 pub mod shapes;
 pub mod workspace;
 
@@ -70,6 +71,8 @@ macro_rules! shared_scenarios {
                 hazards::a_conversation_busy_elsewhere_waits_and_is_resumed;
             shared_a_harness_without_a_queue_gets_prompts_between_turns:
                 hazards::a_harness_without_a_queue_gets_prompts_between_turns;
+            shared_a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issue:
+                pull_requests::a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issue;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {
@@ -111,6 +114,10 @@ pub trait Rig {
     }
     /// The tmux server and the stand-in's records.
     fn tmux(&self) -> &TmuxServer;
+    /// The node the rig's agent serves.
+    fn node(&self) -> String;
+    /// The webhook bridge's routes on bridge config `yaml`, writing to the rig's store.
+    fn bridge(&self, yaml: &str) -> axum::Router;
     /// The namespace of the rig's objects.
     fn namespace(&self) -> String;
     /// The tmux session of the WorkSession `name` (`loop-<namespace>_<name>`).

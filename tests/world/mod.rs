@@ -268,6 +268,14 @@ impl crate::scenarios::Rig for World {
     fn namespace(&self) -> String {
         self.ns.name.clone()
     }
+
+    fn node(&self) -> String {
+        self.node.clone()
+    }
+
+    fn bridge(&self, yaml: &str) -> axum::Router {
+        crate::support::bridge_router(yaml, worksession::store::kube::KubeSink::new(self.ns.client.clone()))
+    }
 }
 
 /// The agent config with its Lease in the test's own namespace, as the chart puts it in the release's (where the
