@@ -2,9 +2,8 @@
 //! and the harness stand-in. The bridge reaches the API server through a TCP proxy the test can cut, to take the
 //! API server away from the bridge mid-test without stopping it for the other tests.
 
-#[path = "fixtures/github.rs"]
-mod fixtures;
 mod scenarios;
+use scenarios::fixtures;
 mod standin;
 mod support;
 mod world;

@@ -2,9 +2,8 @@
 //! sync with `crds/`, and its RBAC applied for real, with the agent and the bridge running as their
 //! ServiceAccount identities through a full scenario, and refused what they do not need.
 
-#[path = "fixtures/github.rs"]
-mod fixtures;
 mod scenarios;
+use scenarios::fixtures;
 mod standin;
 mod support;
 mod world;

@@ -6,9 +6,8 @@
 //! an Enterprise Server's base URL.
 
 mod fake_github;
-#[path = "fixtures/github.rs"]
-mod fixtures;
 mod scenarios;
+use scenarios::fixtures;
 mod standin;
 mod support;
 mod world;

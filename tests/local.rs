@@ -1,9 +1,8 @@
 //! Local mode end to end: the agent on a directory of manifests, real tmux, the harness stand-in; the local
 //! bridge writing events as files; `worksession get --local`.
 
-#[path = "fixtures/github.rs"]
-mod fixtures;
 mod scenarios;
+use scenarios::fixtures;
 mod standin;
 mod support;
 

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod discover;
+#[path = "../fixtures/github.rs"]
+pub mod fixtures;
 pub mod front_door;
 pub mod hazards;
 pub mod hooks;

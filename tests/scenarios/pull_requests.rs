@@ -9,10 +9,8 @@ use serde_json::Value;
 use tower::ServiceExt;
 use worksession::api::EventPhase;
 
+use super::fixtures;
 use super::{Rig, await_delivered, await_value};
-
-#[path = "../fixtures/github.rs"]
-mod fixtures;
 
 const SECRET: &str = "pull-request-secret";
 const REPO: &str = "octo-org/hello";
