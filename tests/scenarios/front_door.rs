@@ -59,6 +59,12 @@ pub async fn two_sessions_of_one_work_item_never_contend(rig: &impl Rig) {
     let b = recorded(&await_phase(rig, "twin-b", Phase::Running).await);
     assert_ne!(a, b);
     assert_ne!(rig.tmux_session("twin-a"), rig.tmux_session("twin-b"));
+    // Running says the panes are up, not that each harness has made its conversation yet: wait for its store, or a
+    // server killed first leaves nothing to resume (a fresh start, correctly, and not what this test is about).
+    for id in [&a, &b] {
+        let made = || async { crate::standin::transcript_of(&rig.tmux().state(), id).exists() };
+        await_value(&format!("conversation {id} made"), made, |made| *made).await;
+    }
     assert!(rig.tmux().kill_server(), "the tmux server was running");
     rig.send("twin-b", "twin-b-1", "for b").await;
     rig.send("twin-a", "twin-a-1", "for a").await;

@@ -92,7 +92,9 @@ pub async fn a_harness_without_a_queue_gets_prompts_between_turns(rig: &impl Rig
     assert_eq!((ev.attempts, ev.via), (1, Some(Via::Pasted)), "pasted once, between turns: {ev:?}");
     let ev = await_delivered(rig, "gq-2").await;
     assert_eq!(ev.attempts, 1, "{ev:?}");
-    let taken: Vec<String> = rig.tmux().prompts().into_iter().map(|p| p.prompt).collect();
+    // Its hook confirms a prompt before it writes its record (as Gemini's BeforeAgent fires before its turn): wait for
+    // the record, then read it whole.
+    let taken: Vec<String> = rig.tmux().await_prompts(3).await.into_iter().map(|p| p.prompt).collect();
     assert_eq!(taken, ["WORK 20", "after the turn", "and after that one"], "each alone, once, in order");
     assert_eq!(rig.event_status("gq-1").await.phase, Some(EventPhase::Delivered));
 }

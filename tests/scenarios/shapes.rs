@@ -97,7 +97,10 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
         assert_eq!(conversation_of(rig, &third).await, fresh);
         return;
     }
-    assert_eq!(condition(&st, ConditionType::Resumed), ("False".into(), "PaneDied".into()), "{shape}: {st:?}");
+    // Its pane died at the probe, or (a loaded machine starting it slowly) within the settle window after it: both
+    // are the resume failing, and both fall back.
+    let (status, reason) = condition(&st, ConditionType::Resumed);
+    assert!(status == "False" && ["PaneDied", "PaneDiedAfterProbe"].contains(&reason.as_str()), "{shape}: {st:?}");
     let builtin = &worksession::harness::builtin()[shape];
     assert!(builtin.resume_failed(&message), "{shape}: its words, known to the profile: {message}");
     let fresh = await_id(rig, &b).await.harness_session_id.clone().unwrap();
