@@ -9,7 +9,8 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-/// A browser session, with its chromedriver (killed on drop).
+/// A browser session, with its chromedriver and the browsers it started (their process group, killed on drop: a
+/// killed chromedriver alone leaves its Chromium running, orphaned, on a machine that runs the suite again and again).
 pub struct Browser {
     driver: tokio::process::Child,
     addr: SocketAddr,
@@ -27,6 +28,7 @@ impl Browser {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
+            .process_group(0)
             .spawn()
             .expect("chromedriver (Debian's chromium-driver)");
         let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
@@ -77,6 +79,9 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        if let Some(pid) = self.driver.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
         let _ = self.driver.start_kill();
     }
 }
