@@ -106,6 +106,6 @@ async fn main() {
         futures::stream::iter(0..n()).map(|i| post(addr, i)).buffer_unordered(CONCURRENCY).collect().await;
     let bridge_rate = report("signed webhooks through the bridge", t.elapsed(), via_bridge);
     let sessions: Api<WorkSession> = ns.api();
-    assert!(sessions.get("octo-org-hello-1347").await.is_ok());
+    assert!(sessions.get(&support::work_item("octo-org/hello", 1347)).await.is_ok());
     println!("bridge / direct: {:.2}x (goal >= 0.95x)", bridge_rate / direct_rate);
 }

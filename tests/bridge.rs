@@ -145,7 +145,7 @@ async fn a_signed_comment_reaches_the_harness_once_and_a_bad_signature_nothing()
     let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
     assert_eq!(status, 201, "{body}");
     let ev = w.await_event("gh-72d3162e-cc78-11e3-81ab-4c9367dc0958", EventPhase::Delivered).await;
-    assert_eq!(ev.spec.session, "octo-org-hello-world-1347");
+    assert_eq!(ev.spec.session, support::work_item("octo-org/hello-world", 1347));
 
     let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
     assert_eq!(status, 200, "{body}");
@@ -158,7 +158,10 @@ async fn a_signed_comment_reaches_the_harness_once_and_a_bad_signature_nothing()
     let (status, body) = deliver(bridge, "stranger-1", &stranger, None).await;
     assert_eq!(status, 202, "{body}");
     assert!(body.contains("NONE"), "says why: {body}");
-    assert!(w.sessions().get_opt("octo-org-hello-world-2000").await.unwrap().is_none(), "no session made");
+    assert!(
+        w.sessions().get_opt(&support::work_item("octo-org/hello-world", 2000)).await.unwrap().is_none(),
+        "no session made"
+    );
 
     assert_eq!(events(&w).await.len(), 1, "the duplicate, the bad signature and the stranger wrote nothing");
     let prompts = w.tmux.await_prompts(1).await;
@@ -230,10 +233,11 @@ async fn a_deleted_sessions_events_go_with_it_and_a_new_one_keeps_what_it_is_sen
     w.await_event(&first_event, EventPhase::Delivered).await;
     let ev = w.events().get(&first_event).await.unwrap();
     assert_eq!(ev.metadata.owner_references, None, "named by its session's name alone");
-    let first = w.sessions().get("octo-org-hello-world-5").await.unwrap();
-    w.sessions().delete("octo-org-hello-world-5", &Default::default()).await.unwrap();
+    let item = support::work_item("octo-org/hello-world", 5);
+    let first = w.sessions().get(&item).await.unwrap();
+    w.sessions().delete(&item, &Default::default()).await.unwrap();
     eventually("the session gone, its event with it", || async {
-        let gone = w.sessions().get_opt("octo-org-hello-world-5").await.unwrap().is_none();
+        let gone = w.sessions().get_opt(&item).await.unwrap().is_none();
         let event_gone = w.events().get_opt(&first_event).await.unwrap().is_none();
         (gone && event_gone).then_some(())
     })
@@ -245,7 +249,7 @@ async fn a_deleted_sessions_events_go_with_it_and_a_new_one_keeps_what_it_is_sen
         (status == 201).then_some(())
     })
     .await;
-    let recreated = w.sessions().get("octo-org-hello-world-5").await.unwrap();
+    let recreated = w.sessions().get(&item).await.unwrap();
     assert_ne!(first.metadata.uid, recreated.metadata.uid, "re-created");
     w.await_event(&worksession::bridge::event_name("gh", "uid-2"), EventPhase::Delivered).await;
 }

@@ -359,7 +359,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     };
     assert_eq!(comment("chart-1", 5, "from the bridge").await.unwrap().status(), 201);
     let ev = w.await_event("gh-chart-1", EventPhase::Delivered).await;
-    assert_eq!(ev.spec.session, "octo-org-sigma-5");
+    assert_eq!(ev.spec.session, support::work_item("octo-org/sigma", 5));
     // The route keeps one session: a second work item is ignored, counted with the bridge's own RBAC (list).
     let status = comment("chart-2", 6, "one too many").await.unwrap().status();
     assert_eq!(status, 202, "past maxSessions: ignored, not 503");

@@ -263,7 +263,7 @@ async fn closing_an_issue_archives_its_session_and_a_comment_or_reopening_wakes_
     .await;
     let gh = FakeGithub::start().await;
     let bridge = Bridge::start(&w, &gh, "    feedback: 'Off'\n").await;
-    let session = "octo-org-hello-world-31";
+    let session = &support::work_item(REPO, 31);
     assert_eq!(deliver(bridge.addr, "issue_comment", "life-1", &comment(31, 801, "start on it")).await.0, 201);
     w.await_event("gh-life-1", EventPhase::Delivered).await;
     let running = w.await_phase(session, Phase::Running).await;
@@ -308,21 +308,21 @@ async fn on_close_delete_deletes_the_archived_session_once_its_time_passed_and_n
         assert_eq!(deliver(bridge.addr, "issues", &format!("del-close-{n}"), &issue(n, "closed")).await.0, 200);
     }
     assert_eq!(deliver(bridge.addr, "issues", "del-open-42", &issue(42, "reopened")).await.0, 200);
-    let ws = w.await_phase("octo-org-hello-world-41", Phase::Archived).await; // stopped: only then deleted
+    let ws = w.await_phase(&support::work_item(REPO, 41), Phase::Archived).await; // stopped: only then deleted
     assert!(ws.metadata.annotations.unwrap().contains_key(worksession::api::DELETE_AT_ANNOTATION));
     // What the bridge's sweep runs every minute, once its cache shows the reopening.
     let deleted = eventually("the closed one deleted", || async {
         let deleted = bridge.sink.delete_due(k8s_openapi::jiff::Timestamp::now()).await.unwrap();
-        let reopened = w.sessions().get("octo-org-hello-world-42").await.unwrap();
+        let reopened = w.sessions().get(&support::work_item(REPO, 42)).await.unwrap();
         (!deleted.is_empty() && !reopened.spec.archived).then_some(deleted)
     })
     .await;
-    assert_eq!(deleted, [format!("{}/octo-org-hello-world-41", w.ns.name)]);
+    assert_eq!(deleted, [format!("{}/{}", w.ns.name, support::work_item(REPO, 41))]);
     eventually("41 gone", || async {
-        w.sessions().get_opt("octo-org-hello-world-41").await.unwrap().is_none().then_some(())
+        w.sessions().get_opt(&support::work_item(REPO, 41)).await.unwrap().is_none().then_some(())
     })
     .await;
-    assert!(w.sessions().get_opt("octo-org-hello-world-42").await.unwrap().is_some(), "reopened: kept");
+    assert!(w.sessions().get_opt(&support::work_item(REPO, 42)).await.unwrap().is_some(), "reopened: kept");
 }
 
 /// A fresh RSA key as GitHub gives an App's (PKCS#1 PEM), and its public half (PKCS#1 DER) for the fake to check.

@@ -199,7 +199,8 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
         let (status, text) = support::http(addr, "POST", "/webhooks/github", &headers, &body).await.unwrap();
         assert!(status == 201 || status == 200, "{status} {text}");
     }
-    let item = "octo-org-hello-world-12";
+    let item = support::work_item("octo-org/hello-world", 12);
+    let item = item.as_str();
     r.await_session(item, "Running", |ws| phase(ws) == Some(Phase::Running)).await;
     until("the comment in the harness", || async {
         r.prompts().iter().any(|p| p.prompt.contains("Please add a test."))

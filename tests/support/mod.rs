@@ -283,3 +283,11 @@ pub async fn metric(addr: std::net::SocketAddr, series: &str) -> f64 {
     let value = metrics.lines().find_map(|l| l.strip_prefix(&prefix));
     value.unwrap_or_else(|| panic!("{series} is not in\n{metrics}")).parse().expect("a number")
 }
+
+/// The work item the bridge's default `workItem` (`{owner}-{repo}-{number}`) makes of issue `number` of
+/// `repository`: with a dash in the owner or the name, it carries a hash of the parts.
+pub fn work_item(repository: &str, number: u64) -> String {
+    let (owner, repo) = repository.split_once('/').expect("owner/name");
+    let number = number.to_string();
+    worksession::api::slug_of_parts(&format!("{owner}-{repo}-{number}"), &[owner, repo, &number])
+}
