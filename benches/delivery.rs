@@ -1,6 +1,6 @@
 //! Delivery benchmarks (issue 11), through the agent on the real API server and real tmux (they print figures).
 //!
-//!     cargo bench --bench delivery [standin] [claude]
+//!     cargo bench --bench delivery [standin] [claude] [pull-request]
 //!
 //! standin: the cost of readiness and confirmation on the live-paste path. A WorkEvent created for a running
 //!   stand-in, 20 in a row, until `Delivering` (the paste: where the agent used to write `Delivered`) and until
@@ -10,6 +10,9 @@
 //! claude: an adopted conversation id the real Claude Code CLI does not know, with an event waiting: event created
 //!   until its prompt is in a fresh conversation's transcript, with the built-in profile's `conversationPath` (looked
 //!   at before resuming) and without it (`conversationPath: ""`: the CLI's own late "No conversation found").
+//! pull-request: a review comment on a work item's pull request, 20 in a row, from the signed webhook posted to the
+//!   bridge (over the API server) until it is `Delivered` to the running stand-in (`standin-hooks`) of the issue's
+//!   session, and until the bridge answered (the routing by the branch, the link, the write).
 
 #[path = "../tests/scenarios/mod.rs"]
 mod scenarios;
@@ -118,6 +121,61 @@ async fn claude_world(with_store: bool) -> World {
     .await
 }
 
+/// Signs and posts a GitHub delivery to the bridge's routes; the status it answered.
+async fn webhook(app: &axum::Router, kind: &str, delivery: &str, payload: &serde_json::Value) -> u16 {
+    use tower::ServiceExt;
+    let body = serde_json::to_vec(payload).unwrap();
+    let request = axum::http::Request::post("/webhooks/github")
+        .header("x-github-event", kind)
+        .header("x-github-delivery", delivery)
+        .header("x-hub-signature-256", worksession::bridge::github::sign(b"bench", &body))
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    app.clone().oneshot(request).await.unwrap().status().as_u16()
+}
+
+async fn review_comments() {
+    use scenarios::Rig;
+    use scenarios::fixtures;
+    let w = World::new().await;
+    let secret = w.tmux.dir.path().join("github-secret");
+    std::fs::write(&secret, "bench").unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {}\nroutes:\n  - {{repository: 'octo-org/*', namespace: {}, nodeName: {}, harness: standin-hooks, workdir: {}, workItem: '{{repo}}-{{number}}'}}\n",
+        secret.display(),
+        w.ns.name,
+        w.node,
+        w.tmux.workdir().display()
+    );
+    let app = w.bridge(&yaml);
+    let (repo, branch) = ("octo-org/hello", "worksession/hello-12");
+    assert_eq!(webhook(&app, "issue_comment", "issue", &fixtures::issue_comment(repo, 12, "mona", "go")).await, 201);
+    w.await_phase("hello-12", Phase::Running).await;
+    w.tmux.await_output(&w.tmux_session("hello-12"), "ready>").await;
+    assert_eq!(
+        webhook(&app, "pull_request", "opened", &fixtures::pull_request(repo, 57, "opened", branch, "bot")).await,
+        200
+    );
+    let (mut answered, mut delivered) = (Vec::new(), Vec::new());
+    for i in 0..support::bench_size(20, 2) {
+        let payload = fixtures::review_comment(repo, 57, branch, "mona", 7000 + i as u64, &format!("review {i}"));
+        let delivery = format!("review-{i}");
+        let t = Instant::now();
+        assert_eq!(webhook(&app, "pull_request_review_comment", &delivery, &payload).await, 201);
+        answered.push(t.elapsed());
+        let name = worksession::bridge::event_name("gh", &delivery);
+        while phase_of(&w, &name).await != Some(EventPhase::Delivered) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        delivered.push(t.elapsed());
+    }
+    println!("review comment on a work item's pull request: webhook -> bridge answered 201: {}", stats(answered));
+    println!(
+        "review comment on a work item's pull request: webhook -> Delivered (standin-hooks): {}",
+        stats(delivered)
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -127,6 +185,9 @@ async fn main() {
         live_paste("standin-hooks").await;
         live_paste("standin").await;
         live_paste("standin-blind").await;
+    }
+    if all || args.iter().any(|a| a == "pull-request") {
+        review_comments().await;
     }
     if all || args.iter().any(|a| a == "claude") {
         for run in 1..=support::bench_size(2, 1) {

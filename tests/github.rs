@@ -41,11 +41,16 @@ struct Bridge {
 
 impl Bridge {
     async fn start(w: &World, gh: &FakeGithub, route_extra: &str) -> Self {
+        Self::start_with(w, gh, "", route_extra).await
+    }
+
+    /// The bridge, with `github_extra` added to its `github` settings and `route_extra` to its one route.
+    async fn start_with(w: &World, gh: &FakeGithub, github_extra: &str, route_extra: &str) -> Self {
         let dir = w.tmux.dir.path();
         std::fs::write(dir.join("github-secret"), SECRET).unwrap();
         std::fs::write(dir.join("github-token"), "ghp_test\n").unwrap();
         let yaml = format!(
-            "github:\n  secretFile: {secret}\n  api: {{baseUrl: '{base}', tokenFile: {token}}}\n  events: {{issue_comment: [created]}}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: standin\n    workdir: {workdir}\n{route_extra}",
+            "github:\n  secretFile: {secret}\n  api: {{baseUrl: '{base}', tokenFile: {token}}}\n  events: {{issue_comment: [created]}}\n{github_extra}routes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: standin\n    workdir: {workdir}\n{route_extra}",
             secret = dir.join("github-secret").display(),
             token = dir.join("github-token").display(),
             base = gh.url(""),
@@ -366,4 +371,54 @@ async fn an_app_token_is_minted_from_its_key_and_renewed_before_expiry_on_an_ent
         worksession::github::Github::new(&gh.url("/api/v3"), worksession::github::Auth::App(Box::new(wrong))).unwrap();
     let err = wrong.call(hyper::Method::POST, REPO, &path, None).await.unwrap_err();
     assert!(err.to_string().contains("not signed by the App's key"), "{err}");
+}
+
+/// A delivery the bridge answered 503 (its session was being deleted) is asked of GitHub again by the bridge's sweep of
+/// the hook's deliveries, and delivered once, to the session made again for it.
+#[tokio::test]
+async fn a_delivery_answered_503_is_redelivered_and_delivered_once() {
+    let w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let redeliver =
+        format!("  redeliver: {{hooks: [{{repository: '{REPO}', id: 9}}], intervalSeconds: 1, settleSeconds: 1}}\n");
+    let bridge = Bridge::start_with(&w, &gh, &redeliver, "    feedback: 'Off'\n").await;
+    gh.hook(bridge.addr, SECRET, 9);
+    let session = support::work_item(REPO, 51);
+    assert_eq!(gh.send("issue_comment", "first-51", &comment(51, 951, "hello")).await, 201);
+    w.await_event(&worksession::bridge::event_name("gh", "first-51"), EventPhase::Delivered).await;
+
+    // Held in its deletion by a finalizer of the test's own: the bridge answers its deliveries 503.
+    let ws = w.sessions().get(&session).await.unwrap();
+    let mut finalizers = ws.metadata.finalizers.clone().unwrap_or_default();
+    finalizers.push("test.worksession.dev/hold".into());
+    let hold = json!({"metadata": {"finalizers": finalizers}});
+    w.sessions().patch(&session, &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
+    w.sessions().delete(&session, &Default::default()).await.unwrap();
+    eventually("the bridge's cache sees the deletion", || async {
+        let ws = bridge.sink.session(&w.ns.name, &session, None).await.ok()??;
+        ws.metadata.deletion_timestamp.map(drop)
+    })
+    .await;
+    assert_eq!(gh.send("issue_comment", "lost-51", &comment(51, 952, "said while it went")).await, 503);
+
+    // The sweep, as the bridge runs it beside the webhooks; then the session goes.
+    let api = bridge.config.github.as_ref().unwrap().api.clone().unwrap();
+    let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
+    let metrics = BridgeMetrics::register(&mut prometheus_client::registry::Registry::default());
+    let config = tokio::sync::watch::channel(bridge.config.clone()).1;
+    let sweep = tokio::spawn(worksession::bridge::redeliver::run(github, config, metrics));
+    let released = json!({"metadata": {"finalizers": null}});
+    w.sessions().patch(&session, &PatchParams::default(), &Patch::Merge(&released)).await.unwrap();
+
+    let lost = worksession::bridge::event_name("gh", "lost-51");
+    w.await_event(&lost, EventPhase::Delivered).await;
+    let said = w.tmux.await_prompts(2).await;
+    assert_eq!(said.iter().filter(|p| p.prompt.contains("said while it went")).count(), 1, "once: {said:?}");
+    let attempts: Vec<_> = gh.attempts().into_iter().filter(|a| a.guid == "lost-51").collect();
+    assert_eq!(attempts[0].status_code, 503, "{attempts:?}");
+    let taken: Vec<_> = attempts.iter().filter(|a| (200..300).contains(&a.status_code)).collect();
+    assert_eq!(taken.len(), 1, "asked again until taken, then no more: {attempts:?}");
+    assert!(taken[0].redelivery, "a redelivery GitHub was asked for");
+    assert!(gh.calls_to("/hooks/9/deliveries").iter().all(|c| c.authorization == "token ghp_test"));
+    sweep.abort();
 }

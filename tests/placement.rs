@@ -378,6 +378,26 @@ async fn a_lost_nodes_session_resumes_on_another_node_and_its_waiting_event_is_d
     assert_eq!(delivered[0].conversation, id);
     let observed = c.node("b").tmux.runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&c.tmux_session("item")), Liveness::Alive);
+
+    // A burst a bridge acknowledged from a cache that still placed the session on a: labelled for the lost node,
+    // whose agent (which would relabel them) is gone. The controller relabels them for b, whose agent delivers them.
+    let stale = worksession::api::node_label_value(&a);
+    for i in 0..3 {
+        let ev: WorkEvent = serde_json::from_value(json!({
+            "metadata": {"name": format!("stale-{i}"), "labels": {
+                worksession::api::SESSION_LABEL: "item", worksession::api::NODE_LABEL: stale}},
+            "spec": {"session": "item", "prompt": format!("from a stale cache {i}")}
+        }))
+        .unwrap();
+        c.ns.api::<WorkEvent>().create(&PostParams::default(), &ev).await.unwrap();
+    }
+    for i in 0..3 {
+        c.await_delivered(&format!("stale-{i}")).await;
+        let text = format!("from a stale cache {i}");
+        let taken: Vec<_> = c.shared.prompts().into_iter().filter(|p| p.prompt == text).collect();
+        assert_eq!(taken.len(), 1, "delivered once, on b: {taken:?}");
+        assert_eq!(taken[0].conversation, id);
+    }
 }
 
 #[tokio::test]

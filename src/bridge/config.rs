@@ -53,7 +53,44 @@ pub struct GithubConfig {
     /// Bot logins whose reviews and review comments prompt (bots have no role the person rule could check); empty
     /// by default.
     pub bot_reviewers: Vec<String>,
+    /// The hooks whose failed deliveries are asked of GitHub again (needs `api`); `None`: none are.
+    pub redeliver: Option<Redeliver>,
 }
+
+/// Which webhooks' failed deliveries the bridge has GitHub redeliver, and how often it looks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redeliver {
+    /// The webhooks.
+    pub hooks: Vec<Hook>,
+    /// How often each is looked at.
+    pub interval: std::time::Duration,
+    /// How far back its deliveries are read.
+    pub lookback: std::time::Duration,
+    /// How old a failed attempt must be before it is asked again (a redelivery asked a moment ago may not be listed
+    /// yet).
+    pub settle: std::time::Duration,
+}
+
+/// A webhook that sends to the bridge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// A repository's webhook: `owner/name` and the hook's id (`X-GitHub-Hook-ID`).
+    Repository {
+        /// `owner/name`.
+        repository: String,
+        /// The hook's id.
+        id: u64,
+    },
+    /// The GitHub App's own webhook (read with the App's JWT).
+    App,
+}
+
+/// The default `github.redeliver.intervalSeconds`.
+pub const DEFAULT_REDELIVER_INTERVAL_SECONDS: u64 = 60;
+/// The default `github.redeliver.settleSeconds`.
+pub const DEFAULT_REDELIVER_SETTLE_SECONDS: u64 = 30;
+/// The default `github.redeliver.lookbackSeconds`: GitHub keeps a hook's deliveries for three days.
+pub const DEFAULT_REDELIVER_LOOKBACK_SECONDS: u64 = 3 * 3600;
 
 /// How CI results reach a work item's conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +198,7 @@ impl std::fmt::Debug for GithubConfig {
             .field("feedback", &self.feedback)
             .field("ci", &self.ci)
             .field("bot_reviewers", &self.bot_reviewers)
+            .field("redeliver", &self.redeliver)
             .finish()
     }
 }
@@ -260,6 +298,25 @@ struct GithubFile {
     ci: Option<CiFile>,
     #[serde(default)]
     bot_reviewers: Vec<String>,
+    redeliver: Option<RedeliverFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RedeliverFile {
+    hooks: Vec<HookFile>,
+    interval_seconds: Option<u64>,
+    lookback_seconds: Option<u64>,
+    settle_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct HookFile {
+    repository: Option<String>,
+    id: Option<u64>,
+    #[serde(default)]
+    app: bool,
 }
 
 #[derive(Deserialize)]
@@ -385,6 +442,34 @@ fn ci(path: &Path, file: Option<CiFile>) -> Result<CiConfig, ConfigError> {
     Ok(CiConfig { apps: f.apps.unwrap_or(d.apps), quiet, max_prompts: f.max_prompts.unwrap_or(d.max_prompts) })
 }
 
+/// The redelivery settings: each hook a repository's (`owner/name` and its id) or the App's own (`app: true`, only
+/// with App credentials); `api_app` says which credentials `github.api` gives (`None`: none).
+fn redeliver(path: &Path, r: RedeliverFile, api_app: Option<bool>) -> Result<Redeliver, ConfigError> {
+    let invalid = |key: String, problem: &str| ConfigError::Invalid { path: path.into(), key, problem: problem.into() };
+    let Some(app_credentials) = api_app else {
+        return Err(invalid("github.redeliver".into(), "asking GitHub for failed deliveries needs github.api"));
+    };
+    let mut hooks = Vec::new();
+    for (i, h) in r.hooks.into_iter().enumerate() {
+        let key = format!("github.redeliver.hooks[{i}]");
+        hooks.push(match (h.repository, h.id, h.app) {
+            (Some(repository), Some(id), false) if repository.matches('/').count() == 1 => {
+                Hook::Repository { repository, id }
+            }
+            (None, None, true) if app_credentials => Hook::App,
+            (None, None, true) => return Err(invalid(key, "the App's own webhook needs github.api.app credentials")),
+            _ => return Err(invalid(key, "either repository (owner/name) and id, or app: true")),
+        });
+    }
+    let secs = |s: Option<u64>, d: u64| std::time::Duration::from_secs(s.unwrap_or(d).max(1));
+    Ok(Redeliver {
+        hooks,
+        interval: secs(r.interval_seconds, DEFAULT_REDELIVER_INTERVAL_SECONDS),
+        lookback: secs(r.lookback_seconds, DEFAULT_REDELIVER_LOOKBACK_SECONDS),
+        settle: secs(r.settle_seconds, DEFAULT_REDELIVER_SETTLE_SECONDS),
+    })
+}
+
 /// The API settings, the private key read and checked.
 fn api(path: &Path, a: ApiFile) -> Result<ApiConfig, ConfigError> {
     let invalid = |key: &str, problem: String| ConfigError::Invalid { path: path.into(), key: key.into(), problem };
@@ -418,6 +503,7 @@ impl BridgeConfig {
         let github = match file.github {
             Some(g) => {
                 let api = g.api.map(|a| api(path, a)).transpose()?;
+                let api_app = api.as_ref().map(|a| matches!(a.auth, ApiAuth::App { .. }));
                 let feedback = g.feedback.unwrap_or(if api.is_some() { Feedback::Reactions } else { Feedback::Off });
                 Some(GithubConfig {
                     secret: secret(path, "github.secretFile", g.secret_file.as_ref(), g.secret_env.as_ref())?,
@@ -433,6 +519,7 @@ impl BridgeConfig {
                     feedback,
                     ci: ci(path, g.ci)?,
                     bot_reviewers: g.bot_reviewers,
+                    redeliver: g.redeliver.map(|r| redeliver(path, r, api_app)).transpose()?,
                 })
             }
             None => None,

@@ -41,7 +41,7 @@ pub(crate) struct GithubLabels {
 }
 
 /// The calls to GitHub's API (`call` of `worksession_bridge_github_calls_total`).
-pub const GITHUB_CALLS: &[&str] = &["reaction", "comment", "search"];
+pub const GITHUB_CALLS: &[&str] = &["reaction", "comment", "search", "deliveries", "redeliver"];
 /// How each ended (`outcome`): done, failed and tried again later, refused for good.
 pub const GITHUB_OUTCOMES: &[&str] = &["ok", "retried", "refused"];
 
@@ -52,6 +52,15 @@ pub(crate) struct LifecycleLabels {
 
 /// What closing and reopening did (`action` of `worksession_bridge_lifecycle_total`).
 pub const LIFECYCLE_ACTIONS: &[&str] = &["archived", "reopened", "deleted"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RedeliveryLabels {
+    pub(crate) outcome: &'static str,
+}
+
+/// What became of a delivery the bridge did not take (`outcome` of `worksession_bridge_redeliveries_total`): asked of
+/// GitHub again, or given up after [`super::redeliver::MAX_ATTEMPTS`] attempts.
+pub const REDELIVERY_OUTCOMES: &[&str] = &["asked", "given_up"];
 
 /// The bridge's metrics, under the prefix `worksession_bridge`.
 #[derive(Clone)]
@@ -64,6 +73,7 @@ pub struct BridgeMetrics {
     pub(crate) ignored: Family<IgnoredLabels, Counter>,
     pub(crate) github_calls: Family<GithubLabels, Counter>,
     pub(crate) lifecycle: Family<LifecycleLabels, Counter>,
+    pub(crate) redeliveries: Family<RedeliveryLabels, Counter>,
 }
 
 impl BridgeMetrics {
@@ -78,7 +88,16 @@ impl BridgeMetrics {
             ignored: Family::default(),
             github_calls: Family::default(),
             lifecycle: Family::default(),
+            redeliveries: Family::default(),
         };
+        registry.register(
+            "redeliveries",
+            "Deliveries the bridge did not take, asked of GitHub again or given up",
+            m.redeliveries.clone(),
+        );
+        for outcome in REDELIVERY_OUTCOMES {
+            let _ = m.redeliveries.get_or_create(&RedeliveryLabels { outcome });
+        }
         registry.register(
             "github_calls",
             "Calls to GitHub's API for feedback, by call and outcome",

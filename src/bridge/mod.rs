@@ -7,6 +7,7 @@ pub mod config;
 pub mod feedback;
 pub mod github;
 pub mod metrics;
+pub mod redeliver;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -598,6 +599,11 @@ pub async fn run<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<
         }
     });
     let api = options.config.borrow().github.as_ref().and_then(|g| g.api.clone());
+    if let Some(api) = &api {
+        // Beside the webhooks, in both modes: deliveries the bridge did not take are asked of GitHub again.
+        let github = Arc::new(feedback::github_of(api)?);
+        tokio::spawn(redeliver::run(github, options.config.clone(), metrics.clone()));
+    }
     if let (Some(client), Some(api)) = (options.feedback, api) {
         let github = Arc::new(feedback::github_of(&api)?);
         let events = kube::Api::all(client.clone());

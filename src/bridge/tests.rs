@@ -173,6 +173,7 @@ fn config() -> BridgeConfig {
             feedback: config::Feedback::Off,
             ci: config::CiConfig::default(),
             bot_reviewers: vec!["reviewer-bot[bot]".into()],
+            redeliver: None,
         }),
         generic: Some(config::GenericConfig {
             token: TOKEN.into(),

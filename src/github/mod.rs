@@ -97,15 +97,7 @@ impl Github {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(StatusCode, Value), GithubError> {
-        let token = match &self.auth {
-            Auth::TokenFile(file) => {
-                let token = tokio::fs::read_to_string(file)
-                    .await
-                    .map_err(|e| GithubError::Credentials(format!("cannot read {}: {e}", file.display())))?;
-                token.trim().to_string()
-            }
-            Auth::App(app) => app.token(self, repository).await?,
-        };
+        let token = self.token(repository).await?;
         let result = self.send(method, path, &format!("token {token}"), body).await;
         if let (Err(GithubError::Refused { status: 401, message }), Auth::App(app)) = (&result, &self.auth) {
             // A token GitHub no longer takes (revoked, the App reinstalled): the next try mints a new one.
@@ -113,6 +105,58 @@ impl Github {
             return Err(GithubError::Credentials(format!("the installation token was refused: {message}")));
         }
         result
+    }
+
+    /// One page of a list, GET with the credentials for `repository`, or as the App itself when `repository` is
+    /// `None` (its JWT: what the App owns, such as its own webhook's deliveries).
+    pub async fn page(&self, repository: Option<&str>, path: &str) -> Result<Page, GithubError> {
+        let authorization = match (repository, &self.auth) {
+            (Some(repository), _) => return self.call_paged(Method::GET, repository, path, None).await,
+            (None, Auth::App(app)) => format!("Bearer {}", app.jwt(k8s_openapi::jiff::Timestamp::now())?),
+            (None, Auth::TokenFile(_)) => {
+                return Err(GithubError::Credentials("only a GitHub App can read its own webhook".into()));
+            }
+        };
+        let (_, items, next) = self.send_paged(Method::GET, path, &authorization, None).await?;
+        Ok(Page { items, next })
+    }
+
+    /// One POST without a body, as [`Github::page`] authenticates.
+    pub async fn post(&self, repository: Option<&str>, path: &str) -> Result<(), GithubError> {
+        match (repository, &self.auth) {
+            (Some(repository), _) => self.call(Method::POST, repository, path, None).await.map(drop),
+            (None, Auth::App(app)) => {
+                let jwt = app.jwt(k8s_openapi::jiff::Timestamp::now())?;
+                self.send(Method::POST, path, &format!("Bearer {jwt}"), None).await.map(drop)
+            }
+            (None, Auth::TokenFile(_)) => {
+                Err(GithubError::Credentials("only a GitHub App can read its own webhook".into()))
+            }
+        }
+    }
+
+    async fn call_paged(
+        &self,
+        method: Method,
+        repository: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Page, GithubError> {
+        let token = self.token(repository).await?;
+        let (_, items, next) = self.send_paged(method, path, &format!("token {token}"), body).await?;
+        Ok(Page { items, next })
+    }
+
+    async fn token(&self, repository: &str) -> Result<String, GithubError> {
+        Ok(match &self.auth {
+            Auth::TokenFile(file) => {
+                let token = tokio::fs::read_to_string(file)
+                    .await
+                    .map_err(|e| GithubError::Credentials(format!("cannot read {}: {e}", file.display())))?;
+                token.trim().to_string()
+            }
+            Auth::App(app) => app.token(self, repository).await?,
+        })
     }
 
     /// One call with `authorization` as given (an App's JWT, or a token).
@@ -123,6 +167,17 @@ impl Github {
         authorization: &str,
         body: Option<&Value>,
     ) -> Result<(StatusCode, Value), GithubError> {
+        self.send_paged(method, path, authorization, body).await.map(|(status, value, _)| (status, value))
+    }
+
+    /// [`Github::send`], with the path of the next page where the answer's `Link` header names one.
+    async fn send_paged(
+        &self,
+        method: Method,
+        path: &str,
+        authorization: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value, Option<String>), GithubError> {
         let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
         let request = Request::builder()
             .method(method)
@@ -137,16 +192,17 @@ impl Github {
         let call = async {
             let response = self.http.request(request).await.map_err(|e| GithubError::Unavailable(e.to_string()))?;
             let status = response.status();
+            let link = response.headers().get(header::LINK).and_then(|l| l.to_str().ok()).map(str::to_string);
             let limited = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES);
             let body = limited.collect().await.map_err(|e| GithubError::Unavailable(e.to_string()))?.to_bytes();
-            Ok::<_, GithubError>((status, body))
+            Ok::<_, GithubError>((status, body, link))
         };
-        let (status, body) = tokio::time::timeout(CALL_TIMEOUT, call)
+        let (status, body, link) = tokio::time::timeout(CALL_TIMEOUT, call)
             .await
             .map_err(|_| GithubError::Unavailable(format!("no answer within {}s", CALL_TIMEOUT.as_secs())))??;
         let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if status.is_success() {
-            return Ok((status, value));
+            return Ok((status, value, link.and_then(|l| next_page(&l, &self.base))));
         }
         let message = value
             .get("message")
@@ -160,6 +216,27 @@ impl Github {
         }
         Err(GithubError::Refused { status: status.as_u16(), message })
     }
+}
+
+/// One page of a list, and the path of the next (under the base URL), if there is one.
+#[derive(Debug)]
+pub struct Page {
+    /// The page's answer (an array for a list).
+    pub items: Value,
+    /// The next page's path and query, from the `Link` header's `rel="next"`.
+    pub next: Option<String>,
+}
+
+/// The path (under `base`) of the `rel="next"` URL of a `Link` header; `None` when there is none, or it points
+/// elsewhere than `base` (the credentials never follow a link off the API).
+fn next_page(link: &str, base: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (url, params) = part.trim().split_once(';')?;
+        params.split(';').any(|p| p.trim() == r#"rel="next""#).then_some(())?;
+        let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let path = url.strip_prefix(base)?;
+        path.starts_with('/').then(|| path.to_string())
+    })
 }
 
 /// Whether `url` may be given a token: `https://`, or plain `http://` to a loopback address (a test's server).
@@ -183,6 +260,16 @@ pub fn base_url_allowed(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_page_is_followed_only_on_the_api() {
+        let base = "https://api.github.com";
+        let link = r#"<https://api.github.com/app/hook/deliveries?per_page=100&cursor=v1_9>; rel="next", <https://api.github.com/app/hook/deliveries?per_page=100>; rel="first""#;
+        assert_eq!(next_page(link, base).as_deref(), Some("/app/hook/deliveries?per_page=100&cursor=v1_9"));
+        assert_eq!(next_page(r#"<https://api.github.com/x>; rel="prev""#, base), None);
+        assert_eq!(next_page(r#"<https://evil.example/steal>; rel="next""#, base), None, "never off the API");
+        assert_eq!(next_page(r#"<https://api.github.com.evil.example/x>; rel="next""#, base), None);
+    }
 
     #[test]
     fn tokens_go_only_over_tls_or_to_loopback() {

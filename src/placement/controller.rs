@@ -37,6 +37,12 @@ pub const FIELD_MANAGER: &str = "worksession-controller";
 pub const IDLE_RECHECK: Duration = Duration::from_secs(300);
 /// How long after a failed write the controller tries again.
 pub const ERROR_RECHECK: Duration = Duration::from_secs(5);
+/// For how long after a session was moved off a lost node the events labelled for that node are looked for: a
+/// bridge whose cache had not seen the move yet labels what it writes for the lost node, whose agent (which would
+/// relabel it) is gone. Caches see a move within seconds; this is long past that.
+pub const READDRESS_WINDOW: Duration = Duration::from_secs(600);
+/// How often, within that window, they are looked for.
+pub const READDRESS_EVERY: Duration = Duration::from_secs(5);
 /// How many sessions' writes are in flight at once.
 pub const WRITES_AT_ONCE: usize = 16;
 /// At most one decision per this long: every agent's Lease renewal is a change (1,000 nodes renew 100 times a
@@ -95,6 +101,8 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
     let mut bound = Bound::new();
     let mut recheck = Duration::ZERO;
     let mut last = Instant::now() - DECISION_INTERVAL;
+    // The lost nodes sessions were moved off, and when the last was: their events are looked for a while.
+    let mut left: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
             () = changed.notified() => {}
@@ -111,6 +119,20 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
         let plan = decide(&world, now);
         let failed = execute(&client, &sessions, &plan.decisions, &mut bound).await;
         recheck = if failed { ERROR_RECHECK } else { plan.recheck_after.unwrap_or(IDLE_RECHECK).min(IDLE_RECHECK) };
+        for (_, decision) in &plan.decisions {
+            if let Decision::Bind { from: Some((lost, _)), .. } = decision {
+                left.insert(lost.clone(), now);
+            }
+        }
+        left.retain(|_, moved| now.saturating_duration_since(*moved) < READDRESS_WINDOW);
+        for node in left.keys() {
+            if let Err(e) = readdress(&client, &sessions, node, options.namespace.as_deref()).await {
+                tracing::warn!(event = "placement.readdress_failed", node, error = %e, "relabelling the events of a lost node failed; trying again");
+            }
+        }
+        if !left.is_empty() {
+            recheck = recheck.min(READDRESS_EVERY);
+        }
     }
 }
 
@@ -348,6 +370,39 @@ async fn ask_to_move(client: &Client, ws: &WorkSession, node: &str) -> Result<()
             Ok(())
         }
     }
+}
+
+/// The WorkEvents labelled for the lost `node` whose session is on another node now: each such session's events are
+/// labelled for its node, whose agent then sees and delivers them.
+async fn readdress(
+    client: &Client,
+    sessions: &reflector::Store<WorkSession>,
+    node: &str,
+    namespace: Option<&str>,
+) -> Result<(), kube::Error> {
+    let events: Api<WorkEvent> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let labelled = ListParams::default().labels(&format!("{NODE_LABEL}={}", node_label_value(node)));
+    let mut done = std::collections::HashSet::new();
+    for ev in events.list(&labelled).await?.items {
+        let namespace = ev.namespace().unwrap_or_default();
+        let key = reflector::ObjectRef::<WorkSession>::new(&ev.spec.session).within(&namespace);
+        let Some(now_on) = sessions.get(&key).and_then(|ws| ws.spec.node_name.clone()) else { continue };
+        if now_on != node && done.insert(key) {
+            tracing::info!(
+                event = "placement.readdressed",
+                namespace,
+                session = ev.spec.session,
+                from = node,
+                to = now_on,
+                "events labelled for a lost node relabelled for the session's node"
+            );
+            label_events(client, &namespace, &ev.spec.session, &now_on).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Labels the session's WorkEvents for `node`'s agent (the label narrows each agent's watch).

@@ -42,6 +42,29 @@ struct Fake {
     /// The App's id and public key (PKCS#1 DER): a JWT is checked against it.
     app: Mutex<Option<(u64, Vec<u8>)>>,
     watched: Mutex<Option<(kube::Api<WorkEvent>, String)>>,
+    /// The webhook: where it delivers (the bridge), its secret and id, and every attempt it made.
+    hook: Mutex<Option<Hook>>,
+}
+
+/// A repository's webhook as GitHub keeps it.
+#[derive(Clone)]
+struct Hook {
+    bridge: SocketAddr,
+    secret: String,
+    id: u64,
+    attempts: Vec<HookAttempt>,
+}
+
+/// One attempt of a delivery, with what it carried.
+#[derive(Clone, Debug)]
+pub struct HookAttempt {
+    pub id: u64,
+    pub guid: String,
+    pub event: String,
+    pub payload: Value,
+    pub status_code: u16,
+    pub redelivery: bool,
+    pub at: k8s_openapi::jiff::Timestamp,
 }
 
 /// The fake, serving until dropped with the test's runtime.
@@ -92,6 +115,22 @@ impl FakeGithub {
 
     pub fn minted(&self) -> u32 {
         self.fake.minted.load(Ordering::SeqCst)
+    }
+
+    /// Its webhook `id` delivers to `bridge`, signed with `secret`.
+    pub fn hook(&self, bridge: SocketAddr, secret: &str, id: u64) {
+        *self.fake.hook.lock().unwrap() = Some(Hook { bridge, secret: secret.into(), id, attempts: Vec::new() });
+    }
+
+    /// The webhook delivers `payload` as event `kind` with delivery id `guid`, as GitHub does; returns what the bridge
+    /// answered (0: no answer).
+    pub async fn send(&self, kind: &str, guid: &str, payload: &Value) -> u16 {
+        attempt(&self.fake, kind, guid, payload, false).await
+    }
+
+    /// Every attempt the webhook made, oldest first.
+    pub fn attempts(&self) -> Vec<HookAttempt> {
+        self.fake.hook.lock().unwrap().as_ref().map(|h| h.attempts.clone()).unwrap_or_default()
     }
 
     /// Each call records the phase of the WorkEvent `name` as the API server has it then.
@@ -148,6 +187,12 @@ async fn handle(State(fake): State<Arc<Fake>>, method: Method, uri: Uri, headers
         )
             .into_response();
     }
+    if let Some(answer) = hook_call(&fake, &method, route) {
+        if !authorization.starts_with("token ") {
+            return refused(StatusCode::UNAUTHORIZED, "Requires authentication");
+        }
+        return answer;
+    }
     if !authorization.starts_with("token ") {
         return refused(StatusCode::UNAUTHORIZED, "Requires authentication");
     }
@@ -163,6 +208,65 @@ async fn handle(State(fake): State<Arc<Fake>>, method: Method, uri: Uri, headers
         return axum::Json(Value::Array(fake.comments.lock().unwrap().clone())).into_response();
     }
     refused(StatusCode::NOT_FOUND, "Not Found")
+}
+
+/// One delivery attempt of the webhook to the bridge, recorded with what the bridge answered.
+async fn attempt(fake: &Fake, kind: &str, guid: &str, payload: &Value, redelivery: bool) -> u16 {
+    let Some((bridge, secret, hook)) = fake.hook.lock().unwrap().as_ref().map(|h| (h.bridge, h.secret.clone(), h.id))
+    else {
+        panic!("no webhook: call FakeGithub::hook first");
+    };
+    let body = serde_json::to_vec(payload).unwrap();
+    let signature = worksession::bridge::github::sign(secret.as_bytes(), &body);
+    let hook = hook.to_string();
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", kind),
+        ("X-GitHub-Delivery", guid),
+        ("X-GitHub-Hook-ID", hook.as_str()),
+        ("X-Hub-Signature-256", signature.as_str()),
+    ];
+    let answer = crate::support::http(bridge, "POST", "/webhooks/github", &headers, &body).await;
+    let status_code = answer.map(|(status, _)| status).unwrap_or(0);
+    let mut kept = fake.hook.lock().unwrap();
+    let hook = kept.as_mut().unwrap();
+    let id = 1000 + hook.attempts.len() as u64;
+    let at = k8s_openapi::jiff::Timestamp::now();
+    let (guid, event, payload) = (guid.to_string(), kind.to_string(), payload.clone());
+    hook.attempts.push(HookAttempt { id, guid, event, payload, status_code, redelivery, at });
+    status_code
+}
+
+/// The webhook's deliveries (`GET .../hooks/{id}/deliveries`, newest first) and a redelivery
+/// (`POST .../deliveries/{attempt}/attempts`, made after the answer, as GitHub queues it); `None` for other calls.
+fn hook_call(fake: &Arc<Fake>, method: &Method, route: &str) -> Option<Response> {
+    let hook = fake.hook.lock().unwrap().clone()?;
+    let deliveries = format!("/hooks/{}/deliveries", hook.id);
+    let (_, rest) = route.split_once(&deliveries)?;
+    if rest.is_empty() && method == Method::GET {
+        let listed: Vec<Value> = hook
+            .attempts
+            .iter()
+            .rev()
+            .map(|a| {
+                json!({"id": a.id, "guid": a.guid, "delivered_at": a.at.to_string(), "redelivery": a.redelivery,
+                    "status_code": a.status_code, "event": a.event})
+            })
+            .collect();
+        return Some(axum::Json(Value::Array(listed)).into_response());
+    }
+    let id: u64 = rest.strip_prefix('/')?.strip_suffix("/attempts")?.parse().ok()?;
+    if method != Method::POST {
+        return None;
+    }
+    let Some(original) = hook.attempts.iter().find(|a| a.id == id).cloned() else {
+        return Some(refused(StatusCode::NOT_FOUND, "Not Found"));
+    };
+    let fake = fake.clone();
+    tokio::spawn(async move {
+        attempt(&fake, &original.event, &original.guid, &original.payload, true).await;
+    });
+    Some((StatusCode::ACCEPTED, axum::Json(json!({}))).into_response())
 }
 
 fn refused(status: StatusCode, message: &str) -> Response {
