@@ -33,10 +33,14 @@ pub const MOVE_ANNOTATION: &str = "worksession.dev/move-to";
 /// with `onClose: Delete`, removed when it reopens; the bridge deletes the session once the time has passed and it is
 /// still archived.
 pub const DELETE_AT_ANNOTATION: &str = "worksession.dev/delete-at";
-/// Label on a WorkSession naming a pull request its work item's branch carries (a hash of `owner/name#number`, see
-/// [`pull_request_label`]): the bridge writes it when it sees the pull request, and finds the session by it for a
-/// comment on the pull request (whose payload does not name the branch).
-pub const PULL_REQUEST_LABEL: &str = "worksession.dev/pull-request";
+/// The value of a WorkSession's label for each pull request its work item's branch carries (the label's key is
+/// [`pull_request_label`]: `worksession.dev/pr-<hash of owner/name#number>`): the bridge writes it when it sees the
+/// pull request, and finds the session by it for a comment in the pull request's conversation (whose payload does
+/// not name the branch).
+pub const LINKED: &str = "linked";
+/// Label on a WorkSession the bridge made: whose repository's it is ([`repository_label`]), so that only that
+/// repository's branch `worksession/<workItem>` is taken for its work item.
+pub const REPOSITORY_LABEL: &str = "worksession.dev/repository";
 /// Annotation on a WorkSession: the CI prompts the bridge sent since a person last prompted it (its bound is
 /// `github.ci.maxPrompts`).
 pub const CI_PROMPTS_ANNOTATION: &str = "worksession.dev/ci-prompts";

@@ -60,11 +60,18 @@ pub fn slug_of_parts(rendered: &str, parts: &[&str]) -> String {
     }
 }
 
-/// The value of [`super::PULL_REQUEST_LABEL`] for pull request `number` of `repository` (`owner/name`): a hash, the
-/// same on every bridge, that no other pull request shares.
+/// The key of the label ([`super::LINKED`]) linking a WorkSession to pull request `number` of `repository`
+/// (`owner/name`): `worksession.dev/pr-` and a hash that no other pull request shares, the same on every bridge. One key
+/// per pull request, so a delivery about one never moves another's link.
 pub fn pull_request_label(repository: &str, number: u64) -> String {
-    let digest = sha2::Sha256::digest(format!("{repository}#{number}").as_bytes());
-    format!("pr-{}", &hex::encode(digest)[..40])
+    let digest = sha2::Sha256::digest(format!("{repository}#{number}").to_ascii_lowercase().as_bytes());
+    format!("worksession.dev/pr-{}", &hex::encode(digest)[..40])
+}
+
+/// The value of [`super::REPOSITORY_LABEL`] for `repository` (`owner/name`, in any case): a hash.
+pub fn repository_label(repository: &str) -> String {
+    let digest = sha2::Sha256::digest(repository.to_ascii_lowercase().as_bytes());
+    format!("r-{}", &hex::encode(digest)[..40])
 }
 
 /// A UID for an object that the API server did not make (local mode): from its identity and its creation, so an object

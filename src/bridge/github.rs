@@ -50,6 +50,8 @@ pub struct Subject {
     pub number: u64,
     /// Who sent it (a CI result: the app's slug).
     pub sender: String,
+    /// The sender is a bot (`sender.type` `Bot`: an app, a workflow's token), not a person.
+    pub sender_bot: bool,
     /// The issue or pull-request title.
     pub title: String,
     /// The comment, review or issue text.
@@ -145,13 +147,20 @@ pub const FAILED_CONCLUSIONS: &[&str] = &["failure", "timed_out", "startup_failu
 
 /// The longest title or summary a CI line carries, in characters.
 const CI_TEXT_LIMIT: usize = 600;
+/// The longest check name a CI line carries, in characters.
+const NAME_LIMIT: usize = 100;
 
-fn clipped(text: &str) -> String {
+fn clipped(text: &str, limit: usize) -> String {
     let text = text.trim();
-    match text.char_indices().nth(CI_TEXT_LIMIT) {
+    match text.char_indices().nth(limit) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     }
+}
+
+/// `text` on one line: every line break and other control character a space.
+fn one_line(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 /// Reads a delivery of `kind` (`X-GitHub-Event`); `Err` says why it carries nothing to act on.
@@ -166,6 +175,7 @@ pub fn parse(kind: &str, payload: &Value) -> Result<Parsed, &'static str> {
         owner: owner.to_string(),
         repo: repo.to_string(),
         sender: sender.to_string(),
+        sender_bot: str_at(payload, &["sender", "type"]) == Some("Bot"),
         ..Default::default()
     };
     if matches!(kind, "check_run" | "check_suite" | "workflow_run") {
@@ -222,16 +232,19 @@ fn check(kind: &str, payload: &Value, base: Subject, repo_id: Option<u64>) -> Re
     }
     let conclusion = str_at(run, &["conclusion"]).ok_or("no conclusion")?;
     let sha = str_at(run, &["head_sha"]).ok_or("no head_sha")?;
-    // Only the pull requests GitHub lists for the run (never a fork's), whose head is this commit.
+    // Only the pull requests GitHub lists for the run (never a fork's), whose head is this commit: a result of an
+    // older commit of the branch is no news.
     let prs = run
         .get("pull_requests")
         .or_else(|| run.get("check_suite").and_then(|s| s.get("pull_requests")))
         .and_then(Value::as_array)
         .ok_or("no pull request")?;
+    let head_is = |pr: &Value| str_at(pr, &["head", "sha"]).is_none_or(|head| head == sha);
     let (pr, item) = prs
         .iter()
+        .filter(|pr| head_is(pr))
         .find_map(|pr| Some((pr, branch_of(pr, repo_id)?)))
-        .ok_or("no pull request of a work item's branch")?;
+        .ok_or("no pull request of a work item's branch at this commit")?;
     let number = pr.get("number").and_then(Value::as_u64).ok_or("no pull request number")?;
     let app = match kind {
         "workflow_run" => "github-actions",
@@ -239,17 +252,19 @@ fn check(kind: &str, payload: &Value, base: Subject, repo_id: Option<u64>) -> Re
     };
     let name = match kind {
         "check_suite" => format!("{app} check suite"),
-        _ => str_at(run, &["name"]).unwrap_or("(unnamed)").to_string(),
+        // Written by whoever made the check: one line, cut, so it cannot pass for the prompt's heading or another
+        // check's line.
+        _ => one_line(&clipped(str_at(run, &["name"]).unwrap_or("(unnamed)"), NAME_LIMIT)),
     };
     let title = str_at(run, &["output", "title"]).or_else(|| str_at(run, &["display_title"])).unwrap_or_default();
     let summary = str_at(run, &["output", "summary"]).unwrap_or_default();
     let url = str_at(run, &["html_url"]).or_else(|| str_at(run, &["details_url"])).unwrap_or_default();
-    let mut line = format!("- {name}: {conclusion}");
+    let mut line = format!("- {name}: {}", one_line(&clipped(conclusion, 40)));
     for part in [title, summary].into_iter().filter(|p| !p.trim().is_empty()) {
-        line.push_str(&format!(" — {}", clipped(part).replace('\n', " ")));
+        line.push_str(&format!(" — {}", one_line(&clipped(part, CI_TEXT_LIMIT))));
     }
     if !url.is_empty() {
-        line.push_str(&format!(" ({url})"));
+        line.push_str(&format!(" ({})", one_line(&clipped(url, 300))));
     }
     let check = Check { sha: sha.to_string(), failed: FAILED_CONCLUSIONS.contains(&conclusion), app: app.into(), line };
     let subject = Subject { number, sender: app.to_string(), url: url.to_string(), ..base };

@@ -26,6 +26,9 @@ pub const IGNORED_REASONS: &[&str] = &[
     "ci_app",
     "ci_passed",
     "ci_bound",
+    "ci_late",
+    "archived",
+    "not_its_branch",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

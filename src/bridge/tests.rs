@@ -10,6 +10,9 @@ use http_body_util::BodyExt;
 use tower::ServiceExt;
 
 use super::*;
+use crate::api::WorkSessionSpec;
+use crate::store::Archived;
+use kube::ResourceExt;
 
 #[path = "../../tests/fixtures/github.rs"]
 mod fixture;
@@ -81,15 +84,14 @@ impl Sink for Arc<Recorder> {
             return Ok(Archived::Outdated);
         }
         ws.spec.archived = archived;
-        let at_mark = at.map(|t| t.to_string());
         let delete = delete_at.filter(|_| archived).map(|t| t.to_string());
         let annotations = ws.metadata.annotations.get_or_insert_with(Default::default);
-        for (key, value) in [(crate::api::DELETE_AT_ANNOTATION, delete), (crate::api::LIFECYCLE_AT_ANNOTATION, at_mark)]
-        {
-            match value {
-                Some(v) => annotations.insert(key.into(), v),
-                None => annotations.remove(key),
-            };
+        match delete {
+            Some(v) => annotations.insert(crate::api::DELETE_AT_ANNOTATION.into(), v),
+            None => annotations.remove(crate::api::DELETE_AT_ANNOTATION),
+        };
+        if let Some(at) = at {
+            annotations.insert(crate::api::LIFECYCLE_AT_ANNOTATION.into(), at.to_string());
         }
         Ok(Archived::Written)
     }
@@ -131,6 +133,18 @@ impl Sink for Arc<Recorder> {
         Ok(true)
     }
 
+    async fn count_ci(&self, namespace: &str, name: &str, max: u32) -> Result<Option<u32>, SinkError> {
+        let mut sessions = self.sessions.lock().unwrap();
+        let Some(ws) = sessions.get_mut(&format!("{namespace}/{name}")) else { return Ok(Some(0)) };
+        let annotations = ws.metadata.annotations.get_or_insert_with(Default::default);
+        let counted: u32 = annotations.get(crate::api::CI_PROMPTS_ANNOTATION).and_then(|n| n.parse().ok()).unwrap_or(0);
+        if counted >= max {
+            return Ok(None);
+        }
+        annotations.insert(crate::api::CI_PROMPTS_ANNOTATION.into(), (counted + 1).to_string());
+        Ok(Some(counted + 1))
+    }
+
     async fn event(&self, _namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
         Ok(self.events.lock().unwrap().iter().find(|e| e.metadata.name.as_deref() == Some(name)).cloned())
     }
@@ -138,7 +152,8 @@ impl Sink for Arc<Recorder> {
     async fn set_prompt(&self, event: &WorkEvent, prompt: &str) -> Result<bool, SinkError> {
         let mut events = self.events.lock().unwrap();
         let Some(stored) = events.iter_mut().find(|e| e.metadata.name == event.metadata.name) else { return Ok(false) };
-        if stored.spec != event.spec || stored.status.is_some() {
+        let begun = stored.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != crate::api::EventPhase::Pending);
+        if stored.spec != event.spec || begun {
             return Ok(false);
         }
         stored.spec.prompt = prompt.into();

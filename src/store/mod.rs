@@ -118,8 +118,8 @@ impl From<::kube::Error> for SinkError {
     }
 }
 
-/// The bridge's edge to the object store.
-pub trait Sink: Send + Sync + 'static {
+/// The bridge's edge to the object store (cloned into tasks beside a delivery).
+pub trait Sink: Clone + Send + Sync + 'static {
     /// The WorkSession `namespace/name`; when missing, `create` is created (if given). `None`: missing and not
     /// created.
     fn session(
@@ -162,6 +162,15 @@ pub trait Sink: Send + Sync + 'static {
         labels: &[(&str, Option<&str>)],
         annotations: &[(&str, Option<&str>)],
     ) -> impl Future<Output = Result<bool, SinkError>> + Send;
+    /// Counts one more CI prompt on the WorkSession `namespace/name` ([`crate::api::CI_PROMPTS_ANNOTATION`]) while
+    /// fewer than `max` are counted, over the version read (no two deliveries count the same one): the new count, or
+    /// `None` when `max` were counted already (then nothing is written). A session that is gone counts `Some(0)`.
+    fn count_ci(
+        &self,
+        namespace: &str,
+        name: &str,
+        max: u32,
+    ) -> impl Future<Output = Result<Option<u32>, SinkError>> + Send;
     /// The WorkEvent `namespace/name`, fresh.
     fn event(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<WorkEvent>, SinkError>> + Send;
     /// Replaces the prompt of `event`, only over the version it was read at and only while no delivery of it has

@@ -33,6 +33,8 @@ pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 pub struct LocalStore {
     dir: PathBuf,
     index: Mutex<Index>,
+    /// Held across each read-compare-write of a manifest by the bridge (its handlers run at once).
+    editing: Mutex<()>,
     /// File-system notifications (`None`: every read stats the directory).
     watch: Option<Watch>,
 }
@@ -75,7 +77,7 @@ impl LocalStore {
     pub fn new(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir)?;
-        Ok(Self { dir, index: Mutex::new(Index::default()), watch: None })
+        Ok(Self { dir, index: Mutex::new(Index::default()), editing: Mutex::new(()), watch: None })
     }
 
     /// The store over `dir`, told of changes by file-system notifications (inotify), with a rescan every
@@ -295,13 +297,16 @@ impl Sink for std::sync::Arc<LocalStore> {
         _delete_at: Option<k8s_openapi::jiff::Timestamp>,
         at: Option<k8s_openapi::jiff::Timestamp>,
     ) -> Result<Archived, SinkError> {
-        let Some((path, ws)) = self.session_path(name).map_err(|e| SinkError::Unavailable(e.to_string()))? else {
+        let Some((path, _)) = self.session_path(name).map_err(|e| SinkError::Unavailable(e.to_string()))? else {
             return Ok(Archived::Missing);
         };
-        if super::outdated(&ws, at) {
-            return Ok(Archived::Outdated);
-        }
-        self.edit_manifest(&path, |value| {
+        let written = self.edit_manifest(&path, |value| {
+            // Compared with the manifest as read under the edit lock: of two changes at once, the later wins.
+            let recorded = value["metadata"]["annotations"][crate::api::LIFECYCLE_AT_ANNOTATION].as_str();
+            let recorded = recorded.and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+            if matches!((recorded, at), (Some(recorded), Some(at)) if at < recorded) {
+                return Ok(false);
+            }
             let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
                 return Err(SinkError::Rejected(format!("{} has no spec", path.display())));
             };
@@ -313,9 +318,27 @@ impl Sink for std::sync::Arc<LocalStore> {
             if let Some(at) = at {
                 set_meta(value, "annotations", crate::api::LIFECYCLE_AT_ANNOTATION, Some(&at.to_string()));
             }
-            Ok(())
+            Ok(true)
         })?;
-        Ok(Archived::Written)
+        Ok(if written { Archived::Written } else { Archived::Outdated })
+    }
+
+    async fn count_ci(&self, _namespace: &str, name: &str, max: u32) -> Result<Option<u32>, SinkError> {
+        let Some((path, _)) = self.session_path(name).map_err(|e| SinkError::Unavailable(e.to_string()))? else {
+            return Ok(Some(0));
+        };
+        let mut counted = None;
+        self.edit_manifest(&path, |value| {
+            let key = crate::api::CI_PROMPTS_ANNOTATION;
+            let now: u32 = value["metadata"]["annotations"][key].as_str().and_then(|n| n.parse().ok()).unwrap_or(0);
+            if now >= max {
+                return Ok(false);
+            }
+            counted = Some(now + 1);
+            set_meta(value, "annotations", key, Some(&(now + 1).to_string()));
+            Ok(true)
+        })?;
+        Ok(counted)
     }
 
     async fn find_session(
@@ -344,7 +367,7 @@ impl Sink for std::sync::Arc<LocalStore> {
             for (key, v) in annotations {
                 set_meta(value, "annotations", key, *v);
             }
-            Ok(())
+            Ok(true)
         })?;
         Ok(true)
     }
@@ -366,7 +389,7 @@ impl Sink for std::sync::Arc<LocalStore> {
         }
         self.edit_manifest(&path, |value| {
             value["spec"]["prompt"] = Value::String(prompt.to_string());
-            Ok(())
+            Ok(true)
         })?;
         Ok(true)
     }
@@ -387,20 +410,24 @@ impl Sink for std::sync::Arc<LocalStore> {
 }
 
 impl LocalStore {
-    /// Rewrites the manifest at `path` as `edit` changes it (a person's comments go; all else keeps its meaning).
+    /// Rewrites the manifest at `path` as `edit` changes it (a person's comments go; all else keeps its meaning),
+    /// unless `edit` says `false`; whether it was written. One edit at a time: each reads what the last one wrote.
     fn edit_manifest(
         &self,
         path: &Path,
-        edit: impl FnOnce(&mut Value) -> Result<(), SinkError>,
-    ) -> Result<(), SinkError> {
+        edit: impl FnOnce(&mut Value) -> Result<bool, SinkError>,
+    ) -> Result<bool, SinkError> {
+        let _one = lock(&self.editing);
         let unavailable = |e: String| SinkError::Unavailable(e);
         let text = std::fs::read_to_string(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
         let mut value: Value =
             serde_yaml_ng::from_str(&text).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
-        edit(&mut value)?;
+        if !edit(&mut value)? {
+            return Ok(false);
+        }
         write_atomic(path, &value).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
         lock(&self.index).reload(path);
-        Ok(())
+        Ok(true)
     }
 }
 
