@@ -33,6 +33,8 @@ pub struct Attempt {
     pub status_code: u16,
     /// When GitHub made the attempt.
     pub at: Timestamp,
+    /// A redelivery (someone asked for it), not the delivery's first attempt.
+    pub redelivery: bool,
 }
 
 impl Attempt {
@@ -42,6 +44,7 @@ impl Attempt {
             guid: v.get("guid")?.as_str()?.to_string(),
             status_code: v.get("status_code").and_then(Value::as_u64).unwrap_or(0).try_into().unwrap_or(0),
             at: v.get("delivered_at")?.as_str()?.parse().ok()?,
+            redelivery: v.get("redelivery").and_then(Value::as_bool).unwrap_or(false),
         })
     }
 
@@ -80,7 +83,9 @@ pub fn due(
     }
     let mut due = Due::default();
     for (guid, tries) in by_guid {
-        if !tries.iter().all(|a| a.failed()) {
+        // Its first attempt is older than what was read, so its attempts cannot be counted: left alone.
+        let whole = tries.iter().any(|a| !a.redelivery);
+        if !whole || !tries.iter().all(|a| a.failed()) {
             continue;
         }
         let Some(newest) = tries.iter().max_by_key(|a| (a.at, a.id)) else { continue };
@@ -117,7 +122,7 @@ async fn sweep(
     hook: &Hook,
     r: &Redeliver,
     metrics: &BridgeMetrics,
-    asked: &mut std::collections::HashMap<String, Timestamp>,
+    memory: &mut Memory,
 ) -> Result<(), GithubError> {
     let (path, repository) = hook_path(hook);
     let now = Timestamp::now();
@@ -135,9 +140,9 @@ async fn sweep(
         attempts.extend(listed.into_iter().filter(|a| a.at >= since));
         next = got.next.filter(|_| !older);
     }
-    let due = due(&attempts, now, r.settle, asked);
+    let due = due(&attempts, now, r.settle, &memory.asked);
     let guid_of = |id: u64| attempts.iter().find(|a| a.id == id).map(|a| a.guid.clone()).unwrap_or_default();
-    for guid in &due.given_up {
+    for guid in due.given_up.iter().filter(|g| memory.given_up.insert(g.to_string(), now).is_none()) {
         metrics.redeliveries.get_or_create(&RedeliveryLabels { outcome: "given_up" }).inc();
         tracing::warn!(
             event = "bridge.redelivery_given_up",
@@ -150,7 +155,7 @@ async fn sweep(
         count(metrics, "redeliver", &answer);
         match answer {
             Ok(()) => {
-                asked.insert(guid_of(id), Timestamp::now());
+                memory.asked.insert(guid_of(id), Timestamp::now());
                 metrics.redeliveries.get_or_create(&RedeliveryLabels { outcome: "asked" }).inc();
                 tracing::info!(
                     event = "bridge.redelivery_asked",
@@ -175,10 +180,18 @@ fn count<T>(metrics: &BridgeMetrics, call: &'static str, result: &Result<T, Gith
     metrics.github_calls.get_or_create(&GithubLabels { call, outcome }).inc();
 }
 
+/// What a bridge remembers between sweeps, by delivery id: the redeliveries it asked for, and the deliveries it gave
+/// up (counted once).
+#[derive(Default)]
+struct Memory {
+    asked: std::collections::HashMap<String, Timestamp>,
+    given_up: std::collections::HashMap<String, Timestamp>,
+}
+
 /// Sweeps every configured hook every `github.redeliver.intervalSeconds`, until the process stops. A failed sweep of
 /// a hook is logged and tried at the next.
 pub async fn run(github: Arc<Github>, config: watch::Receiver<Arc<BridgeConfig>>, metrics: BridgeMetrics) {
-    let mut asked = std::collections::HashMap::new();
+    let mut memory = Memory::default();
     loop {
         let redeliver = config.borrow().github.as_ref().and_then(|g| g.redeliver.clone());
         let Some(redeliver) = redeliver else {
@@ -186,12 +199,14 @@ pub async fn run(github: Arc<Github>, config: watch::Receiver<Arc<BridgeConfig>>
             continue;
         };
         for hook in &redeliver.hooks {
-            if let Err(e) = sweep(&github, hook, &redeliver, &metrics, &mut asked).await {
+            if let Err(e) = sweep(&github, hook, &redeliver, &metrics, &mut memory).await {
                 tracing::warn!(event = "bridge.redelivery_sweep_failed", hook = ?hook, error = %e, "listing the hook's deliveries failed; trying at the next sweep");
             }
         }
         let now = Timestamp::now();
-        asked.retain(|_, at| at.checked_add(ASKED_WAIT).is_ok_and(|t| t > now));
+        memory.asked.retain(|_, at| at.checked_add(ASKED_WAIT).is_ok_and(|t| t > now));
+        let lookback = SignedDuration::try_from(redeliver.lookback).unwrap_or(SignedDuration::MAX);
+        memory.given_up.retain(|_, at| at.checked_add(lookback).is_ok_and(|t| t > now));
         tokio::time::sleep(redeliver.interval).await;
     }
 }
@@ -202,7 +217,7 @@ mod tests {
 
     fn attempt(id: u64, guid: &str, status_code: u16, secs_ago: i64) -> Attempt {
         let at = Timestamp::from_second(1_800_000_000 - secs_ago).unwrap();
-        Attempt { id, guid: guid.into(), status_code, at }
+        Attempt { id, guid: guid.into(), status_code, at, redelivery: false }
     }
 
     #[test]
@@ -232,10 +247,14 @@ mod tests {
     #[test]
     fn a_delivery_that_keeps_failing_is_given_up() {
         let now = Timestamp::from_second(1_800_000_000).unwrap();
-        let attempts: Vec<Attempt> = (1..=5).map(|i| attempt(i, "hopeless", 503, 600 - i as i64 * 60)).collect();
+        let attempts: Vec<Attempt> = (1..=5)
+            .map(|i| Attempt { redelivery: i > 1, ..attempt(i, "hopeless", 503, 600 - i as i64 * 60) })
+            .collect();
         let (settle, none) = (Duration::from_secs(30), Default::default());
         assert_eq!(due(&attempts, now, settle, &none), Due { redeliver: vec![], given_up: vec!["hopeless".into()] });
         assert_eq!(due(&attempts[..4], now, settle, &none).redeliver, [4]);
+        // Its first attempt fell out of what was read: its attempts cannot be counted, so it is not asked again.
+        assert_eq!(due(&attempts[1..], now, settle, &none), Due::default());
     }
 
     #[test]

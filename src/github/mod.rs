@@ -97,54 +97,47 @@ impl Github {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(StatusCode, Value), GithubError> {
-        let token = self.token(repository).await?;
-        let result = self.send(method, path, &format!("token {token}"), body).await;
-        if let (Err(GithubError::Refused { status: 401, message }), Auth::App(app)) = (&result, &self.auth) {
-            // A token GitHub no longer takes (revoked, the App reinstalled): the next try mints a new one.
-            app.forget().await;
-            return Err(GithubError::Credentials(format!("the installation token was refused: {message}")));
-        }
-        result
+        let (status, value, _) = self.call_as(method, Some(repository), path, body).await?;
+        Ok((status, value))
     }
 
     /// One page of a list, GET with the credentials for `repository`, or as the App itself when `repository` is
     /// `None` (its JWT: what the App owns, such as its own webhook's deliveries).
     pub async fn page(&self, repository: Option<&str>, path: &str) -> Result<Page, GithubError> {
-        let authorization = match (repository, &self.auth) {
-            (Some(repository), _) => return self.call_paged(Method::GET, repository, path, None).await,
-            (None, Auth::App(app)) => format!("Bearer {}", app.jwt(k8s_openapi::jiff::Timestamp::now())?),
-            (None, Auth::TokenFile(_)) => {
-                return Err(GithubError::Credentials("only a GitHub App can read its own webhook".into()));
-            }
-        };
-        let (_, items, next) = self.send_paged(Method::GET, path, &authorization, None).await?;
+        let (_, items, next) = self.call_as(Method::GET, repository, path, None).await?;
         Ok(Page { items, next })
     }
 
-    /// One POST without a body, as [`Github::page`] authenticates.
+    /// One POST without a body, authenticated as [`Github::page`] is.
     pub async fn post(&self, repository: Option<&str>, path: &str) -> Result<(), GithubError> {
-        match (repository, &self.auth) {
-            (Some(repository), _) => self.call(Method::POST, repository, path, None).await.map(drop),
-            (None, Auth::App(app)) => {
-                let jwt = app.jwt(k8s_openapi::jiff::Timestamp::now())?;
-                self.send(Method::POST, path, &format!("Bearer {jwt}"), None).await.map(drop)
-            }
-            (None, Auth::TokenFile(_)) => {
-                Err(GithubError::Credentials("only a GitHub App can read its own webhook".into()))
-            }
-        }
+        self.call_as(Method::POST, repository, path, None).await.map(drop)
     }
 
-    async fn call_paged(
+    /// One call with the credentials for `repository`, or the App's JWT (`None`); a token GitHub refused is
+    /// forgotten, so the next call mints another.
+    async fn call_as(
         &self,
         method: Method,
-        repository: &str,
+        repository: Option<&str>,
         path: &str,
         body: Option<&Value>,
-    ) -> Result<Page, GithubError> {
-        let token = self.token(repository).await?;
-        let (_, items, next) = self.send_paged(method, path, &format!("token {token}"), body).await?;
-        Ok(Page { items, next })
+    ) -> Result<(StatusCode, Value, Option<String>), GithubError> {
+        let authorization = match (repository, &self.auth) {
+            (Some(repository), _) => format!("token {}", self.token(repository).await?),
+            (None, Auth::App(app)) => format!("Bearer {}", app.jwt(k8s_openapi::jiff::Timestamp::now())?),
+            (None, Auth::TokenFile(_)) => {
+                return Err(GithubError::Credentials("only a GitHub App can act as itself (its own webhook)".into()));
+            }
+        };
+        let result = self.send_paged(method, path, &authorization, body).await;
+        if let (Some(_), Err(GithubError::Refused { status: 401, message }), Auth::App(app)) =
+            (repository, &result, &self.auth)
+        {
+            // A token GitHub no longer takes (revoked, the App reinstalled): the next try mints a new one.
+            app.forget().await;
+            return Err(GithubError::Credentials(format!("the installation token was refused: {message}")));
+        }
+        result
     }
 
     async fn token(&self, repository: &str) -> Result<String, GithubError> {

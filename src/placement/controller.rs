@@ -101,8 +101,10 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
     let mut bound = Bound::new();
     let mut recheck = Duration::ZERO;
     let mut last = Instant::now() - DECISION_INTERVAL;
-    // The lost nodes sessions were moved off, and when the last was: their events are looked for a while.
+    // The lost nodes sessions were moved off, and when the last was: their events are looked for a while. A
+    // controller that starts counts every node lost then (a move its predecessor made may be that recent).
     let mut left: HashMap<String, Instant> = HashMap::new();
+    let mut first = true;
     loop {
         tokio::select! {
             () = changed.notified() => {}
@@ -119,6 +121,9 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
         let plan = decide(&world, now);
         let failed = execute(&client, &sessions, &plan.decisions, &mut bound).await;
         recheck = if failed { ERROR_RECHECK } else { plan.recheck_after.unwrap_or(IDLE_RECHECK).min(IDLE_RECHECK) };
+        if std::mem::take(&mut first) {
+            left.extend(plan.lost.iter().map(|n| (n.clone(), now)));
+        }
         for (_, decision) in &plan.decisions {
             if let Decision::Bind { from: Some((lost, _)), .. } = decision {
                 left.insert(lost.clone(), now);

@@ -140,6 +140,8 @@ pub struct Plan {
     pub decisions: Vec<((String, String), Decision)>,
     /// When to decide again without a change.
     pub recheck_after: Option<Duration>,
+    /// The nodes lost now, of the agents and the sessions known, by name.
+    pub lost: Vec<String>,
 }
 
 /// How many nodes a `NoNodeFits` message names with their reason.
@@ -205,6 +207,11 @@ pub fn decide(world: &World, now: Instant) -> Plan {
         }
     }
     plan.decisions = decisions;
+    let mut nodes: Vec<&String> =
+        world.agents.keys().chain(world.sessions.iter().filter_map(|s| s.node.as_ref())).collect();
+    nodes.sort();
+    nodes.dedup();
+    plan.lost = nodes.into_iter().filter(|n| lost(world, n, now).is_ok()).cloned().collect();
     plan
 }
 

@@ -134,6 +134,14 @@ fn within_the_grace_a_silent_node_is_not_lost_yet_and_is_looked_at_when_it_may_b
     let plan = decide(&fleet.world, fleet.now);
     assert!(plan.decisions.is_empty());
     assert_eq!(plan.recheck_after, Some(Duration::from_secs(10)));
+    assert!(plan.lost.is_empty(), "not lost yet");
+}
+
+#[test]
+fn the_plan_names_the_nodes_lost_now() {
+    let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).node("b", &[], None, NOW);
+    let fleet = fleet.session("s", Some("gone")).with(|w| w.nodes.get_mut("gone").unwrap().ready = false);
+    assert_eq!(decide(&fleet.world, fleet.now).lost, ["gone"]);
 }
 
 #[test]

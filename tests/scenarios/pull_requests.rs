@@ -43,7 +43,7 @@ pub async fn a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issu
     let secret = rig.tmux().dir.path().join("github-secret");
     std::fs::write(&secret, SECRET).unwrap();
     let yaml = format!(
-        "github:\n  secretFile: {}\n  ignoreSenders: [agents-bot]\n  ci: {{quietSeconds: 4, maxPrompts: 2}}\nroutes:\n  - {{repository: 'octo-org/*', namespace: {}, nodeName: {}, harness: standin, workdir: {}, workItem: '{{repo}}-{{number}}'}}\n",
+        "github:\n  secretFile: {}\n  ignoreSenders: [agents-bot]\n  ci: {{quietSeconds: 10, maxPrompts: 2}}\nroutes:\n  - {{repository: 'octo-org/*', namespace: {}, nodeName: {}, harness: standin, workdir: {}, workItem: '{{repo}}-{{number}}'}}\n",
         secret.display(),
         rig.namespace(),
         rig.node(),

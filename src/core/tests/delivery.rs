@@ -412,7 +412,11 @@ fn an_event_not_due_yet_waits_without_holding_up_the_others_and_wakes_the_decisi
     case.events = vec![batch, ev("e2", "a comment")];
     let plan = case.step();
     assert_eq!(ops(&plan), ["paste e2 into loop-ns_repo-12: a comment", "event e2 Delivering via Pasted"]);
-    assert!(plan.requeue_after <= Some(Duration::from_secs(30)), "woken by then: {:?}", plan.requeue_after);
+    assert!(
+        plan.requeue_after.is_some_and(|d| d <= Duration::from_secs(30)),
+        "woken by then: {:?}",
+        plan.requeue_after
+    );
     case.events.retain(|e| e.name == "ci");
     case.now = t(130);
     assert_eq!(ops(&case.step()), ["paste ci into loop-ns_repo-12: CI failed", "event ci Delivering via Pasted"]);
