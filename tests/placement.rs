@@ -381,6 +381,11 @@ async fn a_lost_nodes_session_resumes_on_another_node_and_its_waiting_event_is_d
 
     // A burst a bridge acknowledged from a cache that still placed the session on a: labelled for the lost node,
     // whose agent (which would relabel them) is gone. The controller relabels them for b, whose agent delivers them.
+    // Sent once the session is quiet on b (past the respawn's 10 s settle window, nothing left to look at again), so
+    // that only a change of the events themselves can reach b's agent.
+    let respawned = ws.status.as_ref().and_then(|s| s.last_respawn.as_ref()).map(|r| r.time.0).unwrap();
+    let quiet = respawned.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(12)).unwrap();
+    support::until("the session quiet on b", || async { k8s_openapi::jiff::Timestamp::now() > quiet }).await;
     let stale = worksession::api::node_label_value(&a);
     for i in 0..3 {
         let ev: WorkEvent = serde_json::from_value(json!({
