@@ -120,7 +120,7 @@ fn header(query: &Query) -> Vec<String> {
     let wide = query.output == Some(Output::Wide);
     match query.kind {
         Kind::Sessions => {
-            h.extend(["NAME", "NODE", "HARNESS", "PHASE", "ACTIVITY", "RESUMED", "SESSION ID", "AGE"]);
+            h.extend(["NAME", "NODE", "HARNESS", "PHASE", "ACTIVITY", "RESUMED", "SESSION ID", "PR", "CI", "AGE"]);
             if wide {
                 h.extend(["TMUX", "RESPAWNS", "FAILURES", "REASON"]);
             }
@@ -155,6 +155,8 @@ pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<Strin
         activity.map(|c| c.reason.clone()).unwrap_or_default(),
         resumed.map(|c| c.status.clone()).unwrap_or_default(),
         id,
+        st.pull_request.as_ref().map(|p| p.number.to_string()).unwrap_or_default(),
+        st.pull_request.as_ref().and_then(|p| p.checks).map(|c| c.to_string()).unwrap_or_default(),
         age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
     ]);
     if wide {
@@ -166,6 +168,14 @@ pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<Strin
         ]);
     }
     row
+}
+
+/// A pull request as people read it: `#57 Open, CI Failing`.
+pub fn pull_request_words(p: &crate::api::PullRequestStatus) -> String {
+    match p.checks {
+        Some(checks) => format!("#{} {}, CI {checks}", p.number, p.state),
+        None => format!("#{} {}", p.number, p.state),
+    }
 }
 
 /// One table row of a WorkEvent.
@@ -379,6 +389,14 @@ mod tests {
                 last_transition_time: Time("2026-11-30T00:09:00Z".parse().unwrap()),
                 observed_generation: None,
             }],
+            pull_request: Some(crate::api::PullRequestStatus {
+                repository: "octo/repo".into(),
+                number: 57,
+                url: "https://github.com/octo/repo/pull/57".into(),
+                state: crate::api::PullRequestState::Open,
+                head_sha: Some("abc".into()),
+                checks: Some(crate::api::ChecksState::Failing),
+            }),
             ..Default::default()
         });
         ws
@@ -395,8 +413,8 @@ mod tests {
         let one = query(Scope::One("team-a".into()), &[], None);
         assert_eq!(
             render_sessions(std::slice::from_ref(&ws), &one, now),
-            "NAME      NODE     HARNESS   PHASE     ACTIVITY          RESUMED   SESSION ID   AGE\n\
-             repo-12   node-a   claude    Running   WaitingForInput             01234567     10m\n"
+            "NAME      NODE     HARNESS   PHASE     ACTIVITY          RESUMED   SESSION ID   PR   CI        AGE\n\
+             repo-12   node-a   claude    Running   WaitingForInput             01234567     57   Failing   10m\n"
         );
         let all = render_sessions(std::slice::from_ref(&ws), &query(Scope::All, &[], None), now);
         assert!(all.starts_with("NAMESPACE   NAME") && all.contains("\nteam-a      repo-12"), "{all}");

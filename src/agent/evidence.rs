@@ -94,6 +94,7 @@ impl Gathered {
                     .map(String::as_str)
                     .filter(|to| *to != crate::api::ANY_NODE && !to.is_empty())
                     .filter(|to| ws.spec.node_name.as_deref() != Some(to)),
+                pull_request: ws.annotations().get(crate::api::PULL_REQUEST_STATE_ANNOTATION).map(String::as_str),
             },
             observed: Observed {
                 session: &self.session,

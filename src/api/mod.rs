@@ -4,12 +4,14 @@
 //! immutable fields); [`shapes`] holds the same rules as code, for local mode and for what reaches a command line
 //! (see [`is_valid_session_id`]).
 
+mod pull_request;
 mod shapes;
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
+pub use pull_request::{ChecksState, PullRequestState, PullRequestStatus};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 pub use shapes::*;
@@ -41,6 +43,9 @@ pub const LINKED: &str = "linked";
 /// Label on a WorkSession the bridge made: whose repository's it is ([`repository_label`]), so that only that
 /// repository's branch `worksession/<workItem>` is taken for its work item.
 pub const REPOSITORY_LABEL: &str = "worksession.dev/repository";
+/// Annotation on a WorkSession: its work item's pull request as GitHub last said ([`PullRequestStatus`] as JSON),
+/// written by the bridge; the agent shows it as `status.pullRequest`.
+pub const PULL_REQUEST_STATE_ANNOTATION: &str = "worksession.dev/pull-request-state";
 /// Annotation on a WorkSession: the CI prompts the bridge sent since a person last prompted it (its bound is
 /// `github.ci.maxPrompts`).
 pub const CI_PROMPTS_ANNOTATION: &str = "worksession.dev/ci-prompts";
@@ -78,6 +83,18 @@ pub fn identity(obj: &impl kube::ResourceExt) -> String {
     ),
     printcolumn(name = "Resumed", type_ = "string", json_path = ".status.conditions[?(@.type==\"Resumed\")].status"),
     printcolumn(name = "Session id", type_ = "string", json_path = ".status.harnessSessionId"),
+    printcolumn(
+        name = "PR",
+        type_ = "integer",
+        json_path = ".status.pullRequest.number",
+        description = "The work item's pull request."
+    ),
+    printcolumn(
+        name = "CI",
+        type_ = "string",
+        json_path = ".status.pullRequest.checks",
+        description = "What CI said of its head commit: Pending, Passing or Failing."
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -274,6 +291,9 @@ pub struct WorkSessionStatus {
     /// When the harness was stopped for being idle (phase `Idle`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_since: Option<Time>,
+    /// The work item's pull request (its branch `worksession/<workItem>`), as the bridge last heard from GitHub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<PullRequestStatus>,
 }
 
 /// The delivery of a prompt that is not a WorkEvent (`spec.initialPrompt`).

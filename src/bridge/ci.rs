@@ -13,7 +13,10 @@ use serde_json::json;
 
 use super::github::{BRANCH_PREFIX, Check, Subject};
 use super::{ApiError, Bridge, answer, config, event_name, work_event};
-use crate::api::{CI_PROMPTS_ANNOTATION, EventPhase, EventSource, WorkEvent};
+use crate::api::{
+    CI_PROMPTS_ANNOTATION, ChecksState, EventPhase, EventSource, PULL_REQUEST_STATE_ANNOTATION, PullRequestStatus,
+    WorkEvent, WorkSession,
+};
 use crate::store::Sink;
 
 /// How long before a batch's `notBefore` the bridge stops adding to it, at most: an agent's clock a little ahead of
@@ -97,15 +100,18 @@ pub async fn deliver<S: Sink>(
         let why = format!("app {} may not speak for CI (github.ci.apps: {})", check.app, ci.apps.join(", "));
         return Ok(bridge.ignored("ci_app", why));
     }
-    if !check.failed && !route.ci_on_success {
-        return Ok(bridge.ignored("ci_passed", format!("{} passed on {}", check.line, check.sha)));
-    }
     let namespace = route.namespace.as_str();
     // One CI write at a time: the batches and the session's count are read, then written.
     let _one = bridge.ci.lock().await;
     let Some(ws) = bridge.sink.session(namespace, work_item, None).await? else {
         return Ok(bridge.ignored("no_session", format!("work item {work_item} has no WorkSession in {namespace}")));
     };
+    if let Some(shown) = checks_state(&ws, subject, &check) {
+        bridge.sink.mark_session(namespace, work_item, &[], &[(PULL_REQUEST_STATE_ANNOTATION, Some(&shown))]).await?;
+    }
+    if !check.failed && !route.ci_on_success {
+        return Ok(bridge.ignored("ci_passed", format!("{} passed on {}", check.line, check.sha)));
+    }
     if ws.spec.archived {
         // Checks that finish after the merge: the work is over; a person's comment still wakes it.
         return Ok(bridge.ignored("archived", format!("work item {work_item} is archived: {}", check.line)));
@@ -157,6 +163,26 @@ pub async fn deliver<S: Sink>(
             bridge.deliver(namespace, work_item, None, event).await
         }
     }
+}
+
+/// The pull request's state with what `check` says of its head commit, when it changes what `ws` records: a failure
+/// makes it `Failing`, a pass `Passing` unless a check of the commit failed. A result of another commit, or of a pull
+/// request the session does not record, changes nothing.
+fn checks_state(ws: &WorkSession, subject: &Subject, check: &Check) -> Option<String> {
+    let recorded = ws.annotations().get(PULL_REQUEST_STATE_ANNOTATION)?;
+    let mut state = PullRequestStatus::from_annotation(recorded)?;
+    if state.number != subject.number || state.head_sha.as_deref() != Some(check.sha.as_str()) {
+        return None;
+    }
+    let checks = match (check.failed, state.checks) {
+        (true, _) => ChecksState::Failing,
+        (false, Some(ChecksState::Failing)) => ChecksState::Failing,
+        (false, _) => ChecksState::Passing,
+    };
+    (state.checks != Some(checks)).then(|| {
+        state.checks = Some(checks);
+        state.to_annotation()
+    })
 }
 
 /// Counts one more CI prompt (or bot push), `what`, on the session, within `github.ci.maxPrompts`; `Err(why)` when

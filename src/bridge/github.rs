@@ -66,6 +66,8 @@ pub struct Subject {
     pub comment_id: Option<u64>,
     /// When GitHub says the issue or pull request last changed (`updated_at`): what orders its closings and reopenings.
     pub at: Option<String>,
+    /// A pull request's head commit, where the payload names it.
+    pub head: Option<String>,
 }
 
 /// How the work item of a delivery is found.
@@ -192,6 +194,7 @@ pub fn parse(kind: &str, payload: &Value) -> Result<Parsed, &'static str> {
         association: str_at(detail, &["author_association"]).map(str::to_string),
         comment_id: payload.get("comment").and_then(|c| c.get("id")).and_then(Value::as_u64),
         at: str_at(item, &["updated_at"]).map(str::to_string),
+        head: payload.get("pull_request").and_then(|pr| str_at(pr, &["head", "sha"])).map(str::to_string),
         ..base
     };
     let pull_request = payload.get("pull_request");

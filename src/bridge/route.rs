@@ -14,8 +14,8 @@ use super::config::{self, ROUTE_LABEL, render};
 use super::github::{self, Ask, Parsed, Subject, Target};
 use super::{API_TIMEOUT, ApiError, Bridge, Cap, answer, ci, event_name, header, metrics, read_body, work_event};
 use crate::api::{
-    EventSource, LINKED, REPOSITORY_LABEL, SourceType, WorkSession, WorkSessionSpec, WorkspaceSpec, pull_request_label,
-    repository_label,
+    ChecksState, EventSource, LINKED, PULL_REQUEST_STATE_ANNOTATION, PullRequestState, PullRequestStatus,
+    REPOSITORY_LABEL, SourceType, WorkSession, WorkSessionSpec, WorkspaceSpec, pull_request_label, repository_label,
 };
 use crate::store::{Archived, Sink};
 
@@ -112,10 +112,18 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
                 );
                 return Ok(bridge.ignored("not_its_branch", why));
             }
-            // The link a later comment in the pull request's conversation is routed by: recorded from the pull
-            // request's own events (its author's side), never from a review or a CI result.
-            if kind == "pull_request" && ws.labels().get(&link).is_none_or(|v| v != LINKED) {
-                bridge.sink.mark_session(namespace, item, &[(&link, Some(LINKED))], &[]).await?;
+            // The link a later comment in the pull request's conversation is routed by, and the pull request's state
+            // the session shows: recorded from the pull request's own events (its author's side), never from a
+            // review or a CI result.
+            if kind == "pull_request" {
+                let shown = pull_request_state(&ws, &subject, &ask);
+                let linked = ws.labels().get(&link).is_some_and(|v| v == LINKED);
+                let annotations: Vec<(&str, Option<&str>)> =
+                    shown.iter().map(|s| (PULL_REQUEST_STATE_ANNOTATION, Some(s.as_str()))).collect();
+                if !linked || !annotations.is_empty() {
+                    let labels = [(link.as_str(), Some(LINKED))];
+                    bridge.sink.mark_session(namespace, item, &labels[usize::from(linked)..], &annotations).await?;
+                }
             }
             (item.clone(), false)
         }
@@ -231,6 +239,29 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         ci::person_prompted(bridge, namespace, &work_item).await?;
     }
     Ok(response)
+}
+
+/// The pull request's state as `subject` (a `pull_request` delivery asking `ask`) says, when it differs from what
+/// `ws` records: its annotation. CI is `Pending` for a head commit not heard of yet.
+fn pull_request_state(ws: &WorkSession, subject: &Subject, ask: &Ask) -> Option<String> {
+    let recorded = ws.annotations().get(PULL_REQUEST_STATE_ANNOTATION);
+    let recorded = recorded.and_then(|r| PullRequestStatus::from_annotation(r));
+    let state = match ask {
+        Ask::Lifecycle(true) => PullRequestState::Merged,
+        Ask::ClosedUnmerged => PullRequestState::Closed,
+        _ => PullRequestState::Open,
+    };
+    let same_head = |r: &&PullRequestStatus| r.number == subject.number && r.head_sha == subject.head;
+    let checks = recorded.as_ref().filter(same_head).and_then(|r| r.checks).or(Some(ChecksState::Pending));
+    let now = PullRequestStatus {
+        repository: subject.repository.clone(),
+        number: subject.number,
+        url: subject.url.clone(),
+        state,
+        head_sha: subject.head.clone(),
+        checks,
+    };
+    (recorded.as_ref() != Some(&now)).then(|| now.to_annotation())
 }
 
 /// The first seven characters of a commit id.

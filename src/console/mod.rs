@@ -64,6 +64,8 @@ pub struct Row {
     pub age: String,
     /// The words of what went wrong last, if anything is wrong now.
     pub failure: String,
+    /// Its work item's pull request: `#57 Open, CI Failing`.
+    pub pull_request: String,
 }
 
 /// `Ready=False` reasons that are a state, not a failure.
@@ -107,6 +109,7 @@ pub fn row(ws: &WorkSession, now: Timestamp) -> Row {
         harness: ws.spec.harness.clone(),
         age: crate::get::age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
         failure,
+        pull_request: st.pull_request.as_ref().map(crate::get::pull_request_words).unwrap_or_default(),
     }
 }
 

@@ -155,6 +155,8 @@ pub struct Object<'a> {
     pub finished: &'a [FinishedEvent],
     /// The node a move asks for (its [`crate::api::MOVE_ANNOTATION`], resolved to a node other than its own).
     pub move_to: Option<&'a str>,
+    /// What the bridge recorded of its work item's pull request ([`crate::api::PULL_REQUEST_STATE_ANNOTATION`]).
+    pub pull_request: Option<&'a str>,
 }
 
 /// What the shared tmux observation saw of the session.

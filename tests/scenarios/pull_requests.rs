@@ -7,7 +7,7 @@
 use axum::Router;
 use serde_json::Value;
 use tower::ServiceExt;
-use worksession::api::EventPhase;
+use worksession::api::{ChecksState, EventPhase, PullRequestState};
 
 use super::fixtures;
 use super::{Rig, await_delivered, await_value};
@@ -56,7 +56,8 @@ pub async fn a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issu
     taken(rig, "please fix the parser").await;
     let conversation = super::id(&super::await_phase(rig, ITEM, worksession::api::Phase::Running).await);
 
-    let opened = fixtures::pull_request(REPO, 57, "opened", BRANCH, "agents-bot");
+    let mut opened = fixtures::pull_request(REPO, 57, "opened", BRANCH, "agents-bot");
+    opened["pull_request"]["head"]["sha"] = "aaaa111".into();
     let (status, answer) = deliver(&app, "pull_request", "d2-opened", &opened).await;
     assert_eq!((status, answer["status"].as_str(), answer["workSession"].as_str()), (200, Some("linked"), Some(ITEM)));
 
@@ -98,6 +99,17 @@ pub async fn a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issu
     assert!(answer["reason"].as_str().unwrap().contains("2 CI prompts since a person last prompted"), "{answer}");
     let second = worksession::bridge::event_name("ci", &format!("{REPO}@bbbb222"));
     await_delivered(rig, &second).await;
+    // The session shows its pull request and what CI said of its head commit (aaaa111; bbbb222 is not its head).
+    let shown = |s: &worksession::api::WorkSessionStatus| {
+        s.pull_request.as_ref().map(|p| (p.number, p.state, p.checks, p.head_sha.clone()))
+    };
+    let failing = (57, PullRequestState::Open, Some(ChecksState::Failing), Some("aaaa111".to_string()));
+    await_value(
+        "the pull request shown, CI failing",
+        || rig.session_status(ITEM),
+        |s| shown(s) == Some(failing.clone()),
+    )
+    .await;
 
     // The conversation that took the issue took everything, in the order it was said, each once.
     let prompts: Vec<_> = rig.tmux().prompts().into_iter().filter(|p| p.conversation == conversation).collect();
@@ -135,6 +147,10 @@ pub async fn a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issu
         (200, Some("archived"), Some(ITEM))
     );
     assert!(rig.session_gone("hello-57").await, "the pull request's number made no session");
+    let merged = |s: &worksession::api::WorkSessionStatus| {
+        s.pull_request.as_ref().is_some_and(|p| p.state == PullRequestState::Merged)
+    };
+    await_value("the pull request shown merged", || rig.session_status(ITEM), merged).await;
     let event = rig.event_status(&batch).await;
     assert_eq!(event.phase, Some(EventPhase::Delivered));
 }

@@ -331,3 +331,39 @@ async fn ci_on_an_archived_work_item_or_an_older_commit_is_no_prompt() {
     assert_eq!(ignored_count(&metrics, "archived"), 1);
     assert!(events(&rec).iter().all(|(_, p)| !p.starts_with("CI on")));
 }
+
+#[tokio::test]
+async fn the_session_records_its_pull_request_and_what_ci_said_of_its_head() {
+    let (app, rec, _) = with_pull_request().await;
+    let state = |rec: &Recorder| {
+        let sessions = rec.sessions.lock().unwrap();
+        let text = sessions["agents/hello-12"].annotations().get(crate::api::PULL_REQUEST_STATE_ANNOTATION).cloned();
+        text.and_then(|t| crate::api::PullRequestStatus::from_annotation(&t)).map(|p| (p.state, p.checks, p.head_sha))
+    };
+    let head = "1111111111111111111111111111111111111111";
+    let open = |checks| Some((crate::api::PullRequestState::Open, Some(checks), Some(head.to_string())));
+    assert_eq!(state(&rec), open(crate::api::ChecksState::Pending));
+    // A pass, then a failure of the head commit: failing it stays, whatever passes after.
+    for (delivery, name, conclusion, shown) in [
+        ("pass", "lint", "success", crate::api::ChecksState::Passing),
+        ("fail", "build", "failure", crate::api::ChecksState::Failing),
+        ("pass-2", "docs", "success", crate::api::ChecksState::Failing),
+    ] {
+        send(&app, signed("check_run", delivery, &check(head, name, conclusion))).await;
+        assert_eq!(state(&rec), open(shown), "after {delivery}");
+    }
+    // Another commit's result changes nothing; a push makes the new head's CI pending.
+    send(&app, signed("check_run", "other", &check("2222", "build", "success"))).await;
+    assert_eq!(state(&rec), open(crate::api::ChecksState::Failing));
+    let mut push = fixture::pull_request(REPO, 57, "synchronize", BRANCH, "agents-bot");
+    push["pull_request"]["head"]["sha"] = "3333".into();
+    send(&app, signed("pull_request", "push", &push)).await;
+    let pending =
+        Some((crate::api::PullRequestState::Open, Some(crate::api::ChecksState::Pending), Some("3333".into())));
+    assert_eq!(state(&rec), pending);
+    let mut merged = fixture::pull_request(REPO, 57, "closed", BRANCH, "mona");
+    merged["pull_request"]["merged"] = true.into();
+    merged["pull_request"]["head"]["sha"] = "3333".into();
+    send(&app, signed("pull_request", "merged", &merged)).await;
+    assert_eq!(state(&rec).map(|s| s.0), Some(crate::api::PullRequestState::Merged));
+}

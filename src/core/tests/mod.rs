@@ -105,6 +105,7 @@ struct Case {
     finished: Vec<FinishedEvent>,
     /// The node a move asks for.
     move_to: Option<&'static str>,
+    pull_request: Option<String>,
 }
 
 impl Case {
@@ -142,6 +143,7 @@ impl Case {
             finalized: true,
             finished: Vec::new(),
             move_to: None,
+            pull_request: None,
         }
     }
 
@@ -162,6 +164,7 @@ impl Case {
                 events: &self.events,
                 finished: &self.finished,
                 move_to: self.move_to,
+                pull_request: self.pull_request.as_deref(),
             },
             observed: Observed {
                 session: &session,
@@ -554,6 +557,20 @@ fn status_records_generation_and_tmux_session() {
         (Some(3), Some("loop-ns_repo-12"))
     );
     assert!(plan.status.conditions.iter().all(|c| c.observed_generation == Some(3)));
+}
+
+#[test]
+fn status_shows_the_pull_request_the_bridge_recorded_and_nothing_malformed() {
+    let mut case = Case::new(ran_old());
+    let recorded = r#"{"repository":"octo-org/hello","number":57,"state":"Open","headSha":"abc","checks":"Failing"}"#;
+    case.pull_request = Some(recorded.into());
+    let shown = case.decide().status.pull_request.expect("shown");
+    assert_eq!((shown.number, shown.checks), (57, Some(crate::api::ChecksState::Failing)));
+    case.pull_request = Some(r#"{"number": "fifty-seven"}"#.into());
+    assert_eq!(case.decide().status.pull_request, None, "a malformed record shows nothing");
+    case.status.pull_request = Some(shown);
+    case.pull_request = None;
+    assert_eq!(case.decide().status.pull_request, None, "the record gone, the status follows");
 }
 
 #[test]
