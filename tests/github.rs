@@ -50,13 +50,14 @@ impl Bridge {
         std::fs::write(dir.join("github-secret"), SECRET).unwrap();
         std::fs::write(dir.join("github-token"), "ghp_test\n").unwrap();
         let yaml = format!(
-            "github:\n  secretFile: {secret}\n  api: {{baseUrl: '{base}', tokenFile: {token}}}\n  events: {{issue_comment: [created]}}\n{github_extra}routes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: standin\n    workdir: {workdir}\n{route_extra}",
+            "github:\n  secretFile: {secret}\n  api: {{baseUrl: '{base}', tokenFile: {token}}}\n{events}{github_extra}routes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: standin\n    workdir: {workdir}\n{route_extra}",
             secret = dir.join("github-secret").display(),
             token = dir.join("github-token").display(),
             base = gh.url(""),
             ns = w.ns.name,
             node = w.node,
             workdir = w.tmux.workdir().display(),
+            events = if github_extra.contains("events:") { "" } else { "  events: {issue_comment: [created]}\n" },
         );
         let config = Arc::new(BridgeConfig::parse(&yaml, std::path::Path::new("bridge.yaml")).unwrap());
         let sink = KubeSink::new(w.ns.client.clone());
@@ -421,4 +422,64 @@ async fn a_delivery_answered_503_is_redelivered_and_delivered_once() {
     assert!(taken[0].redelivery, "a redelivery GitHub was asked for");
     assert!(gh.calls_to("/hooks/9/deliveries").iter().all(|c| c.authorization == "token ghp_test"));
     sweep.abort();
+}
+
+/// A route with `statusComment: true`: the issue a work item came from gets one comment saying what its agent does,
+/// its pull request and CI; edited in place as they change (never a second comment), by the same comment after the
+/// bridge restarts.
+#[tokio::test]
+async fn the_issue_gets_one_status_comment_edited_in_place() {
+    let w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let events = "  events: {issue_comment: [created], check_run: [completed]}\n";
+    let route = "    feedback: 'Off'\n    statusComment: true\n";
+    let bridge = Bridge::start_with(&w, &gh, events, route).await;
+    let item = support::work_item(REPO, 12);
+    let branch = format!("worksession/{item}");
+    let start_status = || {
+        let api = bridge.config.github.as_ref().unwrap().api.clone().unwrap();
+        let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
+        let config = tokio::sync::watch::channel(bridge.config.clone()).1;
+        let interval = Duration::from_millis(200);
+        tokio::spawn(worksession::bridge::status_comment::run(w.ns.client.clone(), github, config, interval))
+    };
+    let status = start_status();
+    assert_eq!(deliver(bridge.addr, "issue_comment", "sc-1", &comment(12, 1201, "please fix it")).await.0, 201);
+    w.await_event(&worksession::bridge::event_name("gh", "sc-1"), EventPhase::Delivered).await;
+    let said = |what: &'static str| {
+        let gh = &gh;
+        async move {
+            eventually(what, || async {
+                let comments = gh.comments();
+                comments.iter().find(|c| c["body"].as_str().is_some_and(|b| b.contains(what))).map(drop)
+            })
+            .await
+        }
+    };
+    said("- Last prompt taken:").await;
+
+    // The agent's pull request, and a failing check of its head commit.
+    let mut opened = fixtures::pull_request(REPO, 57, "opened", &branch, "agents-bot");
+    opened["pull_request"]["head"]["sha"] = "c0ffee".into();
+    assert_eq!(deliver(bridge.addr, "pull_request", "sc-2", &opened).await.0, 200);
+    let failing = fixtures::check_run(REPO, 57, &branch, "c0ffee", "build", "failure", "github-actions");
+    assert_eq!(deliver(bridge.addr, "check_run", "sc-3", &failing).await.0, 201);
+    said("- Pull request: #57 (Open, CI Failing)").await;
+
+    // Restarted: the same comment is edited.
+    status.abort();
+    let _status = start_status();
+    let mut merged = fixtures::pull_request(REPO, 57, "closed", &branch, "mona");
+    merged["pull_request"]["merged"] = true.into();
+    merged["pull_request"]["head"]["sha"] = "c0ffee".into();
+    assert_eq!(deliver(bridge.addr, "pull_request", "sc-4", &merged).await.0, 200);
+    said("- Pull request: #57 (Merged, CI Failing)").await;
+    let made = gh.calls().into_iter().filter(|c| c.method == "POST" && c.path.ends_with("/issues/12/comments")).count();
+    assert_eq!(made, 1, "one comment, edited: {:?}", gh.comments());
+    assert!(gh.calls_to("/issues/comments/").iter().all(|c| c.method == "PATCH"));
+    let comments = gh.comments();
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0]["body"].as_str().unwrap().contains(&format!("<!-- worksession-status:{}/{item} -->", w.ns.name))
+    );
 }

@@ -291,6 +291,9 @@ pub struct WorkSessionStatus {
     /// When the harness was stopped for being idle (phase `Idle`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_since: Option<Time>,
+    /// When a prompt (a WorkEvent or `spec.initialPrompt`) last became `Delivered`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_prompt_time: Option<Time>,
     /// The work item's pull request (its branch `worksession/<workItem>`), as the bridge last heard from GitHub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<PullRequestStatus>,

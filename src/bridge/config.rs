@@ -207,6 +207,8 @@ pub struct Route {
     pub delete_after: std::time::Duration,
     /// Whether a passing CI result is a prompt too (a failing one always is).
     pub ci_on_success: bool,
+    /// Whether the issue each of its sessions came from gets one status comment, edited in place.
+    pub status_comment: bool,
 }
 
 /// The default `deleteAfterSeconds`: a week.
@@ -287,6 +289,8 @@ struct RouteFile {
     delete_after_seconds: Option<u64>,
     #[serde(default)]
     ci_on_success: bool,
+    #[serde(default)]
+    status_comment: bool,
 }
 
 /// `list` when every value is an `author_association` GitHub sends.
@@ -440,6 +444,12 @@ impl BridgeConfig {
                     "a work item without {number} is shared by many issues: set onClose: Nothing".into(),
                 ));
             }
+            if r.status_comment && !api_set {
+                return Err(invalid(
+                    format!("routes[{i}].statusComment"),
+                    "a status comment needs github.api (credentials)".into(),
+                ));
+            }
             if r.delete_after_seconds.is_some() && r.on_close != Some(OnClose::Delete) {
                 return Err(invalid(format!("routes[{i}].deleteAfterSeconds"), "only with onClose: Delete".into()));
             }
@@ -461,6 +471,7 @@ impl BridgeConfig {
                 work_item: r.work_item.unwrap_or_else(|| DEFAULT_WORK_ITEM.into()),
                 workspace: r.workspace,
                 ci_on_success: r.ci_on_success,
+                status_comment: r.status_comment,
             });
         }
         Ok(Self {

@@ -9,6 +9,7 @@ pub mod github;
 pub mod metrics;
 pub mod redeliver;
 mod route;
+pub mod status_comment;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -370,6 +371,8 @@ pub async fn run<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<
     if let (Some(client), Some(api)) = (options.feedback, api) {
         let github = Arc::new(feedback::github_of(&api)?);
         let events = kube::Api::all(client.clone());
+        let interval = status_comment::MIN_INTERVAL;
+        tokio::spawn(status_comment::run(client.clone(), github.clone(), options.config.clone(), interval));
         tokio::spawn(feedback::run(client, events, github, options.config.clone(), metrics.clone()));
     }
     tokio::spawn({

@@ -229,6 +229,9 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             ]
             .into(),
         );
+        // Where its status comment goes, for a route that asks for one.
+        let issue = format!("{}#{}", subject.repository, subject.number);
+        ws.metadata.annotations = Some([(super::status_comment::ISSUE_ANNOTATION.to_string(), issue)].into());
         (ws, route.max_sessions.map(|max| Cap { route: &route.id, max }))
     });
     let mut event = work_event(event_name("gh", &delivery), &work_item, prompt, source);

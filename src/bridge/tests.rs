@@ -214,6 +214,7 @@ fn config() -> BridgeConfig {
             on_close: config::OnClose::Archive,
             delete_after: std::time::Duration::from_secs(config::DEFAULT_DELETE_AFTER_SECONDS),
             ci_on_success: false,
+            status_comment: false,
         }],
         prompt_template: config::DEFAULT_PROMPT_TEMPLATE.into(),
     }

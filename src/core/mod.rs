@@ -228,6 +228,9 @@ impl<'a, 'i> Decision<'a, 'i> {
     ) {
         let now = self.input.context.now;
         let delivered = phase == EventPhase::Delivered;
+        if delivered {
+            self.status.last_prompt_time = Some(Time(now));
+        }
         let harness_session_id = delivered.then(|| self.status.harness_session_id.clone()).flatten();
         let sent = (phase == EventPhase::Delivering).then_some(now);
         // A send: only what the harness records from its mark on confirms it.

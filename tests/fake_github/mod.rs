@@ -113,6 +113,11 @@ impl FakeGithub {
         *self.fake.first_token_lasts.lock().unwrap() = Some(first);
     }
 
+    /// The comments made, as they read now.
+    pub fn comments(&self) -> Vec<Value> {
+        self.fake.comments.lock().unwrap().clone()
+    }
+
     pub fn minted(&self) -> u32 {
         self.fake.minted.load(Ordering::SeqCst)
     }
@@ -200,9 +205,20 @@ async fn handle(State(fake): State<Arc<Fake>>, method: Method, uri: Uri, headers
         return (StatusCode::CREATED, axum::Json(json!({"id": 1, "content": body["content"]}))).into_response();
     }
     if route.ends_with("/comments") && method == Method::POST {
-        let comment = json!({"id": 900, "body": body["body"]});
-        fake.comments.lock().unwrap().push(comment.clone());
+        let mut comments = fake.comments.lock().unwrap();
+        let comment = json!({"id": 900 + comments.len() as u64, "body": body["body"], "path": route});
+        comments.push(comment.clone());
         return (StatusCode::CREATED, axum::Json(comment)).into_response();
+    }
+    if let Some(id) = route.rsplit_once("/issues/comments/").and_then(|(_, id)| id.parse::<u64>().ok())
+        && method == Method::PATCH
+    {
+        let mut comments = fake.comments.lock().unwrap();
+        let Some(comment) = comments.iter_mut().find(|c| c["id"] == json!(id)) else {
+            return refused(StatusCode::NOT_FOUND, "Not Found");
+        };
+        comment["body"] = body["body"].clone();
+        return axum::Json(comment.clone()).into_response();
     }
     if route.ends_with("/comments") && method == Method::GET {
         return axum::Json(Value::Array(fake.comments.lock().unwrap().clone())).into_response();

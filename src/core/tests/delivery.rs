@@ -36,6 +36,7 @@ fn tracked_until_known_the_initial_prompt_like_any_other() {
         (Some(EventPhase::Delivered), Some(Via::Fresh), Some(NEW))
     );
     assert_eq!(st.delivered_at, Some(Time(t(162))));
+    assert_eq!(plan.status.last_prompt_time, Some(Time(t(162))), "when it last took a prompt");
     assert!(case.step().ops.is_empty(), "a Delivered is never taken back, nor sent again");
 }
 
