@@ -259,7 +259,9 @@ mod tests {
         let said = render(&session(Phase::Running, Some(("WaitingForInput", hostile))));
         let line = said.lines().next().unwrap();
         assert!(line.contains("waiting for a person: Allow \\`rm -rf /\\`? \\@octo-org/admins \\[click\\]"), "{line}");
-        assert!(!line.contains("<img") && !said.contains("\n!["), "{said}");
+        let bytes = line.as_bytes();
+        let unescaped = (1..bytes.len()).filter(|&i| b"<[@!`".contains(&bytes[i]) && bytes[i - 1] != b'\\').count();
+        assert_eq!(unescaped, 0, "every markup character escaped: {line}");
         assert_eq!(said.lines().count(), 4, "one line for the question");
     }
 }
