@@ -396,6 +396,7 @@ mod tests {
                 state: crate::api::PullRequestState::Open,
                 head_sha: Some("abc".into()),
                 checks: Some(crate::api::ChecksState::Failing),
+                updated_at: None,
             }),
             ..Default::default()
         });

@@ -466,8 +466,11 @@ async fn the_issue_gets_one_status_comment_edited_in_place() {
     assert_eq!(deliver(bridge.addr, "check_run", "sc-3", &failing).await.0, 201);
     said("- Pull request: #57 (Open, CI Failing)").await;
 
-    // Restarted: the same comment is edited.
+    // Restarted, and its record of the comment gone (as if it stopped before it wrote it): the same comment is found
+    // by its marker and edited.
     status.abort();
+    let forget = json!({"metadata": {"annotations": {worksession::bridge::status_comment::COMMENT_ANNOTATION: null}}});
+    w.sessions().patch(&item, &PatchParams::default(), &Patch::Merge(&forget)).await.unwrap();
     let _status = start_status();
     let mut merged = fixtures::pull_request(REPO, 57, "closed", &branch, "mona");
     merged["pull_request"]["merged"] = true.into();
@@ -476,7 +479,9 @@ async fn the_issue_gets_one_status_comment_edited_in_place() {
     said("- Pull request: #57 (Merged, CI Failing)").await;
     let made = gh.calls().into_iter().filter(|c| c.method == "POST" && c.path.ends_with("/issues/12/comments")).count();
     assert_eq!(made, 1, "one comment, edited: {:?}", gh.comments());
-    assert!(gh.calls_to("/issues/comments/").iter().all(|c| c.method == "PATCH"));
+    let edits = gh.calls_to("/issues/comments/");
+    assert!(edits.iter().all(|c| c.method == "PATCH"));
+    assert!(edits.windows(2).all(|w| w[0].body != w[1].body), "an edit only when the text changed: {edits:?}");
     let comments = gh.comments();
     assert_eq!(comments.len(), 1);
     assert!(

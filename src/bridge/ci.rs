@@ -15,7 +15,7 @@ use super::github::{BRANCH_PREFIX, Check, Subject};
 use super::{ApiError, Bridge, answer, config, event_name, work_event};
 use crate::api::{
     CI_PROMPTS_ANNOTATION, ChecksState, EventPhase, EventSource, PULL_REQUEST_STATE_ANNOTATION, PullRequestStatus,
-    WorkEvent, WorkSession,
+    WorkEvent,
 };
 use crate::store::Sink;
 
@@ -106,9 +106,9 @@ pub async fn deliver<S: Sink>(
     let Some(ws) = bridge.sink.session(namespace, work_item, None).await? else {
         return Ok(bridge.ignored("no_session", format!("work item {work_item} has no WorkSession in {namespace}")));
     };
-    if let Some(shown) = checks_state(&ws, subject, &check) {
-        bridge.sink.mark_session(namespace, work_item, &[], &[(PULL_REQUEST_STATE_ANNOTATION, Some(&shown))]).await?;
-    }
+    // Read fresh and written over the version read: a merge or a push at the same moment is not undone.
+    let change = |recorded: Option<&str>| checks_state(recorded?, subject, &check);
+    bridge.sink.update_annotation(namespace, work_item, PULL_REQUEST_STATE_ANNOTATION, change).await?;
     if !check.failed && !route.ci_on_success {
         return Ok(bridge.ignored("ci_passed", format!("{} passed on {}", check.line, check.sha)));
     }
@@ -165,11 +165,10 @@ pub async fn deliver<S: Sink>(
     }
 }
 
-/// The pull request's state with what `check` says of its head commit, when it changes what `ws` records: a failure
+/// The pull request's state with what `check` says of its head commit, when it changes the one `recorded`: a failure
 /// makes it `Failing`, a pass `Passing` unless a check of the commit failed. A result of another commit, or of a pull
 /// request the session does not record, changes nothing.
-fn checks_state(ws: &WorkSession, subject: &Subject, check: &Check) -> Option<String> {
-    let recorded = ws.annotations().get(PULL_REQUEST_STATE_ANNOTATION)?;
+fn checks_state(recorded: &str, subject: &Subject, check: &Check) -> Option<String> {
     let mut state = PullRequestStatus::from_annotation(recorded)?;
     if state.number != subject.number || state.head_sha.as_deref() != Some(check.sha.as_str()) {
         return None;

@@ -444,6 +444,11 @@ impl BridgeConfig {
                     "a work item without {number} is shared by many issues: set onClose: Nothing".into(),
                 ));
             }
+            if r.status_comment && !r.work_item.as_deref().unwrap_or(DEFAULT_WORK_ITEM).contains("{number}") {
+                let why =
+                    "a work item without {number} is shared by many issues: its comment would be the first's only";
+                return Err(invalid(format!("routes[{i}].statusComment"), why.into()));
+            }
             if r.status_comment && !api_set {
                 return Err(invalid(
                     format!("routes[{i}].statusComment"),

@@ -116,14 +116,12 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             // the session shows: recorded from the pull request's own events (its author's side), never from a
             // review or a CI result.
             if kind == "pull_request" {
-                let shown = pull_request_state(&ws, &subject, &ask);
-                let linked = ws.labels().get(&link).is_some_and(|v| v == LINKED);
-                let annotations: Vec<(&str, Option<&str>)> =
-                    shown.iter().map(|s| (PULL_REQUEST_STATE_ANNOTATION, Some(s.as_str()))).collect();
-                if !linked || !annotations.is_empty() {
-                    let labels = [(link.as_str(), Some(LINKED))];
-                    bridge.sink.mark_session(namespace, item, &labels[usize::from(linked)..], &annotations).await?;
+                if ws.labels().get(&link).is_none_or(|v| v != LINKED) {
+                    bridge.sink.mark_session(namespace, item, &[(&link, Some(LINKED))], &[]).await?;
                 }
+                // Read fresh and written over the version read: a CI result at the same moment is not undone.
+                let change = |recorded: Option<&str>| pull_request_state(recorded, &subject, &ask);
+                bridge.sink.update_annotation(namespace, item, PULL_REQUEST_STATE_ANNOTATION, change).await?;
             }
             (item.clone(), false)
         }
@@ -229,8 +227,14 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             ]
             .into(),
         );
-        // Where its status comment goes, for a route that asks for one.
-        let issue = format!("{}#{}", subject.repository, subject.number);
+        // Where its status comment goes, for a route that asks for one: sealed, so only the bridge can say it.
+        let issue = super::status_comment::issue_annotation(
+            &gh.secret,
+            &route.namespace,
+            &work_item,
+            &subject.repository,
+            subject.number,
+        );
         ws.metadata.annotations = Some([(super::status_comment::ISSUE_ANNOTATION.to_string(), issue)].into());
         (ws, route.max_sessions.map(|max| Cap { route: &route.id, max }))
     });
@@ -244,11 +248,18 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
     Ok(response)
 }
 
-/// The pull request's state as `subject` (a `pull_request` delivery asking `ask`) says, when it differs from what
-/// `ws` records: its annotation. CI is `Pending` for a head commit not heard of yet.
-fn pull_request_state(ws: &WorkSession, subject: &Subject, ask: &Ask) -> Option<String> {
-    let recorded = ws.annotations().get(PULL_REQUEST_STATE_ANNOTATION);
-    let recorded = recorded.and_then(|r| PullRequestStatus::from_annotation(r));
+/// The pull request's state as `subject` (a `pull_request` delivery asking `ask`) says, when it differs from the one
+/// `recorded` and is not older than it (GitHub's `updated_at`): its annotation. CI is `Pending` for a head commit not
+/// heard of yet.
+fn pull_request_state(recorded: Option<&str>, subject: &Subject, ask: &Ask) -> Option<String> {
+    let recorded = recorded.and_then(PullRequestStatus::from_annotation);
+    let at = subject.at.as_deref().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    let older = |r: &PullRequestStatus| {
+        r.number == subject.number && matches!((&r.updated_at, at), (Some(was), Some(at)) if at < was.0)
+    };
+    if recorded.as_ref().is_some_and(older) {
+        return None;
+    }
     let state = match ask {
         Ask::Lifecycle(true) => PullRequestState::Merged,
         Ask::ClosedUnmerged => PullRequestState::Closed,
@@ -263,6 +274,7 @@ fn pull_request_state(ws: &WorkSession, subject: &Subject, ask: &Ask) -> Option<
         state,
         head_sha: subject.head.clone(),
         checks,
+        updated_at: at.map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
     };
     (recorded.as_ref() != Some(&now)).then(|| now.to_annotation())
 }

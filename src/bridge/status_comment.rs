@@ -51,7 +51,7 @@ pub fn render(ws: &WorkSession) -> String {
         (_, Some("WaitingForInput")) => {
             let question: String =
                 activity.map(|c| c.message.as_str()).unwrap_or_default().chars().take(QUESTION_CHARS).collect();
-            format!("waiting for a person: {}", escaped(&question))
+            format!("waiting for a person: {}", code(&question))
         }
         (Some(Phase::Running), Some("Working")) => "working".to_string(),
         (Some(Phase::Running), Some("Idle")) => "idle, waiting for the next prompt".to_string(),
@@ -71,20 +71,31 @@ pub fn render(ws: &WorkSession) -> String {
     lines.join("\n")
 }
 
-/// `text` on one line, with what Markdown would read as markup, a mention or a link shown as it is.
-fn escaped(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            c if c.is_control() => out.push(' '),
-            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '@' | '#' | '!' | '|' | '~' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c => out.push(c),
-        }
-    }
-    out
+/// `text` on one line as a code span: GitHub renders no markup, mention, issue reference or link inside one (a
+/// backslash would not stop a mention: GitHub finds those after Markdown is rendered). Fenced by one backtick more
+/// than the longest run in `text`.
+fn code(text: &str) -> String {
+    let text: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    format!("{fence} {text} {fence}")
+}
+
+/// A seal of `what` with the webhook's secret: a value only the bridge can have written. Anyone who may patch a
+/// WorkSession can write its annotations, and a forged comment id would have the bridge overwrite any comment of a
+/// routed repository with its credentials.
+fn seal(secret: &[u8], what: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    mac.update(b"worksession status comment\n");
+    mac.update(what.as_bytes());
+    hex::encode(mac.finalize().into_bytes())[..32].to_string()
+}
+
+/// The [`ISSUE_ANNOTATION`] of a session the bridge makes in `namespace/name` for issue `number` of `repository`.
+pub fn issue_annotation(secret: &[u8], namespace: &str, name: &str, repository: &str, number: u64) -> String {
+    let issue = format!("{repository}#{number}");
+    format!("{issue} {}", seal(secret, &format!("{namespace}/{name} {issue}")))
 }
 
 fn digest(text: &str) -> String {
@@ -92,15 +103,21 @@ fn digest(text: &str) -> String {
 }
 
 /// The issue of `ws` whose comment its route asks for, under `config`: only a route's own session (its namespace),
-/// and only an issue of a repository that route routes, so a label written by hand points the bridge's credentials
-/// at no other repository.
+/// only an issue the bridge recorded (its seal), and only of a repository that route routes, so an annotation or a
+/// label written by hand points the bridge's credentials at no other issue.
 pub fn issue_of(config: &BridgeConfig, ws: &WorkSession) -> Option<(String, u64)> {
+    let secret = &config.github.as_ref()?.secret;
     let route = ws.labels().get(ROUTE_LABEL)?;
     let route = config.routes.iter().find(|r| &r.id == route && r.status_comment)?;
-    if ws.namespace().as_deref() != Some(route.namespace.as_str()) {
+    let namespace = ws.namespace().unwrap_or_default();
+    if namespace != route.namespace {
         return None;
     }
-    let (repository, number) = ws.annotations().get(ISSUE_ANNOTATION)?.rsplit_once('#')?;
+    let (issue, sealed) = ws.annotations().get(ISSUE_ANNOTATION)?.split_once(' ')?;
+    if sealed != seal(secret, &format!("{namespace}/{} {issue}", ws.name_any())) {
+        return None;
+    }
+    let (repository, number) = issue.rsplit_once('#')?;
     let number = number.parse().ok()?;
     let owner_name =
         repository.split_once('/').is_some_and(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'));
@@ -116,13 +133,19 @@ struct Ctx {
     interval: Duration,
     /// When each session's comment was last written.
     written: Mutex<HashMap<String, Instant>>,
+    /// Failed tries in a row, by session: the wait before the next doubles from [`RETRY`] up to [`RETRY_MAX`].
+    failures: Mutex<HashMap<String, u32>>,
 }
+
+/// The longest wait after failed tries (a locked issue, a missing permission, a rate limit).
+pub const RETRY_MAX: Duration = Duration::from_secs(600);
 
 /// Edits the status comments of the routes that ask for one, each at most every `interval` ([`MIN_INTERVAL`]),
 /// until the process is asked to stop.
 pub async fn run(client: Client, github: Arc<Github>, config: watch::Receiver<Arc<BridgeConfig>>, interval: Duration) {
     let sessions: Api<WorkSession> = Api::all(client.clone());
-    let ctx = Arc::new(Ctx { client, github, config, interval, written: Mutex::default() });
+    let (written, failures) = (Mutex::default(), Mutex::default());
+    let ctx = Arc::new(Ctx { client, github, config, interval, written, failures });
     tracing::info!(event = "status_comment.started", "keeping the routes' status comments");
     Controller::new(sessions, watcher::Config::default().labels(ROUTE_LABEL))
         .shutdown_on_signal()
@@ -132,23 +155,37 @@ pub async fn run(client: Client, github: Arc<Github>, config: watch::Receiver<Ar
 }
 
 async fn reconcile(ws: Arc<WorkSession>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
-    let Some((repository, number)) = issue_of(&ctx.config.borrow(), &ws) else { return Ok(Action::await_change()) };
+    let config = ctx.config.borrow().clone();
+    let Some((repository, number)) = issue_of(&config, &ws) else { return Ok(Action::await_change()) };
+    let secret = config.github.as_ref().map(|g| g.secret.clone()).unwrap_or_default();
+    let key = format!("{}/{}", ws.namespace().unwrap_or_default(), ws.name_any());
     let text = render(&ws);
+    // The comment recorded, when its seal says the bridge recorded it, for this session and this issue.
     let recorded = ws.annotations().get(COMMENT_ANNOTATION).cloned().unwrap_or_default();
-    let (id, said) = recorded.split_once(' ').unwrap_or(("", ""));
+    let (id, said) = match recorded.split(' ').collect::<Vec<_>>()[..] {
+        [id, said, sealed] if sealed == seal(&secret, &format!("{key} {repository}#{number} {id} {said}")) => {
+            (id.parse::<u64>().ok(), said)
+        }
+        _ => (None, ""),
+    };
     if said == digest(&text) {
         return Ok(Action::await_change());
     }
-    let key = format!("{}/{}", ws.namespace().unwrap_or_default(), ws.name_any());
-    let last = ctx.written.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
+    let last = {
+        let mut written = ctx.written.lock().unwrap_or_else(|p| p.into_inner());
+        written.retain(|_, at| at.elapsed() < ctx.interval);
+        written.get(&key).copied()
+    };
     if let Some(left) = last.and_then(|t| ctx.interval.checked_sub(t.elapsed())) {
         return Ok(Action::requeue(left));
     }
-    match write(&ctx.github, &repository, number, id.parse().ok(), &marker(&ws), &text).await {
+    match write(&ctx.github, &repository, number, id, &marker(&ws), &text).await {
         Ok(id) => {
-            ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(key, Instant::now());
+            ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Instant::now());
+            ctx.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
             let api: Api<WorkSession> = Api::namespaced(ctx.client.clone(), &ws.namespace().unwrap_or_default());
-            let value = format!("{id} {}", digest(&text));
+            let said = digest(&text);
+            let value = format!("{id} {said} {}", seal(&secret, &format!("{key} {repository}#{number} {id} {said}")));
             let patch = json!({"metadata": {"annotations": {COMMENT_ANNOTATION: value}}});
             let params = PatchParams { field_manager: Some("worksession-bridge".into()), ..Default::default() };
             match api.patch(&ws.name_any(), &params, &Patch::Merge(&patch)).await {
@@ -158,8 +195,15 @@ async fn reconcile(ws: Arc<WorkSession>, ctx: Arc<Ctx>) -> Result<Action, kube::
             Ok(Action::await_change())
         }
         Err(e) => {
-            tracing::warn!(event = "status_comment.failed", session = key, error = %e, "the status comment could not be written; trying again");
-            Ok(Action::requeue(RETRY))
+            let tries = {
+                let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+                let n = failures.entry(key.clone()).or_insert(0);
+                *n += 1;
+                *n
+            };
+            let wait = RETRY.saturating_mul(1 << (tries - 1).min(8)).min(RETRY_MAX);
+            tracing::warn!(event = "status_comment.failed", session = key, error = %e, tries, "the status comment could not be written; trying again in {}s", wait.as_secs());
+            Ok(Action::requeue(wait))
         }
     }
 }
@@ -177,7 +221,8 @@ async fn write(
     let id = match id {
         Some(id) => Some(id),
         None => {
-            // Made by a bridge that stopped before it recorded it: found by its marker, never made twice.
+            // Made by a bridge that stopped before it recorded it: found by its marker (the oldest comment that
+            // carries it: a copy someone made later is not it), never made twice. The first 100 comments are read.
             let path = format!("/repos/{repository}/issues/{number}/comments?per_page=100");
             let (_, listed) = github.call(Method::GET, repository, &path, None).await?;
             let mine = |c: &&Value| c.get("body").and_then(Value::as_str).is_some_and(|b| b.contains(marker));
@@ -234,6 +279,7 @@ mod tests {
                 state: PullRequestState::Open,
                 head_sha: None,
                 checks: Some(ChecksState::Failing),
+                updated_at: None,
             }),
             last_prompt_time: Some(Time("2026-12-01T10:05:00Z".parse().unwrap())),
             ..Default::default()
@@ -254,14 +300,30 @@ mod tests {
     }
 
     #[test]
-    fn a_harness_question_is_shown_never_rendered() {
-        let hostile = "Allow `rm -rf /`? @octo-org/admins [click](https://evil) <img src=x>\n![x](y)";
+    fn a_harness_question_is_shown_in_a_code_span_never_rendered() {
+        let hostile = "Allow ``rm -rf /``? @octo-org/admins #1 https://evil.example [click](x) <img src=x>\n![x](y)";
         let said = render(&session(Phase::Running, Some(("WaitingForInput", hostile))));
         let line = said.lines().next().unwrap();
-        assert!(line.contains("waiting for a person: Allow \\`rm -rf /\\`? \\@octo-org/admins \\[click\\]"), "{line}");
-        let bytes = line.as_bytes();
-        let unescaped = (1..bytes.len()).filter(|&i| b"<[@!`".contains(&bytes[i]) && bytes[i - 1] != b'\\').count();
-        assert_eq!(unescaped, 0, "every markup character escaped: {line}");
+        let quoted =
+            "``` Allow ``rm -rf /``? @octo-org/admins #1 https://evil.example [click](x) <img src=x> ![x](y) ```";
+        assert!(line.ends_with(&format!("waiting for a person: {quoted}.")), "{line}");
         assert_eq!(said.lines().count(), 4, "one line for the question");
+    }
+
+    #[test]
+    fn only_an_issue_the_bridge_sealed_is_commented_on() {
+        let yaml = "github: {secretEnv: PATH, api: {tokenFile: /dev/null}}\nroutes:\n  - {repository: 'octo-org/*', \
+                    namespace: agents, harness: claude, workdir: /w, statusComment: true}\n";
+        let mut config = crate::bridge::config::BridgeConfig::parse(yaml, std::path::Path::new("bridge.yaml")).unwrap();
+        config.github.as_mut().unwrap().secret = b"s3cret".to_vec();
+        let mut ws = session(Phase::Running, None);
+        ws.metadata.labels = Some([(ROUTE_LABEL.to_string(), config.routes[0].id.clone())].into());
+        let sealed = issue_annotation(b"s3cret", "agents", "hello-12", "octo-org/hello", 12);
+        ws.metadata.annotations = Some([(ISSUE_ANNOTATION.to_string(), sealed.clone())].into());
+        assert_eq!(issue_of(&config, &ws), Some(("octo-org/hello".into(), 12)));
+        for forged in [sealed.replace("#12", "#13"), "octo-org/hello#13 0000".into(), "octo-org/hello#13".into()] {
+            ws.metadata.annotations = Some([(ISSUE_ANNOTATION.to_string(), forged.clone())].into());
+            assert_eq!(issue_of(&config, &ws), None, "{forged}");
+        }
     }
 }

@@ -145,6 +145,18 @@ impl Sink for Arc<Recorder> {
         Ok(Some(counted + 1))
     }
 
+    async fn update_annotation<F>(&self, namespace: &str, name: &str, key: &str, change: F) -> Result<bool, SinkError>
+    where
+        F: Fn(Option<&str>) -> Option<String> + Send + Sync,
+    {
+        let mut sessions = self.sessions.lock().unwrap();
+        let Some(ws) = sessions.get_mut(&format!("{namespace}/{name}")) else { return Ok(false) };
+        let annotations = ws.metadata.annotations.get_or_insert_with(Default::default);
+        let Some(new) = change(annotations.get(key).map(String::as_str)) else { return Ok(false) };
+        annotations.insert(key.into(), new);
+        Ok(true)
+    }
+
     async fn event(&self, _namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
         Ok(self.events.lock().unwrap().iter().find(|e| e.metadata.name.as_deref() == Some(name)).cloned())
     }

@@ -330,6 +330,25 @@ impl Sink for KubeSink {
         Err(SinkError::Unavailable(format!("WorkSession {namespace}/{name} kept changing; retry")))
     }
 
+    async fn update_annotation<F>(&self, namespace: &str, name: &str, key: &str, change: F) -> Result<bool, SinkError>
+    where
+        F: Fn(Option<&str>) -> Option<String> + Send + Sync,
+    {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        for _ in 0..5 {
+            let Some(ws) = api.get_opt(name).await? else { return Ok(false) };
+            let Some(value) = change(ws.annotations().get(key).map(String::as_str)) else { return Ok(false) };
+            let patch = json!({"metadata": {"resourceVersion": ws.resource_version(), "annotations": {key: value}}});
+            match api.patch(name, &bridge_patch(), &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SinkError::Unavailable(format!("WorkSession {namespace}/{name} kept changing; retry")))
+    }
+
     async fn event(&self, namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
         Ok(Api::<WorkEvent>::namespaced(self.client.clone(), namespace).get_opt(name).await?)
     }

@@ -171,6 +171,17 @@ pub trait Sink: Clone + Send + Sync + 'static {
         name: &str,
         max: u32,
     ) -> impl Future<Output = Result<Option<u32>, SinkError>> + Send;
+    /// Rewrites the annotation `key` of the WorkSession `namespace/name` to what `change` makes of its value, read
+    /// fresh and written over that very version (`None` from `change`: nothing to write); whether it was written.
+    fn update_annotation<F>(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        change: F,
+    ) -> impl Future<Output = Result<bool, SinkError>> + Send
+    where
+        F: Fn(Option<&str>) -> Option<String> + Send + Sync;
     /// The WorkEvent `namespace/name`, fresh.
     fn event(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<WorkEvent>, SinkError>> + Send;
     /// Replaces the prompt of `event`, only over the version it was read at and only while no delivery of it has

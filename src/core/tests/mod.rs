@@ -329,10 +329,12 @@ fn step2_live_pane_gets_events_pasted_in_order() {
     // Known delivered once the pane outlived the probe since the paste (no transcript here; the settle window of
     // the respawn at t(0) is long over).
     case.now = t(102);
+    let plan = case.step();
     assert_eq!(
-        ops(&case.step()),
+        ops(&plan),
         ["event e1 Delivered via Pasted", "event.delivered", "event e2 Delivered via Pasted", "event.delivered"]
     );
+    assert_eq!(plan.status.last_prompt_time, Some(Time(t(102))), "when it last took a prompt");
 }
 
 #[test]

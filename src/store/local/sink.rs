@@ -126,6 +126,20 @@ impl Sink for std::sync::Arc<LocalStore> {
         Ok(true)
     }
 
+    async fn update_annotation<F>(&self, _namespace: &str, name: &str, key: &str, change: F) -> Result<bool, SinkError>
+    where
+        F: Fn(Option<&str>) -> Option<String> + Send + Sync,
+    {
+        let Some((path, _)) = self.session_path(name).map_err(|e| SinkError::Unavailable(e.to_string()))? else {
+            return Ok(false);
+        };
+        self.edit_manifest(&path, |value| {
+            let Some(new) = change(value["metadata"]["annotations"][key].as_str()) else { return Ok(false) };
+            set_meta(value, "annotations", key, Some(&new));
+            Ok(true)
+        })
+    }
+
     async fn event(&self, _namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
         let events = self.all_events().map_err(|e| SinkError::Unavailable(e.to_string()))?;
         Ok(events.into_iter().map(|(_, e)| e).find(|e| e.name_any() == name))
