@@ -194,7 +194,12 @@ pub async fn count_one<S: Sink>(
     what: &str,
 ) -> Result<Result<(), String>, ApiError> {
     let max = bridge.config.borrow().github.as_ref().map_or(0, |g| g.ci.max_prompts);
-    if bridge.sink.count_ci(namespace, work_item, max).await?.is_some() {
+    // Over the version read: no two deliveries (nor two bridges) count the same one.
+    let counted = |recorded: Option<&str>| {
+        let n: u32 = recorded.and_then(|n| n.parse().ok()).unwrap_or(0);
+        (n < max).then(|| (n + 1).to_string())
+    };
+    if bridge.sink.update_annotation(namespace, work_item, CI_PROMPTS_ANNOTATION, counted).await? {
         return Ok(Ok(()));
     }
     let why = format!(

@@ -133,18 +133,6 @@ impl Sink for Arc<Recorder> {
         Ok(true)
     }
 
-    async fn count_ci(&self, namespace: &str, name: &str, max: u32) -> Result<Option<u32>, SinkError> {
-        let mut sessions = self.sessions.lock().unwrap();
-        let Some(ws) = sessions.get_mut(&format!("{namespace}/{name}")) else { return Ok(Some(0)) };
-        let annotations = ws.metadata.annotations.get_or_insert_with(Default::default);
-        let counted: u32 = annotations.get(crate::api::CI_PROMPTS_ANNOTATION).and_then(|n| n.parse().ok()).unwrap_or(0);
-        if counted >= max {
-            return Ok(None);
-        }
-        annotations.insert(crate::api::CI_PROMPTS_ANNOTATION.into(), (counted + 1).to_string());
-        Ok(Some(counted + 1))
-    }
-
     async fn update_annotation<F>(&self, namespace: &str, name: &str, key: &str, change: F) -> Result<bool, SinkError>
     where
         F: Fn(Option<&str>) -> Option<String> + Send + Sync,

@@ -17,8 +17,7 @@ use serde_json::json;
 
 use super::{Archived, FINALIZER, Sink, SinkError, Store, StoreError};
 use crate::api::{
-    CI_PROMPTS_ANNOTATION, DELETE_AT_ANNOTATION, LIFECYCLE_AT_ANNOTATION, WorkEvent, WorkEventStatus, WorkSession,
-    WorkSessionStatus,
+    DELETE_AT_ANNOTATION, LIFECYCLE_AT_ANNOTATION, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus,
 };
 use crate::core::{Notice, Severity};
 
@@ -307,27 +306,6 @@ impl Sink for KubeSink {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => Err(e.into()),
         }
-    }
-
-    async fn count_ci(&self, namespace: &str, name: &str, max: u32) -> Result<Option<u32>, SinkError> {
-        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
-        for _ in 0..5 {
-            let Some(ws) = api.get_opt(name).await? else { return Ok(Some(0)) };
-            let counted: u32 = ws.annotations().get(CI_PROMPTS_ANNOTATION).and_then(|n| n.parse().ok()).unwrap_or(0);
-            if counted >= max {
-                return Ok(None);
-            }
-            let next = (counted + 1).to_string();
-            let patch = json!({"metadata": {"resourceVersion": ws.resource_version(),
-                "annotations": {CI_PROMPTS_ANNOTATION: next}}});
-            match api.patch(name, &bridge_patch(), &Patch::Merge(&patch)).await {
-                Ok(_) => return Ok(Some(counted + 1)),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Some(0)),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(SinkError::Unavailable(format!("WorkSession {namespace}/{name} kept changing; retry")))
     }
 
     async fn update_annotation<F>(&self, namespace: &str, name: &str, key: &str, change: F) -> Result<bool, SinkError>

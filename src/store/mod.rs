@@ -162,15 +162,6 @@ pub trait Sink: Clone + Send + Sync + 'static {
         labels: &[(&str, Option<&str>)],
         annotations: &[(&str, Option<&str>)],
     ) -> impl Future<Output = Result<bool, SinkError>> + Send;
-    /// Counts one more CI prompt on the WorkSession `namespace/name` ([`crate::api::CI_PROMPTS_ANNOTATION`]) while
-    /// fewer than `max` are counted, over the version read (no two deliveries count the same one): the new count, or
-    /// `None` when `max` were counted already (then nothing is written). A session that is gone counts `Some(0)`.
-    fn count_ci(
-        &self,
-        namespace: &str,
-        name: &str,
-        max: u32,
-    ) -> impl Future<Output = Result<Option<u32>, SinkError>> + Send;
     /// Rewrites the annotation `key` of the WorkSession `namespace/name` to what `change` makes of its value, read
     /// fresh and written over that very version (`None` from `change`: nothing to write); whether it was written.
     fn update_annotation<F>(

@@ -77,24 +77,6 @@ impl Sink for std::sync::Arc<LocalStore> {
         Ok(if written { Archived::Written } else { Archived::Outdated })
     }
 
-    async fn count_ci(&self, _namespace: &str, name: &str, max: u32) -> Result<Option<u32>, SinkError> {
-        let Some((path, _)) = self.session_path(name).map_err(|e| SinkError::Unavailable(e.to_string()))? else {
-            return Ok(Some(0));
-        };
-        let mut counted = None;
-        self.edit_manifest(&path, |value| {
-            let key = crate::api::CI_PROMPTS_ANNOTATION;
-            let now: u32 = value["metadata"]["annotations"][key].as_str().and_then(|n| n.parse().ok()).unwrap_or(0);
-            if now >= max {
-                return Ok(false);
-            }
-            counted = Some(now + 1);
-            set_meta(value, "annotations", key, Some(&(now + 1).to_string()));
-            Ok(true)
-        })?;
-        Ok(counted)
-    }
-
     async fn find_session(
         &self,
         _namespace: &str,
