@@ -65,7 +65,7 @@ pub struct Subject {
     /// review.
     pub comment_id: Option<u64>,
     /// When GitHub says the issue or pull request last changed (`updated_at`): what orders its closings and reopenings.
-    pub at: Option<String>,
+    pub at: Option<k8s_openapi::jiff::Timestamp>,
     /// A pull request's head commit, where the payload names it.
     pub head: Option<String>,
 }
@@ -193,7 +193,7 @@ pub fn parse(kind: &str, payload: &Value) -> Result<Parsed, &'static str> {
         url: str_at(detail, &["html_url"]).or_else(|| str_at(item, &["html_url"])).unwrap_or_default().to_string(),
         association: str_at(detail, &["author_association"]).map(str::to_string),
         comment_id: payload.get("comment").and_then(|c| c.get("id")).and_then(Value::as_u64),
-        at: str_at(item, &["updated_at"]).map(str::to_string),
+        at: str_at(item, &["updated_at"]).and_then(|t| t.parse().ok()),
         head: payload.get("pull_request").and_then(|pr| str_at(pr, &["head", "sha"])).map(str::to_string),
         ..base
     };

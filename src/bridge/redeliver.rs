@@ -190,12 +190,15 @@ struct Memory {
 
 /// Sweeps every configured hook every `github.redeliver.intervalSeconds`, until the process stops. A failed sweep of
 /// a hook is logged and tried at the next.
-pub async fn run(github: Arc<Github>, config: watch::Receiver<Arc<BridgeConfig>>, metrics: BridgeMetrics) {
+pub async fn run(github: Arc<Github>, mut config: watch::Receiver<Arc<BridgeConfig>>, metrics: BridgeMetrics) {
     let mut memory = Memory::default();
     loop {
-        let redeliver = config.borrow().github.as_ref().and_then(|g| g.redeliver.clone());
+        let redeliver = config.borrow_and_update().github.as_ref().and_then(|g| g.redeliver.clone());
         let Some(redeliver) = redeliver else {
-            tokio::time::sleep(Duration::from_secs(60)).await;
+            // Nothing to sweep until a reload names a hook.
+            if config.changed().await.is_err() {
+                return;
+            }
             continue;
         };
         for hook in &redeliver.hooks {

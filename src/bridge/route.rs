@@ -253,7 +253,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
 /// heard of yet.
 fn pull_request_state(recorded: Option<&str>, subject: &Subject, ask: &Ask) -> Option<String> {
     let recorded = recorded.and_then(PullRequestStatus::from_annotation);
-    let at = subject.at.as_deref().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    let at = subject.at;
     let older = |r: &PullRequestStatus| {
         r.number == subject.number && matches!((&r.updated_at, at), (Some(was), Some(at)) if at < was.0)
     };
@@ -286,7 +286,7 @@ fn short(sha: &str) -> &str {
 
 /// The work item a route makes of an event; `None` when nothing of it is left in a name. Two different lists of
 /// values never make one work item ([`crate::api::slug_of_parts`]): `octo-org/hello` and `octo/org-hello` are two.
-pub(super) fn work_item_of(route: &config::Route, vars: &[(&str, &str)]) -> Option<String> {
+fn work_item_of(route: &config::Route, vars: &[(&str, &str)]) -> Option<String> {
     let rendered = render(&route.work_item, vars);
     if crate::api::dns_label(&rendered).is_empty() {
         return None;
@@ -315,8 +315,7 @@ async fn lifecycle<S: Sink>(
         let after = k8s_openapi::jiff::SignedDuration::try_from(route.delete_after).unwrap_or_default();
         k8s_openapi::jiff::Timestamp::now().checked_add(after).unwrap_or(k8s_openapi::jiff::Timestamp::MAX)
     });
-    let at = subject.at.as_deref().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
-    match bridge.sink.archive(namespace, work_item, closed, delete_at, at).await? {
+    match bridge.sink.archive(namespace, work_item, closed, delete_at, subject.at).await? {
         Archived::Missing => {
             let why = format!("{} was {action}; it has no WorkSession {namespace}/{work_item}", subject.repository);
             return Ok(bridge.ignored("lifecycle", why));
@@ -326,7 +325,7 @@ async fn lifecycle<S: Sink>(
                 "{}#{} was {action} at {}, before the last change recorded on {namespace}/{work_item}",
                 subject.repository,
                 subject.number,
-                subject.at.as_deref().unwrap_or("?")
+                subject.at.map_or_else(|| "?".to_string(), |t| t.to_string())
             );
             return Ok(bridge.ignored("lifecycle", why));
         }

@@ -202,6 +202,43 @@ impl KubeSink {
     }
 }
 
+/// What [`KubeSink::swap`] did.
+#[derive(Debug, PartialEq, Eq)]
+enum Swapped {
+    /// There is no such WorkSession.
+    Missing,
+    /// The patch said there was nothing to write.
+    Unchanged,
+    /// Written over the version read.
+    Written,
+}
+
+impl KubeSink {
+    /// Reads the WorkSession `namespace/name` fresh and merges `patch` of it into that very version (its
+    /// resourceVersion a precondition), reading again while others write between; `None` from `patch`: nothing to
+    /// write.
+    async fn swap(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: impl Fn(&WorkSession) -> Option<serde_json::Value>,
+    ) -> Result<Swapped, SinkError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
+        for _ in 0..5 {
+            let Some(ws) = api.get_opt(name).await? else { return Ok(Swapped::Missing) };
+            let Some(mut patch) = patch(&ws) else { return Ok(Swapped::Unchanged) };
+            patch["metadata"]["resourceVersion"] = json!(ws.resource_version());
+            match api.patch(name, &bridge_patch(), &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(Swapped::Written),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Swapped::Missing),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SinkError::Unavailable(format!("WorkSession {namespace}/{name} kept changing; retry")))
+    }
+}
+
 fn bridge_patch() -> PatchParams {
     PatchParams { field_manager: Some("worksession-bridge".into()), ..Default::default() }
 }
@@ -243,32 +280,25 @@ impl Sink for KubeSink {
         delete_at: Option<Timestamp>,
         at: Option<Timestamp>,
     ) -> Result<Archived, SinkError> {
-        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
         let delete_at = delete_at.filter(|_| archived).map(|t| t.to_string());
-        // Read, compare GitHub's time with the one recorded, write over that very version: two deliveries of one
-        // work item (a late `closed`, a `reopened`) never both win.
-        for _ in 0..5 {
-            let Some(ws) = api.get_opt(name).await? else { return Ok(Archived::Missing) };
-            if super::outdated(&ws, at) {
-                return Ok(Archived::Outdated);
+        // GitHub's time compared with the one recorded, over that very version: two deliveries of one work item (a
+        // late `closed`, a `reopened`) never both win.
+        let patch = |ws: &WorkSession| {
+            if super::outdated(ws, at) {
+                return None;
             }
             let mut annotations = serde_json::Map::new();
             annotations.insert(DELETE_AT_ANNOTATION.into(), json!(delete_at));
             if let Some(at) = at {
                 annotations.insert(LIFECYCLE_AT_ANNOTATION.into(), json!(at.to_string()));
             }
-            let patch = json!({
-                "metadata": {"annotations": annotations, "resourceVersion": ws.resource_version()},
-                "spec": {"archived": archived},
-            });
-            match api.patch(name, &bridge_patch(), &Patch::Merge(&patch)).await {
-                Ok(_) => return Ok(Archived::Written),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Archived::Missing),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(SinkError::Unavailable(format!("WorkSession {namespace}/{name} kept changing; retry")))
+            Some(json!({"metadata": {"annotations": annotations}, "spec": {"archived": archived}}))
+        };
+        Ok(match self.swap(namespace, name, patch).await? {
+            Swapped::Missing => Archived::Missing,
+            Swapped::Unchanged => Archived::Outdated,
+            Swapped::Written => Archived::Written,
+        })
     }
 
     async fn find_session(
@@ -312,19 +342,11 @@ impl Sink for KubeSink {
     where
         F: Fn(Option<&str>) -> Option<String> + Send + Sync,
     {
-        let api = Api::<WorkSession>::namespaced(self.client.clone(), namespace);
-        for _ in 0..5 {
-            let Some(ws) = api.get_opt(name).await? else { return Ok(false) };
-            let Some(value) = change(ws.annotations().get(key).map(String::as_str)) else { return Ok(false) };
-            let patch = json!({"metadata": {"resourceVersion": ws.resource_version(), "annotations": {key: value}}});
-            match api.patch(name, &bridge_patch(), &Patch::Merge(&patch)).await {
-                Ok(_) => return Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(SinkError::Unavailable(format!("WorkSession {namespace}/{name} kept changing; retry")))
+        let patch = |ws: &WorkSession| {
+            let value = change(ws.annotations().get(key).map(String::as_str))?;
+            Some(json!({"metadata": {"annotations": {key: value}}}))
+        };
+        Ok(self.swap(namespace, name, patch).await? == Swapped::Written)
     }
 
     async fn event(&self, namespace: &str, name: &str) -> Result<Option<WorkEvent>, SinkError> {
