@@ -2,7 +2,8 @@
 //!
 //! `scripts/test` installs the pinned CLI from npm into the test cache (`scripts/testenv install-claude`); it runs
 //! without an account or a network as `../shared/guides/harnesses.md` describes: its own `HOME` with onboarding
-//! done and the workdir trusted, a dummy API key (its API calls fail and are retried; the TUI stays up). The
+//! done and the workdir trusted, a dummy API key, and `ANTHROPIC_BASE_URL` naming a scripted model
+//! (`support::model`), so its turns are real: replies, tool calls, `Stop` at their end, usage in its transcript. The
 //! built-in `claude` profile is used as it ships (its `readyPattern` and `conversationPath`), with only the binary
 //! replaced by a wrapper that sets that environment.
 
@@ -14,23 +15,176 @@ mod world;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
+use support::model::{Model, Reply};
 use worksession::api::{EventPhase, Phase, Via};
 use world::{World, condition, recorded_id};
 
-/// A world whose `claude` profile runs the real CLI offline, its `HOME` being the harnesses' home, and whose hooks
-/// run this build's `worksession hook`.
-async fn world() -> World {
+/// A world whose `claude` profile runs the real CLI offline against the scripted `model` (its turns end), its `HOME`
+/// being the harnesses' home, and whose hooks run this build's `worksession hook`. It runs in the CLI's `default`
+/// permission mode (its own default, "auto", asks Anthropic's servers, which a local model is not) with `./slow-tool` allowed
+/// without asking, and the deadline of a delivery allows for its boot beside the other tests' CLIs on two cores.
+async fn world(model: &Model) -> World {
     World::with_yaml(|tmux, yaml| {
-        // Offline, the CLI takes its command-line prompt some 12 s after it starts (measured): room to spare.
-        let yaml = yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 120");
-        yaml + &claude_profile(tmux)
+        // A tool that runs for a while, printing nothing, and says when it started.
+        let tool = tmux.workdir().join("slow-tool");
+        std::fs::write(&tool, "#!/bin/sh\ntouch \"$0.started\"\nsleep \"$1\"\necho slept\n").unwrap();
+        std::process::Command::new("chmod").arg("+x").arg(&tool).status().unwrap();
+        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60")
+            + &support::claude::scripted_profile(&tmux.state(), &tmux.workdir(), model)
+            + "    extraArgs: [\"--permission-mode\", \"default\", \"--allowedTools\", \"Bash(./slow-tool:*)\"]\n"
     })
     .await
 }
 
-/// The `claude` profile: the installed CLI offline in `tmux`'s state folder as its `HOME`.
-fn claude_profile(tmux: &standin::TmuxServer) -> String {
-    support::claude::offline_profile(&tmux.state(), &tmux.workdir())
+/// Whether `ws`'s `Activity` condition has `reason`.
+fn activity_is(ws: &worksession::api::WorkSession, reason: &str) -> bool {
+    condition(ws, "Activity").is_some_and(|c| c.1 == reason)
+}
+
+fn initial_prompt_delivered(ws: &worksession::api::WorkSession) -> bool {
+    ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(EventPhase::Delivered)
+}
+
+/// A real turn, and the idle stop after it: the initial prompt asks for a tool that runs for seconds while the screen
+/// is quiet; the scripted model gets the tool's result and ends the turn; the CLI's `Stop` turns `Activity` from
+/// `Working` to `Idle`, and only from then does the idle period count. The reply and the usage the model sent are
+/// in the transcript; an event then wakes the same conversation.
+#[tokio::test]
+async fn a_real_turn_ends_at_its_stop_and_the_idle_stop_counts_from_there() {
+    let model = Model::start();
+    model.on("run the slow tool", Reply::bash("./slow-tool 4", "The tool is done."));
+    let w = world(&model).await;
+    let spec = json!({"harness": "claude", "initialPrompt": "run the slow tool", "idle": {"suspendAfterSeconds": 2}});
+    w.create_session("rt", spec).await;
+    w.await_session("rt", "working on the turn", |ws| activity_is(ws, "Working")).await;
+    let ws = w.await_phase("rt", Phase::Idle).await;
+    assert!(initial_prompt_delivered(&ws), "confirmed by its UserPromptSubmit");
+    let tool_done = model.requests().iter().find(|r| r.tool_result).map(|r| r.at).expect("the tool's result sent");
+    let idle_since = ws.status.as_ref().and_then(|s| s.idle_since.as_ref()).unwrap().0;
+    let turn_end = k8s_openapi::jiff::Timestamp::try_from(tool_done).unwrap();
+    // Status times are whole seconds: the period is 2 s, so at least 1 s after the turn's end, whatever the rounding.
+    assert!(idle_since >= turn_end + std::time::Duration::from_secs(1), "{idle_since} after {turn_end}");
+    assert!(activity_is(&ws, "Idle"), "{:?}", condition(&ws, "Activity"));
+    let id = recorded_id(&ws);
+    await_in_transcript(&w, &id, "The tool is done.").await;
+    let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
+    assert!(text.contains("\"cache_read_input_tokens\":900"), "the usage the model sent: {text}");
+
+    w.send("rt", "rt-1", "wake up").await;
+    let st = w.await_event("rt-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    w.await_session("rt", "the woken turn over", |ws| {
+        activity_is(ws, "Idle") && model.prompts().ends_with(&["wake up".into()])
+    })
+    .await;
+}
+
+/// A prompt sent while a real turn streams is pasted into the CLI's queue, confirmed by its `UserPromptSubmit` when
+/// the CLI takes it, and reaches the model once, after the turn it waited for.
+#[tokio::test]
+async fn a_prompt_sent_while_a_real_turn_runs_is_queued_and_confirmed() {
+    let model = Model::start();
+    let slow = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen";
+    model.on("a slow answer", Reply::Slow { text: slow.into(), every: std::time::Duration::from_millis(500) });
+    let w = world(&model).await;
+    w.create_session("q", json!({"harness": "claude", "initialPrompt": "a slow answer please"})).await;
+    w.await_session("q", "working on the slow answer", |ws| {
+        activity_is(ws, "Working") && model.prompts().iter().any(|p| p.contains("a slow answer"))
+    })
+    .await;
+    w.send("q", "q-1", "meanwhile, this").await;
+    let st = w.await_event("q-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!(st.via, Some(Via::Pasted));
+    let ws = w
+        .await_session("q", "both turns over", |ws| {
+            activity_is(ws, "Idle") && model.prompts().iter().any(|p| p == "meanwhile, this")
+        })
+        .await;
+    let prompts = model.prompts();
+    assert_eq!(prompts.iter().filter(|p| p.as_str() == "meanwhile, this").count(), 1, "{prompts:?}");
+    let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &recorded_id(&ws));
+    let (slow_at, queued_at) = (text.find("sixteen").unwrap(), text.rfind("meanwhile, this").unwrap());
+    assert!(slow_at < queued_at, "taken after the turn it waited for");
+}
+
+/// Compaction, typed by a person (`/compact`) or the CLI's own when the context nears its window (the scripted model
+/// reports 995k tokens read; measured with 2.1.332: the CLI compacts before the next prompt), keeps the conversation's
+/// id: its `SessionStart` says `compact` with the same id, the recorded id stays and no earlier one is added, and
+/// the next prompt, and a crash's resume, land in the same transcript.
+#[tokio::test]
+async fn compaction_by_a_person_or_by_the_cli_keeps_the_recorded_conversation() {
+    let model = Model::start();
+    let w = world(&model).await;
+    w.create_session("cp", json!({"harness": "claude", "initialPrompt": "first prompt"})).await;
+    let ws = w
+        .await_session("cp", "the first turn over", |ws| initial_prompt_delivered(ws) && activity_is(ws, "Idle"))
+        .await;
+    let id = recorded_id(&ws);
+    let session = w.tmux_session("cp");
+    w.tmux.await_output(&session, "for shortcuts").await;
+    type_in(&w, &session, "/compact");
+    let compactions = || model.prompts().iter().filter(|p| p.contains("Respond with TEXT ONLY")).count();
+    support::until("the person's compaction asked of the model", || async { compactions() > 0 }).await;
+    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
+    let compacted = |n: usize| {
+        let hooks = hooks.clone();
+        move || {
+            let hooks = hooks.clone();
+            async move { std::fs::read_to_string(&hooks).unwrap_or_default().matches("\"source\":\"compact\"").count() >= n }
+        }
+    };
+    support::until("its SessionStart after /compact", compacted(1)).await;
+
+    model.set_usage(support::model::Usage { input: 5, output: 30, cache_creation: 1000, cache_read: 995_000 });
+    w.send("cp", "cp-1", "a prompt in a full context").await;
+    w.await_event("cp-1", EventPhase::Delivered).await;
+    w.send("cp", "cp-2", "the prompt after it").await;
+    w.await_event("cp-2", EventPhase::Delivered).await;
+    support::until("its own compaction's SessionStart", compacted(2)).await;
+    let said = std::fs::read_to_string(&hooks).unwrap();
+    for line in said.lines().filter(|l| l.contains("\"source\":\"compact\"")) {
+        assert!(line.contains(&format!("\"session_id\":\"{id}\"")), "the same id: {line}");
+    }
+    let ws = w.sessions().get("cp").await.unwrap();
+    assert_eq!(recorded_id(&ws), id);
+    assert!(ws.status.as_ref().unwrap().previous_session_ids.is_empty(), "no conversation was left");
+    await_in_transcript(&w, &id, "the prompt after it").await;
+
+    w.tmux.kill_pane(&session).await;
+    w.send("cp", "cp-3", "after the crash").await;
+    let st = w.await_event("cp-3", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    await_in_transcript(&w, &id, "after the crash").await;
+}
+
+/// A crash in the middle of a tool call: the CLI is killed while its tool runs. The next event resumes the
+/// conversation and is taken; the CLI (2.1.332, measured) closes the interrupted call with a result of its own ("Tool
+/// call interrupted") rather than sending a conversation the API would refuse, and the turn ends.
+#[tokio::test]
+async fn a_crash_in_the_middle_of_a_tool_call_resumes_and_takes_the_next_prompt() {
+    let model = Model::start();
+    model.on("run the slow tool", Reply::bash("./slow-tool 600", "never"));
+    let w = world(&model).await;
+    w.create_session("mt", json!({"harness": "claude", "initialPrompt": "run the slow tool"})).await;
+    let started = w.tmux.workdir().join("slow-tool.started");
+    support::until("the tool running", || async { started.exists() }).await;
+    let id = recorded_id(&w.sessions().get("mt").await.unwrap());
+    // Killed once the CLI's own record holds the call (it writes its transcript a moment after it acts: killed
+    // before, there is no conversation to resume, and a fresh one takes over).
+    await_in_transcript(&w, &id, "./slow-tool 600").await;
+    w.tmux.kill_pane(&w.tmux_session("mt")).await;
+    w.send("mt", "mt-1", "after the crash").await;
+    let st = w.await_event("mt-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    let ws = w
+        .await_session("mt", "the turn after the crash over", |ws| {
+            activity_is(ws, "Idle") && model.prompts().ends_with(&["after the crash".into()])
+        })
+        .await;
+    assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("Resumed".into()));
+    let last = model.requests().into_iter().rev().find(|r| r.prompt.as_deref() == Some("after the crash")).unwrap();
+    let sent = last.body["messages"].to_string();
+    assert!(sent.contains("tool_result") && sent.contains("interrupted"), "the interrupted call closed: {sent}");
 }
 
 /// Types `keys` into `session`'s pane as a person attached to it would, then Enter.
@@ -48,9 +202,8 @@ fn type_in(w: &World, session: &str, keys: &str) {
 /// next event lands in the conversation the person was in, not the one before the clear.
 #[tokio::test]
 async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_were() {
-    let w = world().await;
-    // No prompt of its own: offline the CLI retries the unreachable API after one, and a `/clear` typed meanwhile
-    // waits in its queue (measured); idle, it runs at once.
+    let model = Model::start();
+    let w = world(&model).await;
     w.create_session("cl", json!({"harness": "claude"})).await;
     let old = recorded_id(&w.await_phase("cl", Phase::Running).await);
     let session = w.tmux_session("cl");
@@ -115,7 +268,8 @@ fn transcript(home: &Path, workdir: &Path, id: &str) -> String {
 
 #[tokio::test]
 async fn unknown_adopted_id_starts_fresh_then_a_crash_resumes_the_same_conversation() {
-    let w = world().await;
+    let model = Model::start();
+    let w = world(&model).await;
     let ghost = "22222222-3333-4444-8555-666666666666";
     w.create_session("cc", json!({"harness": "claude", "harnessSessionId": ghost, "initialPrompt": "first prompt"}))
         .await;
@@ -144,21 +298,17 @@ async fn unknown_adopted_id_starts_fresh_then_a_crash_resumes_the_same_conversat
 
 #[tokio::test]
 async fn an_event_arriving_during_the_boot_reaches_the_transcript() {
-    let w = world().await;
+    let model = Model::start();
+    let w = world(&model).await;
     w.create_session("cd", json!({"harness": "claude"})).await;
     w.await_session("cd", "spawned", |ws| {
         ws.status.as_ref().and_then(|s| s.verification.as_ref()).is_some()
             || ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)
     })
     .await;
-    // The CLI takes seconds to show its input box offline: this event arrives while it boots.
+    // The CLI takes seconds to show its input box: this event arrives while it boots.
     w.send("cd", "cd-1", "typed while you were booting").await;
-    // Offline the CLI boots in 12 s alone, far longer beside the other tests' CLIs on two cores.
-    let events = w.events();
-    let st = support::eventually_within("cd-1 Delivered", std::time::Duration::from_secs(150), || async {
-        events.get("cd-1").await.ok()?.status.filter(|s| s.phase == Some(EventPhase::Delivered))
-    })
-    .await;
+    let st = w.await_event("cd-1", EventPhase::Delivered).await.status.unwrap();
     assert_eq!(st.via, Some(Via::Pasted));
     let id = st.harness_session_id.unwrap();
     await_in_transcript(&w, &id, "typed while you were booting").await;
@@ -171,7 +321,8 @@ async fn an_event_arriving_during_the_boot_reaches_the_transcript() {
 /// and the next event lands in the recorded conversation.
 #[tokio::test]
 async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
-    let w = world().await;
+    let model = Model::start();
+    let w = world(&model).await;
     w.create_session("lit", json!({"harness": "claude", "initialPrompt": "first prompt"})).await;
     let ws = w
         .await_session("lit", "the initial prompt known delivered", |ws| {
@@ -196,13 +347,7 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     let st = w.await_event("lit-3", EventPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     w.send("lit", "lit-4", "the next prompt").await;
-    // The resumed CLI retries the unreachable API with its command-line prompt first, so the paste can wait its turn
-    // longer than the usual wait.
-    let events = w.events();
-    let st = support::eventually_within("lit-4 Delivered", std::time::Duration::from_secs(150), || async {
-        events.get("lit-4").await.ok()?.status.filter(|s| s.phase == Some(EventPhase::Delivered))
-    })
-    .await;
+    let st = w.await_event("lit-4", EventPhase::Delivered).await.status.unwrap();
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
 
     await_in_transcript(&w, &id, "the next prompt").await;
@@ -244,7 +389,8 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
 /// conversation is resumed and the event lands in it.
 #[tokio::test]
 async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_replaced() {
-    let w = world().await;
+    let model = Model::start();
+    let w = world(&model).await;
     w.create_session("bg", json!({"harness": "claude", "initialPrompt": "first prompt"})).await;
     let ws = w
         .await_session("bg", "the initial prompt known delivered", |ws| {
@@ -290,11 +436,7 @@ async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_re
 
     holder.0.kill().unwrap();
     holder.0.wait().unwrap();
-    let events = w.events();
-    let st = support::eventually_within("bg-1 Delivered", std::time::Duration::from_secs(150), || async {
-        events.get("bg-1").await.ok()?.status.filter(|s| s.phase == Some(EventPhase::Delivered))
-    })
-    .await;
+    let st = w.await_event("bg-1", EventPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     await_in_transcript(&w, &id, "while it is held").await;
     let project = transcript_dir(&w, &id);

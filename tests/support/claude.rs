@@ -1,5 +1,6 @@
 //! The real Claude Code CLI offline, as `../shared/guides/harnesses.md` describes: its own `HOME` with onboarding
-//! done and the workdir trusted, a dummy API key (its API calls fail and are retried; the TUI stays up).
+//! done and the workdir trusted, a dummy API key, and its API either a scripted model (`super::model`: real turns) or
+//! unreachable (its API calls fail and are retried; the TUI stays up and no turn ever ends).
 
 use std::path::{Path, PathBuf};
 
@@ -18,8 +19,17 @@ pub fn bin() -> PathBuf {
 }
 
 /// The agent config's `claude` profile (under `harnesses:`): the built-in one, its binary a wrapper that runs the
-/// installed CLI offline with `home` as its `HOME`, `workdir` trusted.
+/// installed CLI offline with `home` as its `HOME`, `workdir` trusted, its API unreachable.
 pub fn offline_profile(home: &Path, workdir: &Path) -> String {
+    profile(home, workdir, None)
+}
+
+/// The same, its API the scripted `model`: its turns end.
+pub fn scripted_profile(home: &Path, workdir: &Path, model: &super::model::Model) -> String {
+    profile(home, workdir, Some(&model.base_url()))
+}
+
+fn profile(home: &Path, workdir: &Path, base_url: Option<&str>) -> String {
     let config = json!({
         "hasCompletedOnboarding": true,
         "projects": {workdir.display().to_string(): {"hasTrustDialogAccepted": true}},
@@ -27,8 +37,9 @@ pub fn offline_profile(home: &Path, workdir: &Path) -> String {
     });
     std::fs::write(home.join(".claude.json"), config.to_string()).unwrap();
     let wrapper = home.join("claude-offline");
+    let api = base_url.map(|url| format!(" ANTHROPIC_BASE_URL='{url}'")).unwrap_or_default();
     let script = format!(
-        "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}' DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
+        "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}'{api} DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
         home = home.display(),
         bin = bin().display(),
     );
