@@ -25,6 +25,33 @@ pub fn branch_of(work_item: &str) -> String {
     format!("worksession/{work_item}")
 }
 
+/// The branch a checkout is on and its last commit, read from its own files (`.git/HEAD`, the branch's ref or
+/// `packed-refs`), as the harness left them: never through a link, never more than a few KiB, and only a branch and
+/// a commit of git's shapes (the harness writes these files: what it writes is only ever told back to it).
+pub fn head_of(workdir: &Path) -> Option<(String, String)> {
+    let read = |path: &str| {
+        use std::io::Read;
+        let mut text = String::new();
+        crate::transcript::open(workdir, &workdir.join(path))?.take(64 << 10).read_to_string(&mut text).ok()?;
+        Some(text)
+    };
+    let head = read(".git/HEAD")?;
+    let branch = head.trim().strip_prefix("ref: refs/heads/")?.to_string();
+    let ok_branch = branch.len() <= 255
+        && !branch.contains("..")
+        && branch.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.'));
+    if !ok_branch {
+        return None;
+    }
+    let name = format!("refs/heads/{branch}");
+    let commit = read(&format!(".git/{name}")).map(|c| c.trim().to_string()).or_else(|| {
+        let packed = read(".git/packed-refs")?;
+        packed.lines().find_map(|l| l.strip_suffix(&name)?.strip_suffix(' ').map(String::from))
+    })?;
+    let ok_commit = matches!(commit.len(), 40 | 64) && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    ok_commit.then_some((branch, commit))
+}
+
 /// A checkout ready for the harness.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Prepared {
@@ -379,6 +406,25 @@ pub use crate::config::workspaces::{
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_head_of_a_checkout_is_read_from_its_files_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        std::fs::create_dir_all(git.join("refs/heads/worksession")).unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/worksession/x\n").unwrap();
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::write(git.join("packed-refs"), format!("# pack-refs\n{commit} refs/heads/worksession/x\n")).unwrap();
+        assert_eq!(head_of(dir.path()), Some(("worksession/x".into(), commit.into())), "from packed-refs");
+        std::fs::write(git.join("refs/heads/worksession/x"), "not a commit\n").unwrap();
+        assert_eq!(head_of(dir.path()), None, "only git's shapes");
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("ref"), format!("{commit}\n")).unwrap();
+        std::fs::remove_file(git.join("refs/heads/worksession/x")).unwrap();
+        std::fs::remove_file(git.join("packed-refs")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("ref"), git.join("refs/heads/worksession/x")).unwrap();
+        assert_eq!(head_of(dir.path()), None, "a link is not followed");
+    }
 
     #[test]
     fn credentials_in_urls_never_reach_status() {

@@ -456,3 +456,40 @@ fn transcript_dir(w: &World, id: &str) -> PathBuf {
     );
     path.parent().unwrap().to_path_buf()
 }
+
+/// A lost conversation handed over: the recorded conversation's transcript is gone (its store lost with a node, or
+/// removed), so its resume fails and a fresh one takes over; the new conversation's first prompt carries what the old
+/// one had taken, and the event after it unchanged; the real CLI takes it whole (its `UserPromptSubmit` confirms
+/// the delivery) and the model gets it.
+#[tokio::test]
+async fn a_lost_conversation_is_handed_over_to_the_fresh_one() {
+    let model = Model::start();
+    let w = world(&model).await;
+    w.create_session("ho", json!({"harness": "claude", "initialPrompt": "first prompt: build the feature"})).await;
+    w.await_session("ho", "the first turn over", |ws| initial_prompt_delivered(ws) && activity_is(ws, "Idle")).await;
+    w.send("ho", "ho-1", "second prompt: and its tests").await;
+    w.await_event("ho-1", EventPhase::Delivered).await;
+    let ws = w.await_session("ho", "the second turn over", |ws| activity_is(ws, "Idle")).await;
+    let lost = recorded_id(&ws);
+
+    w.tmux.kill_pane(&w.tmux_session("ho")).await;
+    std::fs::remove_file(transcript_dir(&w, &lost).join(format!("{lost}.jsonl"))).unwrap();
+    w.send("ho", "ho-2", "third prompt: after the loss").await;
+    let st = w.await_event("ho-2", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!(st.via, Some(Via::Fresh));
+    let fresh = st.harness_session_id.unwrap();
+    assert_ne!(fresh, lost);
+    let ws = w.sessions().get("ho").await.unwrap();
+    assert_eq!(condition(&ws, "Resumed").map(|c| (c.0, c.1)), Some(("False".into(), "ConversationNotFound".into())));
+    let handoff = ws.status.as_ref().unwrap().handoff.clone().expect("the handoff recorded");
+    assert_eq!((handoff.from.as_str(), handoff.prompt.as_deref()), (lost.as_str(), Some("ho-2")));
+
+    let sent = support::eventually("the model asked with the handoff", || async {
+        model.prompts().into_iter().find(|p| p.ends_with("third prompt: after the loss"))
+    })
+    .await;
+    assert!(sent.starts_with(&format!("[worksession] This work item was in conversation {lost}")), "{sent}");
+    let (first, second) = (sent.find("first prompt: build the feature"), sent.find("second prompt: and its tests"));
+    assert!(first.unwrap() < second.unwrap(), "both, oldest first: {sent}");
+    assert_eq!(sent, format!("{}\n\nthird prompt: after the loss", handoff.text));
+}

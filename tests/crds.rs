@@ -89,6 +89,7 @@ async fn schema_rejects_what_it_forbids() {
         ("workItem not a DNS label", with("workItem", json!("Repo_12")), "workItem"),
         ("probe out of range", with("resume", json!({"probeSeconds": 301})), "probeSeconds"),
         ("settle out of range", with("resume", json!({"settleSeconds": -1})), "settleSeconds"),
+        ("handoff budget out of range", with("handoff", json!({"maxCharacters": 100})), "maxCharacters"),
         ("relative workdir", with("workdir", json!("srv/work")), "workdir"),
         ("a tmux format in the workdir", with("workdir", json!("/tmp/x/#(touch /tmp/pwned)")), "workdir"),
         // Issue 24: what a prefix check of the workdir sees is what the kernel resolves.

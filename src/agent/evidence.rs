@@ -66,6 +66,8 @@ pub struct Gathered {
     pub id_taken_by: Option<String>,
     /// Its last plan's spawn failed, with this message.
     pub spawn_failure: Option<String>,
+    /// The agent's checkout's branch and last commit, while no harness runs.
+    pub checkout: Option<(String, String)>,
     /// The clock, read once.
     pub now: Timestamp,
     /// A fresh uuid, for a fresh conversation.
@@ -120,6 +122,7 @@ impl Gathered {
                 discovering_here: self.discovering_here.as_deref(),
                 id_taken_by: self.id_taken_by.as_deref(),
                 spawn_failure: self.spawn_failure.as_deref(),
+                checkout: self.checkout.as_ref().map(|(branch, commit)| (branch.as_str(), commit.as_str())),
             },
             context: Context { config, now: self.now, new_session_id: &self.new_session_id },
         }
@@ -163,7 +166,8 @@ pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedEvent> {
             EventPhase::Failed => e.metadata.creation_timestamp.as_ref()?.0,
             EventPhase::Pending | EventPhase::Delivering => return None,
         };
-        Some(FinishedEvent { name: e.name_any(), at })
+        let conversation = st.harness_session_id.clone().filter(|_| st.phase == Some(EventPhase::Delivered));
+        Some(FinishedEvent { name: e.name_any(), at, prompt: e.spec.prompt.clone(), conversation })
     };
     events.iter().filter_map(finished).collect()
 }
@@ -262,6 +266,10 @@ impl<S, T: Tmux> Reconciler<S, T> {
             discovering_here: self.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
             id_taken_by: adopting.and_then(|id| self.discoveries.conversation_holder(id, &owner.1)),
             spawn_failure: status.verification.as_ref().and_then(|v| self.spawn_failures.of(&owner.1, &v.spawn)),
+            // Read only while a spawn may come: what a handoff tells a fresh conversation.
+            checkout: (ws.spec.workspace.is_some() && liveness != Liveness::Alive)
+                .then(|| crate::workspace::head_of(Path::new(&ws.spec.workdir)))
+                .flatten(),
             now: Timestamp::now(),
             new_session_id: uuid::Uuid::new_v4().to_string(),
             session,

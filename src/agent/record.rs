@@ -28,10 +28,14 @@ pub fn sent(spec: &WorkSessionSpec, status: &WorkSessionStatus, events: &[Pendin
     let mut sent: Vec<Sent> = events
         .iter()
         .filter(|e| e.phase == EventPhase::Delivering)
-        .map(|e| Sent { key: e.name.clone(), text: e.prompt.clone(), command: e.command, offset: e.offset })
+        .map(|e| {
+            let text = crate::api::carried(status, &e.name, &e.prompt).into_owned();
+            Sent { key: e.name.clone(), text, command: e.command, offset: e.offset }
+        })
         .collect();
     if initial_prompt_owed(spec, status) == Some(EventPhase::Delivering) {
-        let text = spec.initial_prompt.clone().unwrap_or_default();
+        let text = crate::api::carried(status, INITIAL_PROMPT, spec.initial_prompt.as_deref().unwrap_or_default());
+        let text = text.into_owned();
         let offset = status.initial_prompt.as_ref().and_then(|p| p.sent_offset);
         sent.insert(0, Sent { key: INITIAL_PROMPT.into(), text, command: false, offset });
     }

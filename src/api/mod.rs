@@ -4,11 +4,13 @@
 //! immutable fields); [`shapes`] holds the same rules as code, for local mode and for what reaches a command line
 //! (see [`is_valid_session_id`]).
 
+mod handoff;
 mod pull_request;
 mod shapes;
 
 use std::collections::BTreeMap;
 
+pub use handoff::{HANDOFF_DEFAULT_CHARACTERS, HandoffSpec, HandoffStatus, carried};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 pub use pull_request::{ChecksState, PullRequestState, PullRequestStatus};
@@ -144,6 +146,10 @@ pub struct WorkSessionSpec {
     /// Resume-on-respawn settings; unset fields take the agent config's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<ResumeSpec>,
+    /// The handoff to a fresh conversation after a failed resume: its first prompt carries what the lost one had
+    /// taken (on by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffSpec>,
     /// Stop the tmux session and keep it stopped; events wait.
     #[serde(default)]
     pub suspend: bool,
@@ -297,6 +303,9 @@ pub struct WorkSessionStatus {
     /// The work item's pull request (its branch `worksession/<workItem>`), as the bridge last heard from GitHub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<PullRequestStatus>,
+    /// What the latest fresh conversation after a failed resume was told of the lost one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffStatus>,
 }
 
 /// The delivery of a prompt that is not a WorkEvent (`spec.initialPrompt`).

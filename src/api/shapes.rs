@@ -271,6 +271,9 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
             return err("resume.settleSeconds", "must be between 0 and 3600".into());
         }
     }
+    if spec.handoff.as_ref().and_then(|h| h.max_characters).is_some_and(|n| !(200..=8000).contains(&n)) {
+        return err("handoff.maxCharacters", "must be between 200 and 8000".into());
+    }
     Ok(())
 }
 
@@ -422,6 +425,20 @@ mod tests {
         assert!(e.to_string().contains("immutable"), "{e}");
         let elsewhere = WorkSessionSpec { workdir: "/elsewhere".into(), ..old.clone() };
         assert_eq!(immutable_change(&old, &elsewhere).unwrap().field, "workdir");
+    }
+
+    #[test]
+    fn a_handoff_budget_is_bounded_as_the_crd_bounds_it() {
+        let with = |n| WorkSessionSpec {
+            handoff: Some(crate::api::HandoffSpec { enabled: None, max_characters: Some(n) }),
+            ..serde_json::from_value(serde_json::json!({"workItem": "a", "workdir": "/w", "harness": "claude"}))
+                .unwrap()
+        };
+        for (n, ok) in [(199, false), (200, true), (8000, true), (8001, false)] {
+            let result = validate_spec(&with(n));
+            assert_eq!(result.is_ok(), ok, "{n}: {result:?}");
+        }
+        assert!(validate_spec(&with(100)).unwrap_err().to_string().contains("handoff.maxCharacters"));
     }
 
     #[test]

@@ -273,7 +273,11 @@ impl<'a, 'i> Decision<'a, 'i> {
                     };
                     // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude
                     // Code's shell mode.
-                    let text = profile.as_sent(prompt.text, prompt.command);
+                    if !prompt.command {
+                        self.claim_handoff(prompt.key);
+                    }
+                    let text = crate::api::carried(&self.status, prompt.key, prompt.text);
+                    let text = profile.as_sent(&text, prompt.command);
                     // The paste's tag carries its mark, for a decision that does not see the send recorded.
                     let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));
                     self.ops.push(Op::Paste { session, key, tag, text });

@@ -27,6 +27,7 @@ mod conditions;
 mod deliver;
 pub mod discover;
 mod exits;
+mod handoff;
 mod hooks;
 mod idle;
 mod plan;
@@ -44,6 +45,7 @@ pub use conditions::{
 };
 pub use deliver::{AFTER_MARK_LIMIT, CONFIRM_ATTEMPTS, Proof, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;
+pub use handoff::handoff_text;
 pub use plan::{
     Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
     Object, Observed, Op, PendingEvent, Plan, Record, Room, Severity, Workspace,

@@ -114,6 +114,17 @@ pub struct FinishedEvent {
     pub name: String,
     /// When it was delivered (a failed one: when it was created).
     pub at: Timestamp,
+    /// Its prompt.
+    pub prompt: String,
+    /// The conversation it reached, if it was delivered.
+    pub conversation: Option<String>,
+}
+
+impl FinishedEvent {
+    /// A finished event of no known prompt or conversation.
+    pub fn new(name: &str, at: Timestamp) -> Self {
+        Self { name: name.into(), at, prompt: String::new(), conversation: None }
+    }
 }
 
 /// Everything one decision is made from, in four parts: the object, what tmux shows, what else the executor found,
@@ -216,6 +227,8 @@ pub struct Evidence<'a> {
     pub id_taken_by: Option<&'a str>,
     /// The spawn of this session's last plan failed, with this message (told by the executor once).
     pub spawn_failure: Option<&'a str>,
+    /// The branch the agent's checkout (`spec.workspace`) is on and its last commit, read while no harness runs.
+    pub checkout: Option<(&'a str, &'a str)>,
 }
 
 /// The agent config, the clock, and fresh values a decision may use.

@@ -79,8 +79,7 @@ mod tests {
     #[test]
     fn a_finished_event_expires_its_retention_after_it_finished() {
         let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
-        let finished =
-            [FinishedEvent { name: "old".into(), at: at(0) }, FinishedEvent { name: "new".into(), at: at(50) }];
+        let finished = [FinishedEvent::new("old", at(0)), FinishedEvent::new("new", at(50))];
         let (due, next) = expired(&finished, at(100), Duration::from_secs(60));
         assert_eq!((due, next), (vec!["old"], Some(Duration::from_secs(10))));
         let (due, next) = expired(&finished, at(110), Duration::from_secs(60));

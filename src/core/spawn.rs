@@ -133,6 +133,14 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         let SpawnRequest { mode, id, boot, fresh } = request;
         let fresh = fresh.map(|f| self.after_a_lost_node(f));
+        if let Some(fresh) = &fresh {
+            self.hand_over(profile, fresh);
+        }
+        // A boot prompt rides on the command line with the handoff it claims when both fit; else it is pasted.
+        let boot = boot.filter(|(key, text)| self.carried_len(key, &clean_prompt(text)) <= ARGV_PROMPT_LIMIT);
+        if let Some((key, _)) = boot {
+            self.claim_handoff(key);
+        }
         let (fresh_reason, fresh_message) = match fresh {
             Some(f) => (Some(f.reason.to_string()), Some(f.message)),
             None => (None, None),
@@ -213,7 +221,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         let input = self.input;
         let mode = if v.resume { Mode::Resume } else { Mode::Fresh };
         // Text, whatever it starts with: a webhook's `/clear` on the command line would switch conversations.
-        let prompt = boot.map(|text| profile.as_sent(text, false));
+        let key = boot_key(v).unwrap_or_default();
+        let prompt = boot.map(|text| profile.as_sent(&crate::api::carried(&self.status, key, text), false));
         let mut argv = profile.argv(&input.object.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
         let mut binary = profile.binary.clone();
         match self.hook_args(profile, &v.spawn) {

@@ -27,6 +27,7 @@ pub struct ProfileFile {
     /// Variables over the base's (a value `null` takes one of the base's away).
     env: Option<std::collections::BTreeMap<String, Option<String>>>,
     queues_prompts: Option<bool>,
+    handoff: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -113,6 +114,7 @@ impl ProfileFile {
             store_path: path(self.store_path, base.as_ref().and_then(|b| b.store_path.clone())),
             discover,
             queues_prompts: self.queues_prompts.or_else(|| base.as_ref().map(|b| b.queues_prompts)).unwrap_or(true),
+            handoff: self.handoff.or_else(|| base.as_ref().map(|b| b.handoff)).unwrap_or(true),
             command_prefixes: self
                 .command_prefixes
                 .or_else(|| base.as_ref().map(|b| b.command_prefixes.clone()))

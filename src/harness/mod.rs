@@ -69,6 +69,9 @@ pub struct Profile {
     /// Code runs a `/clear` given on its command line or pasted, and a pasted `!touch x` in its shell mode): such a
     /// prompt is sent with [`LITERAL_PREFIX`] in front (see [`Profile::literal`]).
     pub command_prefixes: Vec<String>,
+    /// Whether a fresh conversation after a failed resume is handed what the lost one had taken
+    /// ([`crate::api::HandoffSpec`]); a WorkSession can turn it off too.
+    pub handoff: bool,
 }
 
 /// Where a harness shows the id of the conversation it started.

@@ -39,6 +39,7 @@ macro_rules! shared_scenarios {
             shared_input_during_boot_waits_for_the_ready_prompt: input_during_boot_waits_for_the_ready_prompt;
             shared_adopted_unknown_conversation_starts_fresh_with_the_initial_prompt:
                 adopted_unknown_conversation_starts_fresh_with_the_initial_prompt;
+            shared_a_lost_conversation_is_handed_over_unless_turned_off: a_lost_conversation_is_handed_over_unless_turned_off;
             shared_killed_between_intent_and_spawn_runs_the_same_spawn: killed_between_intent_and_spawn_runs_the_same_spawn;
             shared_killed_between_paste_and_status_pastes_once: killed_between_paste_and_status_pastes_once;
             shared_idle_stops_and_an_event_wakes_the_same_conversation: idle_stops_and_an_event_wakes_the_same_conversation;
@@ -409,6 +410,48 @@ pub async fn adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(r
     let transcript = std::fs::read_to_string(crate::standin::transcript_of(&rig.tmux().state(), id)).unwrap();
     assert!(transcript.contains("start here"), "{transcript}");
     assert!(received(rig).iter().all(|(c, _)| c != "never-was"), "nothing was sent to the unknown id");
+}
+
+/// A lost conversation handed over: its transcript gone, its resume fails (`ConversationNotFound`), and the fresh
+/// conversation's first prompt carries the prompts the lost one had taken, oldest first, then the event unchanged; the
+/// status records the handoff. With `spec.handoff.enabled: false` the fallback sends the event alone.
+pub async fn a_lost_conversation_is_handed_over_unless_turned_off(rig: &impl Rig) {
+    for (name, handoff) in [("xo", serde_json::json!({})), ("xoff", serde_json::json!({"enabled": false}))] {
+        rig.create_session(name, serde_json::json!({"initialPrompt": "first: build it", "handoff": handoff})).await;
+        let st = await_value(
+            "the initial prompt delivered",
+            || rig.session_status(name),
+            |s| initial_phase(s) == Some(EventPhase::Delivered),
+        )
+        .await;
+        let lost = st.harness_session_id.clone().unwrap();
+        rig.send(name, &format!("{name}-1"), "second: test it").await;
+        await_delivered(rig, &format!("{name}-1")).await;
+        rig.tmux().kill_harness(&rig.tmux_session(name)).await;
+        std::fs::remove_file(crate::standin::transcript_of(&rig.tmux().state(), &lost)).unwrap();
+        rig.send(name, &format!("{name}-2"), "third: after the loss").await;
+        let ev = await_delivered(rig, &format!("{name}-2")).await;
+        assert_eq!(ev.via, Some(Via::Fresh));
+        let fresh = ev.harness_session_id.unwrap();
+        let got: Vec<String> = received(rig).into_iter().filter(|(c, _)| *c == fresh).map(|(_, p)| p).collect();
+        // The event's status is written before the session's: wait for the session to say how it went.
+        let st = await_value(
+            "the fallback recorded",
+            || rig.session_status(name),
+            |s| resumed(s).1 == "ConversationNotFound",
+        )
+        .await;
+        if name == "xoff" {
+            assert_eq!(got, ["third: after the loss"], "turned off: the event alone");
+            assert_eq!(st.handoff, None);
+            continue;
+        }
+        let handoff = st.handoff.expect("recorded");
+        assert_eq!((handoff.from.as_str(), handoff.prompt.as_deref()), (lost.as_str(), Some("xo-2")));
+        assert_eq!(got, [format!("{}\n\nthird: after the loss", handoff.text)], "one prompt, the handoff first");
+        let (first, second) = (handoff.text.find("[1] first: build it"), handoff.text.find("[2] second: test it"));
+        assert!(first.is_some() && first < second, "{}", handoff.text);
+    }
 }
 
 /// An agent killed between recording the intent and spawning: its successor runs the same spawn (a resume stays a

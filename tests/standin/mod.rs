@@ -283,6 +283,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         command_prefixes: strings(worksession::harness::COMMAND_PREFIXES),
         hooks: None,
         queues_prompts: true,
+        handoff: true,
     }
 }
 

@@ -8,6 +8,7 @@ use crate::harness::hooks::Turn;
 mod delivery;
 mod discover;
 mod front_door;
+mod handoff;
 mod hooks;
 mod idle;
 mod isolation;
@@ -106,6 +107,7 @@ struct Case {
     /// The node a move asks for.
     move_to: Option<&'static str>,
     pull_request: Option<String>,
+    checkout: Option<(&'static str, &'static str)>,
 }
 
 impl Case {
@@ -144,6 +146,7 @@ impl Case {
             finished: Vec::new(),
             move_to: None,
             pull_request: None,
+            checkout: None,
         }
     }
 
@@ -198,6 +201,7 @@ impl Case {
                 discovering_here: self.discovering_here,
                 id_taken_by: self.id_taken_by,
                 spawn_failure: self.spawn_failure,
+                checkout: self.checkout,
             },
             context: Context { config: &self.config, now: self.now, new_session_id: NEW },
         })
