@@ -324,7 +324,8 @@ pub struct PromptStatus {
     /// When it was known delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_at: Option<Time>,
-    /// Delivery attempts so far.
+    /// Sends to the harness that has it (one that died returns it with the count at zero: the next one gets it, and
+    /// a second send at its confirm deadline).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: u32,
     /// How it was sent.
@@ -526,7 +527,8 @@ pub struct WorkEventStatus {
     /// The conversation it reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness_session_id: Option<String>,
-    /// Delivery attempts so far.
+    /// Sends to the harness that has it (one that died returns it with the count at zero: the next one gets it, and
+    /// a second send at its confirm deadline).
     #[serde(default)]
     pub attempts: u32,
     /// Why it is where it is.

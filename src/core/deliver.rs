@@ -326,7 +326,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         for prompt in self.prompts() {
             if prompt.phase == EventPhase::Pending && prompt.offset.is_some() {
                 // A mark kept for its deadline's second send was the dead harness's: the next one starts afresh.
-                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::No, Some(why.to_string()));
+                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Returned, Some(why.to_string()));
                 continue;
             }
             if prompt.phase != EventPhase::Delivering {
@@ -335,7 +335,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             if self.input.evidence.confirmed.iter().any(|k| k == prompt.key) {
                 self.delivered(&prompt, self.input.evidence.record.proof);
             } else {
-                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::No, Some(why.to_string()));
+                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Returned, Some(why.to_string()));
             }
         }
     }

@@ -81,6 +81,9 @@ enum Attempt {
     /// It does not (no send now), and the mark of its last send stays for the next: a prompt its deadline sends
     /// again, which a harness that took the first send late (a slow start) says it took after that mark.
     Again,
+    /// The harness it was sent to is gone: it waits again with no send counted, so the next harness gets it, and a
+    /// second send at its confirm deadline, like any prompt.
+    Returned,
 }
 
 /// The resume settings of a session: its spec over the config's defaults.
@@ -238,14 +241,25 @@ impl<'a, 'i> Decision<'a, 'i> {
         // A send: only what the harness records from its mark on confirms it.
         let offset = match attempt {
             Attempt::SentAt(mark) => Some(mark),
-            Attempt::No | Attempt::Counted | Attempt::Again => None,
+            Attempt::No | Attempt::Counted | Attempt::Again | Attempt::Returned => None,
         };
         let keep_mark = attempt == Attempt::Again;
-        let attempt = !matches!(attempt, Attempt::No | Attempt::Again);
+        let returned = attempt == Attempt::Returned;
+        let attempt = !matches!(attempt, Attempt::No | Attempt::Again | Attempt::Returned);
         if key != INITIAL_PROMPT {
             let event = key.to_string();
-            let update =
-                EventUpdate { event, phase, via, harness_session_id, sent, offset, keep_mark, attempt, message };
+            let update = EventUpdate {
+                event,
+                phase,
+                via,
+                harness_session_id,
+                sent,
+                offset,
+                keep_mark,
+                attempt,
+                returned,
+                message,
+            };
             self.ops.push(Op::Event(update));
             return;
         }
@@ -255,7 +269,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             phase: Some(phase),
             sent_time: if pending { None } else { sent.map(Time).or(old.sent_time) },
             sent_offset: if pending && !keep_mark { None } else { offset.or(old.sent_offset) },
-            attempts: old.attempts + u32::from(attempt),
+            attempts: if returned { 0 } else { old.attempts + u32::from(attempt) },
             delivered_at: delivered.then_some(Time(now)),
             via: if pending { None } else { via.or(old.via) },
             harness_session_id: harness_session_id.or(old.harness_session_id),

@@ -362,6 +362,8 @@ pub struct EventUpdate {
     pub keep_mark: bool,
     /// Count one more delivery attempt.
     pub attempt: bool,
+    /// Its harness is gone: its count of sends starts again (the next harness gets a second send at its deadline).
+    pub returned: bool,
     /// Why.
     pub message: Option<String>,
 }

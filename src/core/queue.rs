@@ -44,7 +44,7 @@ pub fn apply(old: Option<&WorkEventStatus>, update: &EventUpdate, now: Time) -> 
         sent_offset: if pending && !update.keep_mark { None } else { update.offset.or(old.sent_offset) },
         via: if pending { None } else { update.via.or(old.via) },
         harness_session_id: update.harness_session_id.clone().or(old.harness_session_id),
-        attempts: old.attempts + u32::from(update.attempt),
+        attempts: if update.returned { 0 } else { old.attempts + u32::from(update.attempt) },
         message: update.message.clone(),
     }
 }

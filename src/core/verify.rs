@@ -55,6 +55,9 @@ impl Decision<'_, '_> {
             return;
         }
         if input.observed.liveness == Liveness::Alive {
+            if self.boot_send_unrecorded(&v) {
+                return;
+            }
             if now < v.deadline.0 {
                 self.status.phase = Some(Phase::Verifying);
                 self.requeue(until(now, v.deadline.0));
@@ -86,6 +89,22 @@ impl Decision<'_, '_> {
         let message =
             format!("fresh conversation {} died within the {}s probe{said}", v.harness_session_id, settings.probe);
         self.fresh_spawn_failed(ReadyReason::PaneDied, Notice::new(EventReason::HarnessExited, message));
+    }
+
+    /// The spawn ran (its pane carries its tag) with its boot prompt on its command line, but the store still shows
+    /// that prompt waiting: the status write after the spawn failed, or the agent stopped before it (the intent is
+    /// written before the spawn, the send after). It was sent: recorded so now, and never sent again; the decision
+    /// looks again once it is.
+    fn boot_send_unrecorded(&mut self, v: &Verification) -> bool {
+        let Some(key) = boot_key(v) else { return false };
+        if !self.prompt(key).is_some_and(|p| p.phase == EventPhase::Pending) {
+            return false;
+        }
+        let via = if v.resume { Via::Resumed } else { Via::Fresh };
+        self.set_prompt(key, EventPhase::Delivering, Some(via), Attempt::Counted, None);
+        self.status.phase = Some(Phase::Verifying);
+        self.requeue(Duration::ZERO);
+        true
     }
 
     /// The spawn survived its probe: record it. Its boot prompt stays `Delivering` until known delivered.

@@ -428,3 +428,55 @@ fn an_event_not_due_yet_waits_without_holding_up_the_others_and_wakes_the_decisi
     assert_eq!(spawned(&plan), "", "no spawn before the event is due");
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(30)), "woken when it is due");
 }
+
+/// The status write after a spawn failed (or the agent stopped before it): the store holds the intent, its boot
+/// prompt still `Pending`. The spawn ran (its pane carries its tag) with that prompt on its command line: it is
+/// recorded as sent, never pasted a second time, and confirmed by the harness's record as any other.
+#[test]
+fn a_boot_prompt_whose_send_was_not_recorded_is_never_sent_twice() {
+    let mut case = with_transcript(Case::new(ran_old()));
+    case.found = Some(true);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["record intent", RESUME_E1, "event e1 Delivering via Resumed"]);
+    // The write of that plan's status and the event's failed: the store shows the intent, e1 waiting.
+    case.status = plan.intent().cloned().unwrap();
+    case.events = vec![ev("e1", "please fix the bug")];
+    case.liveness = Liveness::Alive;
+    for now in [101, 200] {
+        // Before and after the probe's deadline alike.
+        case.now = t(now);
+        let plan = case.step();
+        let sent: Vec<String> = ops(&plan).into_iter().filter(|o| o.starts_with("paste")).collect();
+        assert!(sent.is_empty(), "never pasted again at t({now}): {:?}", ops(&plan));
+    }
+    assert_eq!(case.events[0].phase, EventPhase::Delivering, "recorded as sent");
+    case.confirmed = vec!["e1".into()];
+    case.now = t(201);
+    let plan = case.step();
+    assert!(ops(&plan).contains(&"event e1 Delivered via Resumed".to_string()), "{:?}", ops(&plan));
+}
+
+/// A prompt whose harness died before confirming it goes back with no send counted: the next harness gets it, and
+/// at its confirm deadline a second send, before it fails (counted over both harnesses, it failed at its first).
+#[test]
+fn a_prompt_returned_by_a_death_still_gets_its_second_send() {
+    let mut case = with_transcript(Case::new(ran_old()));
+    case.found = Some(true);
+    (case.liveness, case.tmux) = (Liveness::Alive, Some(SessionView { alive: true, ..ours() }));
+    case.status.phase = Some(Phase::Running);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["paste e1 into loop-ns_repo-12: please fix the bug", "event e1 Delivering via Pasted"]);
+    assert_eq!(case.events[0].attempts, 1);
+    // Its harness dies before its record shows it: back in its place with none counted, and resumed at once with it
+    // on the command line: one send to this harness.
+    (case.liveness, case.tmux, case.now) = (Liveness::Dead, None, t(110));
+    let plan = case.step();
+    assert!(ops(&plan).contains(&"event e1 Pending".to_string()), "{:?}", ops(&plan));
+    assert_eq!(spawned(&plan), RESUME_E1);
+    assert_eq!(case.events[0].attempts, 1, "the count started again");
+    case.liveness = Liveness::Alive;
+    case.now = t(110 + 300);
+    let plan = case.step();
+    let resent = ops(&plan);
+    assert!(resent.contains(&"event e1 Pending".to_string()), "sent again, not failed: {resent:?}");
+}

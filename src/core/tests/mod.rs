@@ -238,7 +238,7 @@ impl Case {
                         e.via = if u.phase == EventPhase::Pending { None } else { u.via.or(e.via) };
                         let forget = u.phase == EventPhase::Pending && !u.keep_mark;
                         e.offset = if forget { None } else { u.offset.or(e.offset) };
-                        e.attempts += u32::from(u.attempt);
+                        e.attempts = if u.returned { 0 } else { e.attempts + u32::from(u.attempt) };
                     }
                 }
                 _ => {}
@@ -500,6 +500,8 @@ fn restart_adopts_live_sessions_and_finishes_verifications() {
     let mut case = Case::new(ran_old());
     case.status = case.decide().intent().unwrap().clone();
     case.liveness = Liveness::Alive;
+    // Its boot prompt was sent with the spawn the intent stands for: recorded so, never sent again.
+    assert_eq!(ops(&case.step()), ["event e1 Delivering via Resumed"]);
     case.now = t(105);
     assert_eq!(ops(&case.decide())[0], "session.respawned resumed=true");
 }
