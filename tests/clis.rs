@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
+use support::model::{Model, Reply};
 use worksession::api::Phase;
 use world::{World, condition, recorded_id};
 
@@ -82,10 +83,38 @@ async fn world_with(name: &'static str) -> World {
 /// The `name` profile's YAML: the built-in one, its binary a wrapper that runs the real CLI offline in `tmux`'s state
 /// folder as its `HOME`.
 fn offline_profile(name: &str, tmux: &standin::TmuxServer) -> String {
+    profile_with(name, tmux, &[])
+}
+
+/// The same, its model the scripted `model` (its turns end): opencode's `anthropic` provider pointed at it by its
+/// global config, Gemini CLI by `GOOGLE_GEMINI_BASE_URL`, each on a model that needs no other call first.
+fn scripted_profile(name: &str, tmux: &standin::TmuxServer, model: &Model) -> String {
+    let home = tmux.state();
+    match name {
+        "opencode" => {
+            let config = json!({
+                "provider": {"anthropic": {"options": {"baseURL": format!("{}/v1", model.base_url()), "apiKey": "dummy"}}},
+                "model": "anthropic/claude-haiku-4-5",
+                "autoupdate": false,
+            });
+            std::fs::create_dir_all(home.join(".config/opencode")).unwrap();
+            std::fs::write(home.join(".config/opencode/opencode.json"), config.to_string()).unwrap();
+            profile_with(name, tmux, &[("OPENCODE_DISABLE_MODELS_FETCH", "1"), ("OPENCODE_DISABLE_AUTOUPDATE", "1")])
+        }
+        "gemini" => {
+            let url = model.base_url();
+            profile_with(name, tmux, &[("GOOGLE_GEMINI_BASE_URL", &url)])
+                + "    extraArgs: [\"-m\", \"gemini-2.5-flash\"]\n"
+        }
+        _ => unreachable!("no scripted model for {name}"),
+    }
+}
+
+fn profile_with(name: &str, tmux: &standin::TmuxServer, env: &[(&str, &str)]) -> String {
     {
         let home = tmux.state();
         let wrapper = home.join(format!("{name}-offline"));
-        let exports: String = env_of(name).iter().map(|(k, v)| format!(" {k}='{v}'")).collect();
+        let exports: String = env_of(name).iter().chain(env.iter()).map(|(k, v)| format!(" {k}='{v}'")).collect();
         let script = format!(
             "#!/bin/sh\nexport HOME='{home}'{exports}\nexec '{bin}' \"$@\"\n",
             home = home.display(),
@@ -97,10 +126,11 @@ fn offline_profile(name: &str, tmux: &standin::TmuxServer) -> String {
     }
 }
 
-/// Issue 26, point 6, with the real Gemini CLI offline: given its hooks the way the built-in profile gives them
-/// (`worksession hook-exec` writes a system settings file beside the session's hook file and starts the CLI with
-/// `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming it), its `BeforeAgent` says it took the initial prompt, and the prompt is
-/// `Delivered` on its word, with the `Activity` condition saying it works. It needs what a person gives it once: its
+/// Issue 26, point 6, with the real Gemini CLI against the scripted model (`GOOGLE_GEMINI_BASE_URL`): given its hooks
+/// the way the built-in profile gives them (`worksession hook-exec` writes a system settings file beside the
+/// session's hook file and starts the CLI with `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming it), its `BeforeAgent` says it
+/// took the initial prompt, the prompt is `Delivered` on its word, and at its turn's end the `Activity` condition
+/// says it is idle. It needs what a person gives it once: its
 /// folder trusted and its auth type chosen (its own files in its `HOME`), and a `HOME` under no folder others can
 /// write (it skips such a settings file), so this world is made under the user's cache rather than `/tmp`.
 #[tokio::test]
@@ -115,17 +145,21 @@ async fn gemini_through_the_agent_its_hooks_confirm_the_prompt() {
     std::fs::write(home.join(".gemini/trustedFolders.json"), trusted.to_string()).unwrap();
     let settings = json!({"security": {"auth": {"selectedType": "gemini-api-key"}}});
     std::fs::write(home.join(".gemini/settings.json"), settings.to_string()).unwrap();
-    let w = World::with_tmux(tmux, |tmux, yaml| yaml + &offline_profile("gemini", tmux)).await;
+    let model = Model::start();
+    let w = World::with_tmux(tmux, |tmux, yaml| yaml + &scripted_profile("gemini", tmux, &model)).await;
     let spec = json!({"harness": "gemini", "initialPrompt": "hello from the tests"});
     w.create_session("gh", spec).await;
-    let ws = w
-        .await_session("gh", "the initial prompt Delivered", |ws| {
-            ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
-                == Some(worksession::api::EventPhase::Delivered)
-        })
-        .await;
-    let activity = condition(&ws, "Activity").expect("its hooks say what it does");
-    assert_eq!((activity.0.as_str(), activity.1.as_str()), ("True", "Working"), "offline it never ends its turn");
+    w.await_session("gh", "the initial prompt Delivered", |ws| {
+        ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
+            == Some(worksession::api::EventPhase::Delivered)
+    })
+    .await;
+    // The scripted model answers: its turn ends, and its hooks say so.
+    w.await_session("gh", "its turn over", |ws| {
+        condition(ws, "Activity").is_some_and(|c| c.1 == "Idle")
+            && model.prompts().iter().any(|p| p.contains("hello from the tests"))
+    })
+    .await;
     let hooks = std::fs::read_to_string(worksession::hook::file_of(&home, &format!("{}/gh", w.ns.name))).unwrap();
     assert!(hooks.contains("\"UserPromptSubmit\"") && hooks.contains("hello from the tests"), "BeforeAgent: {hooks}");
     assert!(hooks.contains("\"source\":\"startup\""), "SessionStart at its start: {hooks}");
@@ -211,18 +245,22 @@ fn initial_prompt_is(ws: &worksession::api::WorkSession, phase: worksession::api
     ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(phase)
 }
 
-/// Issue 26, point 6, with the real opencode offline: given its hooks the way the built-in profile gives them
-/// (`worksession hook-exec` writes a plugin beside the session's hook file and starts the CLI with
-/// `OPENCODE_CONFIG_CONTENT` naming it), its `chat.message` says it took the initial prompt before any model call: the
-/// prompt is `Delivered` on its word, the conversation's id is the one it names, and a WorkEvent pasted while its turn
-/// retries (offline, for ever) is queued, reported and `Delivered` too.
+/// Issue 26, point 6, with the real opencode against the scripted model: given its hooks the way the built-in profile
+/// gives them (`worksession hook-exec` writes a plugin beside the session's hook file and starts the CLI with
+/// `OPENCODE_CONFIG_CONTENT` naming it), its `chat.message` says it took the initial prompt: the prompt is `Delivered`
+/// on its word, the conversation's id is the one it names, and its turn ends (`Activity` Idle). A WorkEvent pasted
+/// while a slow turn streams is queued, reported, `Delivered`, and reaches the model once, after that turn.
 #[tokio::test]
 async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_conversation() {
     use worksession::api::EventPhase;
+    let model = Model::start();
+    let slow = "one two three four five six seven eight nine ten eleven twelve";
+    model.on("hello from the tests", Reply::Slow { text: slow.into(), every: Duration::from_millis(500) });
     // Its first hook can come 15 s after its start under the whole suite's load (seen): the deadline is the real
     // CLI tests' (tests/claude.rs), not the stand-in's 15 s.
     let w = World::with_yaml(|tmux, yaml| {
-        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 120") + &offline_profile("opencode", tmux)
+        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60")
+            + &scripted_profile("opencode", tmux, &model)
     })
     .await;
     w.create_session("oc", json!({"harness": "opencode", "initialPrompt": "hello from the tests"})).await;
@@ -237,14 +275,18 @@ async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_co
         .await;
     let id = recorded_id(&ws);
     assert!(id.starts_with("ses_") && said.contains(&id), "the conversation its prompt went to: {id} in {said}");
-    let activity = condition(&ws, "Activity").expect("its hooks say what it does");
-    assert_eq!((activity.0.as_str(), activity.1.as_str()), ("True", "Working"), "offline its turn retries");
 
     w.send("oc", "oc-1", "a second prompt from the tests").await;
     w.await_event("oc-1", EventPhase::Delivered).await;
+    w.await_session("oc", "both turns over", |ws| {
+        condition(ws, "Activity").is_some_and(|c| c.1 == "Idle")
+            && model.prompts().iter().any(|p| p == "a second prompt from the tests")
+    })
+    .await;
     let said = std::fs::read_to_string(&hooks).unwrap();
-    assert!(said.contains("a second prompt from the tests"), "queued and reported: {said}");
-    assert_eq!(said.matches("a second prompt from the tests").count(), 1, "sent once");
+    assert_eq!(said.matches("a second prompt from the tests").count(), 1, "sent once: {said}");
+    let prompts = model.prompts();
+    assert_eq!(prompts.iter().filter(|p| *p == "a second prompt from the tests").count(), 1, "{prompts:?}");
 }
 
 /// Issue 26, point 6, with the real Copilot CLI offline: given its hooks the way the built-in profile gives them (a
@@ -284,4 +326,53 @@ async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() 
     .await;
     let said = std::fs::read_to_string(&hooks).unwrap();
     assert!(!said.contains("\"UserPromptSubmit\""), "it took no prompt: {said}");
+}
+
+/// Codex CLI against the scripted model, through a custom model provider (`wire_api = "responses"`): no account, so no
+/// sign-in screen (a provider that needs no OpenAI auth skips it), its folder trusted in its config as a person would
+/// once. Through the agent with the built-in `codex` profile: the initial prompt gets a real turn, the conversation's
+/// id is discovered from its rollout (or its notify at the turn's end), and after a crash the next event resumes that
+/// conversation (`codex resume <id>`) and reaches the model.
+#[tokio::test]
+async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() {
+    let model = Model::start();
+    model.on("hello codex", Reply::text("Hello from the scripted model."));
+    let w = World::with_yaml(|tmux, yaml| {
+        let home = tmux.state();
+        std::fs::create_dir_all(home.join(".codex")).unwrap();
+        std::fs::write(home.join(".codex/config.toml"), codex_config(&model, &tmux.workdir())).unwrap();
+        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60") + &offline_profile("codex", tmux)
+    })
+    .await;
+    w.create_session("cx", json!({"harness": "codex", "initialPrompt": "hello codex"})).await;
+    let ws = w
+        .await_session("cx", "its id discovered", |ws| condition(ws, "ConversationId").is_some_and(|c| c.0 == "True"))
+        .await;
+    let id = recorded_id(&ws);
+    support::until("the model asked", || async { model.prompts().iter().any(|p| p == "hello codex") }).await;
+
+    w.tmux.kill_pane(&w.tmux_session("cx")).await;
+    w.send("cx", "cx-1", "after the crash").await;
+    let ws = w
+        .await_session("cx", "resumed and Running", |ws| {
+            world::phase_of(ws) == Some(Phase::Running)
+                && ws.status.as_ref().and_then(|s| s.last_respawn.as_ref()).is_some_and(|r| r.resumed)
+        })
+        .await;
+    assert_eq!(recorded_id(&ws), id, "the discovered conversation");
+    support::until("the event reached the model", || async { model.prompts().iter().any(|p| p == "after the crash") })
+        .await;
+    let resumed = model.requests().into_iter().find(|r| r.prompt.as_deref() == Some("after the crash")).unwrap();
+    assert!(resumed.body["input"].to_string().contains("hello codex"), "in the same conversation: {}", resumed.body);
+}
+
+/// Codex's config pointing it at the scripted `model` through a custom provider, `workdir` trusted.
+fn codex_config(model: &Model, workdir: &std::path::Path) -> String {
+    format!(
+        "model = \"mock-model\"\nmodel_provider = \"mock\"\ncheck_for_update_on_startup = false\n\
+         [model_providers.mock]\nname = \"mock\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
+         request_max_retries = 0\nstream_max_retries = 0\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+        model.base_url(),
+        workdir.display()
+    )
 }

@@ -3,8 +3,10 @@
 //! tool call, a slow or long stream, an error, a turn that never ends) and reads back what each CLI sent.
 //!
 //! It speaks Anthropic's Messages API (`POST /v1/messages`, streamed as server-sent events or not), which Claude Code
-//! and opencode's `anthropic` provider use. Hand-written over tokio's TCP (one request per connection, the reply
-//! closes it): a web framework would be the only heavy part of the test support.
+//! and opencode's `anthropic` provider use, and the Gemini API (`POST /v1beta/models/<model>:streamGenerateContent`,
+//! `GOOGLE_GEMINI_BASE_URL`), which Gemini CLI uses, and OpenAI's Responses API (`POST /v1/responses`), which Codex
+//! CLI uses through a custom model provider. Hand-written over tokio's TCP (one request per connection, the
+//! reply closes it): a web framework would be the only heavy part of the test support.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -170,7 +172,19 @@ impl Model {
         let Some((path, body)) = read_request(&mut stream).await? else { return Ok(()) };
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let request = parse(path, body);
-        if !request.path.starts_with("/v1/messages") || request.path.starts_with("/v1/messages/count_tokens") {
+        if request.path.ends_with("/responses") {
+            let reply = self.reply_to(&request);
+            self.state.lock().unwrap().requests.push(request);
+            return self.responses(&mut stream, reply).await;
+        }
+        if request.path.contains("enerateContent") {
+            let reply = self.reply_to(&request);
+            let streamed = request.path.contains(":streamGenerateContent");
+            self.state.lock().unwrap().requests.push(request);
+            return self.gemini(&mut stream, streamed, reply).await;
+        }
+        let messages = request.path.starts_with("/v1/messages") || request.path.starts_with("/messages");
+        if !messages || request.path.contains("/count_tokens") {
             // Token counts and whatever else a CLI asks on the side: a plausible answer.
             let answer = json!({"input_tokens": self.usage().input});
             return respond(&mut stream, 200, &[], "application/json", answer.to_string().as_bytes()).await;
@@ -204,6 +218,128 @@ impl Model {
             }
             reply => self.stream(&mut stream, &model, usage, reply).await,
         }
+    }
+
+    /// A Gemini API answer: chunks of `candidates` as server-sent events (or one JSON object), the last with its
+    /// `finishReason` and `usageMetadata`.
+    async fn gemini(&self, stream: &mut TcpStream, streamed: bool, reply: Reply) -> std::io::Result<()> {
+        let usage = self.usage();
+        let metadata = json!({"promptTokenCount": usage.input + usage.cache_read, "candidatesTokenCount": usage.output,
+            "cachedContentTokenCount": usage.cache_read, "totalTokenCount": usage.input + usage.cache_read + usage.output});
+        let chunk = |parts: Value, last: bool| {
+            let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
+            let mut chunk = json!({"candidates": [candidate.take()]});
+            if last {
+                chunk["candidates"][0]["finishReason"] = json!("STOP");
+                chunk["usageMetadata"] = metadata.clone();
+            }
+            chunk
+        };
+        let (pieces, every): (Vec<Value>, Duration) = match reply {
+            Reply::Error { status, message, headers, .. } => {
+                let kind = match status {
+                    429 => "RESOURCE_EXHAUSTED",
+                    503 | 529 => "UNAVAILABLE",
+                    _ => "INTERNAL",
+                };
+                let body = json!({"error": {"code": status, "message": message, "status": kind}});
+                let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                return respond(stream, status, &headers, "application/json", body.to_string().as_bytes()).await;
+            }
+            Reply::Text(text) => (vec![json!([{"text": text}])], Duration::ZERO),
+            Reply::Slow { text, every } => (text.split_inclusive(' ').map(|w| json!([{"text": w}])).collect(), every),
+            Reply::Tool { name, input, .. } => {
+                let name = if name == "Bash" { "run_shell_command".to_string() } else { name };
+                (vec![json!([{"functionCall": {"name": name, "args": input}}])], Duration::ZERO)
+            }
+            Reply::Hang => (Vec::new(), Duration::ZERO),
+        };
+        if !streamed {
+            let parts: Vec<Value> = pieces.iter().flat_map(|p| p.as_array().cloned().unwrap_or_default()).collect();
+            let body = chunk(Value::Array(parts), true).to_string();
+            return respond(stream, 200, &[], "application/json", body.as_bytes()).await;
+        }
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        stream.write_all(head.as_bytes()).await?;
+        if pieces.is_empty() {
+            let mut buf = [0u8; 1024];
+            while stream.read(&mut buf).await? > 0 {}
+            return Ok(());
+        }
+        let last = pieces.len() - 1;
+        for (i, parts) in pieces.into_iter().enumerate() {
+            if i > 0 && !every.is_zero() {
+                tokio::time::sleep(every).await;
+            }
+            stream.write_all(format!("data: {}\r\n\r\n", chunk(parts, i == last)).as_bytes()).await?;
+            stream.flush().await?;
+        }
+        stream.shutdown().await
+    }
+
+    /// A Responses API answer, streamed: `response.created`, the output item (added, its text deltas, done), and
+    /// `response.completed` with the usage.
+    async fn responses(&self, stream: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
+        let usage = self.usage();
+        let (item, deltas, every) = match reply {
+            Reply::Error { status, message, headers, kind } => {
+                let body = json!({"error": {"type": kind, "message": message}});
+                let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                return respond(stream, status, &headers, "application/json", body.to_string().as_bytes()).await;
+            }
+            Reply::Tool { name, input, .. } => {
+                let name = if name == "Bash" { "shell".to_string() } else { name };
+                let command = input["command"].as_str().map(|c| json!({"command": ["bash", "-lc", c]}));
+                let arguments = command.unwrap_or(input).to_string();
+                let call = json!({"type": "function_call", "id": "fc_1", "call_id": tool_id(), "name": name,
+                    "arguments": arguments, "status": "completed"});
+                (call, Vec::new(), Duration::ZERO)
+            }
+            Reply::Text(text) => (output_message(&text), vec![text], Duration::ZERO),
+            Reply::Slow { text, every } => {
+                (output_message(&text), text.split_inclusive(' ').map(String::from).collect(), every)
+            }
+            Reply::Hang => (Value::Null, Vec::new(), Duration::ZERO),
+        };
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        stream.write_all(head.as_bytes()).await?;
+        let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
+        sse(stream, "response.created", json!({"type": "response.created", "response": {"id": id}})).await?;
+        if item.is_null() {
+            let mut buf = [0u8; 1024];
+            while stream.read(&mut buf).await? > 0 {}
+            return Ok(());
+        }
+        let mut added = item.clone();
+        if added["type"] == "message" {
+            added["content"] = json!([]);
+        }
+        sse(
+            stream,
+            "response.output_item.added",
+            json!({"type": "response.output_item.added", "output_index": 0, "item": added}),
+        )
+        .await?;
+        for delta in deltas {
+            if !every.is_zero() {
+                tokio::time::sleep(every).await;
+            }
+            let event = json!({"type": "response.output_text.delta", "item_id": item["id"], "output_index": 0,
+                "content_index": 0, "delta": delta});
+            sse(stream, "response.output_text.delta", event).await?;
+        }
+        sse(
+            stream,
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        )
+        .await?;
+        let usage = json!({"input_tokens": usage.input + usage.cache_read,
+            "input_tokens_details": {"cached_tokens": usage.cache_read}, "output_tokens": usage.output,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": usage.input + usage.cache_read + usage.output});
+        let done = json!({"type": "response.completed", "response": {"id": id, "usage": usage}});
+        sse(stream, "response.completed", done).await?;
+        stream.shutdown().await
     }
 
     async fn stream(&self, stream: &mut TcpStream, model: &str, usage: Usage, reply: Reply) -> std::io::Result<()> {
@@ -257,6 +393,12 @@ impl Model {
 
 /// The request's parts the script reads.
 fn parse(path: String, body: Value) -> Request {
+    if path.contains("GenerateContent") || path.contains("generateContent") {
+        return parse_gemini(path, body);
+    }
+    if path.ends_with("/responses") {
+        return parse_responses(path, body);
+    }
     let user = body["messages"].as_array().and_then(|m| m.iter().rev().find(|m| m["role"] == "user"));
     let parts = |m: &Value| match &m["content"] {
         Value::String(text) => vec![json!({"type": "text", "text": text})],
@@ -272,6 +414,31 @@ fn parse(path: String, body: Value) -> Request {
     Request { path, body, prompt, tool_result, at: std::time::SystemTime::now() }
 }
 
+/// A Gemini API request: `contents` of role `user` (a prompt's text) or carrying a `functionResponse`.
+fn parse_gemini(path: String, body: Value) -> Request {
+    let contents = body["contents"].as_array().cloned().unwrap_or_default();
+    let user = contents.iter().rev().find(|c| c["role"] == "user");
+    let parts = |c: &Value| c["parts"].as_array().cloned().unwrap_or_default();
+    let tool_result = user.is_some_and(|c| parts(c).iter().any(|p| p.get("functionResponse").is_some()));
+    let prompt = contents
+        .iter()
+        .rev()
+        .filter(|c| c["role"] == "user")
+        .find_map(|c| parts(c).iter().rev().find_map(|p| p["text"].as_str()).map(String::from));
+    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now() }
+}
+
+/// A Responses API request: `input` items, a user `message` (a prompt's `input_text`) or a `function_call_output`.
+fn parse_responses(path: String, body: Value) -> Request {
+    let input = body["input"].as_array().cloned().unwrap_or_default();
+    let tool_result = input.last().is_some_and(|i| i["type"] == "function_call_output");
+    let prompt = input.iter().rev().filter(|i| i["role"] == "user").find_map(|i| {
+        let content = i["content"].as_array()?;
+        content.iter().rev().find_map(|c| c["text"].as_str()).map(String::from)
+    });
+    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now() }
+}
+
 fn message(model: &str, usage: &Usage) -> Value {
     json!({
         "id": format!("msg_{}", uuid::Uuid::new_v4().simple()),
@@ -280,6 +447,12 @@ fn message(model: &str, usage: &Usage) -> Value {
         "usage": {"input_tokens": usage.input, "output_tokens": 0,
             "cache_creation_input_tokens": usage.cache_creation, "cache_read_input_tokens": usage.cache_read},
     })
+}
+
+/// A Responses API assistant message holding `text`.
+fn output_message(text: &str) -> Value {
+    json!({"type": "message", "id": format!("msg_{}", uuid::Uuid::new_v4().simple()), "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]})
 }
 
 fn tool_id() -> String {
