@@ -117,9 +117,24 @@ pub fn lines(bytes: &[u8], start: u64, cut_first: bool) -> impl Iterator<Item = 
 }
 
 /// A prompt's words: its text with every run of whitespace one space, none at its ends. A harness may store a prompt
-/// with its whitespace altered (Claude Code expands a tab to four spaces, in its transcript and its hooks alike).
+/// with its whitespace altered (Claude Code expands a tab to four spaces, in its transcript and its hooks alike), and
+/// a long paste wrapped: Claude Code 2.1.332 records a large bracketed paste as `<pasted_content id="N">`, the text,
+/// `</pasted_content id="N">` (measured); the words are the text's.
 pub fn words(prompt: &str) -> String {
-    prompt.split_whitespace().collect::<Vec<_>>().join(" ")
+    unwrap_paste(prompt).split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The text of a prompt that is one wrapped paste ([`words`]), else the prompt.
+fn unwrap_paste(prompt: &str) -> &str {
+    let trimmed = prompt.trim();
+    let Some(rest) = trimmed.strip_prefix("<pasted_content id=\"") else { return prompt };
+    let Some((id, body)) = rest.split_once("\">") else { return prompt };
+    let plain = !id.is_empty() && id.len() <= 32 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let close = format!("</pasted_content id=\"{id}\">");
+    match body.strip_suffix(close.as_str()) {
+        Some(text) if plain => text,
+        _ => prompt,
+    }
 }
 
 /// What a transcript's line of a prompt holds beside the prompt (Claude Code's: ids, times, its working directory,
@@ -167,6 +182,18 @@ pub fn contains(transcript: &str, prompt: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_paste_claude_code_wrapped_has_the_words_of_its_text() {
+        let recorded = "\n\n<pasted_content id=\"7344\">\nline one\n\nline two \n</pasted_content id=\"7344\">\n";
+        assert_eq!(words(recorded), "line one line two");
+        let line = serde_json::json!({"type": "user", "message": {"content": recorded}}).to_string();
+        assert!(holds(&line, &words("line one\n\nline two")));
+        // Not one paste: the words are as written.
+        let mismatched = "<pasted_content id=\"1\">x</pasted_content id=\"2\">";
+        assert_eq!(words(mismatched), mismatched);
+        assert!(words("before <pasted_content id=\"1\">x</pasted_content id=\"1\">").starts_with("before <pasted"));
+    }
 
     #[test]
     fn the_claude_path_names_the_project_folder_by_its_slug() {

@@ -469,14 +469,18 @@ async fn a_lost_conversation_is_handed_over_to_the_fresh_one() {
     w.await_session("ho", "the first turn over", |ws| initial_prompt_delivered(ws) && activity_is(ws, "Idle")).await;
     w.send("ho", "ho-1", "second prompt: and its tests").await;
     w.await_event("ho-1", EventPhase::Delivered).await;
-    let ws = w.await_session("ho", "the second turn over", |ws| activity_is(ws, "Idle")).await;
+    let ws = w
+        .await_session("ho", "the second turn over", |ws| {
+            activity_is(ws, "Idle") && model.prompts().ends_with(&["second prompt: and its tests".into()])
+        })
+        .await;
     let lost = recorded_id(&ws);
 
     w.tmux.kill_pane(&w.tmux_session("ho")).await;
     std::fs::remove_file(transcript_dir(&w, &lost).join(format!("{lost}.jsonl"))).unwrap();
     w.send("ho", "ho-2", "third prompt: after the loss").await;
     let st = w.await_event("ho-2", EventPhase::Delivered).await.status.unwrap();
-    assert_eq!(st.via, Some(Via::Fresh));
+    assert_eq!(st.via, Some(Via::Fresh), "on the fresh conversation's command line");
     let fresh = st.harness_session_id.unwrap();
     assert_ne!(fresh, lost);
     let ws = w.sessions().get("ho").await.unwrap();
@@ -492,4 +496,48 @@ async fn a_lost_conversation_is_handed_over_to_the_fresh_one() {
     let (first, second) = (sent.find("first prompt: build the feature"), sent.find("second prompt: and its tests"));
     assert!(first.unwrap() < second.unwrap(), "both, oldest first: {sent}");
     assert_eq!(sent, format!("{}\n\nthird prompt: after the loss", handoff.text));
+}
+
+/// The handoff pasted: the event after the loss is too long for a command line with the handoff in front, so the
+/// fresh conversation starts without a prompt and both are pasted once its input box shows; the real CLI takes the
+/// paste whole (its `UserPromptSubmit` reports the full text, though its screen folds a long paste) and the model
+/// gets the handoff, then the event.
+#[tokio::test]
+async fn a_handoff_too_long_for_the_command_line_is_pasted_whole() {
+    let model = Model::start();
+    let w = world(&model).await;
+    w.create_session("hp", json!({"harness": "claude", "initialPrompt": "first prompt: build the feature"})).await;
+    let ws = w
+        .await_session("hp", "the first turn over", |ws| {
+            initial_prompt_delivered(ws) && activity_is(ws, "Idle") && !model.prompts().is_empty()
+        })
+        .await;
+    let lost = recorded_id(&ws);
+    w.tmux.kill_pane(&w.tmux_session("hp")).await;
+    std::fs::remove_file(transcript_dir(&w, &lost).join(format!("{lost}.jsonl"))).unwrap();
+    let long = format!("a long report after the loss: {}", "word ".repeat(1590));
+    w.send("hp", "hp-1", &long).await;
+    let st = w.await_event("hp-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!(st.via, Some(Via::Pasted));
+    let sent = support::eventually("the model asked with the handoff", || async {
+        model.prompts().into_iter().find(|p| p.contains("a long report after the loss"))
+    })
+    .await;
+    // The CLI wraps a long paste (`<pasted_content id=...>`, measured with 2.1.332): its words are the text's.
+    let sent = transcript_words(&sent);
+    assert!(sent.starts_with(&format!("[worksession] This work item was in conversation {lost}")), "{sent:.300}");
+    assert!(sent.contains("[1] first prompt: build the feature"));
+    assert_eq!(
+        transcript_words(&sent),
+        transcript_words(&format!("{}\n\n{long}", {
+            let ws = w.sessions().get("hp").await.unwrap();
+            ws.status.unwrap().handoff.unwrap().text
+        })),
+        "whole"
+    );
+}
+
+/// `text`'s words, as compared after a harness altered its whitespace.
+fn transcript_words(text: &str) -> String {
+    worksession::transcript::words(text)
 }

@@ -29,7 +29,7 @@ pub fn sent(spec: &WorkSessionSpec, status: &WorkSessionStatus, events: &[Pendin
         .iter()
         .filter(|e| e.phase == EventPhase::Delivering)
         .map(|e| {
-            let text = crate::api::carried(status, &e.name, &e.prompt).into_owned();
+            let text = crate::api::carried(status, &e.tag, &e.prompt).into_owned();
             Sent { key: e.name.clone(), text, command: e.command, offset: e.offset }
         })
         .collect();

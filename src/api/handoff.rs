@@ -36,15 +36,23 @@ pub struct HandoffStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub prompt: Option<String>,
+    /// That prompt's delivery tag (a WorkEvent's UID): a later event under the same name never carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub prompt_uid: Option<String>,
+    /// The prompt that carried it was delivered: done.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delivered: bool,
     /// The text sent ahead of that prompt.
     #[schemars(length(max = 9000))]
     pub text: String,
 }
 
-/// The text of prompt `key` as sent: the handoff ahead of it when it is the prompt that carries one.
-pub fn carried<'t>(status: &super::WorkSessionStatus, key: &str, text: &'t str) -> std::borrow::Cow<'t, str> {
+/// The text of the prompt whose delivery tag is `tag` as sent: the handoff ahead of it when it is the prompt that
+/// carries one not yet delivered.
+pub fn carried<'t>(status: &super::WorkSessionStatus, tag: &str, text: &'t str) -> std::borrow::Cow<'t, str> {
     match &status.handoff {
-        Some(h) if h.prompt.as_deref() == Some(key) => format!("{}\n\n{text}", h.text).into(),
+        Some(h) if !h.delivered && h.prompt_uid.as_deref() == Some(tag) => format!("{}\n\n{text}", h.text).into(),
         _ => text.into(),
     }
 }

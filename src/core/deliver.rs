@@ -273,10 +273,12 @@ impl<'a, 'i> Decision<'a, 'i> {
                     };
                     // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude
                     // Code's shell mode.
-                    if !prompt.command {
-                        self.claim_handoff(prompt.key);
+                    // A prompt that claims the handoff now records the claim before its paste (an intent): an
+                    // agent that stops after the paste knows what was sent, and looks for it.
+                    if !prompt.command && self.claim_handoff(prompt.key) {
+                        self.intent = Some(self.status.clone());
                     }
-                    let text = crate::api::carried(&self.status, prompt.key, prompt.text);
+                    let text = crate::api::carried(&self.status, prompt.tag, prompt.text);
                     let text = profile.as_sent(&text, prompt.command);
                     // The paste's tag carries its mark, for a decision that does not see the send recorded.
                     let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));

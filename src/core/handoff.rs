@@ -7,8 +7,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::Decision;
 use super::resume::{Fresh, ResumeReason, candidate};
+use super::{Decision, INITIAL_PROMPT};
 use crate::api::{EventPhase, HANDOFF_DEFAULT_CHARACTERS, HandoffStatus};
 use crate::harness::Profile;
 
@@ -18,62 +18,84 @@ const REASON_LIMIT: usize = 300;
 impl Decision<'_, '_> {
     /// At a fresh spawn: records the handoff the new conversation is owed when the spawn is fresh because the
     /// recorded conversation could not be resumed, and there is something to hand over (a prompt it had taken, the
-    /// agent's checkout). An earlier handoff not yet delivered stays owed as it is (the
-    /// conversation it was made for took nothing: it has nothing to add).
+    /// agent's checkout). An earlier handoff not yet delivered is made again, for the conversation it named and the
+    /// one that replaced it, which may have taken prompts behind the one that was to carry it.
     pub(super) fn hand_over(&mut self, profile: &Profile, fresh: &Fresh) {
         let input = self.input;
         let spec = input.object.spec;
         let enabled = profile.handoff && spec.handoff.as_ref().and_then(|h| h.enabled).unwrap_or(true);
         let lost = !matches!(fresh.reason, ResumeReason::ResumeDisabled | ResumeReason::NoRecordedSession);
-        if !enabled || !lost || self.handoff_owed() {
+        if !enabled || !lost {
             return;
         }
-        let Some(from) = candidate(spec, &self.status).cloned() else { return };
+        let Some(candidate) = candidate(spec, &self.status).cloned() else { return };
+        let earlier = self.status.handoff.as_ref().filter(|h| !h.delivered).map(|h| h.from.clone());
+        let from = cut(earlier.as_deref().unwrap_or(&candidate), 128);
+        let lost = |c: Option<&str>| c.is_some_and(|c| c == candidate || earlier.as_deref() == Some(c));
         let budget = spec.handoff.as_ref().and_then(|h| h.max_characters).unwrap_or(HANDOFF_DEFAULT_CHARACTERS);
         let mut taken: Vec<(k8s_openapi::jiff::Timestamp, &str)> = input
             .object
             .finished
             .iter()
-            .filter(|e| e.conversation.as_deref() == Some(from.as_str()))
+            .filter(|e| lost(e.conversation.as_deref()))
             .map(|e| (e.at, e.prompt.as_str()))
             .collect();
-        let initial = input.object.status.initial_prompt.as_ref().filter(|p| {
-            p.phase == Some(EventPhase::Delivered) && p.harness_session_id.as_deref() == Some(from.as_str())
-        });
+        let initial = input.object.status.initial_prompt.as_ref();
+        let initial =
+            initial.filter(|p| p.phase == Some(EventPhase::Delivered) && lost(p.harness_session_id.as_deref()));
         if let (Some(p), Some(text)) = (initial, spec.initial_prompt.as_deref()) {
             // First among those of its second (status times are whole seconds): it is the session's first prompt.
             taken.insert(0, (p.delivered_at.as_ref().map(|t| t.0).unwrap_or_default(), text));
         }
         taken.sort_by_key(|(at, _)| *at);
-        let prompts: Vec<&str> = taken.into_iter().map(|(_, text)| text).collect();
+        let prompts: Vec<&str> = taken.into_iter().map(|(_, text)| text).filter(|t| !t.trim().is_empty()).collect();
         if prompts.is_empty() && input.evidence.checkout.is_none() {
+            self.status.handoff = None;
             return; // nothing to hand over: the new conversation starts as the seed's fallback does
         }
         let text = handoff_text(&from, fresh, &prompts, input.evidence.checkout, budget as usize);
-        self.status.handoff = Some(HandoffStatus { from, time: Time(input.context.now), prompt: None, text });
+        let time = Time(input.context.now);
+        self.status.handoff =
+            Some(HandoffStatus { from, time, prompt: None, prompt_uid: None, delivered: false, text });
     }
 
-    /// Whether the recorded handoff waits for a prompt to carry it: none claimed it yet, or the one that did is not
-    /// yet known delivered.
-    pub(super) fn handoff_owed(&self) -> bool {
-        match self.status.handoff.as_ref().map(|h| h.prompt.as_deref()) {
-            None => false,
-            Some(None) => true,
-            Some(Some(key)) => self.prompt(key).is_some(),
+    /// Before anything is sent: a handoff whose prompt was delivered is done; one whose prompt failed or went away
+    /// undelivered waits for the next prompt.
+    pub(super) fn settle_handoff(&mut self) {
+        let input = self.input;
+        let Some(h) = self.status.handoff.as_mut().filter(|h| !h.delivered) else { return };
+        let Some(key) = h.prompt.clone() else { return };
+        if self.input.object.events.iter().any(|e| e.name == key) && key != INITIAL_PROMPT
+            || key == INITIAL_PROMPT && super::initial_prompt_owed(input.object.spec, input.object.status).is_some()
+        {
+            return; // still on its way
+        }
+        let delivered = if key == INITIAL_PROMPT {
+            input.object.status.initial_prompt.as_ref().is_some_and(|p| p.phase == Some(EventPhase::Delivered))
+        } else {
+            input.object.finished.iter().any(|e| e.name == key && e.conversation.is_some())
+        };
+        if delivered {
+            h.delivered = true;
+        } else {
+            (h.prompt, h.prompt_uid) = (None, None);
         }
     }
 
-    /// Sending `key` (not a harness command): it claims the handoff when one is owed and unclaimed.
-    pub(super) fn claim_handoff(&mut self, key: &str) {
-        if self.status.handoff.as_ref().is_some_and(|h| h.prompt.is_none()) {
-            self.status.handoff.as_mut().expect("checked").prompt = Some(key.to_string());
-        }
+    /// Sending `key` (not a harness command): it claims the handoff when one is owed and unclaimed; whether it did.
+    pub(super) fn claim_handoff(&mut self, key: &str) -> bool {
+        let tag = self.prompt(key).map(|p| p.tag.to_string());
+        let Some(h) = self.status.handoff.as_mut().filter(|h| !h.delivered && h.prompt.is_none()) else {
+            return false;
+        };
+        (h.prompt, h.prompt_uid) = (Some(key.to_string()), tag);
+        true
     }
 
     /// How long `key`'s text is as sent, with the handoff it would carry.
     pub(super) fn carried_len(&self, key: &str, text: &str) -> usize {
-        let owed = self.status.handoff.as_ref().filter(|h| h.prompt.as_deref().is_none_or(|p| p == key));
-        owed.map_or(0, |h| h.text.len() + 2) + text.len()
+        let mine = |h: &&HandoffStatus| !h.delivered && h.prompt.as_deref().is_none_or(|p| p == key);
+        self.status.handoff.as_ref().filter(mine).map_or(0, |h| h.text.len() + 2) + text.len()
     }
 }
 
@@ -101,35 +123,38 @@ pub fn handoff_text(
     if prompts.is_empty() {
         head.push_str(" It had taken no prompt the agent knows of.");
     }
-    // The newest prompts first into the budget; each at most half of it, so one long prompt does not hide the rest.
-    let mut room = budget.saturating_sub(head.len() + tail.len() + 200);
+    // The newest prompts first into the budget, each charged what it adds; each at most half of it, so one long
+    // prompt does not hide the rest. A stub of an older prompt says less than leaving it out and saying so.
+    let mut room = budget.saturating_sub(head.len() + tail.len() + 120);
     let mut kept: Vec<String> = Vec::new();
     for prompt in prompts.iter().rev() {
-        // A stub of an older prompt says less than leaving it out and saying so.
         let (prompt, limit) = (prompt.trim(), (budget / 2).min(room));
-        if limit < prompt.len().min(200) {
+        let marker = format!("\n\n[{}] ", prompts.len());
+        if limit < prompt.len().min(200) + marker.len() {
             break;
         }
-        let piece = cut(prompt, limit);
-        room = room.saturating_sub(piece.len() + 8);
+        let piece = cut(prompt, limit - marker.len());
+        room = room.saturating_sub(piece.len() + marker.len());
         kept.push(piece);
     }
     kept.reverse();
     let mut text = head;
-    if !kept.is_empty() {
-        let left_out = prompts.len() - kept.len();
-        text.push_str(" The prompts it had taken, oldest first");
-        if left_out > 0 {
-            text.push_str(&format!(" ({left_out} earlier ones left out)"));
+    let left_out = prompts.len() - kept.len();
+    if !prompts.is_empty() {
+        text.push_str(&format!(" It had taken {} prompts", prompts.len()));
+        match (kept.len(), left_out) {
+            (0, _) => text.push_str(", none of which fit here."),
+            (_, 0) => text.push_str(", oldest first:"),
+            (kept, _) => text.push_str(&format!("; the last {kept} follow, oldest first:")),
         }
-        text.push(':');
         for (i, prompt) in kept.iter().enumerate() {
             text.push_str(&format!("\n\n[{}] {prompt}", left_out + i + 1));
         }
     }
     text.push_str("\n\n");
     text.push_str(&tail);
-    text
+    // The bound the status's schema holds it to, whatever the parts came to.
+    cut(&text, budget.max(200))
 }
 
 /// `text` cut to at most `limit` bytes at a character boundary, with an ellipsis when cut.
@@ -171,9 +196,12 @@ mod tests {
         let fresh = lost(ResumeReason::PaneDied, "died");
         let old = "o".repeat(900);
         let prompts = [old.as_str(), old.as_str(), "the newest"];
-        let text = handoff_text("c-1", &fresh, &prompts, None, 1000);
-        assert!(text.len() <= 1000 + 8, "{}", text.len());
-        assert!(text.contains("the newest") && text.contains("earlier ones left out"), "{text}");
+        let text = handoff_text("c-1", &fresh, &prompts, None, 700);
+        assert!(text.len() <= 700, "{}", text.len());
+        assert!(text.contains("It had taken 3 prompts; the last 2 follow, oldest first:"), "{text}");
+        assert!(text.contains("[2] ooo") && text.contains("[3] the newest") && !text.contains("[1]"), "{text}");
+        let none_fit = handoff_text("c-1", &fresh, &prompts, None, 200);
+        assert!(none_fit.len() <= 200 && none_fit.contains("It had taken 3 prompts"), "said, if cut: {none_fit}");
     }
 
     #[test]

@@ -305,6 +305,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.ops.push(Op::ReleaseFinalizer);
             return self.plan();
         }
+        self.settle_handoff();
         if let Some(other) = conflict {
             self.status.phase = Some(Phase::Pending);
             self.status.verification = None;

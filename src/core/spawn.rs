@@ -136,8 +136,17 @@ impl<'a, 'i> Decision<'a, 'i> {
         if let Some(fresh) = &fresh {
             self.hand_over(profile, fresh);
         }
-        // A boot prompt rides on the command line with the handoff it claims when both fit; else it is pasted.
-        let boot = boot.filter(|(key, text)| self.carried_len(key, &clean_prompt(text)) <= ARGV_PROMPT_LIMIT);
+        // A boot prompt rides on the command line with the handoff it claims when both fit; else it is pasted once
+        // the harness is ready (one a dead resume was given waits again, with nothing counted).
+        let fits = |(key, text): &(&str, &str)| self.carried_len(key, &clean_prompt(text)) <= ARGV_PROMPT_LIMIT;
+        let (boot, dropped) = match boot {
+            Some(b) if !fits(&b) => (None, Some(b.0)),
+            other => (other, None),
+        };
+        if let Some(key) = dropped.filter(|k| self.prompt(k).is_some_and(|p| p.phase == EventPhase::Delivering)) {
+            let why = "too long for the command line with its handoff: pasted once the harness is ready";
+            self.set_prompt(key, EventPhase::Pending, None, Attempt::Returned, Some(why.into()));
+        }
         if let Some((key, _)) = boot {
             self.claim_handoff(key);
         }
@@ -221,8 +230,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         let input = self.input;
         let mode = if v.resume { Mode::Resume } else { Mode::Fresh };
         // Text, whatever it starts with: a webhook's `/clear` on the command line would switch conversations.
-        let key = boot_key(v).unwrap_or_default();
-        let prompt = boot.map(|text| profile.as_sent(&crate::api::carried(&self.status, key, text), false));
+        let tag = boot_key(v).and_then(|key| self.prompt(key)).map(|p| p.tag).unwrap_or_default();
+        let prompt = boot.map(|text| profile.as_sent(&crate::api::carried(&self.status, tag, text), false));
         let mut argv = profile.argv(&input.object.spec.harness, mode, &v.harness_session_id, prompt.as_deref())?;
         let mut binary = profile.binary.clone();
         match self.hook_args(profile, &v.spawn) {

@@ -91,4 +91,74 @@ fn a_handoff_rides_on_the_first_paste_when_the_command_line_has_no_room() {
     let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e1")).expect("pasted");
     assert!(paste.contains("[worksession] This work item was in conversation") && paste.ends_with(&long));
     assert_eq!(plan.status.handoff.as_ref().unwrap().prompt.as_deref(), Some("e1"));
+    // The claim is recorded before the paste: an agent that stops after it still looks for what it sent.
+    let intent = plan.intent().expect("an intent before the paste");
+    assert_eq!(intent.handoff.as_ref().unwrap().prompt_uid.as_deref(), Some(case.events[0].tag.as_str()));
+    let position = |what: &str| ops(&plan).iter().position(|o| o.starts_with(what)).unwrap();
+    assert!(position("record intent") < position("paste e1"));
+}
+
+/// A resume given a long prompt on its command line dies; the fallback's command line has no room for the prompt
+/// with its handoff: the prompt waits again (nothing counted) and is pasted, handoff first, once the harness is ready.
+#[test]
+fn a_dead_resumes_long_boot_prompt_waits_again_for_the_fallback_to_paste_it() {
+    let mut case = lost_with_prompts();
+    case.found = Some(true);
+    let long = "z".repeat(ARGV_PROMPT_LIMIT - 100);
+    case.events = vec![ev("e1", &long)];
+    let plan = case.step();
+    assert!(spawned(&plan).contains("--resume"), "resumed with it on its command line");
+    assert_eq!(case.events[0].phase, EventPhase::Delivering);
+    // The resumed pane dies within its probe: a fresh conversation, whose command line cannot hold both.
+    (case.liveness, case.now) = (Liveness::Dead, t(101));
+    case.output = "No conversation found with session ID: 0a0b0c0d-old";
+    let plan = case.step();
+    assert!(!spawned(&plan).contains("zzz"), "not on the fallback's command line");
+    assert_eq!((case.events[0].phase, case.events[0].attempts), (EventPhase::Pending, 0), "waits again");
+    (case.liveness, case.now) = (Liveness::Alive, t(200));
+    let plan = case.step();
+    let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e1")).expect("pasted once ready");
+    assert!(paste.contains("[worksession]") && paste.ends_with(&long));
+}
+
+/// Delivered, the handoff is done: a later event under the same name (a new object) is sent as it is.
+#[test]
+fn a_delivered_handoff_never_rides_again_not_even_on_an_event_of_the_same_name() {
+    let mut case = lost_with_prompts();
+    let plan = case.step();
+    let handoff = plan.status.handoff.clone().unwrap();
+    assert_eq!(handoff.prompt.as_deref(), Some("e1"));
+    // e1 is delivered to the new conversation.
+    let fresh = plan.status.verification.as_ref().unwrap().harness_session_id.clone();
+    case.events.clear();
+    case.finished.push(FinishedEvent {
+        prompt: "please fix the bug".into(),
+        conversation: Some(fresh),
+        ..FinishedEvent::new("e1", t(150))
+    });
+    (case.liveness, case.now) = (Liveness::Alive, t(150));
+    let plan = case.step();
+    assert!(plan.status.handoff.as_ref().unwrap().delivered, "done");
+    // A new event of that name.
+    case.events = vec![PendingEvent { tag: "another-uid".into(), ..ev("e1", "again") }];
+    case.now = t(160);
+    let plan = case.step();
+    let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e1")).expect("pasted");
+    assert_eq!(paste, "paste e1 into loop-ns_repo-12: again");
+    assert_eq!(crate::api::carried(&plan.status, "another-uid", "again"), "again");
+}
+
+/// The prompt that carried the handoff failed: the handoff waits for the next prompt, never silently dropped.
+#[test]
+fn a_handoff_whose_prompt_failed_rides_on_the_next_one() {
+    let mut case = lost_with_prompts();
+    case.step();
+    // e1 failed (its harness never confirmed it); e2 comes.
+    case.events = vec![ev("e2", "the next one")];
+    case.finished.push(FinishedEvent::new("e1", t(120)));
+    (case.liveness, case.now) = (Liveness::Alive, t(500));
+    let plan = case.step();
+    let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e2")).expect("pasted");
+    assert!(paste.contains("[worksession]") && paste.ends_with("the next one"), "{paste}");
+    assert_eq!(plan.status.handoff.as_ref().unwrap().prompt.as_deref(), Some("e2"));
 }
