@@ -15,44 +15,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
+use support::clis;
 use support::model::{Model, Reply};
 use worksession::api::Phase;
 use world::{World, condition, recorded_id};
 
-/// The CLI `scripts/testenv install-clis` installed.
-fn cli_bin(name: &str) -> PathBuf {
-    let out = std::process::Command::new(support::repo_root().join("scripts/testenv"))
-        .args(["cli-bin", name])
-        .output()
-        .unwrap();
-    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    assert!(bin.exists(), "{} is missing: run `scripts/testenv install-clis` (scripts/test does)", bin.display());
-    bin
-}
-
-/// The environment each CLI runs offline in: its own `HOME`, a dummy key where it wants one.
-fn env_of(name: &str) -> &'static [(&'static str, &'static str)] {
-    match name {
-        "gemini" => &[("GEMINI_API_KEY", "worksession-offline-test-key")],
-        _ => &[],
-    }
-}
-
-/// Runs `name` with `args` in a fresh `HOME`; its exit code and everything it printed.
-async fn run(name: &str, args: &[&str]) -> (Option<i32>, String) {
-    let home = tempfile::tempdir().unwrap();
-    let mut cmd = tokio::process::Command::new(cli_bin(name));
-    cmd.args(args).env("HOME", home.path()).current_dir(home.path()).kill_on_drop(true);
-    for (k, v) in env_of(name) {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("the CLI exits").unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.code(), text)
-}
-
 async fn unknown_id_fails_as_the_profile_expects(name: &str, args: &[&str], code: i32) {
-    let (exit, output) = run(name, args).await;
+    let (exit, output, _) = clis::run(name, args).await;
     assert_eq!(exit, Some(code), "{name}: {output}");
     let profiles = worksession::harness::builtin();
     assert!(profiles[name].resume_failed(&output), "{name}'s resumeFailedPattern does not match: {output}");
@@ -80,50 +49,14 @@ async fn world_with(name: &'static str) -> World {
     World::with_config_for(move |tmux| offline_profile(name, tmux)).await
 }
 
-/// The `name` profile's YAML: the built-in one, its binary a wrapper that runs the real CLI offline in `tmux`'s state
-/// folder as its `HOME`.
+/// The `name` profile with its model unreachable, in `tmux`'s state folder as its `HOME`.
 fn offline_profile(name: &str, tmux: &standin::TmuxServer) -> String {
-    profile_with(name, tmux, &[])
+    clis::offline_profile(name, &tmux.state())
 }
 
-/// The same, its model the scripted `model` (its turns end): opencode's `anthropic` provider pointed at it by its
-/// global config, Gemini CLI by `GOOGLE_GEMINI_BASE_URL`, each on a model that needs no other call first.
+/// The `name` profile against the scripted `model`.
 fn scripted_profile(name: &str, tmux: &standin::TmuxServer, model: &Model) -> String {
-    let home = tmux.state();
-    match name {
-        "opencode" => {
-            let config = json!({
-                "provider": {"anthropic": {"options": {"baseURL": format!("{}/v1", model.base_url()), "apiKey": "dummy"}}},
-                "model": "anthropic/claude-haiku-4-5",
-                "autoupdate": false,
-            });
-            std::fs::create_dir_all(home.join(".config/opencode")).unwrap();
-            std::fs::write(home.join(".config/opencode/opencode.json"), config.to_string()).unwrap();
-            profile_with(name, tmux, &[("OPENCODE_DISABLE_MODELS_FETCH", "1"), ("OPENCODE_DISABLE_AUTOUPDATE", "1")])
-        }
-        "gemini" => {
-            let url = model.base_url();
-            profile_with(name, tmux, &[("GOOGLE_GEMINI_BASE_URL", &url)])
-                + "    extraArgs: [\"-m\", \"gemini-2.5-flash\"]\n"
-        }
-        _ => unreachable!("no scripted model for {name}"),
-    }
-}
-
-fn profile_with(name: &str, tmux: &standin::TmuxServer, env: &[(&str, &str)]) -> String {
-    {
-        let home = tmux.state();
-        let wrapper = home.join(format!("{name}-offline"));
-        let exports: String = env_of(name).iter().chain(env.iter()).map(|(k, v)| format!(" {k}='{v}'")).collect();
-        let script = format!(
-            "#!/bin/sh\nexport HOME='{home}'{exports}\nexec '{bin}' \"$@\"\n",
-            home = home.display(),
-            bin = cli_bin(name).display()
-        );
-        std::fs::write(&wrapper, script).unwrap();
-        std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
-        format!("  {name}:\n    binary: {}\n", wrapper.display())
-    }
+    clis::scripted_profile(name, &tmux.state(), &tmux.workdir(), model)
 }
 
 /// Issue 26, point 6, with the real Gemini CLI against the scripted model (`GOOGLE_GEMINI_BASE_URL`): given its hooks
@@ -139,12 +72,7 @@ async fn gemini_through_the_agent_its_hooks_confirm_the_prompt() {
     // can write.
     let cache = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| support::repo_root().join("target"));
     let tmux = standin::TmuxServer::new_in(&cache.join(".cache/worksession-tests"));
-    let (home, workdir) = (tmux.state(), tmux.workdir());
-    std::fs::create_dir_all(home.join(".gemini")).unwrap();
-    let trusted = json!({workdir.display().to_string(): "TRUST_FOLDER"});
-    std::fs::write(home.join(".gemini/trustedFolders.json"), trusted.to_string()).unwrap();
-    let settings = json!({"security": {"auth": {"selectedType": "gemini-api-key"}}});
-    std::fs::write(home.join(".gemini/settings.json"), settings.to_string()).unwrap();
+    let home = tmux.state();
     let model = Model::start();
     let w = World::with_tmux(tmux, |tmux, yaml| yaml + &scripted_profile("gemini", tmux, &model)).await;
     let spec = json!({"harness": "gemini", "initialPrompt": "hello from the tests"});
@@ -338,10 +266,8 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
     let model = Model::start();
     model.on("hello codex", Reply::text("Hello from the scripted model."));
     let w = World::with_yaml(|tmux, yaml| {
-        let home = tmux.state();
-        std::fs::create_dir_all(home.join(".codex")).unwrap();
-        std::fs::write(home.join(".codex/config.toml"), codex_config(&model, &tmux.workdir())).unwrap();
-        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60") + &offline_profile("codex", tmux)
+        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60")
+            + &scripted_profile("codex", tmux, &model)
     })
     .await;
     w.create_session("cx", json!({"harness": "codex", "initialPrompt": "hello codex"})).await;
@@ -364,15 +290,4 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
         .await;
     let resumed = model.requests().into_iter().find(|r| r.prompt.as_deref() == Some("after the crash")).unwrap();
     assert!(resumed.body["input"].to_string().contains("hello codex"), "in the same conversation: {}", resumed.body);
-}
-
-/// Codex's config pointing it at the scripted `model` through a custom provider, `workdir` trusted.
-fn codex_config(model: &Model, workdir: &std::path::Path) -> String {
-    format!(
-        "model = \"mock-model\"\nmodel_provider = \"mock\"\ncheck_for_update_on_startup = false\n\
-         [model_providers.mock]\nname = \"mock\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
-         request_max_retries = 0\nstream_max_retries = 0\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
-        model.base_url(),
-        workdir.display()
-    )
 }

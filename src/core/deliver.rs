@@ -279,7 +279,13 @@ impl<'a, 'i> Decision<'a, 'i> {
                         self.intent = Some(self.status.clone());
                     }
                     let text = crate::api::carried(&self.status, prompt.tag, prompt.text);
-                    let text = profile.as_sent(&text, prompt.command);
+                    let mut text = profile.as_sent(&text, prompt.command);
+                    // A pasted prompt whose last word is an @-mention leaves opencode's file picker open, and the
+                    // picker takes the Enter: the prompt is never submitted (measured with 1.18.33). A space after
+                    // it closes the picker; a prompt's words are the same.
+                    if !prompt.command && text.split_whitespace().last().is_some_and(|w| w.starts_with('@')) {
+                        text.push(' ');
+                    }
                     // The paste's tag carries its mark, for a decision that does not see the send recorded.
                     let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));
                     self.ops.push(Op::Paste { session, key, tag, text });

@@ -7,6 +7,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod claude;
+pub mod clis;
 pub mod model;
 
 use std::path::{Path, PathBuf};
