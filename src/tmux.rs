@@ -25,8 +25,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SPAWN_TAG: &str = "@worksession-spawn";
 /// The session option a paste tags its session with (the prompt's key), in the paste's own tmux call.
 pub const PASTE_TAG: &str = "@worksession-pasted";
-/// Seconds between a paste and the Enter that submits it, within the paste's tmux call.
+/// Seconds between a paste and the Enter that submits it, which the tmux server sends.
 const SUBMIT_DELAY: &str = "0.15";
+/// Seconds the paste's tmux call waits, so that its Enter is sent before the call returns.
+const WAIT_DELAY: &str = "0.2";
 /// The session option naming the object that owns a session (its UID), set by the spawn's own tmux call.
 pub const OWNER_TAG: &str = "@worksession-owner";
 /// The session option naming that object for people (`namespace/name`).
@@ -421,11 +423,15 @@ impl Tmux for TmuxRunner {
         // buffer and session names, never the text.
         // The key (a WorkEvent's UID, or `initialPrompt`; checked above to be a plain word) is tagged in the same
         // sequence, so an agent stopped before recording the paste finds it done rather than pasting it again.
-        // The Enter comes a moment after the paste, still inside the server's sequence (`run-shell -d` with no command
-        // only waits): Gemini CLI 0.61.0 takes an Enter read together with a paste as part of it and leaves the
-        // prompt unsent in its input box (measured); Claude Code and the others take it either way.
+        // The Enter comes a moment after the paste: Gemini CLI 0.61.0 takes an Enter read together with a paste as
+        // part of it and leaves the prompt unsent in its input box (measured); Claude Code and the others take it
+        // either way. The server sends it (`run-shell -b -C`: a tmux command of the server's, after the delay), so a
+        // client that goes away meanwhile leaves no paste without its Enter; the tag is set with the paste; and the
+        // call waits out the delay (a tmux command, not a shell), so the next paste cannot come before this Enter.
         let paste = format!(
-            "paste-buffer -d -p -b {buffer} -t {target} ; run-shell -d {SUBMIT_DELAY} '' ; send-keys -t {target} Enter ; set-option -t {target} {PASTE_TAG} {key}"
+            "paste-buffer -d -p -b {buffer} -t {target} ; set-option -t {target} {PASTE_TAG} {key} ; \
+             run-shell -b -C -d {SUBMIT_DELAY} 'send-keys -t {target} Enter' ; \
+             run-shell -C -d {WAIT_DELAY} 'set-option -t {target} {PASTE_TAG} {key}'"
         );
         let dead = format!("delete-buffer -b {buffer} ; display-message -p {PANE_DEAD}");
         let args =

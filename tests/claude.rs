@@ -64,7 +64,17 @@ async fn a_real_turn_ends_at_its_stop_and_the_idle_stop_counts_from_there() {
     let turn_end = k8s_openapi::jiff::Timestamp::try_from(tool_done).unwrap();
     // Status times are whole seconds: the period is 2 s, so at least 1 s after the turn's end, whatever the rounding.
     assert!(idle_since >= turn_end + std::time::Duration::from_secs(1), "{idle_since} after {turn_end}");
-    assert!(activity_is(&ws, "Idle"), "{:?}", condition(&ws, "Activity"));
+    // The CLI's own word for the turn's end: its Stop, before the stop by at least the period (whole seconds).
+    let hooks = std::fs::read_to_string(worksession::hook::file_of(&w.tmux.state(), &format!("{}/rt", w.ns.name)));
+    let stopped: Vec<k8s_openapi::jiff::Timestamp> = hooks
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["hook"] == "Stop")
+        .filter_map(|v| v["at"].as_str()?.parse().ok())
+        .collect();
+    let stop = *stopped.first().expect("its Stop at the turn's end");
+    assert!(idle_since >= stop + std::time::Duration::from_secs(1), "{idle_since} after its Stop at {stop}");
     let id = recorded_id(&ws);
     await_in_transcript(&w, &id, "The tool is done.").await;
     let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
@@ -540,4 +550,34 @@ async fn a_handoff_too_long_for_the_command_line_is_pasted_whole() {
 /// `text`'s words, as compared after a harness altered its whitespace.
 fn transcript_words(text: &str) -> String {
     worksession::transcript::words(text)
+}
+
+/// An API error the CLI does not retry by itself (a 429 whose limit resets later, `x-should-retry: false`): the real
+/// CLI took the prompt (`Delivered`), asked the model once, and records the error in its transcript as an assistant
+/// line of model `<synthetic>`; its turn does not end with `Stop`. The next prompt, once the limit is gone, is taken
+/// and answered in the same conversation.
+#[tokio::test]
+async fn a_rate_limited_turn_is_recorded_as_an_api_error_and_the_next_prompt_goes_on() {
+    let model = Model::start();
+    model.on("limited", Reply::rate_limited(std::time::Duration::from_secs(3600)));
+    let w = world(&model).await;
+    w.create_session("rl", json!({"harness": "claude", "initialPrompt": "limited: the first prompt"})).await;
+    let ws = w.await_session("rl", "the initial prompt known delivered", initial_prompt_delivered).await;
+    let id = recorded_id(&ws);
+    await_in_transcript(&w, &id, "limited: the first prompt").await;
+    support::eventually("the API error in the transcript", || async {
+        let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
+        (text.contains("<synthetic>") && text.contains("429")).then_some(())
+    })
+    .await;
+    let asked = model.prompts().iter().filter(|p| p.contains("limited: the first prompt")).count();
+    assert_eq!(asked, 1, "not retried by the CLI");
+    let hooks = std::fs::read_to_string(worksession::hook::file_of(&w.tmux.state(), &format!("{}/rl", w.ns.name)));
+    assert!(!hooks.unwrap_or_default().contains("\"Stop\""), "no Stop after an API error");
+
+    model.on("after the limit", Reply::text("Back at work."));
+    w.send("rl", "rl-1", "after the limit: go on").await;
+    let st = w.await_event("rl-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
+    await_in_transcript(&w, &id, "Back at work.").await;
 }

@@ -166,8 +166,10 @@ pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedEvent> {
             EventPhase::Failed => e.metadata.creation_timestamp.as_ref()?.0,
             EventPhase::Pending | EventPhase::Delivering => return None,
         };
-        let conversation = st.harness_session_id.clone().filter(|_| st.phase == Some(EventPhase::Delivered));
-        Some(FinishedEvent { name: e.name_any(), at, prompt: e.spec.prompt.clone(), conversation })
+        let delivered = st.phase == Some(EventPhase::Delivered);
+        let conversation = st.harness_session_id.clone().filter(|_| delivered);
+        let (name, prompt, tag) = (e.name_any(), e.spec.prompt.clone(), delivery_tag(e));
+        Some(FinishedEvent { name, at, prompt, conversation, tag, delivered })
     };
     events.iter().filter_map(finished).collect()
 }

@@ -374,6 +374,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     ) -> Result<Executed, ReconcileError> {
         let tmux = self.observer.tmux();
         let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
+        // What this plan wrote of each event so far: a second update of one event (returned by a death, then sent
+        // again by the respawn, in one decision) applies to the first's result, not to the status read before.
+        let mut written: std::collections::HashMap<&str, crate::api::WorkEventStatus> = Default::default();
         for op in &plan.ops {
             // Each op asks the fence again: the reads before it may have waited past it (a frozen agent, a slow
             // API server), and a spawn or a paste must never reach a harness whose session runs elsewhere.
@@ -434,7 +437,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 }
                 Op::Event(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
-                    let status = queue::apply(ev.status.as_ref(), update, Time(Timestamp::now()));
+                    let old = written.get(update.event.as_str()).or(ev.status.as_ref());
+                    let status = queue::apply(old, update, Time(Timestamp::now()));
                     self.store
                         .write_event_status(ev, &status)
                         .await
@@ -442,6 +446,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     if let Some(via) = update.via.filter(|_| update.phase == crate::api::EventPhase::Delivered) {
                         self.metrics.events_delivered.get_or_create(&ViaLabel { via: via.as_str() }).inc();
                     }
+                    written.insert(update.event.as_str(), status);
                 }
                 Op::Notice(notice) => self.report(ws, notice).await,
                 Op::PrepareWorkspace => self.workspaces.start(owner_name, ws, config),

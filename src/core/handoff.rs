@@ -64,21 +64,23 @@ impl Decision<'_, '_> {
     pub(super) fn settle_handoff(&mut self) {
         let input = self.input;
         let Some(h) = self.status.handoff.as_mut().filter(|h| !h.delivered) else { return };
-        let Some(key) = h.prompt.clone() else { return };
-        if self.input.object.events.iter().any(|e| e.name == key) && key != INITIAL_PROMPT
-            || key == INITIAL_PROMPT && super::initial_prompt_owed(input.object.spec, input.object.status).is_some()
-        {
-            return; // still on its way
-        }
-        let delivered = if key == INITIAL_PROMPT {
-            input.object.status.initial_prompt.as_ref().is_some_and(|p| p.phase == Some(EventPhase::Delivered))
+        let Some(uid) = h.prompt_uid.clone() else { return };
+        let delivered = if uid == INITIAL_PROMPT {
+            match input.object.status.initial_prompt.as_ref().and_then(|p| p.phase) {
+                Some(EventPhase::Delivered) => Some(true),
+                Some(EventPhase::Failed) => Some(false),
+                _ => None,
+            }
+        } else if input.object.events.iter().any(|e| e.tag == uid) {
+            None
         } else {
-            input.object.finished.iter().any(|e| e.name == key && e.conversation.is_some())
+            // Finished (or gone: deleted, or expired after it finished) under that UID.
+            Some(input.object.finished.iter().any(|e| e.tag == uid && e.delivered))
         };
-        if delivered {
-            h.delivered = true;
-        } else {
-            (h.prompt, h.prompt_uid) = (None, None);
+        match delivered {
+            None => {} // still on its way
+            Some(true) => h.delivered = true,
+            Some(false) => (h.prompt, h.prompt_uid) = (None, None),
         }
     }
 

@@ -116,14 +116,18 @@ pub struct FinishedEvent {
     pub at: Timestamp,
     /// Its prompt.
     pub prompt: String,
-    /// The conversation it reached, if it was delivered.
+    /// The conversation it reached, if it was delivered and the conversation's id was known then.
     pub conversation: Option<String>,
+    /// Its delivery tag (its UID, as [`PendingEvent::tag`]).
+    pub tag: String,
+    /// `Delivered` (else `Failed`).
+    pub delivered: bool,
 }
 
 impl FinishedEvent {
-    /// A finished event of no known prompt or conversation.
+    /// A failed event (no prompt, no conversation), tagged by its name.
     pub fn new(name: &str, at: Timestamp) -> Self {
-        Self { name: name.into(), at, prompt: String::new(), conversation: None }
+        Self { name: name.into(), at, prompt: String::new(), conversation: None, tag: name.into(), delivered: false }
     }
 }
 

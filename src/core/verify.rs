@@ -97,8 +97,9 @@ impl Decision<'_, '_> {
     /// looks again once it is.
     fn boot_send_unrecorded(&mut self, v: &Verification) -> bool {
         let Some(key) = boot_key(v) else { return false };
-        if !self.prompt(key).is_some_and(|p| p.phase == EventPhase::Pending) {
-            return false;
+        let ran = self.input.observed.view.is_some_and(|t| t.spawn == v.spawn);
+        if !ran || !self.prompt(key).is_some_and(|p| p.phase == EventPhase::Pending && p.created <= v.started.0) {
+            return false; // not this spawn's, or an event made after it under the same name
         }
         let via = if v.resume { Via::Resumed } else { Via::Fresh };
         self.set_prompt(key, EventPhase::Delivering, Some(via), Attempt::Counted, None);
@@ -171,6 +172,11 @@ impl Decision<'_, '_> {
     ) {
         self.condition(why, false, message.clone());
         self.notice(Notice::resume_failed(why, message.clone()));
+        // Its send went to a harness that is gone (or never ran): the fresh one gets it with nothing counted.
+        if let Some(key) = boot.filter(|k| self.prompt(k).is_some_and(|p| p.phase == EventPhase::Delivering)) {
+            let why = "its resume failed; it goes to the fresh conversation";
+            self.set_prompt(key, EventPhase::Pending, None, Attempt::Returned, Some(why.into()));
+        }
         self.respawn_fresh(profile, settings, boot, Fresh { reason: why, message, reported: true });
     }
 

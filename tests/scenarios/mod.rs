@@ -245,6 +245,9 @@ pub async fn fast_resume_failure_falls_back(rig: &impl Rig) {
     let id = st.harness_session_id.as_deref().unwrap();
     assert!(uuid::Uuid::parse_str(id).is_ok(), "a new uuid: {id}");
     assert_eq!((ev.via.map(Via::as_str), ev.harness_session_id.as_deref()), (Some("Fresh"), Some(id)));
+    // Sent on the resume's command line, then on the fresh one's, in one decision: the resume's send returned with
+    // the dead harness, the fresh harness's counted (a second send still due at its deadline).
+    assert_eq!(ev.attempts, 1, "{ev:?}");
 }
 
 /// A resume that dies after the probe: the event goes back to `Pending`, then a fresh conversation gets it.

@@ -10,6 +10,7 @@ fn lost_with_prompts() -> Case {
     let delivered = |name: &str, at, prompt: &str, to: &str| FinishedEvent {
         prompt: prompt.into(),
         conversation: Some(to.into()),
+        delivered: true,
         ..FinishedEvent::new(name, t(at))
     };
     case.finished = vec![
@@ -134,6 +135,8 @@ fn a_delivered_handoff_never_rides_again_not_even_on_an_event_of_the_same_name()
     case.finished.push(FinishedEvent {
         prompt: "please fix the bug".into(),
         conversation: Some(fresh),
+        delivered: true,
+        tag: "uid-e1".into(),
         ..FinishedEvent::new("e1", t(150))
     });
     (case.liveness, case.now) = (Liveness::Alive, t(150));
@@ -155,7 +158,7 @@ fn a_handoff_whose_prompt_failed_rides_on_the_next_one() {
     case.step();
     // e1 failed (its harness never confirmed it); e2 comes.
     case.events = vec![ev("e2", "the next one")];
-    case.finished.push(FinishedEvent::new("e1", t(120)));
+    case.finished.push(FinishedEvent { tag: "uid-e1".into(), ..FinishedEvent::new("e1", t(120)) });
     (case.liveness, case.now) = (Liveness::Alive, t(500));
     let plan = case.step();
     let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e2")).expect("pasted");

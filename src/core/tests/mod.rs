@@ -498,7 +498,9 @@ fn restart_adopts_live_sessions_and_finishes_verifications() {
     assert_eq!((ops(&plan), plan.status.phase), (vec![], Some(Phase::Running)));
     // Agent restarted mid-verification: the status carries it, and it finishes.
     let mut case = Case::new(ran_old());
-    case.status = case.decide().intent().unwrap().clone();
+    let plan = case.step(); // the spawn ran: its pane carries its tag
+    case.status = plan.intent().unwrap().clone();
+    case.events = vec![ev("e1", "please fix the bug")];
     case.liveness = Liveness::Alive;
     // Its boot prompt was sent with the spawn the intent stands for: recorded so, never sent again.
     assert_eq!(ops(&case.step()), ["event e1 Delivering via Resumed"]);
