@@ -576,8 +576,11 @@ async fn without_shared_storage_a_lost_nodes_session_starts_fresh_elsewhere_and_
     assert_ne!(fresh, old);
     assert!(st.previous_session_ids.contains(&old), "the way back is kept: {:?}", st.previous_session_ids);
     assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(fresh.as_str()));
+    // Delivered once, with the handoff of what the lost conversation had taken in front of it.
     let on_b = standin::read_prompts(&c.node("b").tmux.state());
-    assert_eq!(on_b.iter().filter(|p| p.prompt == "after the node was lost").count(), 1, "delivered once: {on_b:?}");
+    let got: Vec<_> = on_b.iter().filter(|p| p.prompt.ends_with("\n\nafter the node was lost")).collect();
+    assert_eq!(got.len(), 1, "delivered once: {on_b:?}");
+    assert!(got[0].prompt.contains(&format!("conversation {old}")) && got[0].prompt.contains("[1] the first words"));
 }
 
 /// The fence itself, with the agent running and cut off from the API server (a partition, not a freeze): once its
