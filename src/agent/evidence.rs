@@ -149,6 +149,7 @@ pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingEvent> {
                 via: status.via,
                 offset: status.sent_offset,
                 attempts: status.attempts,
+                returns: status.returns,
                 not_before: e.spec.not_before.as_ref().map(|t| t.0),
                 ..PendingEvent::pending(&e.name_any(), &e.spec.prompt, created)
             }

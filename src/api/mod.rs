@@ -328,6 +328,9 @@ pub struct PromptStatus {
     /// a second send at its confirm deadline).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: u32,
+    /// Harnesses it was sent to that died before it was known delivered (at five it fails).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub returns: u32,
     /// How it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<Via>,
@@ -531,6 +534,9 @@ pub struct WorkEventStatus {
     /// a second send at its confirm deadline).
     #[serde(default)]
     pub attempts: u32,
+    /// Harnesses it was sent to that died before it was known delivered (at five it fails).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub returns: u32,
     /// Why it is where it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

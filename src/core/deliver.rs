@@ -25,6 +25,9 @@ pub const DELIVERY_RECHECK: Duration = Duration::from_millis(500);
 /// How many times a prompt its harness's record never confirmed is sent before it fails.
 pub const CONFIRM_ATTEMPTS: u32 = 2;
 
+/// How many harnesses a prompt is sent to that die before it is known delivered, before it fails.
+pub const RETURN_LIMIT: u32 = 5;
+
 /// What tells that a sent prompt reached the conversation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Proof {
@@ -91,6 +94,8 @@ pub(super) struct Prompt<'i> {
     pub command: bool,
     /// Delivery attempts so far.
     pub attempts: u32,
+    /// Harnesses that died before it was known delivered.
+    pub returns: u32,
     /// Where the harness's record stood when it was sent: only what it records from there on confirms it.
     pub offset: Option<u64>,
 }
@@ -147,6 +152,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 created: input.object.created,
                 command: false,
                 attempts: recorded.map_or(0, |p| p.attempts),
+                returns: recorded.map_or(0, |p| p.returns),
                 offset: recorded.and_then(|p| p.sent_offset),
             });
         }
@@ -163,6 +169,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             created: e.created,
             command: e.command,
             attempts: e.attempts,
+            returns: e.returns,
             offset: e.offset,
         }));
         prompts
@@ -330,11 +337,14 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     /// The pane is gone: a prompt its transcript already shows was delivered all the same; every other prompt sent to
     /// it goes back to `Pending`, in its place.
-    pub(super) fn return_unconfirmed(&mut self, why: &str) {
+    pub(super) fn return_unconfirmed(&mut self, why: &str) -> Vec<&'i str> {
+        let mut failed = Vec::new();
         for prompt in self.prompts() {
             if prompt.phase == EventPhase::Pending && prompt.offset.is_some() {
                 // A mark kept for its deadline's second send was the dead harness's: the next one starts afresh.
-                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Returned, Some(why.to_string()));
+                if !self.return_prompt(&prompt, why) {
+                    failed.push(prompt.key);
+                }
                 continue;
             }
             if prompt.phase != EventPhase::Delivering {
@@ -342,9 +352,24 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
             if self.input.evidence.confirmed.iter().any(|k| k == prompt.key) {
                 self.delivered(&prompt, self.input.evidence.record.proof);
-            } else {
-                self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Returned, Some(why.to_string()));
+            } else if !self.return_prompt(&prompt, why) {
+                failed.push(prompt.key);
             }
         }
+        failed
+    }
+
+    /// Its harness is gone before it was known delivered: it waits again for the next one, with no send counted,
+    /// unless [`RETURN_LIMIT`] harnesses died so (a prompt is never sent to dying harnesses for ever).
+    /// Whether it waits again (else it failed).
+    pub(super) fn return_prompt(&mut self, prompt: &Prompt<'_>, why: &str) -> bool {
+        if prompt.returns + 1 >= RETURN_LIMIT {
+            let message = format!("sent to {RETURN_LIMIT} harnesses that each died before it was known delivered");
+            self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::Returned, Some(message.clone()));
+            self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
+            return false;
+        }
+        self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Returned, Some(why.to_string()));
+        true
     }
 }

@@ -43,7 +43,7 @@ pub use conditions::{
     ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, NodeLostReason, PlacedReason, ReadyReason, Reason,
     WorkspaceReason, condition, find, has_reason, set_condition,
 };
-pub use deliver::{AFTER_MARK_LIMIT, CONFIRM_ATTEMPTS, Proof, hook_args, initial_prompt_owed};
+pub use deliver::{AFTER_MARK_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
@@ -270,6 +270,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             sent_time: if pending { None } else { sent.map(Time).or(old.sent_time) },
             sent_offset: if pending && !keep_mark { None } else { offset.or(old.sent_offset) },
             attempts: if returned { 0 } else { old.attempts + u32::from(attempt) },
+            returns: old.returns + u32::from(returned),
             delivered_at: delivered.then_some(Time(now)),
             via: if pending { None } else { via.or(old.via) },
             harness_session_id: harness_session_id.or(old.harness_session_id),

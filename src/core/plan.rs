@@ -40,6 +40,8 @@ pub struct PendingEvent {
     pub offset: Option<u64>,
     /// Delivery attempts so far.
     pub attempts: u32,
+    /// Harnesses that died before it was known delivered.
+    pub returns: u32,
     /// Not delivered before this time (`spec.notBefore`); until then others go first.
     pub not_before: Option<Timestamp>,
 }
@@ -60,6 +62,7 @@ impl PendingEvent {
             command: false,
             offset,
             attempts: 0,
+            returns: 0,
             not_before: None,
         }
     }

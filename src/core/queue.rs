@@ -45,6 +45,7 @@ pub fn apply(old: Option<&WorkEventStatus>, update: &EventUpdate, now: Time) -> 
         via: if pending { None } else { update.via.or(old.via) },
         harness_session_id: update.harness_session_id.clone().or(old.harness_session_id),
         attempts: if update.returned { 0 } else { old.attempts + u32::from(update.attempt) },
+        returns: old.returns + u32::from(update.returned),
         message: update.message.clone(),
     }
 }

@@ -41,9 +41,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.record_exit();
         }
         // Whatever was sent to a pane that is gone, and not known delivered, waits again.
-        self.return_unconfirmed("its pane died before it was known delivered; it will be sent again");
+        let failed = self.return_unconfirmed("its pane died before it was known delivered; it will be sent again");
         let first_start = self.status.last_respawn.is_none();
         let mut waiting = self.prompts();
+        waiting.retain(|p| !failed.contains(&p.key));
         // Those the transcript showed were just recorded delivered.
         waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key)));
         let reopened = self.status.phase == Some(Phase::Archived) && !input.object.spec.archived;
@@ -145,7 +146,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         };
         if let Some(key) = dropped.filter(|k| self.prompt(k).is_some_and(|p| p.phase == EventPhase::Delivering)) {
             let why = "too long for the command line with its handoff: pasted once the harness is ready";
-            self.set_prompt(key, EventPhase::Pending, None, Attempt::Returned, Some(why.into()));
+            // Returned already (by the death or the failed resume that led here): only its place changes.
+            self.set_prompt(key, EventPhase::Pending, None, Attempt::No, Some(why.into()));
         }
         if let Some((key, _)) = boot {
             self.claim_handoff(key);

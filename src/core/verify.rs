@@ -172,10 +172,14 @@ impl Decision<'_, '_> {
     ) {
         self.condition(why, false, message.clone());
         self.notice(Notice::resume_failed(why, message.clone()));
-        // Its send went to a harness that is gone (or never ran): the fresh one gets it with nothing counted.
-        if let Some(key) = boot.filter(|k| self.prompt(k).is_some_and(|p| p.phase == EventPhase::Delivering)) {
-            let why = "its resume failed; it goes to the fresh conversation";
-            self.set_prompt(key, EventPhase::Pending, None, Attempt::Returned, Some(why.into()));
+        // Its send went to a harness that is gone (or never ran): the fresh one gets it with nothing counted, unless
+        // it has gone to too many harnesses that died.
+        let mut boot = boot;
+        if let Some(p) = boot.and_then(|k| self.prompt(k)).filter(|p| p.phase == EventPhase::Delivering) {
+            if p.returns + 1 >= super::deliver::RETURN_LIMIT {
+                boot = None;
+            }
+            self.return_prompt(&p, "its resume failed; it goes to the fresh conversation");
         }
         self.respawn_fresh(profile, settings, boot, Fresh { reason: why, message, reported: true });
     }

@@ -480,3 +480,31 @@ fn a_prompt_returned_by_a_death_still_gets_its_second_send() {
     let resent = ops(&plan);
     assert!(resent.contains(&"event e1 Pending".to_string()), "sent again, not failed: {resent:?}");
 }
+
+/// A prompt is not sent to dying harnesses for ever: the fifth harness that dies before it was known delivered fails
+/// it, saying why, and the respawn goes on without it.
+#[test]
+fn a_prompt_returned_by_five_dying_harnesses_fails() {
+    let mut case = with_transcript(Case::new(ran_old()));
+    case.found = Some(true);
+    (case.liveness, case.tmux) = (Liveness::Alive, Some(SessionView { alive: true, ..ours() }));
+    case.status.phase = Some(Phase::Running);
+    case.events = vec![PendingEvent { returns: RETURN_LIMIT - 2, ..ev("e1", "please fix the bug") }];
+    case.step(); // pasted
+    (case.liveness, case.tmux, case.now) = (Liveness::Dead, None, t(110));
+    let plan = case.step();
+    assert!(ops(&plan).contains(&"event e1 Pending".to_string()), "the fourth death returns it: {:?}", ops(&plan));
+    assert_eq!(case.events[0].returns, RETURN_LIMIT - 1);
+    // Resumed with it on the command line; that harness dies too.
+    (case.liveness, case.now) = (Liveness::Dead, t(200));
+    case.status.verification = None;
+    case.status.phase = Some(Phase::Running);
+    let plan = case.step();
+    assert!(ops(&plan).contains(&"event e1 Failed".to_string()), "{:?}", ops(&plan));
+    let Some(Op::Event(update)) = plan.ops.iter().find(|o| matches!(o, Op::Event(u) if u.phase == EventPhase::Failed))
+    else {
+        unreachable!()
+    };
+    assert!(update.message.as_deref().unwrap().contains("5 harnesses that each died"), "{update:?}");
+    assert!(!ops(&plan).iter().any(|o| o.starts_with("spawn") && o.contains("please fix the bug")), "not sent again");
+}

@@ -239,6 +239,7 @@ impl Case {
                         let forget = u.phase == EventPhase::Pending && !u.keep_mark;
                         e.offset = if forget { None } else { u.offset.or(e.offset) };
                         e.attempts = if u.returned { 0 } else { e.attempts + u32::from(u.attempt) };
+                        e.returns += u32::from(u.returned);
                     }
                 }
                 _ => {}
