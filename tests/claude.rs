@@ -112,9 +112,10 @@ async fn a_prompt_sent_while_a_real_turn_runs_is_queued_and_confirmed() {
         .await;
     let prompts = model.prompts();
     assert_eq!(prompts.iter().filter(|p| p.as_str() == "meanwhile, this").count(), 1, "{prompts:?}");
-    let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &recorded_id(&ws));
-    let (slow_at, queued_at) = (text.find("sixteen").unwrap(), text.rfind("meanwhile, this").unwrap());
-    assert!(slow_at < queued_at, "taken after the turn it waited for");
+    // The model got it after the turn it waited for: its request holds that turn's whole reply.
+    let asked = model.requests().into_iter().find(|r| r.prompt.as_deref() == Some("meanwhile, this")).unwrap();
+    assert!(asked.body["messages"].to_string().contains("sixteen"), "after the slow turn: {}", asked.body);
+    await_in_transcript(&w, &recorded_id(&ws), "meanwhile, this").await;
 }
 
 /// Compaction, typed by a person (`/compact`) or the CLI's own when the context nears its window (the scripted model
