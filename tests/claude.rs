@@ -535,22 +535,12 @@ async fn a_handoff_too_long_for_the_command_line_is_pasted_whole() {
     })
     .await;
     // The CLI wraps a long paste (`<pasted_content id=...>`, measured with 2.1.332): its words are the text's.
-    let sent = transcript_words(&sent);
+    let words = worksession::transcript::words;
+    let sent = words(&sent);
     assert!(sent.starts_with(&format!("[worksession] This work item was in conversation {lost}")), "{sent:.300}");
     assert!(sent.contains("[1] first prompt: build the feature"));
-    assert_eq!(
-        transcript_words(&sent),
-        transcript_words(&format!("{}\n\n{long}", {
-            let ws = w.sessions().get("hp").await.unwrap();
-            ws.status.unwrap().handoff.unwrap().text
-        })),
-        "whole"
-    );
-}
-
-/// `text`'s words, as compared after a harness altered its whitespace.
-fn transcript_words(text: &str) -> String {
-    worksession::transcript::words(text)
+    let handoff = w.sessions().get("hp").await.unwrap().status.unwrap().handoff.unwrap().text;
+    assert_eq!(sent, words(&format!("{handoff}\n\n{long}")), "whole");
 }
 
 /// An API error the CLI does not retry by itself (a 429 whose limit resets later, `x-should-retry: false`): the real

@@ -59,7 +59,7 @@ fn scripted_profile(name: &str, tmux: &standin::TmuxServer, model: &Model) -> St
     clis::scripted_profile(name, &tmux.state(), &tmux.workdir(), model)
 }
 
-/// Issue 26, point 6, with the real Gemini CLI against the scripted model (`GOOGLE_GEMINI_BASE_URL`): given its hooks
+/// The real Gemini CLI against the scripted model (`GOOGLE_GEMINI_BASE_URL`): given its hooks
 /// the way the built-in profile gives them (`worksession hook-exec` writes a system settings file beside the
 /// session's hook file and starts the CLI with `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming it), its `BeforeAgent` says it
 /// took the initial prompt, the prompt is `Delivered` on its word, and at its turn's end the `Activity` condition
@@ -173,7 +173,7 @@ fn initial_prompt_is(ws: &worksession::api::WorkSession, phase: worksession::api
     ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(phase)
 }
 
-/// Issue 26, point 6, with the real opencode against the scripted model: given its hooks the way the built-in profile
+/// The real opencode against the scripted model: given its hooks the way the built-in profile
 /// gives them (`worksession hook-exec` writes a plugin beside the session's hook file and starts the CLI with
 /// `OPENCODE_CONFIG_CONTENT` naming it), its `chat.message` says it took the initial prompt: the prompt is `Delivered`
 /// on its word, the conversation's id is the one it names, and its turn ends (`Activity` Idle). A WorkEvent pasted

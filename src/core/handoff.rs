@@ -51,7 +51,7 @@ impl Decision<'_, '_> {
         let prompts: Vec<&str> = taken.into_iter().map(|(_, text)| text).filter(|t| !t.trim().is_empty()).collect();
         if prompts.is_empty() && input.evidence.checkout.is_none() {
             self.status.handoff = None;
-            return; // nothing to hand over: the new conversation starts as the seed's fallback does
+            return; // nothing to hand over: the fresh conversation gets the prompt alone
         }
         let text = handoff_text(&from, fresh, &prompts, input.evidence.checkout, budget as usize);
         let time = Time(input.context.now);
