@@ -491,3 +491,85 @@ async fn the_issue_gets_one_status_comment_edited_in_place() {
         comments[0]["body"].as_str().unwrap().contains(&format!("<!-- worksession-status:{}/{item} -->", w.ns.name))
     );
 }
+
+/// A harness pushes its work item's branch with a token of its own: minted from the App's key for its repository
+/// alone with only contents and pull requests to write, read by its git through a credential helper and by `gh`
+/// from its config, renewed in place while the harness runs, and in no argument, environment or status. Its
+/// folder goes with its session.
+#[tokio::test]
+async fn a_harness_pushes_its_branch_with_a_short_lived_token_for_its_repository_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, public) = app_key(dir.path());
+    let gh = FakeGithub::start().await;
+    // The first token comes with a little more than the renewal margin left: it is renewed while the harness runs.
+    gh.app(4242, public, worksession::core::RENEW_BEFORE + Duration::from_secs(5));
+    let served = dir.path().join("served");
+    std::fs::create_dir_all(served.join("octo")).unwrap();
+    let (bare, main, _) = scenarios::workspace::origin(&served.join("octo"), "hello");
+    let (addr, seen) = scenarios::workspace::serve_git(served, |p| p == "clone-token" || p.starts_with("ghs_")).await;
+    let push = format!(
+        "  push: {{apiUrl: '{}', app: {{id: 4242, privateKeyFile: '{}', installationId: 77}}}}\n",
+        gh.url(""),
+        dir.path().join("app.pem").display()
+    );
+    let w = World::with_yaml(|_, yaml| {
+        yaml.replace("  gitTimeoutSeconds: 60\n", &format!("  gitTimeoutSeconds: 60\n{push}"))
+    })
+    .await;
+    std::fs::write(w.tmux.state().join("git-token"), "clone-token\n").unwrap();
+    let work = "RUN git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m";
+    let first = format!("{work} 'first work' && git push -q origin HEAD && cat \"$GH_CONFIG_DIR/hosts.yml\"");
+    let workdir = w.tmux.state().join("checkouts/pusher");
+    let url = format!("http://{addr}/octo/hello.git");
+    w.create_session("pusher", json!({"workdir": workdir, "workspace": {"url": url}, "initialPrompt": first})).await;
+
+    let runs = w.tmux.state().join("runs.jsonl");
+    let ran = |n: usize| {
+        let runs = runs.clone();
+        eventually("the harness's runs", move || {
+            let runs = runs.clone();
+            async move {
+                let text = std::fs::read_to_string(&runs).ok()?;
+                let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+                (lines.len() >= n).then_some(lines)
+            }
+        })
+    };
+    let lines = ran(1).await;
+    assert_eq!(lines[0]["code"], 0, "pushed: {lines:?}");
+    let output = lines[0]["output"].as_str().unwrap();
+    assert!(output.starts_with(&format!("{addr}:\n    oauth_token: ghs_1\n")), "gh's config: {output}");
+    let branch = scenarios::workspace::git(&bare, &["log", "--format=%s %P", "-1", "worksession/pusher"]);
+    assert_eq!(branch, format!("first work {main}"), "the work item's branch, on the repository");
+    let pushes = |token: &str| {
+        let seen = seen.lock().unwrap();
+        seen.iter().filter(|(path, password)| path.contains("git-receive-pack") && password == token).count()
+    };
+    assert!(pushes("ghs_1") > 0, "pushed with the minted token: {:?}", seen.lock().unwrap());
+    let grants = gh.calls_to("/app/installations/77/access_tokens");
+    let scope = json!({"repositories": ["hello"], "permissions": {"contents": "write", "pull_requests": "write"}});
+    assert!(grants.iter().all(|c| c.body == scope), "{grants:?}");
+
+    // Renewed in place before it runs out: the next push carries the new token.
+    let token_file = worksession::core::push_dir(&w.tmux.state(), &format!("{}/pusher", w.ns.name)).join("token");
+    eventually("the token renewed", || async {
+        std::fs::read_to_string(&token_file).ok().filter(|t| t.trim() == "ghs_2")
+    })
+    .await;
+    w.send("pusher", "more", &format!("{work} 'more work' && git push -q origin HEAD")).await;
+    let lines = ran(2).await;
+    assert_eq!(lines[1]["code"], 0, "{lines:?}");
+    assert!(pushes("ghs_2") > 0, "{:?}", seen.lock().unwrap());
+
+    // The token itself is in no argument, environment or status: only where it is kept is.
+    let pid = w.harness_pid("pusher");
+    let environ = std::fs::read_to_string(format!("/proc/{pid}/environ")).unwrap();
+    let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(environ.contains("WORKSESSION_PUSH_TOKEN_FILE=") && !environ.contains("ghs_"), "{environ}");
+    assert!(!cmdline.contains("ghs_"));
+    let ws = w.sessions().get("pusher").await.unwrap();
+    assert!(!serde_json::to_string(&ws).unwrap().contains("ghs_"));
+
+    w.sessions().delete("pusher", &Default::default()).await.unwrap();
+    eventually("its push folder gone", || async { (!token_file.parent().unwrap().exists()).then_some(()) }).await;
+}

@@ -68,6 +68,8 @@ pub struct Gathered {
     pub spawn_failure: Option<String>,
     /// The agent's checkout's branch and last commit, while no harness runs.
     pub checkout: Option<(String, String)>,
+    /// The push token last handed to its harness.
+    pub push: crate::core::PushGrant,
     /// The clock, read once.
     pub now: Timestamp,
     /// A fresh uuid, for a fresh conversation.
@@ -123,6 +125,7 @@ impl Gathered {
                 id_taken_by: self.id_taken_by.as_deref(),
                 spawn_failure: self.spawn_failure.as_deref(),
                 checkout: self.checkout.as_ref().map(|(branch, commit)| (branch.as_str(), commit.as_str())),
+                push: self.push,
             },
             context: Context { config, now: self.now, new_session_id: &self.new_session_id },
         }
@@ -273,6 +276,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             checkout: (ws.spec.workspace.is_some() && liveness != Liveness::Alive)
                 .then(|| crate::workspace::head_of(Path::new(&ws.spec.workdir)))
                 .flatten(),
+            push: self.push.of(&owner.1),
             now: Timestamp::now(),
             new_session_id: uuid::Uuid::new_v4().to_string(),
             session,

@@ -10,6 +10,7 @@ pub mod lease;
 pub mod metrics;
 pub mod on_changes;
 pub mod poll;
+pub mod push;
 pub mod reconcile;
 pub mod record;
 pub mod workspaces;
@@ -87,6 +88,7 @@ async fn reconciler<S: Store>(
         rooms_at_start,
         rooms_reload_refused: Default::default(),
         spawn_failures: Default::default(),
+        push: Default::default(),
         fence: fence_node.is_some().then(lease::Fence::default),
         left_behind: None,
     })

@@ -175,6 +175,8 @@ pub struct Reconciler<S, T> {
     pub rooms_reload_refused: std::sync::atomic::AtomicBool,
     /// Spawns tmux refused, for the next decision.
     pub spawn_failures: SpawnFailures,
+    /// The push tokens handed to harnesses (`workspaces.push`), for the next decision.
+    pub push: super::push::PushGrants,
     /// The agent's Lease renewals (on a cluster; `None` in local mode, where nothing else can run its sessions):
     /// nothing is done while the fence does not hold.
     pub fence: Option<super::lease::Fence>,
@@ -448,6 +450,26 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     }
                     written.insert(update.event.as_str(), status);
                 }
+                Op::GrantPush { repository, host, dir } => {
+                    let Some(push) = &config.workspaces.push else { continue };
+                    let room = config.rooms.as_ref().and_then(|rooms| self.rooms.existing(rooms, owner_name));
+                    let home = match &room {
+                        Some(room) => room.home.clone(),
+                        None => config.harness_home.clone().unwrap_or_default(),
+                    };
+                    let owner = room.map(|room| room.uid);
+                    let granted = self.push.grant(push, owner_name, (repository, host), (&home, dir), owner).await;
+                    match granted {
+                        Ok(expires) => {
+                            tracing::info!(event = "workspace.push_token", repository, %expires, "push token handed out");
+                        }
+                        // Once per run of failures; the next decision tries again.
+                        Err((why, false)) => {
+                            self.report(ws, &core::Notice::new(EventReason::PushTokenFailed, why)).await
+                        }
+                        Err((why, true)) => tracing::debug!(event = "workspace.push_token_failed", why, "again"),
+                    }
+                }
                 Op::Notice(notice) => self.report(ws, notice).await,
                 Op::PrepareWorkspace => self.workspaces.start(owner_name, ws, config),
                 Op::MarkPrepared => {
@@ -482,7 +504,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
                     }
                 }
-                Op::Forget => self.spawn_failures.settle(owner_name, None),
+                Op::Forget => {
+                    self.spawn_failures.settle(owner_name, None);
+                    self.push.forget(owner_name);
+                }
                 Op::ReleaseFinalizer => {
                     // Its events go with it, read fresh (one written since this reconcile read them too); the
                     // finalizer stays until they are gone. One made after the deletion began is kept: a bridge
@@ -500,6 +525,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         self.store.delete_event(ev).await.map_err(ReconcileError::ReleaseFinalizer)?;
                     }
                     self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
+                    self.push.forget(owner_name);
+                    if let (None, Some(home)) = (&config.rooms, &config.harness_home) {
+                        // A room's home goes with its room; the shared HOME keeps no token of a session gone.
+                        let _ = std::fs::remove_dir_all(crate::core::push_dir(home, owner_name));
+                    }
                 }
             }
         }

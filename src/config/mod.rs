@@ -368,6 +368,24 @@ impl<T> Drop for Reloader<T> {
     }
 }
 
+/// Whether `url` may be given a token: `https://`, or plain `http://` to a loopback address (a test's server).
+pub fn base_url_allowed(url: &str) -> Result<(), String> {
+    if url.starts_with("https://") {
+        return Ok(());
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!("{url:?} is not an https:// URL"));
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = host.rsplit_once(':').filter(|(h, port)| !h.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+    let host = host.map_or(rest.split('/').next().unwrap_or_default(), |(h, _)| h);
+    if matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+        Ok(())
+    } else {
+        Err(format!("{url:?}: plain http:// only to a loopback address (a token would cross the network in clear)"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

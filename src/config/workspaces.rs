@@ -38,7 +38,27 @@ pub struct WorkspacesConfig {
     /// Which repositories each namespace may check out (`workspaces.repositories`): namespace to URL globs (`*`
     /// matches any characters, `?` one), the key `*` for namespaces not listed; `None`: any repository anywhere.
     pub repositories: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    /// How a running harness gets a short-lived token to push its branch and open its pull request
+    /// (`workspaces.push`); `None`: it gets none.
+    pub push: Option<PushConfig>,
 }
+
+/// `workspaces.push`: a GitHub App whose installation tokens, each for one session's repository with only
+/// [`PUSH_PERMISSIONS`], the agent hands to that session's harness and renews before they expire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushConfig {
+    /// GitHub's API (`apiUrl`, default `https://api.github.com`; `https://HOST/api/v3` for GitHub Enterprise Server).
+    pub api_url: String,
+    /// The App's id (`app.id`).
+    pub app_id: u64,
+    /// Its private key (PEM), read from `app.privateKeyFile` when the config is loaded.
+    pub private_key: Vec<u8>,
+    /// The installation (`app.installationId`); `None`: looked up per repository owner.
+    pub installation_id: Option<u64>,
+}
+
+/// What a push token may do: write the repository's contents (push a branch) and its pull requests (open one).
+pub const PUSH_PERMISSIONS: &[(&str, &str)] = &[("contents", "write"), ("pull_requests", "write")];
 
 impl WorkspacesConfig {
     /// Whether a WorkSession of `namespace` may check out `url`.
@@ -80,6 +100,7 @@ impl Default for WorkspacesConfig {
             hosts: DEFAULT_TOKEN_HOSTS.iter().map(|h| h.to_string()).collect(),
             protocols: DEFAULT_PROTOCOLS.iter().map(|p| p.to_string()).collect(),
             repositories: None,
+            push: None,
         }
     }
 }
@@ -94,6 +115,22 @@ pub(crate) struct WorkspacesFile {
     git_timeout_seconds: Option<u64>,
     protocols: Option<Vec<String>>,
     repositories: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    push: Option<PushFile>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PushFile {
+    api_url: Option<String>,
+    app: AppFile,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AppFile {
+    id: u64,
+    private_key_file: PathBuf,
+    installation_id: Option<u64>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -109,7 +146,7 @@ struct CredentialsFile {
 impl WorkspacesFile {
     /// The validated config; `invalid(key, problem)` makes the error naming the key.
     pub(crate) fn into_config<E>(self, invalid: &dyn Fn(String, String) -> E) -> Result<WorkspacesConfig, E> {
-        let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds, protocols, repositories } = self;
+        let WorkspacesFile { mirrors, credentials: c, git_timeout_seconds, protocols, repositories, push } = self;
         let mut workspaces = WorkspacesConfig { repositories, ..Default::default() };
         if let Some(protocols) = protocols {
             if let Some(bad) = protocols.iter().find(|p| !["https", "ssh", "http", "file", "git"].contains(&p.as_str()))
@@ -153,6 +190,27 @@ impl WorkspacesFile {
         workspaces.known_hosts_file = c.known_hosts_file;
         if let Some(user) = c.username {
             workspaces.username = user;
+        }
+        if let Some(push) = push {
+            let api_url = push.api_url.unwrap_or_else(|| crate::github::DEFAULT_BASE_URL.into());
+            super::base_url_allowed(&api_url).map_err(|why| invalid("workspaces.push.apiUrl".into(), why))?;
+            let key = "workspaces.push.app.privateKeyFile";
+            let file = &push.app.private_key_file;
+            if !file.is_absolute() {
+                return Err(invalid(key.into(), "must be an absolute path".into()));
+            }
+            let pem =
+                std::fs::read(file).map_err(|e| invalid(key.into(), format!("cannot read {}: {e}", file.display())))?;
+            // The key itself is parsed where it signs (the agent says so at its first grant).
+            if !String::from_utf8_lossy(&pem).contains("PRIVATE KEY-----") {
+                return Err(invalid(key.into(), format!("{} holds no PEM private key", file.display())));
+            }
+            workspaces.push = Some(PushConfig {
+                api_url,
+                app_id: push.app.id,
+                private_key: pem,
+                installation_id: push.app.installation_id,
+            });
         }
         Ok(workspaces)
     }

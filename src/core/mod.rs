@@ -31,6 +31,7 @@ mod handoff;
 mod hooks;
 mod idle;
 mod plan;
+mod push;
 pub mod queue;
 pub mod resume;
 mod room;
@@ -50,6 +51,7 @@ pub use plan::{
     Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
     Object, Observed, Op, PendingEvent, Plan, Record, Room, Severity, Workspace,
 };
+pub use push::{GRANT_RETRY, PushGrant, PushTarget, RENEW_BEFORE, push_dir, push_env, push_target};
 pub use resume::{Fresh, ResumeReason, try_resume};
 pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, tmux_session};
 pub use workspace::PREPARE_RECHECK;
@@ -188,6 +190,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         if let Some(held) = self.held() {
             self.requeue(held);
         }
+        let mut rest = std::mem::take(&mut self.ops);
+        self.grant_push(&mut rest);
         let mut ops = Vec::new();
         let evidence = &self.input.evidence;
         if let (Workspace::Prepared { adopted: false, .. }, Confinement::Room(_)) = (evidence.workspace, evidence.room)
@@ -205,7 +209,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         ops.extend(self.claims.into_iter().map(Op::Claim));
         ops.extend(self.intent.map(|intent| Op::RecordIntent(Box::new(intent))));
-        ops.extend(self.ops);
+        ops.extend(rest);
         Plan { ops, status: self.status, requeue_after: self.requeue_after }
     }
 

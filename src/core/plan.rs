@@ -236,6 +236,8 @@ pub struct Evidence<'a> {
     pub spawn_failure: Option<&'a str>,
     /// The branch the agent's checkout (`spec.workspace`) is on and its last commit, read while no harness runs.
     pub checkout: Option<(&'a str, &'a str)>,
+    /// The harness's push token, as the executor last handed it out (`workspaces.push`).
+    pub push: super::push::PushGrant,
 }
 
 /// The agent config, the clock, and fresh values a decision may use.
@@ -341,6 +343,17 @@ pub enum Op {
     /// Free the session's room (the session is going): its processes killed, its workdir moved aside, its home
     /// gone, its uid free again.
     ReleaseRoom,
+    /// Mint a token for `repository` alone with what pushing a branch and opening a pull request need, and write it
+    /// into `dir` (the token file and `gh`'s `hosts.yml` for `host`), owned by the session's room if it has one. A
+    /// failure is reported and the ops go on: the harness works without it, and the next decision tries again.
+    GrantPush {
+        /// `owner/name`.
+        repository: String,
+        /// The host (`host` or `host:port`) `gh` is told the token is for.
+        host: String,
+        /// The session's push credentials folder ([`super::push::push_dir`]).
+        dir: std::path::PathBuf,
+    },
     /// Hand the session to `node` (after its harness was stopped): `spec.nodeName` becomes `node` and the move's
     /// annotation goes, in one patch that holds only while the annotation still asks for `node`. The session is no
     /// longer this agent's.
@@ -414,6 +427,8 @@ crate::words::words! {
         WorkspaceFailed,
         /// The workspace was kept (moved aside, or left with work not pushed) when its session went.
         WorkspaceKept,
+        /// A push token could not be handed to the harness (`workspaces.push`): its pushes fail until one is.
+        PushTokenFailed,
         /// The harness moved to another conversation of its own (its hooks said so): the new id is recorded.
         ConversationChanged,
         /// The harness waits for a person (its hooks said so), with its words.
@@ -442,6 +457,7 @@ impl EventReason {
             EventReason::WorkspacePrepared => "workspace.prepared",
             EventReason::WorkspaceFailed => "workspace.failed",
             EventReason::WorkspaceKept => "workspace.kept",
+            EventReason::PushTokenFailed => "workspace.push_token_failed",
             EventReason::ConversationChanged => "session.conversation_changed",
             EventReason::WaitingForInput => "session.waiting_for_input",
             EventReason::Moved => "session.moved",

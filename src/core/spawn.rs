@@ -250,12 +250,16 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
             None => {}
         }
+        let mut env = profile.env.clone();
+        if let Some((target, dir)) = self.push() {
+            env.extend(super::push::push_env(&target, &dir));
+        }
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),
             workdir: input.object.spec.workdir.clone().into(),
             binary,
             argv,
-            env: profile.env.clone(),
+            env,
             tag: v.spawn.clone(),
             owner: input.object.owner.to_string(),
             owner_name: input.object.owner_name.to_string(),

@@ -92,6 +92,30 @@ impl App {
         Ok(token.to_string())
     }
 
+    /// A token of its own for `repository` (`owner/name`) alone, with only `permissions` (GitHub's names, such as
+    /// `{"contents": "write"}`), and when it expires: never kept, each call mints one (a harness's push credential,
+    /// renewed by its caller).
+    pub(super) async fn scoped_token(
+        &self,
+        github: &Github,
+        repository: &str,
+        permissions: &Value,
+    ) -> Result<(String, Timestamp), GithubError> {
+        let installation = self.installation_of(github, repository).await?;
+        let name = repository.split_once('/').map(|(_, name)| name).unwrap_or(repository);
+        let jwt = self.jwt(Timestamp::now())?;
+        let path = format!("/app/installations/{installation}/access_tokens");
+        let body = json!({"repositories": [name], "permissions": permissions});
+        let (_, answer) = github.send(Method::POST, &path, &format!("Bearer {jwt}"), Some(&body)).await?;
+        let token = answer.get("token").and_then(Value::as_str).filter(|t| !t.is_empty());
+        let expires = answer.get("expires_at").and_then(Value::as_str).and_then(|t| t.parse::<Timestamp>().ok());
+        let (Some(token), Some(expires)) = (token, expires) else {
+            return Err(GithubError::Credentials(format!("{path}: no token and expires_at in the answer")));
+        };
+        tracing::info!(event = "github.scoped_token_minted", installation, repository, expires = %expires, "scoped token minted");
+        Ok((token.to_string(), expires))
+    }
+
     /// Forgets every token and installation kept (GitHub refused one).
     pub(super) async fn forget(&self) {
         self.tokens.lock().await.clear();

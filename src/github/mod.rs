@@ -7,6 +7,8 @@
 
 pub mod app;
 
+pub use crate::config::base_url_allowed;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -140,6 +142,21 @@ impl Github {
         result
     }
 
+    /// A token for `repository` (`owner/name`) alone, with only `permissions`, and when it expires: a GitHub App's
+    /// installation token minted for it (a token file cannot be narrowed, so it is refused).
+    pub async fn scoped_token(
+        &self,
+        repository: &str,
+        permissions: &Value,
+    ) -> Result<(String, k8s_openapi::jiff::Timestamp), GithubError> {
+        match &self.auth {
+            Auth::App(app) => app.scoped_token(self, repository, permissions).await,
+            Auth::TokenFile(_) => {
+                Err(GithubError::Credentials("only a GitHub App mints a token for one repository".into()))
+            }
+        }
+    }
+
     async fn token(&self, repository: &str) -> Result<String, GithubError> {
         Ok(match &self.auth {
             Auth::TokenFile(file) => {
@@ -230,24 +247,6 @@ fn next_page(link: &str, base: &str) -> Option<String> {
         let path = url.strip_prefix(base)?;
         path.starts_with('/').then(|| path.to_string())
     })
-}
-
-/// Whether `url` may be given a token: `https://`, or plain `http://` to a loopback address (a test's server).
-pub fn base_url_allowed(url: &str) -> Result<(), String> {
-    if url.starts_with("https://") {
-        return Ok(());
-    }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(format!("{url:?} is not an https:// URL"));
-    };
-    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = host.rsplit_once(':').filter(|(h, port)| !h.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
-    let host = host.map_or(rest.split('/').next().unwrap_or_default(), |(h, _)| h);
-    if matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
-        Ok(())
-    } else {
-        Err(format!("{url:?}: plain http:// only to a loopback address (a token would cross the network in clear)"))
-    }
 }
 
 #[cfg(test)]

@@ -168,21 +168,40 @@ pub async fn a_workspace_over_http_with_a_token(rig: &impl Rig) {
 
 /// Serves the bare repositories under `root` with `git http-backend`, for a client whose Basic password is `token`.
 async fn serve(root: PathBuf, token: String) -> SocketAddr {
+    serve_git(root, move |password| password == token).await.0
+}
+
+/// What a git server saw: each request it let through (its path and query) with the Basic password it carried.
+pub type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// Serves the bare repositories under `root` with `git http-backend` (pushes too) to a client user
+/// `x-access-token` whose Basic password `accept` takes; the others are asked to authenticate.
+pub async fn serve_git(root: PathBuf, accept: impl Fn(&str) -> bool + Send + Sync + 'static) -> (SocketAddr, Seen) {
     use axum::body::Body;
     use axum::http::Request;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let expected = format!("Basic {}", base64(format!("x-access-token:{token}").as_bytes()));
-    let app =
-        axum::Router::new().fallback(move |request: Request<Body>| git_cgi(root.clone(), expected.clone(), request));
+    let seen = Seen::default();
+    let (accept, kept) = (std::sync::Arc::new(accept), seen.clone());
+    let app = axum::Router::new()
+        .fallback(move |request: Request<Body>| git_cgi(root.clone(), accept.clone(), kept.clone(), request));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+    (addr, seen)
+}
+
+/// The password of a Basic `authorization` for user `x-access-token`.
+fn password_of(authorization: &str) -> Option<String> {
+    use base64::Engine;
+    let encoded = authorization.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    String::from_utf8(decoded).ok()?.strip_prefix("x-access-token:").map(str::to_string)
 }
 
 /// One request to `git http-backend` (CGI), behind Basic authentication.
 async fn git_cgi(
     root: PathBuf,
-    expected: String,
+    accept: std::sync::Arc<impl Fn(&str) -> bool>,
+    seen: Seen,
     request: axum::http::Request<axum::body::Body>,
 ) -> axum::http::Response<axum::body::Body> {
     use axum::body::{Body, to_bytes};
@@ -200,13 +219,15 @@ async fn git_cgi(
             request.uri().query().unwrap_or_default().to_string(),
         )
     };
-    if authorization.as_deref() != Some(expected.as_str()) {
+    let password = authorization.as_deref().and_then(password_of).filter(|p| accept(p));
+    let Some(password) = password else {
         return Response::builder()
             .status(StatusCode::UNAUTHORIZED)
             .header("www-authenticate", "Basic realm=\"git\"")
             .body(Body::empty())
             .unwrap();
-    }
+    };
+    seen.lock().unwrap().push((format!("{path}?{query}"), password));
     let body = to_bytes(request.into_body(), usize::MAX).await.unwrap();
     let mut cgi = tokio::process::Command::new("git");
     cgi.arg("http-backend")
@@ -244,18 +265,6 @@ async fn git_cgi(
         }
     }
     response.body(Body::from(out[end + gap..].to_vec())).unwrap()
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() { TABLE[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
-        }
-    }
-    out
 }
 
 /// Issue 24, point 5: the git token goes only to the hosts it is for. A server on loopback under another host name

@@ -13,6 +13,7 @@ mod hooks;
 mod idle;
 mod isolation;
 mod moves;
+mod push;
 mod resume;
 mod whole;
 mod workspace;
@@ -108,6 +109,7 @@ struct Case {
     move_to: Option<&'static str>,
     pull_request: Option<String>,
     checkout: Option<(&'static str, &'static str)>,
+    push: PushGrant,
 }
 
 impl Case {
@@ -147,6 +149,7 @@ impl Case {
             move_to: None,
             pull_request: None,
             checkout: None,
+            push: PushGrant::Missing,
         }
     }
 
@@ -202,6 +205,7 @@ impl Case {
                 id_taken_by: self.id_taken_by,
                 spawn_failure: self.spawn_failure,
                 checkout: self.checkout,
+                push: self.push,
             },
             context: Context { config: &self.config, now: self.now, new_session_id: NEW },
         })
@@ -277,6 +281,9 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::PrepareWorkspace => "prepare workspace".into(),
             Op::RemoveWorkspace => "remove workspace".into(),
             Op::Move { node } => format!("move to {node}"),
+            Op::GrantPush { repository, host, dir } => {
+                format!("grant push {repository} ({host}) into {}", dir.display())
+            }
         })
         .collect()
 }
