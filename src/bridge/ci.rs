@@ -55,7 +55,7 @@ pub enum Batching {
 }
 
 /// Whether `batch` may still be joined at `now`: not yet begun, and its `notBefore` more than the margin ahead.
-fn open(batch: &WorkEvent, now: Timestamp, quiet: Duration) -> bool {
+pub(super) fn open(batch: &WorkEvent, now: Timestamp, quiet: Duration) -> bool {
     let margin = SignedDuration::try_from(quiet / 2).unwrap_or_default().min(BATCH_MARGIN);
     let begun = batch.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != EventPhase::Pending);
     let ahead = batch.spec.not_before.as_ref().is_some_and(|t| now.checked_add(margin).is_ok_and(|m| m < t.0));
@@ -136,6 +136,7 @@ pub async fn deliver<S: Sink>(
             let name = batch.name_any();
             let detail = json!({"workEvent": name, "namespace": namespace});
             if bridge.sink.set_prompt(batch, &prompt).await? {
+                bridge.ask_tail(namespace, &name, subject, &check);
                 tracing::info!(
                     event = "bridge.ci_joined",
                     namespace,
@@ -160,7 +161,12 @@ pub async fn deliver<S: Sink>(
             let mut event = work_event(batch_name(subject, &check, n), work_item, prompt, source);
             event.spec.not_before = Some(Time(now.checked_add(quiet).unwrap_or(Timestamp::MAX)));
             event.metadata.labels = Some([(config::ROUTE_LABEL.to_string(), route.id.clone())].into());
-            bridge.deliver(namespace, work_item, None, event).await
+            let name = event.name_any();
+            let delivered = bridge.deliver(namespace, work_item, None, event).await?;
+            if delivered.status() == StatusCode::CREATED {
+                bridge.ask_tail(namespace, &name, subject, &check);
+            }
+            Ok(delivered)
         }
     }
 }

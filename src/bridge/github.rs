@@ -93,6 +93,10 @@ pub struct Check {
     pub app: String,
     /// One line for the prompt: the kind, name, conclusion, title and link.
     pub line: String,
+    /// A `github-actions` check run's job (its id), whose log's end a failure's prompt may get.
+    pub job: Option<u64>,
+    /// The check's name, as the line shows it.
+    pub name: String,
 }
 
 /// What a delivery asks of the bridge.
@@ -269,7 +273,9 @@ fn check(kind: &str, payload: &Value, base: Subject, repo_id: Option<u64>) -> Re
     if !url.is_empty() {
         line.push_str(&format!(" ({})", one_line(&clipped(url, 300))));
     }
-    let check = Check { sha: sha.to_string(), failed: FAILED_CONCLUSIONS.contains(&conclusion), app: app.into(), line };
+    let job = (kind == "check_run" && app == "github-actions").then(|| run.get("id").and_then(Value::as_u64)).flatten();
+    let failed = FAILED_CONCLUSIONS.contains(&conclusion);
+    let check = Check { sha: sha.to_string(), failed, app: app.into(), line, job, name };
     let subject = Subject { number, sender: app.to_string(), url: url.to_string(), ..base };
     Ok(Parsed { subject, target: Target::Branch(item), ask: Ask::Ci(check) })
 }

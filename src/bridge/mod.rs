@@ -6,6 +6,7 @@ mod ci;
 pub mod config;
 pub mod feedback;
 pub mod github;
+pub mod logs;
 pub mod metrics;
 pub mod redeliver;
 mod route;
@@ -130,13 +131,24 @@ pub struct Bridge<S> {
     creating: tokio::sync::Mutex<()>,
     /// Held while a CI result reads its commit's batches and the session's count, then writes.
     ci: tokio::sync::Mutex<()>,
+    /// Where a failing job's log's end is asked for (with `github.api` at start).
+    tails: Option<tokio::sync::mpsc::Sender<logs::Tail>>,
 }
 
 impl<S: Sink> Bridge<S> {
     /// A bridge writing to `sink`.
     pub fn new(config: watch::Receiver<Arc<BridgeConfig>>, sink: S, metrics: BridgeMetrics) -> Arc<Self> {
         let (creating, ci) = (tokio::sync::Mutex::new(()), tokio::sync::Mutex::new(()));
-        Arc::new(Self { config, sink, metrics, creating, ci })
+        let api = config.borrow().github.as_ref().and_then(|g| g.api.clone());
+        let github = api.and_then(|api| match feedback::github_of(&api) {
+            Ok(github) => Some(Arc::new(github)),
+            Err(e) => {
+                tracing::warn!(event = "bridge.ci_logs_off", error = %e, "no CI log tails: no API client");
+                None
+            }
+        });
+        let tails = github.map(|github| logs::start(github, sink.clone(), config.clone()));
+        Arc::new(Self { config, sink, metrics, creating, ci, tails })
     }
 
     /// The webhook routes.
@@ -154,6 +166,21 @@ impl<S: Sink> Bridge<S> {
     }
 
     /// A 202 `ignored` answer saying why, counted under `reason` (one of [`metrics::IGNORED_REASONS`]).
+    /// Asks for the end of a failing `github-actions` job's log for the batch `event` that holds `check`'s line.
+    fn ask_tail(&self, namespace: &str, event: &str, subject: &github::Subject, check: &github::Check) {
+        let (Some(tails), Some(job), true) = (&self.tails, check.job, check.failed) else { return };
+        let tail = logs::Tail {
+            namespace: namespace.to_string(),
+            event: event.to_string(),
+            repository: subject.repository.clone(),
+            job,
+            name: check.name.clone(),
+        };
+        if tails.try_send(tail).is_err() {
+            tracing::info!(event = "bridge.ci_log_left_out", work_event = event, job, why = "too many waiting");
+        }
+    }
+
     fn ignored(&self, reason: &'static str, why: String) -> Response {
         debug_assert!(metrics::IGNORED_REASONS.contains(&reason), "{reason} is listed");
         self.metrics.ignored.get_or_create(&IgnoredLabels { reason }).inc();

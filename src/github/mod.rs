@@ -6,6 +6,7 @@
 //! GitHub Enterprise Server.
 
 pub mod app;
+mod logs;
 
 pub use crate::config::base_url_allowed;
 

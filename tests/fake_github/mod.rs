@@ -44,6 +44,10 @@ struct Fake {
     watched: Mutex<Option<(kube::Api<WorkEvent>, String)>>,
     /// The webhook: where it delivers (the bridge), its secret and id, and every attempt it made.
     hook: Mutex<Option<Hook>>,
+    /// Actions jobs' logs, by job id: the API redirects to `/_logs/<job>` on the fake itself, served without
+    /// credentials as GitHub's log storage is.
+    logs: Mutex<std::collections::HashMap<u64, String>>,
+    addr: Mutex<Option<SocketAddr>>,
 }
 
 /// A repository's webhook as GitHub keeps it.
@@ -80,7 +84,13 @@ impl FakeGithub {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        *fake.addr.lock().unwrap() = Some(addr);
         Self { addr, fake }
+    }
+
+    /// Job `job`'s log is `text`.
+    pub fn job_log(&self, job: u64, text: &str) {
+        self.fake.logs.lock().unwrap().insert(job, text.to_string());
     }
 
     /// Its base URL, with `prefix` (`""` for github.com's shape, `/api/v3` for an Enterprise Server's).
@@ -169,6 +179,22 @@ async fn handle(State(fake): State<Arc<Fake>>, method: Method, uri: Uri, headers
         return (StatusCode::BAD_GATEWAY, axum::Json(json!({"message": "Server Error"}))).into_response();
     }
     let route = path.split('?').next().unwrap_or_default();
+    if let Some(job) = route.strip_prefix("/_logs/").and_then(|j| j.parse::<u64>().ok()) {
+        let log = fake.logs.lock().unwrap().get(&job).cloned();
+        return log.map_or_else(|| StatusCode::NOT_FOUND.into_response(), |text| text.into_response());
+    }
+    let job_logs = regex::Regex::new(r"/repos/[^/]+/[^/]+/actions/jobs/(\d+)/logs$").unwrap();
+    if let Some(job) = job_logs.captures(route).and_then(|c| c[1].parse::<u64>().ok()) {
+        if !authorization.starts_with("token ") {
+            return refused(StatusCode::UNAUTHORIZED, "Requires authentication");
+        }
+        if !fake.logs.lock().unwrap().contains_key(&job) {
+            return refused(StatusCode::NOT_FOUND, "Not Found");
+        }
+        let addr = fake.addr.lock().unwrap().expect("serving");
+        let to = format!("http://{addr}/_logs/{job}");
+        return (StatusCode::FOUND, [(axum::http::header::LOCATION, to)]).into_response();
+    }
     if route.ends_with("/installation") && method == Method::GET {
         if let Err(why) = check_jwt(&fake, &authorization) {
             return refused(StatusCode::UNAUTHORIZED, &why);
