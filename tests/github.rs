@@ -538,13 +538,13 @@ async fn a_harness_pushes_its_branch_with_a_short_lived_token_for_its_repository
     let (_, public) = app_key(dir.path());
     let gh = FakeGithub::start().await;
     // The first token comes with a little more than the renewal margin left: it is renewed while the harness runs.
-    gh.app(4242, public, worksession::core::RENEW_BEFORE + Duration::from_secs(5));
+    gh.app(4242, public, worksession::core::RENEW_BEFORE + Duration::from_secs(12));
     let served = dir.path().join("served");
     std::fs::create_dir_all(served.join("octo")).unwrap();
     let (bare, main, _) = scenarios::workspace::origin(&served.join("octo"), "hello");
     let (addr, seen) = scenarios::workspace::serve_git(served, |p| p == "clone-token" || p.starts_with("ghs_")).await;
     let push = format!(
-        "  push: {{apiUrl: '{}', app: {{id: 4242, privateKeyFile: '{}', installationId: 77}}}}\n",
+        "  push: {{apiUrl: '{}', host: '{addr}', app: {{id: 4242, privateKeyFile: '{}', installationId: 77}}}}\n",
         gh.url(""),
         dir.path().join("app.pem").display()
     );

@@ -63,8 +63,13 @@ impl PushGrants {
         (home, dir): (&Path, &Path),
         owner: Option<u32>,
     ) -> Result<Timestamp, (String, bool)> {
-        let failed_before = matches!(self.of(identity), PushGrant::Failed(_));
+        let failures = match self.of(identity) {
+            PushGrant::Failed { failures, .. } => failures,
+            _ => 0,
+        };
         let minted = async {
+            // The folder first: one the harness made unwritable costs no token.
+            let folder = open_folder(home, dir, owner).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
             let github = self.client(config).await?;
             let permissions: serde_json::Map<String, serde_json::Value> =
                 PUSH_PERMISSIONS.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect();
@@ -74,17 +79,17 @@ impl PushGrants {
             if token.is_empty() || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
                 return Err("GitHub answered a token of an unexpected shape".to_string());
             }
-            write(home, dir, host, &token, owner).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+            write(&folder, host, &token, owner).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
             Ok(expires)
         };
         let result = minted.await;
         let now = Timestamp::now();
         let grant = match &result {
-            Ok(expires) => PushGrant::Granted(*expires),
-            Err(_) => PushGrant::Failed(now),
+            Ok(expires) => PushGrant::Granted { at: now, expires: *expires },
+            Err(_) => PushGrant::Failed { at: now, failures: failures + 1 },
         };
         self.lock().insert(identity.to_string(), grant);
-        result.map_err(|why| (format!("no push token for {repository}: {why}"), failed_before))
+        result.map_err(|why| (format!("no push token for {repository}: {why}"), failures > 0))
     }
 
     /// The API client of `config`, made again when the config changed.
@@ -101,19 +106,24 @@ impl PushGrants {
     }
 }
 
-/// Writes `token` into `dir/token` and `gh`'s `dir/gh/hosts.yml`, every folder from `home` down opened without
-/// following a link and made (0700) where missing, everything handed to `owner`.
-fn write(home: &Path, dir: &Path, host: &str, token: &str, owner: Option<u32>) -> io::Result<()> {
+/// The folder `dir` and its `gh`, every folder from `home` down opened without following a link and made (0700)
+/// where missing, handed to `owner`.
+fn open_folder(home: &Path, dir: &Path, owner: Option<u32>) -> io::Result<(OwnedFd, OwnedFd)> {
     let below = dir.strip_prefix(home).map_err(|_| io::Error::other("the folder is not in the harness's HOME"))?;
     let mut at = open_dir(&rustix::fs::openat(CWD, home, dir_flags(), Mode::empty())?, ".")?;
     for part in below.components() {
         let Component::Normal(name) = part else { return Err(io::Error::other("not a plain path")) };
         at = enter(&at, name, owner)?;
     }
-    put(&at, "token", format!("{token}\n").as_bytes(), owner)?;
     let gh = enter(&at, std::ffi::OsStr::new("gh"), owner)?;
+    Ok((at, gh))
+}
+
+/// Writes `token` into the folder's `token` and `gh/hosts.yml` (for `host`), handed to `owner`.
+fn write((at, gh): &(OwnedFd, OwnedFd), host: &str, token: &str, owner: Option<u32>) -> io::Result<()> {
+    put(at, "token", format!("{token}\n").as_bytes(), owner)?;
     let hosts = format!("{host}:\n    oauth_token: {token}\n    user: x-access-token\n    git_protocol: https\n");
-    put(&gh, "hosts.yml", hosts.as_bytes(), owner)
+    put(gh, "hosts.yml", hosts.as_bytes(), owner)
 }
 
 fn dir_flags() -> OFlags {
@@ -161,8 +171,11 @@ mod tests {
     fn the_token_is_written_fresh_and_no_planted_link_is_followed() {
         let home = tempfile::tempdir().unwrap();
         let dir = crate::core::push_dir(home.path(), "team/s1");
-        write(home.path(), &dir, "github.com", "ghs_1", None).unwrap();
-        write(home.path(), &dir, "github.com", "ghs_2", None).unwrap();
+        let write = |dir: &Path, token: &str| {
+            open_folder(home.path(), dir, None).and_then(|folder| super::write(&folder, "github.com", token, None))
+        };
+        write(&dir, "ghs_1").unwrap();
+        write(&dir, "ghs_2").unwrap();
         assert_eq!(std::fs::read_to_string(dir.join("token")).unwrap(), "ghs_2\n");
         let hosts = std::fs::read_to_string(dir.join("gh/hosts.yml")).unwrap();
         assert!(hosts.starts_with("github.com:\n    oauth_token: ghs_2\n"), "{hosts}");
@@ -172,13 +185,14 @@ mod tests {
         let other = crate::core::push_dir(home.path(), "team/s2");
         std::fs::create_dir_all(other.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), &other).unwrap();
-        assert!(write(home.path(), &other, "github.com", "ghs_3", None).is_err());
+        assert!(write(&other, "ghs_3").is_err());
         std::fs::remove_file(dir.join("token")).unwrap();
         std::os::unix::fs::symlink(elsewhere.path().join("stolen"), dir.join("token")).unwrap();
+        write(&dir, "ghs_4").unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("token")).unwrap(), "ghs_4\n", "the link replaced, not followed");
         std::fs::remove_dir_all(dir.join("gh")).unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), dir.join("gh")).unwrap();
-        assert!(write(home.path(), &dir, "github.com", "ghs_4", None).is_err(), "gh is a link");
+        assert!(open_folder(home.path(), &dir, None).is_err(), "gh is a link: refused before any token is minted");
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "nothing written elsewhere");
-        assert_eq!(std::fs::read_to_string(dir.join("token")).unwrap(), "ghs_4\n", "the link replaced, not followed");
     }
 }

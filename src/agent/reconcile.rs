@@ -450,15 +450,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     }
                     written.insert(update.event.as_str(), status);
                 }
-                Op::GrantPush { repository, host, dir } => {
+                Op::GrantPush { repository, host, home, dir, owner } => {
                     let Some(push) = &config.workspaces.push else { continue };
-                    let room = config.rooms.as_ref().and_then(|rooms| self.rooms.existing(rooms, owner_name));
-                    let home = match &room {
-                        Some(room) => room.home.clone(),
-                        None => config.harness_home.clone().unwrap_or_default(),
-                    };
-                    let owner = room.map(|room| room.uid);
-                    let granted = self.push.grant(push, owner_name, (repository, host), (&home, dir), owner).await;
+                    let granted = self.push.grant(push, owner_name, (repository, host), (home, dir), *owner).await;
                     match granted {
                         Ok(expires) => {
                             tracing::info!(event = "workspace.push_token", repository, %expires, "push token handed out");

@@ -368,6 +368,9 @@ impl<T> Drop for Reloader<T> {
     }
 }
 
+/// GitHub.com's API.
+pub const DEFAULT_GITHUB_API: &str = "https://api.github.com";
+
 /// Whether `url` may be given a token: `https://`, or plain `http://` to a loopback address (a test's server).
 pub fn base_url_allowed(url: &str) -> Result<(), String> {
     if url.starts_with("https://") {

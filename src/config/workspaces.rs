@@ -49,6 +49,9 @@ pub struct WorkspacesConfig {
 pub struct PushConfig {
     /// GitHub's API (`apiUrl`, default `https://api.github.com`; `https://HOST/api/v3` for GitHub Enterprise Server).
     pub api_url: String,
+    /// The git host its tokens are for (`host`; default the API's: `github.com` for `api.github.com`, else the API
+    /// URL's host): only a checkout of it gets one, and the token is sent to it alone.
+    pub host: String,
     /// The App's id (`app.id`).
     pub app_id: u64,
     /// Its private key (PEM), read from `app.privateKeyFile` when the config is loaded.
@@ -122,6 +125,7 @@ pub(crate) struct WorkspacesFile {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PushFile {
     api_url: Option<String>,
+    host: Option<String>,
     app: AppFile,
 }
 
@@ -192,8 +196,18 @@ impl WorkspacesFile {
             workspaces.username = user;
         }
         if let Some(push) = push {
-            let api_url = push.api_url.unwrap_or_else(|| crate::github::DEFAULT_BASE_URL.into());
+            let api_url = push.api_url.unwrap_or_else(|| super::DEFAULT_GITHUB_API.into());
             super::base_url_allowed(&api_url).map_err(|why| invalid("workspaces.push.apiUrl".into(), why))?;
+            if workspaces.repositories.is_none() {
+                // Else any tenant's session could name any repository the App is installed on and push to it.
+                let problem = "needs workspaces.repositories: the repositories each namespace may check out (and push)";
+                return Err(invalid("workspaces.push".into(), problem.into()));
+            }
+            let host = push.host.unwrap_or_else(|| git_host_of(&api_url));
+            let hosts = regex::Regex::new(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$").unwrap();
+            if !hosts.is_match(&host) {
+                return Err(invalid("workspaces.push.host".into(), format!("{host:?} is not a host or host:port")));
+            }
             let key = "workspaces.push.app.privateKeyFile";
             let file = &push.app.private_key_file;
             if !file.is_absolute() {
@@ -207,6 +221,7 @@ impl WorkspacesFile {
             }
             workspaces.push = Some(PushConfig {
                 api_url,
+                host,
                 app_id: push.app.id,
                 private_key: pem,
                 installation_id: push.app.installation_id,
@@ -216,9 +231,22 @@ impl WorkspacesFile {
     }
 }
 
+/// The git host of a GitHub API: `github.com` for `api.github.com`, the URL's host (and port) otherwise.
+fn git_host_of(api_url: &str) -> String {
+    let host = api_url.split_once("://").map_or(api_url, |(_, rest)| rest).split('/').next().unwrap_or_default();
+    if host == "api.github.com" { "github.com".into() } else { host.to_string() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn push_tokens_are_for_the_apis_own_git_host() {
+        assert_eq!(git_host_of("https://api.github.com"), "github.com");
+        assert_eq!(git_host_of("https://ghe.example.com/api/v3"), "ghe.example.com");
+        assert_eq!(git_host_of("http://127.0.0.1:8080"), "127.0.0.1:8080");
+    }
 
     #[test]
     fn a_namespace_checks_out_only_what_its_globs_allow() {

@@ -351,8 +351,12 @@ pub enum Op {
         repository: String,
         /// The host (`host` or `host:port`) `gh` is told the token is for.
         host: String,
+        /// The harness's `HOME`, which `dir` is in.
+        home: std::path::PathBuf,
         /// The session's push credentials folder ([`super::push::push_dir`]).
         dir: std::path::PathBuf,
+        /// The room's uid, which is given the files (`None`: rooms off).
+        owner: Option<u32>,
     },
     /// Hand the session to `node` (after its harness was stopped): `spec.nodeName` becomes `node` and the move's
     /// annotation goes, in one patch that holds only while the annotation still asks for `node`. The session is no

@@ -1,9 +1,10 @@
-//! The decision's push credentials (`workspaces.push`): a harness whose checkout comes from a repository on a
-//! configured host holds a short-lived token for that repository alone, handed to it in files under its `HOME`
+//! The decision's push credentials (`workspaces.push`): a harness whose checkout is a repository of the App's GitHub
+//! host (`workspaces.push.host`), one its namespace may check out, holds a short-lived token for that repository alone, handed to it in files under its `HOME`
 //! that its git (a credential helper named in its environment) and `gh` (`GH_CONFIG_DIR`) read at each use. The
 //! token is asked for before the spawn that needs it and again [`RENEW_BEFORE`] its expiry while the harness runs;
-//! a stopped harness gets none. A failed grant is retried after [`GRANT_RETRY`] and never holds up a spawn: the
-//! harness works, only its pushes fail until a grant succeeds.
+//! a stopped harness gets none. A failed grant is retried after [`GRANT_RETRY`], doubling to an hour, and never holds
+//! up a spawn: the harness works, only its pushes fail until a grant succeeds. No two grants are closer than
+//! [`GRANT_SPACING`], whatever expiry GitHub answers.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,8 +19,14 @@ pub const RENEW_BEFORE: Duration = Duration::from_secs(15 * 60);
 /// How soon a failed grant is tried again.
 pub const GRANT_RETRY: Duration = Duration::from_secs(60);
 
+/// The least time between two grants of one session, whatever expiry GitHub answers.
+pub const GRANT_SPACING: Duration = Duration::from_secs(10);
+
 /// How soon a grant's result is read back by a decision, which schedules the renewal from its expiry.
 pub const GRANT_READ_BACK: Duration = Duration::from_secs(1);
+
+/// The longest wait between failed grants.
+pub const GRANT_RETRY_MAX: Duration = Duration::from_secs(60 * 60);
 
 /// What the executor holds of a session's push token.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,10 +34,20 @@ pub enum PushGrant {
     /// None handed out (or the agent started since).
     #[default]
     Missing,
-    /// One handed out, expiring then.
-    Granted(Timestamp),
-    /// The last grant failed then.
-    Failed(Timestamp),
+    /// One handed out `at`, expiring then.
+    Granted {
+        /// When it was handed out.
+        at: Timestamp,
+        /// When GitHub said it expires.
+        expires: Timestamp,
+    },
+    /// The last `failures` grants failed, the last `at`.
+    Failed {
+        /// When the last failed.
+        at: Timestamp,
+        /// How many failed in a row.
+        failures: u32,
+    },
 }
 
 /// The repository a push token is for: the checkout's URL on a configured host.
@@ -44,16 +61,14 @@ pub struct PushTarget {
     pub repository: String,
 }
 
-/// The repository `url` names (`scheme://host/owner/name[.git]`) when it is on one of `hosts` over `https`, or
-/// `http` where `protocols` allows it; `None` for anything else (an ssh remote, a path, user info in the URL, a
-/// name git would read otherwise).
-pub fn push_target(url: &str, hosts: &[String], protocols: &[String]) -> Option<PushTarget> {
+/// The repository `url` names (`scheme://host/owner/name[.git]`) when it is on `host` (the App's GitHub) over
+/// `https`, or plain `http` to a loopback address (a test's server); `None` for anything else (an ssh remote, a
+/// path, another host, user info in the URL, a name git would read otherwise).
+pub fn push_target(url: &str, host: &str) -> Option<PushTarget> {
     let (scheme, rest) = url.split_once("://")?;
-    let allowed = scheme == "https" || (scheme == "http" && protocols.iter().any(|p| p == "http"));
-    let (host, path) = rest.split_once('/')?;
-    // A host listed bare stands for any port of it, as the checkout's own credentials take it.
-    let bare = host.rsplit_once(':').filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit())).map(|(h, _)| h);
-    if !allowed || !hosts.iter().any(|h| h == host || Some(h.as_str()) == bare) {
+    let (url_host, path) = rest.split_once('/')?;
+    let loopback = ["127.0.0.1:", "localhost:", "[::1]:"].iter().any(|l| url_host.starts_with(l));
+    if url_host != host || !(scheme == "https" || (scheme == "http" && loopback)) {
         return None;
     }
     let path = path.trim_end_matches('/');
@@ -64,7 +79,7 @@ pub fn push_target(url: &str, hosts: &[String], protocols: &[String]) -> Option<
     };
     (part(owner) && part(name)).then(|| PushTarget {
         scheme: scheme.to_string(),
-        host: host.to_string(),
+        host: url_host.to_string(),
         repository: format!("{owner}/{name}"),
     })
 }
@@ -89,26 +104,32 @@ pub fn push_env(target: &PushTarget, dir: &Path) -> Vec<(String, String)> {
 }
 
 impl Decision<'_, '_> {
-    /// The session's push target and credentials folder, when `workspaces.push` applies to it.
-    pub(super) fn push(&self) -> Option<(PushTarget, PathBuf)> {
+    /// The session's push target, its harness's `HOME` and room uid, when `workspaces.push` applies to it: a
+    /// checkout of the App's host that the session's namespace may check out (`workspaces.repositories`, read again
+    /// at each decision: a spec changed to another repository gets nothing the list does not allow).
+    pub(super) fn push(&self) -> Option<(PushTarget, PathBuf, Option<u32>)> {
         let input = self.input;
         let workspaces = &input.context.config.workspaces;
-        workspaces.push.as_ref()?;
+        let push = workspaces.push.as_ref()?;
         let url = &input.object.spec.workspace.as_ref()?.url;
-        let target = push_target(url, &workspaces.hosts, &workspaces.protocols)?;
-        let home = match input.evidence.room {
-            Confinement::Room(room) => room.home.as_path(),
-            Confinement::Off => input.context.config.harness_home.as_deref()?,
+        let namespace = input.object.owner_name.split_once('/').map_or("", |(ns, _)| ns);
+        if !workspaces.allows(namespace, url) {
+            return None;
+        }
+        let target = push_target(url, &push.host)?;
+        let (home, owner) = match input.evidence.room {
+            Confinement::Room(room) => (room.home.clone(), Some(room.uid)),
+            Confinement::Off => (input.context.config.harness_home.clone()?, None),
             Confinement::Unavailable(_) => return None,
         };
-        Some((target, push_dir(home, input.object.owner_name)))
+        Some((target, home, owner))
     }
 
     /// The grant `ops` need, in front of their spawn: for a harness being spawned or running (and not being
     /// stopped) whose token is missing, near its expiry, or whose last grant failed [`GRANT_RETRY`] ago. The
     /// decision is requeued for the next renewal or retry.
     pub(super) fn grant_push(&mut self, ops: &mut Vec<Op>) {
-        let Some((target, dir)) = self.push() else { return };
+        let Some((target, home, owner)) = self.push() else { return };
         let spawn = ops.iter().position(|op| matches!(op, Op::Spawn(_)));
         let stopping = ops.iter().any(|op| matches!(op, Op::Stop { .. } | Op::ReleaseRoom | Op::Move { .. }));
         let running = self.input.observed.liveness == Liveness::Alive && !stopping;
@@ -118,14 +139,21 @@ impl Decision<'_, '_> {
         let now = self.input.context.now;
         let wait = match self.input.evidence.push {
             PushGrant::Missing => None,
-            PushGrant::Granted(expires) => until(now, expires, -signed(RENEW_BEFORE)),
-            PushGrant::Failed(at) => until(now, at, signed(GRANT_RETRY)),
+            // Never closer than the spacing, whatever expiry GitHub answered.
+            PushGrant::Granted { at, expires } => {
+                until(now, expires, -signed(RENEW_BEFORE)).max(until(now, at, signed(GRANT_SPACING)))
+            }
+            PushGrant::Failed { at, failures } => {
+                let backoff = GRANT_RETRY.saturating_mul(1 << failures.clamp(1, 7).saturating_sub(1));
+                until(now, at, signed(backoff.min(GRANT_RETRY_MAX)))
+            }
         };
         if let Some(wait) = wait {
             self.requeue(wait);
             return;
         }
-        let op = Op::GrantPush { repository: target.repository, host: target.host, dir };
+        let dir = push_dir(&home, self.input.object.owner_name);
+        let op = Op::GrantPush { repository: target.repository, host: target.host, home, dir, owner };
         ops.insert(spawn.unwrap_or(ops.len()), op);
         self.requeue(GRANT_READ_BACK);
     }

@@ -251,8 +251,8 @@ impl<'a, 'i> Decision<'a, 'i> {
             None => {}
         }
         let mut env = profile.env.clone();
-        if let Some((target, dir)) = self.push() {
-            env.extend(super::push::push_env(&target, &dir));
+        if let Some((target, home, _)) = self.push() {
+            env.extend(super::push::push_env(&target, &super::push::push_dir(&home, input.object.owner_name)));
         }
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),

@@ -101,7 +101,14 @@ impl App {
         repository: &str,
         permissions: &Value,
     ) -> Result<(String, Timestamp), GithubError> {
-        let installation = self.installation_of(github, repository).await?;
+        // Looked up by the repository's owner even when configured: a token names the repository without its owner,
+        // so another owner's repository of the same name must never be asked of the configured installation.
+        let installation = self.installation_of_owner(github, repository).await?;
+        if self.installation.is_some_and(|configured| configured != installation) {
+            let why =
+                format!("{repository} is not in the App's installation {}", self.installation.unwrap_or_default());
+            return Err(GithubError::Credentials(why));
+        }
         let name = repository.split_once('/').map(|(_, name)| name).unwrap_or(repository);
         let jwt = self.jwt(Timestamp::now())?;
         let path = format!("/app/installations/{installation}/access_tokens");
@@ -124,9 +131,14 @@ impl App {
 
     /// The installation of the App on `repository`'s account: configured, or looked up once per account.
     async fn installation_of(&self, github: &Github, repository: &str) -> Result<u64, GithubError> {
-        if let Some(id) = self.installation {
-            return Ok(id);
+        match self.installation {
+            Some(id) => Ok(id),
+            None => self.installation_of_owner(github, repository).await,
         }
+    }
+
+    /// The installation of the App on `repository`'s account, as GitHub says (looked up once per account).
+    async fn installation_of_owner(&self, github: &Github, repository: &str) -> Result<u64, GithubError> {
         let owner = repository.split('/').next().unwrap_or_default().to_string();
         if let Some(id) = self.installations.lock().await.get(&owner) {
             return Ok(*id);

@@ -22,7 +22,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 /// GitHub.com's API.
-pub const DEFAULT_BASE_URL: &str = "https://api.github.com";
+pub const DEFAULT_BASE_URL: &str = crate::config::DEFAULT_GITHUB_API;
 
 /// How long one call may take (a stalled GitHub is a failed call, retried later; it never holds anything else up).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);

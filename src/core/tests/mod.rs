@@ -281,7 +281,7 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::PrepareWorkspace => "prepare workspace".into(),
             Op::RemoveWorkspace => "remove workspace".into(),
             Op::Move { node } => format!("move to {node}"),
-            Op::GrantPush { repository, host, dir } => {
+            Op::GrantPush { repository, host, dir, .. } => {
                 format!("grant push {repository} ({host}) into {}", dir.display())
             }
         })

@@ -13,8 +13,10 @@ fn pushing(url: &str, liveness: Liveness) -> Case {
     let mut case = Case::new(ran_old());
     case.spec.workspace = Some(WorkspaceSpec { url: url.into(), r#ref: None });
     case.config.harness_home = Some("/home/h".into());
+    case.config.workspaces.repositories = Some([("ns".to_string(), vec!["*".to_string()])].into());
     case.config.workspaces.push = Some(PushConfig {
         api_url: "https://api.github.com".into(),
+        host: "github.com".into(),
         app_id: 1,
         private_key: Vec::new(),
         installation_id: None,
@@ -50,13 +52,17 @@ fn a_spawn_is_handed_a_token_for_its_repository_first_and_told_where_it_is() {
 #[test]
 fn a_running_harness_is_handed_a_new_token_before_the_old_runs_out() {
     let mut case = pushing("https://github.com/octo/api", Liveness::Alive);
-    case.push = PushGrant::Granted(t(100 + 16 * 60));
+    case.push = PushGrant::Granted { at: t(0), expires: t(100 + 16 * 60) };
     let plan = case.decide();
     assert!(!ops(&plan).contains(&GRANT.to_string()), "{:?}", ops(&plan));
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(60)), "woken when 15 minutes are left");
 
-    case.push = PushGrant::Granted(t(100 + 14 * 60));
+    case.push = PushGrant::Granted { at: t(0), expires: t(100 + 14 * 60) };
     assert_eq!(ops(&case.decide()), [GRANT]);
+    // An expiry GitHub gave too soon makes no grant a second: the next waits ten seconds from the last.
+    case.push = PushGrant::Granted { at: t(95), expires: t(100 + 5 * 60) };
+    assert!(ops(&case.decide()).is_empty());
+    assert_eq!(case.decide().requeue_after, Some(Duration::from_secs(5)));
     case.push = PushGrant::Missing; // the agent restarted
     assert_eq!(ops(&case.decide()), [GRANT]);
 }
@@ -64,15 +70,20 @@ fn a_running_harness_is_handed_a_new_token_before_the_old_runs_out() {
 #[test]
 fn a_failed_grant_is_tried_again_a_minute_later_and_holds_up_no_spawn() {
     let mut case = pushing("https://github.com/octo/api", Liveness::Alive);
-    case.push = PushGrant::Failed(t(90));
+    case.push = PushGrant::Failed { at: t(90), failures: 1 };
     let plan = case.decide();
     assert!(ops(&plan).is_empty(), "{:?}", ops(&plan));
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(50)));
-    case.push = PushGrant::Failed(t(39));
+    case.push = PushGrant::Failed { at: t(39), failures: 1 };
     assert_eq!(ops(&case.decide()), [GRANT]);
+    // Failing again and again, it waits twice as long each time, up to an hour.
+    case.push = PushGrant::Failed { at: t(39), failures: 3 };
+    assert_eq!(case.decide().requeue_after, Some(Duration::from_secs(4 * 60 - 61)));
+    case.push = PushGrant::Failed { at: t(100), failures: 30 };
+    assert_eq!(case.decide().requeue_after, Some(GRANT_RETRY_MAX));
 
     let mut dead = pushing("https://github.com/octo/api", Liveness::Dead);
-    dead.push = PushGrant::Failed(t(90));
+    dead.push = PushGrant::Failed { at: t(90), failures: 1 };
     assert!(!spawned(&dead.decide()).is_empty(), "the harness starts without it");
 }
 
@@ -86,12 +97,18 @@ fn no_token_where_push_is_off_the_checkout_is_not_a_hosts_or_no_harness_runs() {
     let mut off = pushing("https://github.com/octo/api", Liveness::Dead);
     off.config.workspaces.push = None;
     none(off);
+    let mut not_allowed = pushing("https://github.com/octo/api", Liveness::Alive);
+    not_allowed.config.workspaces.repositories =
+        Some([("ns".to_string(), vec!["https://github.com/mine/*".to_string()])].into());
+    none(not_allowed);
     for url in [
         "git@github.com:octo/api.git",
         "ssh://github.com/octo/api",
         "https://gitlab.com/octo/api",
         "https://x:y@github.com/octo/api",
         "http://github.com/octo/api",
+        "https://github.com:443/octo/api",
+        "https://ghe.example.com/octo/api",
         "https://github.com/octo",
         "https://github.com/../api",
     ] {
@@ -104,18 +121,15 @@ fn no_token_where_push_is_off_the_checkout_is_not_a_hosts_or_no_harness_runs() {
 }
 
 #[test]
-fn the_target_is_the_urls_repository_on_a_configured_host() {
-    let hosts = ["github.com".to_string(), "127.0.0.1:8080".to_string()];
-    let https = ["https".to_string()];
-    let target = push_target("https://github.com/octo/api.git/", &hosts, &https).unwrap();
+fn the_target_is_the_urls_repository_on_the_apps_host() {
+    let target = push_target("https://github.com/octo/api.git/", "github.com").unwrap();
     assert_eq!(
         (target.scheme.as_str(), target.host.as_str(), target.repository.as_str()),
         ("https", "github.com", "octo/api")
     );
-    assert!(push_target("http://127.0.0.1:8080/octo/api", &hosts, &https).is_none(), "http only where allowed");
-    let target = push_target("http://127.0.0.1:8080/octo/api", &hosts, &["http".to_string()]).unwrap();
-    assert_eq!(target.host, "127.0.0.1:8080");
-    assert!(push_target("https://github.com/octo/api/extra", &hosts, &https).is_none());
-    assert!(push_target("https://github.com:8443/octo/api", &hosts, &https).is_some(), "a bare host: any port");
-    assert!(push_target("https://127.0.0.1:9/octo/api", &hosts, &https).is_none(), "a host:port: that port");
+    assert!(push_target("http://github.com/octo/api", "github.com").is_none(), "no token in clear");
+    let target = push_target("http://127.0.0.1:8080/octo/api", "127.0.0.1:8080").unwrap();
+    assert_eq!(target.host, "127.0.0.1:8080", "plain http to a loopback address only");
+    assert!(push_target("https://github.com/octo/api/extra", "github.com").is_none());
+    assert!(push_target("https://127.0.0.1:9/octo/api", "127.0.0.1:8080").is_none(), "that port");
 }
