@@ -147,15 +147,20 @@ fn said_by_any(line: &str) -> Option<Said<'_>> {
     (line.len() <= LINE_LIMIT).then(|| serde_json::from_str::<Said>(line).ok()).flatten()
 }
 
+/// How many conversations a spawn's hooks named are kept, newest first.
+pub const NAMED_KEPT: usize = 4;
+
 /// What the hooks of one spawn said, read from the session's hook file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Heard {
     /// The conversation the harness moved to: its latest `SessionStart` whose `source` says it moved (`clear`,
     /// `compact`, `resume`).
     pub moved_to: Option<String>,
-    /// The conversation its latest hook naming one named: Codex's notify (`thread-id`, known at its first turn's
-    /// end), a `UserPromptSubmit` or `SessionStart` (`session_id`: opencode's prompts name their conversation).
-    pub named: Option<String>,
+    /// The conversations its latest hooks naming one named, newest first (at most [`NAMED_KEPT`], each once): Codex's
+    /// notify (`thread-id`, known at its first turn's end; Codex also notifies for threads of its own, such as the
+    /// one that writes a task's title, which it keeps nowhere), a `UserPromptSubmit` or `SessionStart` (`session_id`:
+    /// opencode's prompts name their conversation).
+    pub named: Vec<String>,
     /// Its latest turn event ([`TURN_EVENTS`]).
     pub turn: Option<Turn>,
     /// The prompts it reported taking (`UserPromptSubmit`) from the mark asked for on.
@@ -198,14 +203,17 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>)
     let mut heard = Heard { len, ..Heard::default() };
     let tail_lines: Vec<(u64, &str)> = lines(&tail, tail_start, tail_start > 0).collect();
     for (_, line) in tail_lines.iter().rev() {
-        if heard.moved_to.is_some() && heard.turn.is_some() && heard.named.is_some() {
+        if heard.moved_to.is_some() && heard.turn.is_some() && heard.named.len() >= NAMED_KEPT {
             break;
         }
         let Some(s) = said(line) else { continue };
         let data = s.data.unwrap_or_default();
-        if heard.named.is_none() {
+        if heard.named.len() < NAMED_KEPT {
             let names = matches!(s.hook.as_ref(), "UserPromptSubmit" | "SessionStart");
-            heard.named = data.thread_id.clone().or_else(|| data.session_id.clone().filter(|_| names));
+            let named = data.thread_id.clone().or_else(|| data.session_id.clone().filter(|_| names));
+            if let Some(id) = named.filter(|id| !heard.named.contains(id)) {
+                heard.named.push(id);
+            }
         }
         if s.hook == crate::harness::hooks::NOTIFY {
             continue;

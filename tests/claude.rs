@@ -572,3 +572,42 @@ async fn a_rate_limited_turn_is_recorded_as_an_api_error_and_the_next_prompt_goe
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
     await_in_transcript(&w, &id, "Back at work.").await;
 }
+
+/// The pull request loop with the real CLI: a member's comment on the issue starts the work item's conversation (a
+/// real turn), the agent's pull request opens on the work item's branch, and a reviewer's comment on it lands in the
+/// same conversation: the CLI's transcript holds both, and the model's request for the review carries the issue's
+/// prompt and the answer given to it (the conversation's context, not a fresh one).
+#[tokio::test]
+async fn a_review_comment_lands_in_the_conversation_that_took_the_issue() {
+    use scenarios::fixtures;
+    use scenarios::pull_requests::{BRANCH, ITEM, REPO, bridge_of, deliver};
+    let model = Model::start();
+    model.on("please fix the parser", Reply::text("I fixed the parser on the branch."));
+    model.on("this unwrap can panic", Reply::text("I replaced the unwrap."));
+    let w = world(&model).await;
+    let app = bridge_of(&w, "claude");
+    let issue = fixtures::issue_comment(REPO, 12, "mona", "please fix the parser");
+    assert_eq!(deliver(&app, "issue_comment", "rc-issue", &issue).await.0, 201);
+    let first = w.await_event(&worksession::bridge::event_name("gh", "rc-issue"), EventPhase::Delivered).await;
+    let id = first.status.unwrap().harness_session_id.expect("delivered into a conversation");
+
+    let mut opened = fixtures::pull_request(REPO, 57, "opened", BRANCH, "agents-bot");
+    opened["pull_request"]["head"]["sha"] = "aaaa111".into();
+    let (status, answer) = deliver(&app, "pull_request", "rc-opened", &opened).await;
+    assert_eq!((status, answer["workSession"].as_str()), (200, Some(ITEM)), "{answer}");
+    let comment = fixtures::review_comment(REPO, 57, BRANCH, "mona", 9001, "this unwrap can panic");
+    assert_eq!(deliver(&app, "pull_request_review_comment", "rc-review", &comment).await.0, 201);
+    let review = w.await_event(&worksession::bridge::event_name("gh", "rc-review"), EventPhase::Delivered).await;
+    assert_eq!(review.status.unwrap().harness_session_id.as_deref(), Some(id.as_str()), "the same conversation");
+
+    await_in_transcript(&w, &id, "I replaced the unwrap.").await;
+    let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
+    for said in ["please fix the parser", "I fixed the parser on the branch.", "this unwrap can panic"] {
+        assert!(worksession::transcript::contains(&text, said), "{said:?} in the conversation");
+    }
+    let asks = |r: &support::model::Request| r.prompt.as_deref().is_some_and(|p| p.contains("this unwrap can panic"));
+    let asked = model.requests().into_iter().find(asks).expect("asked");
+    let context = asked.body.to_string();
+    assert!(context.contains("please fix the parser") && context.contains("I fixed the parser on the branch."));
+    assert_eq!(w.sessions().list(&Default::default()).await.unwrap().items.len(), 1, "no second session");
+}

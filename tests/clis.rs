@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::json;
 use support::clis;
 use support::model::{Model, Reply};
-use worksession::api::Phase;
+use worksession::api::{EventPhase, Phase};
 use world::{World, condition, recorded_id};
 
 async fn unknown_id_fails_as_the_profile_expects(name: &str, args: &[&str], code: i32) {
@@ -271,11 +271,26 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
     })
     .await;
     w.create_session("cx", json!({"harness": "codex", "initialPrompt": "hello codex"})).await;
-    let ws = w
-        .await_session("cx", "its id discovered", |ws| condition(ws, "ConversationId").is_some_and(|c| c.0 == "True"))
+    w.await_session("cx", "its id discovered", |ws| condition(ws, "ConversationId").is_some_and(|c| c.0 == "True"))
         .await;
-    let id = recorded_id(&ws);
     support::until("the model asked", || async { model.prompts().iter().any(|p| p == "hello codex") }).await;
+    // Killed once the CLI's own record holds the turn under the recorded id (its rollout, which `codex resume` reads;
+    // the id first discovered may be a rollout Codex drops for the one its notify names a moment later): killed
+    // before, the conversation never was saved, and a fresh one rightly takes over.
+    let rollouts = w.tmux.state().join(".codex/sessions");
+    let id = support::eventually("the turn in the recorded conversation's rollout", || async {
+        let id = recorded_id(&w.sessions().get("cx").await.ok()?);
+        let rollout = walk(&rollouts).into_iter().find(|p| p.to_string_lossy().ends_with(&format!("-{id}.jsonl")))?;
+        let text = std::fs::read_to_string(rollout).ok()?;
+        text.contains("Hello from the scripted model.").then_some(id)
+    })
+    .await;
+
+    // And the initial prompt known delivered (the settle window over): killed before, it would be sent again.
+    w.await_session("cx", "the initial prompt known delivered", |ws| {
+        ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(EventPhase::Delivered)
+    })
+    .await;
 
     w.tmux.kill_pane(&w.tmux_session("cx")).await;
     w.send("cx", "cx-1", "after the crash").await;
@@ -290,4 +305,10 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
         .await;
     let resumed = model.requests().into_iter().find(|r| r.prompt.as_deref() == Some("after the crash")).unwrap();
     assert!(resumed.body["input"].to_string().contains("hello codex"), "in the same conversation: {}", resumed.body);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.filter_map(|e| e.ok().map(|e| e.path())).flat_map(|p| if p.is_dir() { walk(&p) } else { vec![p] }).collect()
 }

@@ -170,6 +170,13 @@ fn names_workdir(home: &Path, path: &Path, workdir: &str) -> bool {
     first.contains(&format!("\"cwd\":{quoted}"))
 }
 
+/// Whether the harness keeps conversation `id` in the store `template` names (`{home}`, `{cwdSlug}`, `*` and
+/// `{sessionId}`), for a harness run in `workdir`.
+pub fn stored(template: &str, home: &Path, workdir: &str, id: &str) -> bool {
+    let expanded = template.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
+    matches(&expanded).iter().any(|(_, named)| named.as_deref() == Some(id))
+}
+
 /// The files matching `template` (segments with `*` and `{sessionId}`), with the id each names (if it names one).
 fn matches(template: &str) -> Vec<(PathBuf, Option<String>)> {
     let mut current: Vec<(PathBuf, Option<String>)> = vec![(PathBuf::from("/"), None)];

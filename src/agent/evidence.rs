@@ -354,8 +354,18 @@ impl<S, T: Tmux> Reconciler<S, T> {
             // Hooks that name the conversation: its id (at Codex's first turn's end, at opencode's first prompt), and
             // the one it moved to (a new thread of the same process, a new session a person opened).
             let named = super::record::hooks(&place, &[], profile).await.named;
-            // A harness writes its hook file: an id another session of the node holds is never taken.
-            let named = named.filter(|id| self.discoveries.conversation_holder(id, &identity).is_none());
+            // The newest the harness keeps (in its store, where the profile names one: Codex notifies for threads
+            // it keeps nowhere too), else the newest. A harness writes its hook file: an id another session of the
+            // node holds is never taken.
+            let kept = |id: &String| {
+                profile
+                    .discover
+                    .as_ref()
+                    .and_then(|d| d.path.as_ref())
+                    .is_none_or(|template| super::discovery::stored(template, home, workdir, id))
+            };
+            let free = |id: &&String| self.discoveries.conversation_holder(id, &identity).is_none();
+            let named = named.iter().filter(|id| kept(id)).find(free).or_else(|| named.iter().find(free)).cloned();
             if discovering(status) && named.is_some() {
                 evidence.discovered = named.clone();
             }

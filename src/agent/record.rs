@@ -69,7 +69,7 @@ pub struct Said {
     /// The conversation the live harness moved to (hooks).
     pub moved_to: Option<String>,
     /// The conversation the live harness's latest hook naming one named (hooks).
-    pub named: Option<String>,
+    pub named: Vec<String>,
     /// Its latest turn event (hooks).
     pub turn: Option<Turn>,
 }

@@ -129,8 +129,8 @@ pub struct Bridge<S> {
     metrics: BridgeMetrics,
     /// Held while a capped route counts its sessions and creates one, so this bridge never goes past a cap.
     creating: tokio::sync::Mutex<()>,
-    /// Held while a CI result reads its commit's batches and the session's count, then writes.
-    ci: tokio::sync::Mutex<()>,
+    /// Held while a CI result (or a log's end) reads its commit's batches and the session's count, then writes.
+    ci: Arc<tokio::sync::Mutex<()>>,
     /// Where a failing job's log's end is asked for (with `github.api` at start).
     tails: Option<tokio::sync::mpsc::Sender<logs::Tail>>,
 }
@@ -138,7 +138,7 @@ pub struct Bridge<S> {
 impl<S: Sink> Bridge<S> {
     /// A bridge writing to `sink`.
     pub fn new(config: watch::Receiver<Arc<BridgeConfig>>, sink: S, metrics: BridgeMetrics) -> Arc<Self> {
-        let (creating, ci) = (tokio::sync::Mutex::new(()), tokio::sync::Mutex::new(()));
+        let (creating, ci) = (tokio::sync::Mutex::new(()), Arc::new(tokio::sync::Mutex::new(())));
         let api = config.borrow().github.as_ref().and_then(|g| g.api.clone());
         let github = api.and_then(|api| match feedback::github_of(&api) {
             Ok(github) => Some(Arc::new(github)),
@@ -147,7 +147,7 @@ impl<S: Sink> Bridge<S> {
                 None
             }
         });
-        let tails = github.map(|github| logs::start(github, sink.clone(), config.clone()));
+        let tails = github.map(|github| logs::start(github, sink.clone(), config.clone(), ci.clone()));
         Arc::new(Self { config, sink, metrics, creating, ci, tails })
     }
 
@@ -165,7 +165,6 @@ impl<S: Sink> Bridge<S> {
         self.metrics.requests.get_or_create(&RequestLabels { endpoint, status }).inc();
     }
 
-    /// A 202 `ignored` answer saying why, counted under `reason` (one of [`metrics::IGNORED_REASONS`]).
     /// Asks for the end of a failing `github-actions` job's log for the batch `event` that holds `check`'s line.
     fn ask_tail(&self, namespace: &str, event: &str, subject: &github::Subject, check: &github::Check) {
         let (Some(tails), Some(job), true) = (&self.tails, check.job, check.failed) else { return };
@@ -181,6 +180,7 @@ impl<S: Sink> Bridge<S> {
         }
     }
 
+    /// A 202 `ignored` answer saying why, counted under `reason` (one of [`metrics::IGNORED_REASONS`]).
     fn ignored(&self, reason: &'static str, why: String) -> Response {
         debug_assert!(metrics::IGNORED_REASONS.contains(&reason), "{reason} is listed");
         self.metrics.ignored.get_or_create(&IgnoredLabels { reason }).inc();

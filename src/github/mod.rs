@@ -1,7 +1,8 @@
-//! GitHub's REST API, as the bridge calls it (beside the pipeline: the feedback on a WorkEvent's comment, see
-//! [`crate::bridge::feedback`]). A small client over the hyper and rustls already linked through kube: the bridge
-//! makes three calls (a reaction, a comment, a look for its own comment), and a general client crate would bring a
-//! second HTTP stack, its own retry layer and a JWT crate for what [`app`] does in a page. Credentials are a token
+//! GitHub's REST API, as the bridge and the agent call it (beside the pipeline: the feedback on a WorkEvent's
+//! comment, the status comment, redeliveries and a failing job's log in [`crate::bridge`]; a harness's push token in
+//! [`crate::agent`]). A small client over the hyper and rustls already linked through kube: a few calls each, and a
+//! general client crate would bring a second HTTP stack, its own retry layer and a JWT crate for what [`app`] does in
+//! a page. Credentials are a token
 //! file (read at each use, so a rotated Secret takes effect) or a GitHub App ([`app`]); the base URL may name a
 //! GitHub Enterprise Server.
 

@@ -83,3 +83,36 @@ pub async fn the_codex_notify_names_its_conversation(rig: &impl Rig) {
     assert!(ev.via == Some(Via::Resumed) || ev.via == Some(Via::Pasted), "{ev:?}");
     assert_eq!(conversation_of(rig, "after the crash").await, id, "the notified conversation, resumed");
 }
+
+/// Codex CLI notifies for threads of its own too: after a first turn, the thread that writes the task's title, which
+/// it keeps nowhere (no rollout; measured with 0.171.0). The latest notify then names a conversation no resume finds:
+/// the recorded id stays the one it keeps, and a crash resumes it.
+pub async fn a_codex_title_thread_is_not_taken_for_the_conversation(rig: &impl Rig) {
+    let codex = json!({"harness": "standin-codex-titled", "initialPrompt": "first turn of tt"});
+    rig.create_session("tt", codex).await;
+    let id = conversation_of(rig, "first turn of tt").await;
+    // The harness's own record of both notifies, and its spawn's verification over (a decision follows the hooks
+    // only then).
+    let hooks = rig.tmux().state().join(format!(".worksession/hooks/{}_tt.jsonl", rig.namespace()));
+    super::await_value(
+        "both notifies",
+        || async { std::fs::read_to_string(&hooks).unwrap_or_default() },
+        |t| t.matches("\"notify\"").count() >= 2,
+    )
+    .await;
+    let settled = super::await_value(
+        "the spawn verified",
+        || rig.session_status("tt"),
+        |s| s.verification.is_none() && s.harness_session_id.is_some(),
+    )
+    .await;
+    assert_eq!(super::id(&settled), id, "the conversation it keeps");
+
+    rig.tmux().kill_harness(&rig.tmux_session("tt")).await;
+    rig.send("tt", "tt-2", "after the crash").await;
+    let ev = await_delivered(rig, "tt-2").await;
+    assert!(ev.via == Some(Via::Resumed) || ev.via == Some(Via::Pasted), "{ev:?}");
+    assert_eq!(conversation_of(rig, "after the crash").await, id, "resumed, not replaced");
+    let st = rig.session_status("tt").await;
+    assert_eq!(super::condition(&st, ConditionType::Resumed).0, "True", "{st:?}");
+}

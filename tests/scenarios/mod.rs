@@ -50,6 +50,7 @@ macro_rules! shared_scenarios {
             shared_a_slow_preparation_never_holds_up_other_sessions: workspace::a_slow_preparation_never_holds_up_other_sessions;
             shared_ids_discovered_after_the_start: discover::ids_discovered_after_the_start;
             shared_the_codex_notify_names_its_conversation: discover::the_codex_notify_names_its_conversation;
+            shared_a_codex_title_thread_is_not_taken_for_the_conversation: discover::a_codex_title_thread_is_not_taken_for_the_conversation;
             shared_the_gemini_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "gemini";
             shared_the_copilot_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "copilot";
             shared_the_opencode_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "opencode";

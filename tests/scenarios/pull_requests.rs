@@ -13,13 +13,28 @@ use super::fixtures;
 use super::{Rig, await_delivered, await_value};
 
 const SECRET: &str = "pull-request-secret";
-const REPO: &str = "octo-org/hello";
+pub const REPO: &str = "octo-org/hello";
 /// The work item of issue 12 under the route's `{repo}-{number}`, and so its branch.
-const ITEM: &str = "hello-12";
-const BRANCH: &str = "worksession/hello-12";
+pub const ITEM: &str = "hello-12";
+pub const BRANCH: &str = "worksession/hello-12";
+
+/// A bridge of one route for `octo-org/*` to `harness`, whose work item is `{repo}-{number}` and whose agent's own
+/// login is `agents-bot`.
+pub fn bridge_of(rig: &impl Rig, harness: &str) -> Router {
+    let secret = rig.tmux().dir.path().join("github-secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {}\n  ignoreSenders: [agents-bot]\n  ci: {{quietSeconds: 10, maxPrompts: 2}}\nroutes:\n  - {{repository: 'octo-org/*', namespace: {}, nodeName: {}, harness: {harness}, workdir: {}, workItem: '{{repo}}-{{number}}'}}\n",
+        secret.display(),
+        rig.namespace(),
+        rig.node(),
+        rig.tmux().workdir().display()
+    );
+    rig.bridge(&yaml)
+}
 
 /// POSTs a signed GitHub delivery; returns the status and the answer.
-async fn deliver(app: &Router, kind: &str, delivery: &str, payload: &Value) -> (u16, Value) {
+pub async fn deliver(app: &Router, kind: &str, delivery: &str, payload: &Value) -> (u16, Value) {
     let body = serde_json::to_vec(payload).unwrap();
     let request = axum::http::Request::post("/webhooks/github")
         .header("x-github-event", kind)
@@ -40,16 +55,7 @@ async fn taken(rig: &impl Rig, text: &str) -> Vec<String> {
 }
 
 pub async fn a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issue(rig: &impl Rig) {
-    let secret = rig.tmux().dir.path().join("github-secret");
-    std::fs::write(&secret, SECRET).unwrap();
-    let yaml = format!(
-        "github:\n  secretFile: {}\n  ignoreSenders: [agents-bot]\n  ci: {{quietSeconds: 10, maxPrompts: 2}}\nroutes:\n  - {{repository: 'octo-org/*', namespace: {}, nodeName: {}, harness: standin, workdir: {}, workItem: '{{repo}}-{{number}}'}}\n",
-        secret.display(),
-        rig.namespace(),
-        rig.node(),
-        rig.tmux().workdir().display()
-    );
-    let app = rig.bridge(&yaml);
+    let app = bridge_of(rig, "standin");
 
     let issue = fixtures::issue_comment(REPO, 12, "mona", "please fix the parser");
     assert_eq!(deliver(&app, "issue_comment", "d1-issue", &issue).await.0, 201);

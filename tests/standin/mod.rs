@@ -165,7 +165,7 @@ impl TmuxServer {
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-codex-titled:\n    {codex_titled}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             receiver = env!("CARGO_BIN_EXE_worksession"),
@@ -182,6 +182,8 @@ impl TmuxServer {
             codex = codex(""),
             // Its notify alone names the conversation: it writes no rollout to find.
             codex_notify = codex(", --no-rollout") + "\n    hooks: codex",
+            // Codex's own shape: a rollout, and a notify for each turn, its title thread's too.
+            codex_titled = codex("") + "\n    hooks: codex",
             gemini = gemini,
             copilot = copilot,
             opencode = opencode,
