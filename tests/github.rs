@@ -37,6 +37,7 @@ struct Bridge {
     config: Arc<BridgeConfig>,
     feedback: Option<tokio::task::JoinHandle<()>>,
     sink: KubeSink,
+    server: tokio::task::JoinHandle<()>,
 }
 
 impl Bridge {
@@ -64,8 +65,8 @@ impl Bridge {
         let app = support::bridge_router(&yaml, sink.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let mut bridge = Bridge { addr, config, feedback: None, sink };
+        let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let mut bridge = Bridge { addr, config, feedback: None, sink, server };
         bridge.start_feedback(w);
         bridge
     }
@@ -526,6 +527,133 @@ async fn a_failing_jobs_prompt_carries_the_end_of_its_log() {
     assert_eq!(fetched.len(), 1, "{:?}", gh.calls());
     assert_eq!(fetched[0].authorization, "", "the log's storage gets no credentials");
     assert_eq!(gh.calls_to("/actions/jobs/4/logs")[0].authorization, "token ghp_test");
+}
+
+/// A burst of 30 comments across a bridge restart: the bridge stops after the 10th (its process gone: GitHub's next
+/// 10 attempts get no answer) and a new one takes the hook after the 20th. The new bridge's sweep of the hook's
+/// deliveries asks GitHub to redeliver the 10 nobody took, and every comment reaches the conversation exactly once.
+#[tokio::test]
+async fn a_burst_across_a_bridge_restart_loses_nothing() {
+    let w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let redeliver =
+        format!("  redeliver: {{hooks: [{{repository: '{REPO}', id: 9}}], intervalSeconds: 1, settleSeconds: 1}}\n");
+    let first = Bridge::start_with(&w, &gh, &redeliver, "    feedback: 'Off'\n").await;
+    gh.hook(first.addr, SECRET, 9);
+    let said = |n: u64| format!("[burst comment {n}]");
+    for n in 0..10 {
+        assert_eq!(gh.send("issue_comment", &format!("burst-{n}"), &comment(61, 6100 + n, &said(n))).await, 201);
+    }
+    first.server.abort();
+    for n in 10..20 {
+        assert_eq!(gh.send("issue_comment", &format!("burst-{n}"), &comment(61, 6100 + n, &said(n))).await, 0);
+    }
+    let second = Bridge::start_with(&w, &gh, &redeliver, "    feedback: 'Off'\n").await;
+    gh.repoint(second.addr);
+    for n in 20..30 {
+        assert_eq!(gh.send("issue_comment", &format!("burst-{n}"), &comment(61, 6100 + n, &said(n))).await, 201);
+    }
+    // The new bridge's sweep, as it runs beside its webhooks.
+    let api = second.config.github.as_ref().unwrap().api.clone().unwrap();
+    let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
+    let metrics = BridgeMetrics::register(&mut prometheus_client::registry::Registry::default());
+    let config = tokio::sync::watch::channel(second.config.clone()).1;
+    let _sweep = tokio::spawn(worksession::bridge::redeliver::run(github, config, metrics));
+
+    let prompts = w.tmux.await_prompts(30).await;
+    for n in 0..30 {
+        let times = prompts.iter().filter(|p| p.prompt.contains(&said(n))).count();
+        assert_eq!(times, 1, "{:?} once: {prompts:#?}", said(n));
+    }
+    let conversations: std::collections::BTreeSet<_> = prompts.iter().map(|p| p.conversation.clone()).collect();
+    assert_eq!(conversations.len(), 1, "one conversation");
+    let redelivered: Vec<_> = gh.attempts().into_iter().filter(|a| a.redelivery).map(|a| a.guid).collect();
+    let mut missed: Vec<_> = redelivered.clone();
+    missed.sort();
+    missed.dedup();
+    assert_eq!(missed.len(), 10, "the 10 nobody took, asked again: {redelivered:?}");
+    assert!(missed.iter().all(|g| (10..20).any(|n| *g == format!("burst-{n}"))), "{missed:?}");
+}
+
+/// What one work item's pull request costs in GitHub API calls, with every call the bridge makes on (reactions,
+/// the status comment, a failing job's log): an issue, the agent's pull request, a review comment, a failing check
+/// and the merge, each call counted by kind; and nothing at all while the work item is quiet (no poll per pull
+/// request). The counts are docs/benchmarks.md's figures.
+#[tokio::test]
+async fn a_pull_requests_github_calls_are_counted_and_a_quiet_one_costs_none() {
+    let w = World::new().await;
+    let gh = FakeGithub::start().await;
+    let extra = "  events: {issue_comment: [created], pull_request: [opened, closed], pull_request_review_comment: [created], check_run: [completed]}\n  ci: {quietSeconds: 12}\n";
+    let bridge = Bridge::start_with(&w, &gh, extra, "    feedback: Reactions\n    statusComment: true\n").await;
+    let status = {
+        let api = bridge.config.github.as_ref().unwrap().api.clone().unwrap();
+        let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
+        let config = tokio::sync::watch::channel(bridge.config.clone()).1;
+        let interval = Duration::from_millis(200);
+        tokio::spawn(worksession::bridge::status_comment::run(w.ns.client.clone(), github, config, interval))
+    };
+    let item = support::work_item(REPO, 12);
+    let branch = format!("worksession/{item}");
+    assert_eq!(deliver(bridge.addr, "issue_comment", "pc-1", &comment(12, 1201, "please fix it")).await.0, 201);
+    w.await_event(&worksession::bridge::event_name("gh", "pc-1"), EventPhase::Delivered).await;
+    let mut opened = fixtures::pull_request(REPO, 57, "opened", &branch, "agents-bot");
+    opened["pull_request"]["head"]["sha"] = "c0ffee".into();
+    assert_eq!(deliver(bridge.addr, "pull_request", "pc-2", &opened).await.0, 200);
+    let review = fixtures::review_comment(REPO, 57, &branch, "mona", 9001, "this unwrap can panic");
+    assert_eq!(deliver(bridge.addr, "pull_request_review_comment", "pc-3", &review).await.0, 201);
+    w.await_event(&worksession::bridge::event_name("gh", "pc-3"), EventPhase::Delivered).await;
+    gh.job_log(4, "error: 1 test failed\n");
+    let failing = fixtures::check_run(REPO, 57, &branch, "c0ffee", "build", "failure", "github-actions");
+    assert_eq!(deliver(bridge.addr, "check_run", "pc-4", &failing).await.0, 201);
+    w.await_event(&worksession::bridge::event_name("ci", &format!("{REPO}@c0ffee")), EventPhase::Delivered).await;
+    let mut merged = fixtures::pull_request(REPO, 57, "closed", &branch, "mona");
+    merged["pull_request"]["merged"] = true.into();
+    merged["pull_request"]["head"]["sha"] = "c0ffee".into();
+    assert_eq!(deliver(bridge.addr, "pull_request", "pc-5", &merged).await.0, 200);
+    // The status comment's last edit shows the merge: everything the lifecycle asked of GitHub has been asked.
+    eventually("the status comment shows the merge", || async {
+        gh.comments()
+            .iter()
+            .any(|c| c["body"].as_str().is_some_and(|b| b.contains("(Merged, CI Failing)")))
+            .then_some(())
+    })
+    .await;
+    eventually("the reactions made", || async { (gh.calls_to("/reactions").len() >= 3).then_some(()) }).await;
+
+    let kind = |c: &fake_github::Call| {
+        let path = c.path.split('?').next().unwrap_or_default();
+        if path.ends_with("/reactions") {
+            "reaction"
+        } else if path.contains("/actions/jobs/") || path.starts_with("/_logs/") {
+            "job log (API, then storage)"
+        } else if path.contains("/comments") {
+            "status comment (find, post, edit)"
+        } else {
+            "other"
+        }
+    };
+    let count = |calls: &[fake_github::Call]| {
+        let mut counted = std::collections::BTreeMap::<&str, usize>::new();
+        for c in calls {
+            *counted.entry(kind(c)).or_default() += 1;
+        }
+        counted
+    };
+    let calls = gh.calls();
+    let counted = count(&calls);
+    eprintln!("GitHub calls for one pull request's lifecycle: {counted:?} ({} in all)", calls.len());
+    // The issue's comment, the review comment, and the pull request itself for its CI prompt.
+    assert_eq!(counted.get("reaction"), Some(&3), "one per prompt delivered: {counted:?}");
+    assert_eq!(counted.get("job log (API, then storage)"), Some(&2), "{counted:?}");
+    assert_eq!(counted.get("other"), None, "{calls:#?}");
+    let comments = counted.get("status comment (find, post, edit)").copied().unwrap_or_default();
+    assert!(comments <= 12, "the status comment at most once per change: {comments}");
+
+    // Quiet: no call at all, whatever the status comment's interval (an absence can only be watched for a while).
+    let before = gh.calls().len();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(gh.calls().len(), before, "a quiet work item costs no call: {:#?}", &gh.calls()[before..]);
+    status.abort();
 }
 
 /// A harness pushes its work item's branch with a token of its own: minted from the App's key for its repository

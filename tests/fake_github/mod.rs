@@ -137,6 +137,11 @@ impl FakeGithub {
         *self.fake.hook.lock().unwrap() = Some(Hook { bridge, secret: secret.into(), id, attempts: Vec::new() });
     }
 
+    /// The webhook delivers to `bridge` from now on (a bridge started again elsewhere), its attempts kept.
+    pub fn repoint(&self, bridge: SocketAddr) {
+        self.fake.hook.lock().unwrap().as_mut().expect("a webhook").bridge = bridge;
+    }
+
     /// The webhook delivers `payload` as event `kind` with delivery id `guid`, as GitHub does; returns what the bridge
     /// answered (0: no answer).
     pub async fn send(&self, kind: &str, guid: &str, payload: &Value) -> u16 {
