@@ -260,6 +260,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_conversations_named_are_kept_newest_first_each_once() {
+        let home = tempfile::tempdir().unwrap();
+        let out = file_of(home.path(), "agents/cx");
+        let notify = |thread: &str| format!(r#"{{"type":"agent-turn-complete","thread-id":"{thread}"}}"#);
+        for thread in ["real", "title", "real", "a", "b", "c"] {
+            receive(&out, crate::harness::hooks::NOTIFY, "spawn-1", notify(thread).as_bytes()).unwrap();
+        }
+        receive(&out, crate::harness::hooks::NOTIFY, "spawn-2", notify("other").as_bytes()).unwrap();
+        let heard = hear(home.path(), "agents/cx", Some("spawn-1"), None).unwrap();
+        assert_eq!(heard.named, ["c", "b", "a", "real"], "newest first, each once, at most {NAMED_KEPT}");
+    }
+
+    #[test]
     fn a_hook_appends_one_line_of_its_own_and_never_through_a_link() {
         let home = tempfile::tempdir().unwrap();
         let out = file_of(home.path(), "agents/repo-12");

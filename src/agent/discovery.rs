@@ -190,7 +190,8 @@ fn matches(template: &str) -> Vec<(PathBuf, Option<String>)> {
                 continue;
             }
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            for entry in entries.flatten() {
+            // The harness writes its HOME: a link there (to /proc, say) is never followed into.
+            for entry in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| !t.is_symlink())) {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let Some(caps) = pattern.as_ref().and_then(|p| p.captures(&name)) else { continue };
                 let id = caps.name("id").map(|m| m.as_str().to_string()).or_else(|| id.clone());

@@ -85,7 +85,9 @@ impl PushGrants {
         let result = minted.await;
         let now = Timestamp::now();
         let grant = match &result {
-            Ok(expires) => PushGrant::Granted { at: now, expires: *expires },
+            Ok(expires) => {
+                PushGrant::Granted { at: now, expires: *expires, key: crate::core::grant_key(repository, dir) }
+            }
             Err(_) => PushGrant::Failed { at: now, failures: failures + 1 },
         };
         self.lock().insert(identity.to_string(), grant);

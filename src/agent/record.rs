@@ -68,7 +68,7 @@ pub struct Said {
     pub reported: Vec<String>,
     /// The conversation the live harness moved to (hooks).
     pub moved_to: Option<String>,
-    /// The conversation the live harness's latest hook naming one named (hooks).
+    /// The conversations the live harness's latest hooks naming one named, newest first (hooks).
     pub named: Vec<String>,
     /// Its latest turn event (hooks).
     pub turn: Option<Turn>,

@@ -231,10 +231,11 @@ impl WorkspacesFile {
     }
 }
 
-/// The git host of a GitHub API: `github.com` for `api.github.com`, the URL's host (and port) otherwise.
+/// The git host of a GitHub API: `github.com` for `api.github.com`, `SUB.ghe.com` for `api.SUB.ghe.com`, the URL's
+/// host (and port) otherwise (an Enterprise Server's `https://HOST/api/v3`).
 fn git_host_of(api_url: &str) -> String {
     let host = api_url.split_once("://").map_or(api_url, |(_, rest)| rest).split('/').next().unwrap_or_default();
-    if host == "api.github.com" { "github.com".into() } else { host.to_string() }
+    host.strip_prefix("api.").unwrap_or(host).to_string()
 }
 
 #[cfg(test)]
@@ -246,6 +247,7 @@ mod tests {
         assert_eq!(git_host_of("https://api.github.com"), "github.com");
         assert_eq!(git_host_of("https://ghe.example.com/api/v3"), "ghe.example.com");
         assert_eq!(git_host_of("http://127.0.0.1:8080"), "127.0.0.1:8080");
+        assert_eq!(git_host_of("https://api.octo.ghe.com"), "octo.ghe.com");
     }
 
     #[test]

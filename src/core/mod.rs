@@ -51,7 +51,9 @@ pub use plan::{
     Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
     Object, Observed, Op, PendingEvent, Plan, Record, Room, Severity, Workspace,
 };
-pub use push::{GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, push_dir, push_env, push_target};
+pub use push::{
+    GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, grant_key, push_dir, push_env, push_target,
+};
 pub use resume::{Fresh, ResumeReason, try_resume};
 pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, tmux_session};
 pub use workspace::PREPARE_RECHECK;

@@ -2,8 +2,9 @@
 //! host (`workspaces.push.host`), one its namespace may check out, holds a short-lived token for that repository alone, handed to it in files under its `HOME`
 //! that its git (a credential helper named in its environment) and `gh` (`GH_CONFIG_DIR`) read at each use. The
 //! token is asked for before the spawn that needs it and again [`RENEW_BEFORE`] its expiry while the harness runs;
-//! a stopped harness gets none. A failed grant is retried after [`GRANT_RETRY`], doubling to an hour, and never holds
-//! up a spawn: the harness works, only its pushes fail until a grant succeeds. No two grants are closer than
+//! a stopped harness gets none. A failed grant is retried after [`GRANT_RETRY`], doubling to an hour, and never stops
+//! a spawn (the harness works, only its pushes fail until a grant succeeds); a GitHub that does not answer delays the
+//! spawn it precedes by its call timeout. No two grants are closer than
 //! [`GRANT_SPACING`], whatever expiry GitHub answers.
 
 use std::path::{Path, PathBuf};
@@ -34,12 +35,15 @@ pub enum PushGrant {
     /// None handed out (or the agent started since).
     #[default]
     Missing,
-    /// One handed out `at`, expiring then.
+    /// One handed out `at`, expiring then, for the repository and folder [`grant_key`] names.
     Granted {
         /// When it was handed out.
         at: Timestamp,
         /// When GitHub said it expires.
         expires: Timestamp,
+        /// What it was for ([`grant_key`]): another repository or folder (a changed spec, a new room) is granted
+        /// again at once.
+        key: u64,
     },
     /// The last `failures` grants failed, the last `at`.
     Failed {
@@ -53,7 +57,7 @@ pub enum PushGrant {
 /// The repository a push token is for: the checkout's URL on a configured host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PushTarget {
-    /// `https` (or `http`, where `workspaces.protocols` allows it).
+    /// `https` (or `http` to a loopback address, a test's server).
     pub scheme: String,
     /// The host (`host` or `host:port`).
     pub host: String,
@@ -82,6 +86,14 @@ pub fn push_target(url: &str, host: &str) -> Option<PushTarget> {
         host: url_host.to_string(),
         repository: format!("{owner}/{name}"),
     })
+}
+
+/// What a grant is for: the repository and the folder it was written to, as one number kept beside the grant.
+pub fn grant_key(repository: &str, dir: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (repository, dir).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Where a session's push credentials live in its harness's `HOME`: `token`, and `gh/hosts.yml`.
@@ -137,10 +149,13 @@ impl Decision<'_, '_> {
             return;
         }
         let now = self.input.context.now;
+        let dir = push_dir(&home, self.input.object.owner_name);
+        let key = grant_key(&target.repository, &dir);
         let wait = match self.input.evidence.push {
+            PushGrant::Granted { key: was, .. } if was != key => None,
             PushGrant::Missing => None,
             // Never closer than the spacing, whatever expiry GitHub answered.
-            PushGrant::Granted { at, expires } => {
+            PushGrant::Granted { at, expires, .. } => {
                 until(now, expires, -signed(RENEW_BEFORE)).max(until(now, at, signed(GRANT_SPACING)))
             }
             PushGrant::Failed { at, failures } => {
@@ -152,7 +167,6 @@ impl Decision<'_, '_> {
             self.requeue(wait);
             return;
         }
-        let dir = push_dir(&home, self.input.object.owner_name);
         let op = Op::GrantPush { repository: target.repository, host: target.host, home, dir, owner };
         ops.insert(spawn.unwrap_or(ops.len()), op);
         self.requeue(GRANT_READ_BACK);

@@ -8,6 +8,10 @@ use crate::config::workspaces::PushConfig;
 
 const GRANT: &str = "grant push octo/api (github.com) into /home/h/.worksession/push/ns_repo-12";
 
+/// What the grants in these cases were for: octo/api into the session's folder.
+static KEY: std::sync::LazyLock<u64> =
+    std::sync::LazyLock::new(|| grant_key("octo/api", std::path::Path::new("/home/h/.worksession/push/ns_repo-12")));
+
 /// A session whose checkout is `url`, its workspace ready, with `workspaces.push` configured.
 fn pushing(url: &str, liveness: Liveness) -> Case {
     let mut case = Case::new(ran_old());
@@ -52,18 +56,21 @@ fn a_spawn_is_handed_a_token_for_its_repository_first_and_told_where_it_is() {
 #[test]
 fn a_running_harness_is_handed_a_new_token_before_the_old_runs_out() {
     let mut case = pushing("https://github.com/octo/api", Liveness::Alive);
-    case.push = PushGrant::Granted { at: t(0), expires: t(100 + 16 * 60) };
+    case.push = PushGrant::Granted { at: t(0), expires: t(100 + 16 * 60), key: *KEY };
     let plan = case.decide();
     assert!(!ops(&plan).contains(&GRANT.to_string()), "{:?}", ops(&plan));
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(60)), "woken when 15 minutes are left");
 
-    case.push = PushGrant::Granted { at: t(0), expires: t(100 + 14 * 60) };
+    case.push = PushGrant::Granted { at: t(0), expires: t(100 + 14 * 60), key: *KEY };
     assert_eq!(ops(&case.decide()), [GRANT]);
     // An expiry GitHub gave too soon makes no grant a second: the next waits ten seconds from the last.
-    case.push = PushGrant::Granted { at: t(95), expires: t(100 + 5 * 60) };
+    case.push = PushGrant::Granted { at: t(95), expires: t(100 + 5 * 60), key: *KEY };
     assert!(ops(&case.decide()).is_empty());
     assert_eq!(case.decide().requeue_after, Some(Duration::from_secs(5)));
     case.push = PushGrant::Missing; // the agent restarted
+    assert_eq!(ops(&case.decide()), [GRANT]);
+    // Granted for another repository (the spec changed) or folder (a new room): granted again at once.
+    case.push = PushGrant::Granted { at: t(95), expires: t(100 + 50 * 60), key: *KEY + 1 };
     assert_eq!(ops(&case.decide()), [GRANT]);
 }
 
