@@ -97,18 +97,21 @@ async fn add<S: Sink>(
         }
     };
     let block = block(&tail.name, tail.job, &bytes).ok_or("the log's end holds no line")?;
-    // Under the lock a joining check holds, over the version read.
+    // Under the lock a joining check holds, over the version read; read again when something else wrote the batch
+    // meanwhile (a label), until its delivery begins.
     let _one = ci.lock().await;
-    let batch = waiting().await?;
-    if batch.spec.prompt.contains(&block) {
-        return Ok(());
+    for _ in 0..3 {
+        let batch = waiting().await?;
+        if batch.spec.prompt.contains(&block) {
+            return Ok(());
+        }
+        let prompt = format!("{}\n{block}", batch.spec.prompt);
+        if sink.set_prompt(&batch, &prompt).await.map_err(|e| e.to_string())? {
+            tracing::info!(event = "bridge.ci_log_joined", work_event = batch.name_any(), job = tail.job);
+            return Ok(());
+        }
     }
-    let prompt = format!("{}\n{block}", batch.spec.prompt);
-    if sink.set_prompt(&batch, &prompt).await.map_err(|e| e.to_string())? {
-        tracing::info!(event = "bridge.ci_log_joined", work_event = batch.name_any(), job = tail.job);
-        return Ok(());
-    }
-    Err("the batch's delivery began".into())
+    Err("the batch kept changing".into())
 }
 
 /// Terminal escapes: control sequences (colours) and operating-system commands (links, titles).
