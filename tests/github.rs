@@ -71,6 +71,15 @@ impl Bridge {
         bridge
     }
 
+    /// Starts the sweep of the hook's deliveries (`github.redeliver`), as the bridge runs it beside its webhooks.
+    fn sweep(&self) -> tokio::task::JoinHandle<()> {
+        let api = self.config.github.as_ref().unwrap().api.clone().unwrap();
+        let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
+        let metrics = BridgeMetrics::register(&mut prometheus_client::registry::Registry::default());
+        let config = tokio::sync::watch::channel(self.config.clone()).1;
+        tokio::spawn(worksession::bridge::redeliver::run(github, config, metrics))
+    }
+
     /// (Re)starts the feedback driver: a new process, as far as its holds go.
     fn start_feedback(&mut self, w: &World) {
         if let Some(old) = self.feedback.take() {
@@ -404,11 +413,7 @@ async fn a_delivery_answered_503_is_redelivered_and_delivered_once() {
     assert_eq!(gh.send("issue_comment", "lost-51", &comment(51, 952, "said while it went")).await, 503);
 
     // The sweep, as the bridge runs it beside the webhooks; then the session goes.
-    let api = bridge.config.github.as_ref().unwrap().api.clone().unwrap();
-    let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
-    let metrics = BridgeMetrics::register(&mut prometheus_client::registry::Registry::default());
-    let config = tokio::sync::watch::channel(bridge.config.clone()).1;
-    let sweep = tokio::spawn(worksession::bridge::redeliver::run(github, config, metrics));
+    let sweep = bridge.sweep();
     let released = json!({"metadata": {"finalizers": null}});
     w.sessions().patch(&session, &PatchParams::default(), &Patch::Merge(&released)).await.unwrap();
 
@@ -554,11 +559,7 @@ async fn a_burst_across_a_bridge_restart_loses_nothing() {
         assert_eq!(gh.send("issue_comment", &format!("burst-{n}"), &comment(61, 6100 + n, &said(n))).await, 201);
     }
     // The new bridge's sweep, as it runs beside its webhooks.
-    let api = second.config.github.as_ref().unwrap().api.clone().unwrap();
-    let github = Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
-    let metrics = BridgeMetrics::register(&mut prometheus_client::registry::Registry::default());
-    let config = tokio::sync::watch::channel(second.config.clone()).1;
-    let _sweep = tokio::spawn(worksession::bridge::redeliver::run(github, config, metrics));
+    let _sweep = second.sweep();
 
     let prompts = w.tmux.await_prompts(30).await;
     for n in 0..30 {

@@ -16,19 +16,7 @@ impl Github {
     pub async fn job_log_tail(&self, repository: &str, job: u64, keep: usize) -> Result<Vec<u8>, GithubError> {
         let path = format!("/repos/{repository}/actions/jobs/{job}/logs");
         let token = self.token(repository).await?;
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(format!("{}{path}", self.base))
-            .header(header::ACCEPT, "application/vnd.github+json")
-            .header(header::USER_AGENT, concat!("worksession/", env!("CARGO_PKG_VERSION")))
-            .header(header::AUTHORIZATION, format!("token {token}"))
-            .header("X-GitHub-Api-Version", "2022-11-28")
-            .body(http_body_util::Full::new(Bytes::new()))
-            .map_err(|e| GithubError::Refused { status: 0, message: format!("cannot make the request: {e}") })?;
-        let response = tokio::time::timeout(CALL_TIMEOUT, self.http.request(request))
-            .await
-            .map_err(|_| GithubError::Unavailable(format!("{path}: no answer within {}s", CALL_TIMEOUT.as_secs())))?
-            .map_err(|e| GithubError::Unavailable(e.to_string()))?;
+        let response = self.get(&format!("{}{path}", self.base), Some(&token), &path).await?;
         let status = response.status();
         if status.is_success() {
             // Served in place (an Enterprise Server may): read as the redirect's target would be.
@@ -44,21 +32,42 @@ impl Github {
             return Err(GithubError::Refused { status: status.as_u16(), message });
         }
         base_url_allowed(location).map_err(|why| GithubError::Refused { status: status.as_u16(), message: why })?;
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(location)
-            .header(header::USER_AGENT, concat!("worksession/", env!("CARGO_PKG_VERSION")))
-            .body(http_body_util::Full::new(Bytes::new()))
-            .map_err(|e| GithubError::Refused { status: 0, message: format!("not a log address: {e}") })?;
         // The API's client, with no credentials on this request: it never follows a redirect by itself.
-        let response = tokio::time::timeout(CALL_TIMEOUT, self.http.request(request))
-            .await
-            .map_err(|_| GithubError::Unavailable(format!("the log: no answer within {}s", CALL_TIMEOUT.as_secs())))?
-            .map_err(|e| GithubError::Unavailable(e.to_string()))?;
+        let response = self.get(location, None, "the log").await?;
         if !response.status().is_success() {
             return Err(refusal(response.status(), "the log"));
         }
         tail_of(response.into_body(), keep).await
+    }
+}
+
+impl Github {
+    /// One GET of `uri` within [`CALL_TIMEOUT`], with the API's headers and `token` when given (never to the log's
+    /// storage); `what` names it in errors.
+    async fn get(
+        &self,
+        uri: &str,
+        token: Option<&str>,
+        what: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, GithubError> {
+        let mut request = Request::builder()
+            .method(Method::GET)
+            .uri(uri)
+            .header(header::USER_AGENT, concat!("worksession/", env!("CARGO_PKG_VERSION")));
+        if let Some(token) = token {
+            request = request
+                .header(header::ACCEPT, "application/vnd.github+json")
+                .header(header::AUTHORIZATION, format!("token {token}"))
+                .header("X-GitHub-Api-Version", "2022-11-28");
+        }
+        let request = request.body(http_body_util::Full::new(Bytes::new())).map_err(|e| GithubError::Refused {
+            status: 0,
+            message: format!("{what}: cannot make the request: {e}"),
+        })?;
+        tokio::time::timeout(CALL_TIMEOUT, self.http.request(request))
+            .await
+            .map_err(|_| GithubError::Unavailable(format!("{what}: no answer within {}s", CALL_TIMEOUT.as_secs())))?
+            .map_err(|e| GithubError::Unavailable(e.to_string()))
     }
 }
 
