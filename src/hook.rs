@@ -129,6 +129,8 @@ struct Data {
     message: Option<String>,
     notification_type: Option<String>,
     prompt_id: Option<String>,
+    /// A prompt taken while the harness worked on a turn (opencode's plugin says so).
+    queued: Option<bool>,
     /// Codex's notify: the thread (conversation) its turn ran in.
     #[serde(rename = "thread-id")]
     thread_id: Option<String>,
@@ -181,10 +183,24 @@ pub struct Taken {
     pub prompt_id: Option<String>,
     /// The conversation it went to (`session_id`).
     pub conversation: Option<String>,
+    /// Taken while the harness worked on a turn: the harness sends it to its model once that turn is over.
+    pub queued: bool,
+    /// How the turn it was taken in (or behind) ended, as the first `Stop` or `StopFailure` after it says; `None`
+    /// while it runs.
+    pub ended: Option<TurnEnd>,
+}
+
+/// How a turn ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// `Stop`: it was over.
+    Stopped,
+    /// `StopFailure`: it failed for good (opencode: a prompt queued behind it never reached the model).
+    Failed,
 }
 
 /// The hooks that say where a harness is in its turn.
-pub const TURN_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "Notification"];
+pub const TURN_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification"];
 
 /// Reads what the hooks of the spawn tagged `spawn` said in the hook file of `identity` under `home` (through
 /// [`crate::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end (none when
@@ -236,16 +252,36 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>)
         far = read_from(home, &path, mark, AFTER_MARK_LIMIT)?.0;
         lines(&far, mark, false).collect()
     };
-    heard.prompts = after
+    let said: Vec<(u64, Said)> = after
         .into_iter()
-        .filter(|(_, line)| line.contains("UserPromptSubmit"))
+        .filter(|(_, line)| line.contains("UserPromptSubmit") || line.contains("\"Stop"))
         .filter_map(|(at, line)| Some((at, said_by_any(line)?)))
-        .filter(|(_, s)| s.hook == "UserPromptSubmit")
-        .filter_map(|(at, s)| {
-            let data = s.data?;
-            Some(Taken { at, prompt: data.prompt?, prompt_id: data.prompt_id, conversation: data.session_id })
-        })
         .collect();
+    // One pass from the end, keeping each spawn's next turn end: a harness's many lines cost the agent one read.
+    let mut next_end: std::collections::HashMap<&str, TurnEnd> = std::collections::HashMap::new();
+    for (at, s) in said.iter().rev() {
+        let end = match s.hook.as_ref() {
+            "Stop" => Some(TurnEnd::Stopped),
+            "StopFailure" => Some(TurnEnd::Failed),
+            _ => None,
+        };
+        if let Some(end) = end {
+            next_end.insert(s.spawn.as_ref(), end);
+            continue;
+        }
+        let Some(data) = s.data.as_ref().filter(|_| s.hook == "UserPromptSubmit") else { continue };
+        let Some(prompt) = data.prompt.clone() else { continue };
+        let ended = next_end.get(s.spawn.as_ref()).copied();
+        heard.prompts.push(Taken {
+            at: *at,
+            prompt,
+            prompt_id: data.prompt_id.clone(),
+            conversation: data.session_id.clone(),
+            queued: data.queued == Some(true),
+            ended,
+        });
+    }
+    heard.prompts.reverse();
     Some(heard)
 }
 
@@ -314,6 +350,8 @@ mod tests {
             prompt: prompt.into(),
             prompt_id: id.map(String::from),
             conversation: None,
+            queued: false,
+            ended: None,
         };
         // Taken after the mark by any spawn of the session (its tmux session may be gone); the turn is the spawn's.
         assert_eq!(heard.prompts, [taken(mark, "yes", None), taken(second, "another spawn's", Some("p2"))]);
@@ -333,5 +371,32 @@ mod tests {
         std::os::unix::fs::symlink(&target, &linked).unwrap();
         assert!(receive(&linked, "Stop", "spawn-1", &b"{}"[..]).is_err());
         assert!(!target.exists());
+    }
+
+    #[test]
+    fn a_queued_prompt_carries_how_the_turn_it_waited_behind_ended() {
+        let home = tempfile::tempdir().unwrap();
+        let out = file_of(home.path(), "agents/q");
+        let say = |hook: &str, spawn: &str, data: &str| receive(&out, hook, spawn, data.as_bytes()).unwrap();
+        say("UserPromptSubmit", "s1", r#"{"prompt":"A"}"#);
+        say("UserPromptSubmit", "s1", r#"{"prompt":"B","queued":true}"#);
+        say("StopFailure", "s2", r#"{"message":"another spawn's"}"#);
+        say("StopFailure", "s1", r#"{"message":"opencode: APIError 500 boom"}"#);
+        say("UserPromptSubmit", "s1", r#"{"prompt":"C","queued":true}"#);
+        say("Stop", "s1", "{}");
+        say("UserPromptSubmit", "s1", r#"{"prompt":"D","queued":true}"#);
+        let heard = hear(home.path(), "agents/q", Some("s1"), Some(0)).unwrap();
+        let got: Vec<(&str, bool, Option<TurnEnd>)> =
+            heard.prompts.iter().map(|t| (t.prompt.as_str(), t.queued, t.ended)).collect();
+        assert_eq!(
+            got,
+            [
+                ("A", false, Some(TurnEnd::Failed)),
+                ("B", true, Some(TurnEnd::Failed)),
+                ("C", true, Some(TurnEnd::Stopped)),
+                ("D", true, None),
+            ]
+        );
+        assert_eq!(heard.turn.map(|t| t.hook), Some("UserPromptSubmit".into()));
     }
 }

@@ -81,7 +81,7 @@ impl Observation {
             let mut next = || fields.next().unwrap_or_default().to_string();
             let (spawn, pasted, owner, owner_name) = (next(), next(), next(), next());
             let view = sessions.entry(session.to_string()).or_default();
-            view.alive |= dead.trim() != "1"; // "0", or unreadable: live (the seed's degrade-to-live)
+            view.alive |= dead.trim() != "1"; // "0", or unreadable: live (in doubt, degrade to live)
             let activity = activity.max(view.activity); // the latest of its windows
             *view = SessionView { alive: view.alive, spawn, pasted, owner, owner_name, activity };
         }
@@ -168,6 +168,9 @@ pub trait Tmux: Send + Sync {
     /// Pastes `text` into the session's pane as one bracketed paste, then presses Enter; tags the session with `key`
     /// in the same call.
     fn paste(&self, session: &str, text: &str, key: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
+
+    /// Presses Enter in the session's pane, if it is alive.
+    fn submit(&self, session: &str) -> impl Future<Output = Result<(), TmuxError>> + Send;
 
     /// The visible text of the session's active pane (what a person attached would see).
     fn screen(&self, session: &str) -> impl Future<Output = Result<String, TmuxError>> + Send;
@@ -412,6 +415,18 @@ impl Tmux for TmuxRunner {
             .map_err(|stderr| TmuxError::Failed { command: "capture-pane", stderr })
     }
 
+    async fn submit(&self, session: &str) -> Result<(), TmuxError> {
+        parsed_word("send-keys", "session", session)?;
+        let target = pane_target(session);
+        // Checked inside the server, as a paste is: keys sent to a pane that died meanwhile would crash tmux 3.3a.
+        let enter = format!("send-keys -t {target} Enter");
+        let args = ["if-shell", "-F", "-t", &target, "#{pane_dead}", "", &enter];
+        self.run("send-keys", self.command(args), None)
+            .await?
+            .map_err(|stderr| TmuxError::Failed { command: "send-keys", stderr })
+            .map(drop)
+    }
+
     async fn paste(&self, session: &str, text: &str, key: &str) -> Result<(), TmuxError> {
         parsed_word("paste-buffer", "key", key)?;
         parsed_word("paste-buffer", "session", session)?;
@@ -466,7 +481,7 @@ mod tests {
         }
     }
 
-    /// Issue 24: a tag value (which a harness on the same server can set) holding tabs, newlines or a record of its
+    /// A tag value (which a harness on the same server can set) holding tabs, newlines or a record of its
     /// own cannot forge another session's record, nor its own owner.
     #[test]
     fn a_tag_value_cannot_forge_an_observation() {

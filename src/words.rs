@@ -1,7 +1,7 @@
 //! Closed vocabularies: a kind of word that status, Kubernetes Events, logs or metrics carry (a condition type, a
 //! reason, a phase, a metric label) is an enum declared once, with its one list and the names it is written as.
-//! Metrics start every label from that list, and `tests/vocabulary.rs` checks the README's tables against it, so a
-//! new word cannot be missed by either.
+//! Metrics start every label from that list, and `tests/vocabulary.rs` checks the status reference's tables
+//! (docs/api.md) against it, so a new word cannot be missed by either.
 
 /// Declares an enum whose variants are the only words of their kind, with:
 /// - `ALL`: every word, in declaration order;

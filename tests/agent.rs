@@ -49,7 +49,7 @@ async fn after(w: &World, scenario: &str) {
             assert!(kept.note.unwrap_or_default().contains("notes.txt"), "it names the uncommitted file");
         }
         "shared_an_unkind_harness_still_confirms_and_says_what_it_does" => {
-            // Issue 26, point 4: a harness that waits for a person is a Warning Event, in its words.
+            // A harness that waits for a person is a Warning Event, in its words.
             let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
             let waiting = eventually("a WaitingForInput Event", || async {
                 let list = kube_events.list(&Default::default()).await.ok()?;
@@ -259,7 +259,7 @@ async fn delivered_events_are_deleted_after_the_retention() {
     assert_eq!(w.prompts().iter().filter(|p| p.prompt == "short-lived").count(), 1);
 }
 
-// Isolation (issue 12).
+// Isolation.
 
 #[tokio::test]
 async fn two_worksessions_of_one_name_in_two_namespaces_never_cross() {
@@ -269,7 +269,7 @@ async fn two_worksessions_of_one_name_in_two_namespaces_never_cross() {
     w.tmux.await_output(&w.tmux_session("shared"), "ready>").await;
     let pid = w.tmux.pane_pid(&w.tmux_session("shared"));
 
-    // The same name and work item on the same node, from another namespace: a tmux session of its own (issue 23).
+    // The same name and work item on the same node, from another namespace: a tmux session of its own.
     let other = support::TestNamespace::new().await;
     let theirs: Api<WorkSession> = other.api();
     let spec = json!({"workItem": "shared", "nodeName": w.node, "harness": "standin", "workdir": w.tmux.workdir()});
@@ -371,7 +371,7 @@ async fn a_killed_tmux_server_is_never_replaced_by_the_agent() {
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
 }
 
-// Operators' tools (issue 18).
+// Operators' tools.
 
 /// `worksession get` as its binary, with a kubeconfig whose context namespace is `namespace`.
 fn get_command(namespace: &str, dir: &std::path::Path) -> std::process::Command {
@@ -437,7 +437,7 @@ async fn get_follows_kubectl() {
     assert!(matches!(seen, Ok(Ok(Some(_)))), "a Running row for the new session");
 }
 
-/// Issue 16: an agent's watch carries only the WorkEvents of its node (a label selector), and events made by hand
+/// An agent's watch carries only the WorkEvents of its node (a label selector), and events made by hand
 /// without labels are labelled by the labeler and still delivered.
 #[tokio::test]
 async fn an_agent_watches_only_its_nodes_events_and_hand_made_ones_are_labelled() {
@@ -482,7 +482,7 @@ async fn an_agent_watches_only_its_nodes_events_and_hand_made_ones_are_labelled(
     assert!(far_status.is_none(), "no agent touched another node's event: {far_status:?}");
 }
 
-/// Issue 16: with every session Running and no events, the agent reconciles nothing (so it makes no API requests
+/// With every session Running and no events, the agent reconciles nothing (so it makes no API requests
 /// beyond its open watches) and one tmux call per poll observes every session.
 #[tokio::test]
 async fn an_idle_fleet_reconciles_nothing_and_polls_tmux_once_for_all_sessions() {

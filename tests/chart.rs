@@ -83,8 +83,8 @@ fn a_config_change_does_not_roll_the_agent_pods() {
     assert!(config.contains("resumeProbeSeconds: 7"), "the ConfigMap carries the change");
 }
 
-/// Issue 24, points 1 and 6: the harnesses' own credentials (a Secret named in the values) reach the `tmux`
-/// container's environment and never the agent's; the cluster credential reaches the agent's container only.
+/// The harnesses' own credentials (a Secret named in the values) reach the `tmux` container's environment and never the
+/// agent's; the cluster credential reaches the agent's container only.
 #[test]
 fn the_harnesses_credentials_reach_the_tmux_container_only() {
     use k8s_openapi::api::apps::v1::DaemonSet;
@@ -113,7 +113,7 @@ fn the_harnesses_credentials_reach_the_tmux_container_only() {
     assert!(!without.contains("envFrom"), "no Secret named: none mounted");
 }
 
-/// Issue 24, point 2: with rooms (the default) the agent config gives each session a uid from the values' range,
+/// With rooms (the default) the agent config gives each session a uid from the values' range,
 /// entered by the image's binary; the tmux container runs as root holding only SETUID and SETGID, the agent's only
 /// CHOWN, DAC_OVERRIDE and FOWNER. With rooms off both run as runAsUser with no capability, as before.
 #[test]
@@ -167,7 +167,7 @@ fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     assert!(!config.tmux.start_server, "{yaml}");
     assert_eq!(config.tmux.socket.as_deref(), Some(std::path::Path::new("/run/worksession/tmux.sock")));
     assert_eq!(config.harness_home.as_deref(), Some(std::path::Path::new("/srv/worksession/.home")));
-    // Issue 17: clones on the node's workspace; credentials only when a Secret is named, then from its mount.
+    // Clones on the node's workspace; credentials only when a Secret is named, then from its mount.
     assert_eq!(config.workspaces.mirrors.as_deref(), Some(std::path::Path::new("/srv/worksession/.repos")));
     assert_eq!(config.workspaces.token_file, None);
     let rendered = template(
@@ -411,7 +411,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         labeler_events.patch_status("rho-2", &PatchParams::default(), &Patch::Merge(&status)).await,
         "labeler patches event status",
     );
-    // It deletes an unlabelled event whose session has not existed for 10 minutes (issue 28), and writes none.
+    // It deletes an unlabelled event whose session has not existed for 10 minutes, and writes none.
     let made: WorkEvent =
         serde_json::from_value(json!({"metadata": {"name": "nope"}, "spec": {"session": "rho", "prompt": "x"}}))
             .unwrap();
@@ -422,7 +422,8 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     );
 }
 
-/// Every key of the values schema is in the values reference, docs/helm-values.md (linked from the README).
+/// Every key of the values schema is in the values reference, docs/helm-values.md (linked from the README's docs
+/// index and from docs/install.md).
 #[test]
 fn values_reference_documents_every_value() {
     fn leaves(node: &serde_json::Value, prefix: String, out: &mut Vec<String>) {

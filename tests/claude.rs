@@ -133,7 +133,7 @@ async fn compaction_by_a_person_or_by_the_cli_keeps_the_recorded_conversation() 
     let id = recorded_id(&ws);
     let session = w.tmux_session("cp");
     w.tmux.await_output(&session, "for shortcuts").await;
-    type_in(&w, &session, "/compact");
+    w.type_in(&session, "/compact");
     let compactions = || model.prompts().iter().filter(|p| p.contains("Respond with TEXT ONLY")).count();
     support::until("the person's compaction asked of the model", || async { compactions() > 0 }).await;
     let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
@@ -198,16 +198,7 @@ async fn a_crash_in_the_middle_of_a_tool_call_resumes_and_takes_the_next_prompt(
     assert!(sent.contains("tool_result") && sent.contains("interrupted"), "the interrupted call closed: {sent}");
 }
 
-/// Types `keys` into `session`'s pane as a person attached to it would, then Enter.
-fn type_in(w: &World, session: &str, keys: &str) {
-    let target = format!("={session}:");
-    for args in [vec!["send-keys", "-t", &target, "-l", keys], vec!["send-keys", "-t", &target, "Enter"]] {
-        let status = std::process::Command::new("tmux").arg("-S").arg(w.tmux.socket()).args(&args).status().unwrap();
-        assert!(status.success(), "tmux {args:?}");
-    }
-}
-
-/// Issue 26, point 3, with the real CLI: a person attached to the idle harness types `/clear` and an instruction; Claude
+/// With the real CLI: a person attached to the idle harness types `/clear` and an instruction; Claude
 /// Code moves to a new conversation under a new id, and its `SessionStart` hook (given per run with `--settings`,
 /// received by `worksession hook`) says so. The status records the new id and keeps the old one; after a crash the
 /// next event lands in the conversation the person was in, not the one before the clear.
@@ -219,7 +210,7 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
     let old = recorded_id(&w.await_phase("cl", Phase::Running).await);
     let session = w.tmux_session("cl");
     w.tmux.await_output(&session, "for shortcuts").await;
-    type_in(&w, &session, "/clear");
+    w.type_in(&session, "/clear");
     let ws = w
         .await_session("cl", "the conversation after the clear recorded", |ws| {
             ws.status.as_ref().and_then(|s| s.harness_session_id.as_deref()).is_some_and(|id| id != old)
@@ -227,7 +218,7 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
         .await;
     let new = recorded_id(&ws);
     assert_eq!(ws.status.as_ref().unwrap().previous_session_ids, [old.as_str()], "the way back is kept");
-    type_in(&w, &session, "the person's own instruction");
+    w.type_in(&session, "the person's own instruction");
     let (home, workdir) = (w.tmux.state(), w.tmux.workdir());
     support::eventually("the instruction in the new conversation", || async {
         let path = worksession::transcript::locate(
@@ -325,7 +316,7 @@ async fn an_event_arriving_during_the_boot_reaches_the_transcript() {
     await_in_transcript(&w, &id, "typed while you were booting").await;
 }
 
-/// Issue 23, point 6, with the real CLI: Claude Code runs `/clear` (a new conversation under a new id) and `!...` (its
+/// With the real CLI: Claude Code runs `/clear` (a new conversation under a new id) and `!...` (its
 /// shell mode) whether it gets them on its command line or pasted into its input box (measured with 2.1.332). From a
 /// WorkEvent they are prompts: pasted into the live harness, and riding on the resume's command line after a crash,
 /// they reach the recorded conversation with `Prompt: ` in front, no shell command runs, no conversation is started,
@@ -392,7 +383,7 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     assert!(live.contains(&id) && live.iter().all(|s| s == &id), "the CLI runs the recorded conversation: {live:?}");
 }
 
-/// Issue 26, point 5, with the real CLI: a conversation one of Claude Code's background sessions holds (`claude
+/// With the real CLI: a conversation one of Claude Code's background sessions holds (`claude
 /// --bg`) is refused on `--resume` with "That session is running in the background ...", late (12-19 s offline,
 /// measured). The holder is planted as the CLI registers one: a live process's entry of kind `bg` in
 /// `~/.claude/sessions`, copied from the harness's own. That is no reason for a fresh conversation: `Resumed=False`

@@ -1,10 +1,10 @@
-//! The real Gemini, Copilot and opencode CLIs as the built-in `gemini`, `copilot` and `opencode` harnesses, offline
-//! and without accounts (issue 14): `scripts/test` installs the pinned packages from npm (`scripts/testenv
-//! install-clis`). What can be checked without a network: the unknown-id failure is what the profile's
-//! `resumeFailedPattern` expects; through the agent a resume of an unknown conversation falls back to a fresh one
-//! whose pane stays alive (Gemini and Copilot wait at their folder-trust question, as they would for a person); and
-//! opencode, which cannot be told an id, has its id discovered from its own log and resumed. Codex CLI is not here: it stops at a sign-in screen without
-//! an account (its stand-in profile covers its shapes).
+//! The real Gemini, Copilot, opencode and Codex CLIs as the built-in `gemini`, `copilot`, `opencode` and `codex`
+//! harnesses, offline and without accounts: `scripts/test` installs the pinned packages from npm (`scripts/testenv
+//! install-clis`). Without a model: the unknown-id failure is what the profile's `resumeFailedPattern` expects; through
+//! the agent a resume of an unknown conversation falls back to a fresh one whose pane stays alive (Gemini and Copilot
+//! wait at their folder-trust question, as they would for a person); opencode, which cannot be told an id, has its id
+//! discovered and resumed. Against the tests' scripted model (`support::model`): real turns of Gemini, opencode and
+//! Codex (through a custom model provider, which keeps it from its sign-in screen), their hooks confirming prompts.
 
 mod scenarios;
 mod standin;
@@ -186,11 +186,7 @@ async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_co
     model.on("hello from the tests", Reply::Slow { text: slow.into(), every: Duration::from_millis(500) });
     // Its first hook can come 15 s after its start under the whole suite's load (seen): the deadline is the real
     // CLI tests' (tests/claude.rs), not the stand-in's 15 s.
-    let w = World::with_yaml(|tmux, yaml| {
-        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60")
-            + &scripted_profile("opencode", tmux, &model)
-    })
-    .await;
+    let w = scripted_world("opencode", &model, 60).await;
     w.create_session("oc", json!({"harness": "opencode", "initialPrompt": "hello from the tests"})).await;
     w.await_session("oc", "the initial prompt Delivered", |ws| initial_prompt_is(ws, EventPhase::Delivered)).await;
     let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/oc", w.ns.name));
@@ -217,7 +213,43 @@ async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_co
     assert_eq!(prompts.iter().filter(|p| *p == "a second prompt from the tests").count(), 1, "{prompts:?}");
 }
 
-/// Issue 26, point 6, with the real Copilot CLI offline: given its hooks the way the built-in profile gives them (a
+/// opencode takes a prompt pasted while its turn retries a failing API (its `chat.message` fires, the prompt shows as
+/// queued) but never sends it to its model when that turn fails for good (measured with 1.18.33: the next prompt's
+/// request carries it, merged). Its `session.error` says the turn failed (`Activity` `TurnFailed`), and the queued
+/// prompt, not delivered, is sent again: the model gets it. (On the hook's word alone it was `Delivered` and the model
+/// never got it until someone sent another prompt.)
+#[tokio::test]
+async fn opencode_a_prompt_queued_behind_a_failed_turn_is_sent_again() {
+    use worksession::api::EventPhase;
+    let model = Model::start();
+    // A short retry-after: opencode retries five times, a second apart, then gives up (doubling from 2 s without it).
+    let error = failing_with_a_retry();
+    model.on("turn that fails", error);
+    model.on("queued behind it", Reply::text("Got the queued one."));
+    let w = scripted_world("opencode", &model, 120).await;
+    w.create_session("of", json!({"harness": "opencode", "initialPrompt": "turn that fails"})).await;
+    support::until("the failing turn asked", || async { model.prompts().iter().any(|p| p == "turn that fails") }).await;
+    w.send("of", "of-1", "queued behind it").await;
+    let kube_events: kube::Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
+    let failed = support::eventually("a TurnFailed Event", || async {
+        let list = kube_events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("TurnFailed"))
+    })
+    .await;
+    let words = failed.note.unwrap_or_default();
+    assert!(words.contains("500") && words.contains("boom"), "its words: {words}");
+    let ev = w.await_event("of-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!(ev.attempts, 2, "sent again: {ev:?}");
+    let request = support::eventually("the model got the queued prompt", || async {
+        model.requests().into_iter().find(|r| r.body["messages"].to_string().contains("queued behind it"))
+    })
+    .await;
+    // opencode kept the queued copy and merges it with the second send into one message: the words twice.
+    let copies = request.body["messages"].to_string().matches("queued behind it").count();
+    assert_eq!(copies, 2, "{}", request.body["messages"]);
+}
+
+/// With the real Copilot CLI offline: given its hooks the way the built-in profile gives them (a
 /// plugin directory, `--plugin-dir`), a prompt the CLI throws away (without an account it takes none: "Please use
 /// /login") is never `Delivered`: its `userPromptSubmitted` never fires, the deadline sends it once more, then it is
 /// `Failed` saying which evidence stayed silent. (Without hooks the settle window counted it delivered.) That the
@@ -256,6 +288,35 @@ async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() 
     assert!(!said.contains("\"UserPromptSubmit\""), "it took no prompt: {said}");
 }
 
+/// Copilot CLI steers a prompt pasted while its turn retries a failing API (HTTP 500, `retry-after: 1`) into that turn,
+/// and runs no `userPromptSubmitted` for it (measured with 1.0.102: its events file says `"delivery":"steering"`). Its
+/// events file confirms it when the turn's end wakes the session: `Delivered` after one send, and the model gets it
+/// once. (On the hooks' word alone the deadline sent it again, and the model got it twice.)
+#[tokio::test]
+async fn copilot_a_prompt_steered_into_a_retrying_turn_is_delivered_once() {
+    use worksession::api::{EventPhase, Via};
+    let model = Model::start();
+    let error = failing_with_a_retry();
+    model.on("turn that fails", error);
+    model.on("steered into it", Reply::text("Got the steered one."));
+    let w = scripted_world("copilot", &model, 60).await;
+    w.create_session("cs", json!({"harness": "copilot", "initialPrompt": "turn that fails"})).await;
+    support::until("the failing turn asked", || async {
+        model.prompts().iter().any(|p| p.contains("turn that fails"))
+    })
+    .await;
+    w.send("cs", "cs-1", "steered into it").await;
+    // Within the test's wait, well before the 60 s deadline that would send it again.
+    let ev = w.await_event("cs-1", EventPhase::Delivered).await.status.unwrap();
+    assert_eq!((ev.attempts, ev.via), (1, Some(Via::Pasted)), "{ev:?}");
+    w.await_session("cs", "the turn over", |ws| condition(ws, "Activity").is_some_and(|c| c.1 == "Idle")).await;
+    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cs", w.ns.name));
+    let said = std::fs::read_to_string(&hooks).unwrap();
+    assert!(!said.contains("steered into it"), "no hook reported it (else this proves nothing): {said}");
+    let prompts = model.prompts();
+    assert_eq!(prompts.iter().filter(|p| p.contains("steered into it")).count(), 1, "{prompts:?}");
+}
+
 /// Codex CLI against the scripted model, through a custom model provider (`wire_api = "responses"`): no account, so no
 /// sign-in screen (a provider that needs no OpenAI auth skips it), its folder trusted in its config as a person would
 /// once. Through the agent with the built-in `codex` profile: the initial prompt gets a real turn, the conversation's
@@ -265,33 +326,25 @@ async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() 
 async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() {
     let model = Model::start();
     model.on("hello codex", Reply::text("Hello from the scripted model."));
-    let w = World::with_yaml(|tmux, yaml| {
-        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60")
-            + &scripted_profile("codex", tmux, &model)
-    })
-    .await;
+    model.on(
+        "a slow one",
+        Reply::Slow { text: "one two three four five six".into(), every: Duration::from_millis(700) },
+    );
+    model.on("while it works", Reply::text("Steered."));
+    let w = scripted_world("codex", &model, 60).await;
     w.create_session("cx", json!({"harness": "codex", "initialPrompt": "hello codex"})).await;
-    w.await_session("cx", "its id discovered", |ws| condition(ws, "ConversationId").is_some_and(|c| c.0 == "True"))
-        .await;
-    support::until("the model asked", || async { model.prompts().iter().any(|p| p == "hello codex") }).await;
-    // Killed once the CLI's own record holds the turn under the recorded id (its rollout, which `codex resume` reads;
-    // the id first discovered may be a rollout Codex drops for the one its notify names a moment later): killed
-    // before, the conversation never was saved, and a fresh one rightly takes over.
+    // Killed as soon as the CLI's own record holds the turn under the recorded id (its rollout, which `codex resume`
+    // reads; killed before, the conversation never was saved, and a fresh one rightly takes over), well within the
+    // settle window: its own UserPromptSubmit hook had said the prompt was taken, so it is not sent again (known by
+    // the settle window alone, it was put back and sent on the resume's command line: a second turn of it).
     let rollouts = w.tmux.state().join(".codex/sessions");
     let id = support::eventually("the turn in the recorded conversation's rollout", || async {
-        let id = recorded_id(&w.sessions().get("cx").await.ok()?);
+        let id = w.sessions().get("cx").await.ok()?.status?.harness_session_id?;
         let rollout = walk(&rollouts).into_iter().find(|p| p.to_string_lossy().ends_with(&format!("-{id}.jsonl")))?;
         let text = std::fs::read_to_string(rollout).ok()?;
         text.contains("Hello from the scripted model.").then_some(id)
     })
     .await;
-
-    // And the initial prompt known delivered (the settle window over): killed before, it would be sent again.
-    w.await_session("cx", "the initial prompt known delivered", |ws| {
-        ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(EventPhase::Delivered)
-    })
-    .await;
-
     w.tmux.kill_pane(&w.tmux_session("cx")).await;
     w.send("cx", "cx-1", "after the crash").await;
     let ws = w
@@ -300,15 +353,48 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
                 && ws.status.as_ref().and_then(|s| s.last_respawn.as_ref()).is_some_and(|r| r.resumed)
         })
         .await;
-    assert_eq!(recorded_id(&ws), id, "the discovered conversation");
+    assert_eq!(recorded_id(&ws), id, "the recorded conversation");
     support::until("the event reached the model", || async { model.prompts().iter().any(|p| p == "after the crash") })
         .await;
     let resumed = model.requests().into_iter().find(|r| r.prompt.as_deref() == Some("after the crash")).unwrap();
     assert!(resumed.body["input"].to_string().contains("hello codex"), "in the same conversation: {}", resumed.body);
+    let ws = w.sessions().get("cx").await.unwrap();
+    let initial = ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase);
+    assert_eq!(initial, Some(EventPhase::Delivered));
+    let firsts = model.prompts().iter().filter(|p| *p == "hello codex").count();
+    assert_eq!(firsts, 1, "the initial prompt was taken once: {:?}", model.prompts());
+
+    // A prompt pasted into the resumed CLI while a turn runs steers that turn: its hook confirms it, and the model
+    // gets it (known by the settle window alone, it was reported Delivered though the model never got it).
+    w.send("cx", "cx-slow", "a slow one").await;
+    support::until("the slow turn asked", || async { model.prompts().iter().any(|p| p == "a slow one") }).await;
+    w.send("cx", "cx-during", "while it works").await;
+    w.await_event("cx-during", EventPhase::Delivered).await;
+    support::until("the steer reached the model", || async {
+        model.requests().iter().any(|r| r.body["input"].to_string().contains("while it works"))
+    })
+    .await;
+    w.await_session("cx", "Idle at the turn's end", |ws| condition(ws, "Activity").is_some_and(|c| c.1 == "Idle"))
+        .await;
 }
 
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries.filter_map(|e| e.ok().map(|e| e.path())).flat_map(|p| if p.is_dir() { walk(&p) } else { vec![p] }).collect()
+}
+
+/// A world whose agent runs the built-in profile `name` against the scripted `model`, confirming within `confirm` s.
+async fn scripted_world(name: &str, model: &Model, confirm: u64) -> World {
+    World::with_yaml(|tmux, yaml| {
+        yaml.replace("confirmTimeoutSeconds: 15", &format!("confirmTimeoutSeconds: {confirm}"))
+            + &scripted_profile(name, tmux, model)
+    })
+    .await
+}
+
+/// An API error a CLI retries a second later: HTTP 500 with `retry-after: 1`.
+fn failing_with_a_retry() -> Reply {
+    let retry = vec![("retry-after".to_string(), "1".to_string())];
+    Reply::Error { status: 500, kind: "api_error".into(), message: "boom".into(), headers: retry }
 }

@@ -1,4 +1,4 @@
-//! Issue 29: the console as a person uses it, in headless Chromium (Debian's `chromium` over `chromium-driver`):
+//! The console as a person uses it, in headless Chromium (Debian's `chromium` over `chromium-driver`):
 //! against local mode (the real agent on a directory, real tmux, the stand-in) and against the test control plane
 //! (the real agent on its API server). What a person sees is read through the DOM: the session list, a phase
 //! change that appears without a reload, a session's page with the stand-in's ready prompt on its screen, its

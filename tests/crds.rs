@@ -92,10 +92,10 @@ async fn schema_rejects_what_it_forbids() {
         ("handoff budget out of range", with("handoff", json!({"maxCharacters": 100})), "maxCharacters"),
         ("relative workdir", with("workdir", json!("srv/work")), "workdir"),
         ("a tmux format in the workdir", with("workdir", json!("/tmp/x/#(touch /tmp/pwned)")), "workdir"),
-        // Issue 24: what a prefix check of the workdir sees is what the kernel resolves.
+        // What a prefix check of the workdir sees is what the kernel resolves.
         ("a '..' in the workdir", with("workdir", json!("/srv/work/x/../../run")), "segment"),
         ("unknown restartPolicy", with("restartPolicy", json!("Sometimes")), "restartPolicy"),
-        // Issue 23: a credential never rides in a workspace URL.
+        // A credential never rides in a workspace URL.
         ("a token in the URL", with("workspace", json!({"url": "https://ghp_x@github.com/o/r.git"})), "user info"),
         ("a password in an ssh URL", with("workspace", json!({"url": "ssh://git:pw@host/r.git"})), "user info"),
     ];
@@ -114,9 +114,9 @@ async fn schema_rejects_what_it_forbids() {
     limits["resume"] = json!({"probeSeconds": 0, "settleSeconds": 3600});
     limits["workItem"] = json!("a".repeat(63));
     sessions.create(&PostParams::default(), &session("limits", limits)).await.unwrap();
-    // Moving a session to another work item (issue 23) would run its conversation twice (its harness runs on while
+    // Moving a session to another work item would run its conversation twice (its harness runs on while
     // another resumes it): it is fixed at creation. Nor may its workdir move (with rooms it is handed to the
-    // session's own user). Its node may change (a move, issue 27), but once placed it is never unset.
+    // session's own user). Its node may change (a move), but once placed it is never unset.
     for (field, value) in [("workItem", "other-item"), ("workdir", "/srv/elsewhere")] {
         let changed = json!({"spec": {field: value}});
         match sessions.patch("limits", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&changed)).await {

@@ -1,4 +1,4 @@
-//! The agent's git against real git, without an agent: what its configuration refuses (issue 24, point 5).
+//! The agent's git against real git, without an agent: what its configuration refuses.
 
 use std::process::Command;
 
@@ -28,7 +28,7 @@ async fn file_urls_are_refused_unless_the_config_allows_them() {
     assert!(dir.path().join("w2").join("README.md").exists());
 }
 
-/// Issue 24, point 4: a clone's own `protocol.ext.allow` (which a harness that writes the clone could set) would win
+/// A clone's own `protocol.ext.allow` (which a harness that writes the clone could set) would win
 /// over `protocol.allow=never`, and an `ext::` URL runs a command: with `GIT_ALLOW_PROTOCOL` nothing runs, and the
 /// preparation says why.
 #[tokio::test]

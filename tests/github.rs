@@ -1,4 +1,4 @@
-//! Issue 28 end to end: the GitHub loop against a fake GitHub API on loopback (tests/fake_github), the real API
+//! The GitHub loop end to end, against a fake GitHub API on loopback (tests/fake_github), the real API
 //! server, the real agent on real tmux and the stand-in harness. Feedback where the comment is (a reaction once
 //! `Delivered` and not before, once per change across restarts, a sign and one comment on `Failed`), a stalled or
 //! failing GitHub that never holds up a delivery, sessions that follow their issue (closed archives, a comment or a

@@ -1,4 +1,4 @@
-//! The layers, kept by a test rather than by discipline (issue 25, point 3): no two modules of `src/` use each other,
+//! The layers, kept by a test rather than by discipline: no two modules of `src/` use each other,
 //! directly or around a circle. A module is a file (`src/tmux.rs` is `tmux`, `src/agent/reconcile.rs` is
 //! `agent::reconcile`, a `mod.rs` its directory); its uses are every `crate::...` and `super::...` path outside its
 //! `#[cfg(test)]` tests. A child naming its parent (`super::Thing` from `agent/evidence.rs` into `agent/mod.rs`) is

@@ -98,6 +98,47 @@ async fn delete_stops_the_session_and_bad_files_are_skipped() {
     assert_eq!(l.tmux.runner.observe().await.unwrap().liveness("loop-default_gamma"), Liveness::Absent);
 }
 
+/// A manifest renamed keeps its session: its status file follows it, and the harness runs on in its conversation (no
+/// stop, no fresh start); the next event reaches that conversation. A `metadata.name` edited in place is refused as the
+/// API server refuses to rename an object: the session runs on as recorded, `get` says why, and no second harness
+/// runs its conversation under the new name.
+#[tokio::test]
+async fn a_renamed_manifest_keeps_its_session_and_a_name_edited_in_place_is_refused() {
+    let l = Local::new();
+    l.create_session("keep", serde_json::json!({})).await;
+    let st = l.await_status("keep", "Running", |s| phase(s) == "Running").await;
+    let id = st["harnessSessionId"].as_str().unwrap().to_string();
+    let pid = l.tmux.pane_pid("loop-default_keep");
+    std::fs::rename(l.dir.join("keep.yaml"), l.dir.join("renamed.yaml")).unwrap();
+    l.await_status("renamed", "the status followed", |s| s["harnessSessionId"] == id.as_str()).await;
+    assert!(!l.dir.join("keep.status.yaml").exists());
+    l.event("keep", "keep-1", "after the rename");
+    l.await_status("keep-1", "Delivered", |s| s["phase"] == "Delivered").await;
+    assert_eq!(l.status("keep-1")["harnessSessionId"], id.as_str(), "the same conversation");
+    assert_eq!(l.tmux.pane_pid("loop-default_keep"), pid, "the same harness, never stopped");
+
+    let path = l.dir.join("renamed.yaml");
+    let mut manifest: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["metadata"]["name"] = "other".into();
+    worksession::store::local::write_atomic(&path, &manifest).unwrap();
+    l.event("other", "other-1", "to the new name");
+    l.event("keep", "keep-2", "to the old name");
+    l.await_status("keep-2", "Delivered", |s| s["phase"] == "Delivered").await;
+    assert_eq!(l.status("keep-2")["harnessSessionId"], id.as_str(), "the session runs on as recorded");
+    assert_eq!(l.status("renamed")["harnessSessionId"], id.as_str());
+    let observed = l.tmux.runner.observe().await.unwrap();
+    assert_eq!(observed.liveness("loop-default_other"), Liveness::Absent, "no second harness");
+    assert_eq!(observed.len(), 1);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_worksession"))
+        .args(["get", "--local"])
+        .arg(&l.dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("metadata.name cannot change"), "{stderr}");
+    assert!(l.status("other-1")["phase"] != "Delivered", "nothing delivered to a name that never ran");
+}
+
 #[tokio::test]
 async fn local_bridge_writes_events_once_and_get_lists_sessions() {
     use tower::ServiceExt;
@@ -123,7 +164,7 @@ async fn local_bridge_writes_events_once_and_get_lists_sessions() {
     let prompts = l.tmux.await_prompts(1).await;
     assert_eq!(prompts.iter().filter(|p| p.prompt == "from the bridge").count(), 1);
 
-    // Issue 23 in local mode: GitHub deliveries from strangers write nothing; a route's cap counts the directory.
+    // In local mode too: GitHub deliveries from strangers write nothing; a route's cap counts the directory.
     let secret = l.tmux.dir.path().join("github-secret");
     std::fs::write(&secret, "s3cret").unwrap();
     let yaml = format!(
@@ -309,7 +350,7 @@ async fn peek_and_attach_in_local_mode() {
     assert_eq!(l.tmux.pane_pid("loop-default_pk"), pid, "the harness keeps running");
 }
 
-/// Issue 23, point 3, end to end in local mode: names are checked as the API server checks them. A WorkEvent whose
+/// End to end in local mode: names are checked as the API server checks them. A WorkEvent whose
 /// name would have been a tmux command, one named `initialPrompt`, and a session whose spec misspells a field are
 /// skipped with a reason (and `get --local` says which files and why on stderr); nothing runs, and a good event is
 /// delivered beside them. An edit of `workItem` is refused and the session keeps running as it was.

@@ -1,9 +1,9 @@
-//! The Helm chart on a real node (issue 13): `scripts/testenv up --node` runs a kubelet with containerd, and the
+//! The Helm chart on a real node: `scripts/testenv up --node` runs a kubelet with containerd, and the
 //! image `scripts/image` builds (the runtime image plus python3 and the harness stand-in) is installed with
 //! `helm install charts/worksession`, as a user would. One node runs per machine, so these tests take turns.
 //!
 //! Each test installs a release of its own in a namespace of its own (Pod Security: enforce `privileged`, warn and
-//! audit `restricted`, as the README says), with a `hostPath` workspace the kubelet creates.
+//! audit `restricted`, as docs/install.md says), with a `hostPath` workspace the kubelet creates.
 
 mod cluster;
 #[path = "fixtures/github.rs"]
@@ -35,7 +35,7 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
         assert!(sources.iter().any(|s| s.service_account_token.is_some()), "{component}: a projected token");
         assert_eq!(spec.service_account_name.as_deref(), Some(&*format!("w-worksession-{component}")));
     }
-    // Issue 24, point 1: no cluster credential where the harnesses run. The pod mounts no token; the agent's container
+    // No cluster credential where the harnesses run. The pod mounts no token; the agent's container
     // alone has one (projected); from the tmux container the API server refuses what the agent's token may do.
     let spec = r.pod("agent").await.spec.unwrap();
     assert_eq!(spec.automount_service_account_token, Some(false));
@@ -90,7 +90,7 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
     r.uninstall().await;
 }
 
-/// Issue 27, point 5: the chart's shared-storage variant (`agent.workspace.persistentVolumeClaim`, a ReadWriteMany
+/// The chart's shared-storage variant (`agent.workspace.persistentVolumeClaim`, a ReadWriteMany
 /// claim instead of the hostPath) installs and runs a harness, its conversation on the volume.
 #[tokio::test]
 async fn the_chart_with_a_shared_volume_claim_runs_a_harness_on_it() {
@@ -254,7 +254,7 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     r.uninstall().await;
 }
 
-/// Issue 24, points 2 and 7: one session, one room. A hostile harness (the stand-in told by its prompt to attack, as
+/// One session, one room. A hostile harness (the stand-in told by its prompt to attack, as
 /// an injected agent would) tries everything against another session on the same node, and every attempt fails:
 /// the other's HOME, transcripts and workdir, the list of rooms and a claim on one, the node's clones, the tmux
 /// server (no `TMUX`, no socket: no list, send-keys, capture or kill), a signal to the other's process, its

@@ -1,9 +1,9 @@
-//! Issue 27 against the test control plane (`cargo test --test placement`): agents as processes naming different nodes (each its own tmux socket,
-//! one shared folder as the shared volume: the stand-in's state and the harnesses' HOME), `worksession controller`
-//! as a process, and Node objects the tests mark Ready or NotReady as a kubelet and the node lifecycle controller
-//! would. Placement by capacity and selector; a node lost with its agent and its tmux server, its session resumed on
-//! another node with its waiting event delivered once; a cut-off agent (SIGSTOP past the grace) that stops its
-//! harness when it continues and delivers nothing.
+//! Placement against the test control plane (`cargo test --test placement`): agents as processes naming different nodes
+//! (each its own tmux socket, one shared folder as the shared volume: the stand-in's state and the harnesses' HOME),
+//! `worksession controller` as a process, and Node objects the tests mark Ready or NotReady as a kubelet and the node
+//! lifecycle controller would. Placement by capacity and selector; a node lost with its agent and its tmux server, its
+//! session resumed on another node with its waiting event delivered once; a cut-off agent (SIGSTOP past the grace) that
+//! stops its harness when it continues and delivers nothing.
 
 mod standin;
 mod support;

@@ -64,7 +64,7 @@ async fn the_standin_drops_early_input_and_fails_late_with_its_tui_up() {
     assert!(tmux.prompts().iter().all(|p| p.prompt != "lost"), "nothing reached a conversation");
 }
 
-/// The stand-in's Claude Code hazards (issue 26, point 5) show where the real CLI's code says they do: resuming a
+/// The stand-in's Claude Code hazards show where the real CLI's code says they do: resuming a
 /// conversation idle two hours and of 150k tokens opens the "Resume from summary" picker (no ready prompt), where a
 /// paste is menu input whose Enter compacts it into a new conversation and is itself lost; the built-in `claude`
 /// profile's `env` keeps the picker away. A conversation another process holds is refused with the CLI's words.

@@ -232,6 +232,29 @@ async fn without_starting_a_server_no_server_is_reported_and_none_is_started() {
     tmux.await_output("loop-n", "ready>").await;
 }
 
+/// A test's tmux server takes with it every process its panes started, also one that left the pane's process group
+/// and session (a daemon, as Codex CLI starts one): a suite run again and again leaves nothing behind.
+#[tokio::test]
+async fn a_test_server_ends_every_process_its_panes_started_daemons_included() {
+    let tmux = TmuxServer::new();
+    let dir = tmux.dir.path().to_path_buf();
+    let daemon = "setsid sh -c 'exec sleep 600' </dev/null >/dev/null 2>&1 & exec sleep 600";
+    let status = std::process::Command::new("tmux")
+        .arg("-S")
+        .arg(tmux.socket())
+        .args(["new-session", "-d", "-s", "loop-daemon", "sh", "-c", daemon])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sleeps = || {
+        let comm = |pid: &i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        standin::processes_under(&dir).iter().filter(|pid| comm(pid).trim() == "sleep").count()
+    };
+    until("the pane's sleep and its daemon", || async { sleeps() == 2 }).await;
+    drop(tmux);
+    until("nothing of the server left", || async { standin::processes_under(&dir).is_empty() }).await;
+}
+
 #[tokio::test]
 async fn the_observer_counts_the_server_going_and_coming_back_whoever_looks() {
     let tmux = TmuxServer::new();
@@ -247,7 +270,7 @@ async fn the_observer_counts_the_server_going_and_coming_back_whoever_looks() {
     assert_eq!(observer.server_changes(), 2, "and went once");
 }
 
-/// Issue 23, point 3: no key or name sits in a string tmux parses as commands unless it is a plain word. A WorkEvent
+/// No key or name sits in a string tmux parses as commands unless it is a plain word. A WorkEvent
 /// named `x ; run-shell 'touch <marker>'` (local mode read names unchecked) was spliced into the paste's `if-shell`
 /// command and ran a shell command in the tmux server; now the paste is refused, nothing runs, and the pane gets
 /// nothing.
@@ -282,7 +305,7 @@ async fn a_hostile_key_or_session_name_never_becomes_a_tmux_command() {
     assert!(!marker.exists(), "no shell command ran in the tmux server");
 }
 
-/// Issue 24, point 2, on this machine's real tmux (the tests run as root): a confined spawn enters its room through
+/// On this machine's real tmux (the tests run as root): a confined spawn enters its room through
 /// `worksession room` and the harness runs as the room's uid and gid with no other group and no capability, in its
 /// workdir, with the room's HOME and TMPDIR, a private umask and no `TMUX`; a room that cannot be entered (its HOME
 /// missing a TMPDIR the agent makes) is a dead pane that says why, not a harness running as root.

@@ -1,6 +1,7 @@
-//! The status vocabulary in the docs is the code's: the README's status reference lists exactly the conditions,
-//! reasons, phases, Event reasons and error categories the code declares (one list each), and the generated CRD's
-//! descriptions (what `kubectl explain` prints) name every condition and every built-in harness.
+//! The status vocabulary in the docs is the code's: the status reference in docs/api.md lists exactly the conditions,
+//! reasons, phases, Event reasons and error categories the code declares (one list each), the table of built-in
+//! profiles in docs/configuration.md is the catalogue, and the generated CRD's descriptions (what `kubectl explain`
+//! prints) name every condition and every built-in harness.
 
 mod support;
 
@@ -13,13 +14,13 @@ use worksession::core::{
 };
 use worksession::words::ErrorCategory;
 
-/// The README's tables in its "Status reference" section, by the header of their first column: each row's cells,
-/// with the backticks taken off.
+/// The tables of docs/api.md's "Status reference" section (up to the next heading), by the header of their first
+/// column: each row's cells, with the backticks taken off.
 fn reference_tables() -> Vec<(String, Vec<Vec<String>>)> {
-    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
-    let start = readme.find("\n### Status reference\n").expect("README has a status reference");
-    let section = &readme[start + 1..];
-    let end = section[4..].find("\n#").map_or(section.len(), |i| i + 4);
+    let doc = std::fs::read_to_string(support::repo_root().join("docs/api.md")).unwrap();
+    let start = doc.find("\n## Status reference\n").expect("docs/api.md has a status reference");
+    let section = &doc[start + 1..];
+    let end = section[3..].find("\n#").map_or(section.len(), |i| i + 3);
     let mut tables: Vec<(String, Vec<Vec<String>>)> = Vec::new();
     let mut in_table = false;
     for line in section[..end].lines() {
@@ -55,7 +56,7 @@ fn reasons<R: Reason>() -> BTreeSet<String> {
 }
 
 #[test]
-fn the_readme_lists_every_word_of_the_status_and_no_other() {
+fn the_status_reference_lists_every_word_of_the_status_and_no_other() {
     let tables = reference_tables();
     let (_, rows) = tables.iter().find(|(h, _)| h == "condition").expect("a table of conditions");
     let listed: BTreeSet<String> = rows.iter().map(|r| format!("{} {}", r[0], r[2])).collect();
@@ -68,7 +69,7 @@ fn the_readme_lists_every_word_of_the_status_and_no_other() {
     declared.extend(reasons::<ActivityReason>());
     declared.extend(reasons::<PlacedReason>());
     declared.extend(reasons::<NodeLostReason>());
-    assert_eq!(listed, declared, "README's conditions and reasons");
+    assert_eq!(listed, declared, "docs/api.md's conditions and reasons");
     let types: BTreeSet<String> = rows.iter().map(|r| r[0].clone()).collect();
     assert_eq!(types, words(ConditionType::ALL.iter().map(|c| c.as_str())), "every condition has its reasons");
 
@@ -80,7 +81,7 @@ fn the_readme_lists_every_word_of_the_status_and_no_other() {
         ("error category", words(ErrorCategory::ALL.iter().map(|w| w.as_str()))),
     ];
     for (header, declared) in cases {
-        assert_eq!(column(&tables, header, 0), declared, "README's table of {header}s");
+        assert_eq!(column(&tables, header, 0), declared, "docs/api.md's table of {header}s");
     }
 }
 
@@ -100,27 +101,29 @@ fn the_crd_descriptions_name_every_condition_and_built_in_harness() {
     }
 }
 
-/// A README table's rows under the heading `heading`, the backticks taken off each cell.
-fn table_under(heading: &str) -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
-    let start = readme.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("README has {heading}"));
-    let rows = readme[start..].lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
+/// The rows of the first table under the heading `heading` of the file `doc` (a path from the repository's root), the
+/// backticks taken off each cell.
+fn table_under(doc: &str, heading: &str) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(support::repo_root().join(doc)).unwrap();
+    let start = text.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("{doc} has {heading}"));
+    let rows = text[start..].lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
     let cells = |l: &str| l[1..].split('|').map(|c| c.trim().trim_matches('`').to_string()).collect::<Vec<_>>();
     rows.skip(2).map(cells).collect()
 }
 
-/// An argv template as the README writes it: `{sessionId}` is `<id>`, `{prompt}` is `<prompt>`, `{extraArgs}` left out.
+/// An argv template as docs/configuration.md writes it: `{sessionId}` is `<id>`, `{prompt}` is `<prompt>`,
+/// `{extraArgs}` left out.
 fn written(words: &[String]) -> String {
     let word = |w: &String| w.replace("{sessionId}", "<id>").replace("{prompt}", "<prompt>");
     words.iter().filter(|w| *w != "{extraArgs}").map(word).collect::<Vec<_>>().join(" ")
 }
 
 #[test]
-fn the_readme_table_of_built_in_profiles_is_the_catalogue() {
-    let rows = table_under("### Built-in harness profiles");
+fn the_table_of_built_in_profiles_is_the_catalogue() {
+    let rows = table_under("docs/configuration.md", "## Built-in harness profiles");
     let catalogue = worksession::harness::builtin();
     let listed: BTreeSet<&str> = rows.iter().map(|r| r[0].as_str()).collect();
-    assert_eq!(listed, catalogue.keys().map(String::as_str).collect(), "the README's profiles");
+    assert_eq!(listed, catalogue.keys().map(String::as_str).collect(), "docs/configuration.md's profiles");
     for row in &rows {
         let profile = &catalogue[&row[0]];
         let Some(interactive) = &profile.interactive else {

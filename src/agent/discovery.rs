@@ -222,7 +222,7 @@ fn segment_regex(segment: &str) -> Regex {
 mod tests {
     use super::*;
 
-    /// Issue 23: a conversation (and a discovering workdir) is claimed by one session: checked and taken at once, kept
+    /// A conversation (and a discovering workdir) is claimed by one session: checked and taken at once, kept
     /// while its spawn is in flight and while its status records it, released when neither does.
     #[test]
     fn a_conversation_is_claimed_by_one_session_at_a_time() {

@@ -45,6 +45,10 @@ pub struct Gathered {
     pub screen: Option<String>,
     /// Keys of sent prompts the harness's record shows it took.
     pub confirmed: Vec<String>,
+    /// Keys of sent prompts its hooks report queued behind a turn that still runs.
+    pub queued: Vec<String>,
+    /// Keys of sent prompts its hooks report queued behind a turn that failed for good.
+    pub dropped: Vec<String>,
     /// That record.
     pub record: Record,
     /// The live spawn's latest turn event.
@@ -110,6 +114,8 @@ impl Gathered {
             },
             evidence: Evidence {
                 confirmed: &self.confirmed,
+                queued: &self.queued,
+                dropped: &self.dropped,
                 record: self.record,
                 turn: self.turn.as_ref(),
                 conversation_found: self.conversation_found,
@@ -208,6 +214,8 @@ struct Reads {
     last_output: String,
     screen: Option<String>,
     confirmed: Vec<String>,
+    queued: Vec<String>,
+    dropped: Vec<String>,
     conversation_found: Option<bool>,
     discovered: Option<String>,
 }
@@ -262,6 +270,8 @@ impl<S, T: Tmux> Reconciler<S, T> {
             last_output: read.last_output,
             screen: read.screen,
             confirmed: read.confirmed,
+            queued: read.queued,
+            dropped: read.dropped,
             record: read.record,
             turn: read.turn,
             conversation_found: read.conversation_found,
@@ -305,7 +315,10 @@ impl<S, T: Tmux> Reconciler<S, T> {
         let Some(profile) = profile else { return evidence };
         let initial = initial_prompt_owed(&ws.spec, status);
         let waiting = events.iter().any(|e| e.phase == EventPhase::Pending) || initial == Some(EventPhase::Pending);
-        if liveness == Liveness::Alive && waiting && profile.ready_pattern.is_some() {
+        // A harness that takes prompts one at a time may get a paste's Enter again, unless its screen is busy.
+        let pasted = !profile.queues_prompts && events.iter().any(|e| e.via == Some(crate::api::Via::Pasted));
+        let unconfirmed = pasted && events.iter().any(|e| e.phase == EventPhase::Delivering);
+        if liveness == Liveness::Alive && (waiting || unconfirmed) && profile.reads_screen() {
             evidence.screen = tmux.screen(session).await.ok();
         }
         let identity = owner_tags(ws).1;
@@ -379,6 +392,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         evidence.record = Record { proof, len: said.len, awaits_transcript: !said.reported.is_empty() };
         evidence.hooked = evidence.hooked.or(said.moved_to);
         (evidence.confirmed, evidence.turn) = (said.confirmed, said.turn);
+        (evidence.queued, evidence.dropped) = (said.queued, said.dropped);
         evidence
     }
 }

@@ -1,9 +1,10 @@
-//! The agent's Lease and its fence, beside the pipeline (issue 27). The agent renews a Lease named for its node
+//! The agent's Lease and its fence, beside the pipeline. The agent renews a Lease named for its node
 //! (`worksession-agent-<node>`, in `placement.leaseNamespace`), which tells the controller three things: this node
 //! runs a live agent, how many sessions it takes, and which namespaces it serves. The same Lease is the fence: a
 //! reconcile acts only while the last renewal is younger than [`crate::config::PlacementConfig::fence_after`], and
 //! once it is older the agent stops every harness it runs before anything else, because from then on the controller
-//! may have moved their sessions to another node (the rule and what it relies on: the README's "Node loss").
+//! may have moved their sessions to another node (the rule and what it relies on: docs/agent.md, "Placement and node
+//! loss").
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -437,6 +437,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         .map_err(|source| ReconcileError::Paste { event: key.clone(), source })?;
                     self.failpoint(Failpoint::AfterPaste).await;
                 }
+                Op::Submit { session, key } => {
+                    tmux.submit(session)
+                        .await
+                        .map_err(|source| ReconcileError::Paste { event: key.clone(), source })?;
+                }
                 Op::Event(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
                     let old = written.get(update.event.as_str()).or(ev.status.as_ref());

@@ -6,12 +6,14 @@
 
 use std::path::Path;
 
+use k8s_openapi::jiff::Timestamp;
+
 use crate::api::{EventPhase, WorkSessionSpec, WorkSessionStatus};
 use crate::core::{INITIAL_PROMPT, PendingEvent, initial_prompt_owed};
 use crate::harness::Profile;
 use crate::harness::clean_prompt;
-use crate::harness::hooks::Turn;
-use crate::hook::Taken;
+use crate::harness::hooks::{Hooks, Turn};
+use crate::hook::{Taken, TurnEnd};
 use crate::transcript::{self, AFTER_MARK_LIMIT, words};
 
 /// A prompt sent and not yet known delivered.
@@ -21,6 +23,7 @@ pub struct Sent {
     text: String,
     command: bool,
     offset: Option<u64>,
+    at: Option<Timestamp>,
 }
 
 /// The prompts `Delivering` now: `initialPrompt` first, then the events.
@@ -30,14 +33,15 @@ pub fn sent(spec: &WorkSessionSpec, status: &WorkSessionStatus, events: &[Pendin
         .filter(|e| e.phase == EventPhase::Delivering)
         .map(|e| {
             let text = crate::api::carried(status, &e.tag, &e.prompt).into_owned();
-            Sent { key: e.name.clone(), text, command: e.command, offset: e.offset }
+            Sent { key: e.name.clone(), text, command: e.command, offset: e.offset, at: e.sent }
         })
         .collect();
     if initial_prompt_owed(spec, status) == Some(EventPhase::Delivering) {
         let text = crate::api::carried(status, INITIAL_PROMPT, spec.initial_prompt.as_deref().unwrap_or_default());
         let text = text.into_owned();
         let offset = status.initial_prompt.as_ref().and_then(|p| p.sent_offset);
-        sent.insert(0, Sent { key: INITIAL_PROMPT.into(), text, command: false, offset });
+        let at = status.initial_prompt.as_ref().and_then(|p| p.sent_time.as_ref()).map(|t| t.0);
+        sent.insert(0, Sent { key: INITIAL_PROMPT.into(), text, command: false, offset, at });
     }
     sent
 }
@@ -66,6 +70,11 @@ pub struct Said {
     /// Keys of the sent prompts its hooks reported taken whose transcript does not show them yet (written just after
     /// the hook: looked at again soon).
     pub reported: Vec<String>,
+    /// Keys of the sent prompts its hooks reported queued behind a turn that still runs (hooks).
+    pub queued: Vec<String>,
+    /// Keys of the sent prompts its hooks reported queued behind a turn that then failed for good, which the harness
+    /// never sent to its model (hooks).
+    pub dropped: Vec<String>,
     /// The conversation the live harness moved to (hooks).
     pub moved_to: Option<String>,
     /// The conversations the live harness's latest hooks naming one named, newest first (hooks).
@@ -101,7 +110,7 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
     // The report of each sent prompt, after its mark, by its words: each report one prompt's, in order (two events
     // of the same words, one of them lost, are not both confirmed by the other's report).
     let mut used = vec![false; heard.prompts.len()];
-    let mut taken: Vec<(String, Taken)> = Vec::new();
+    let (mut taken, mut queued, mut dropped): (Vec<(String, Taken)>, _, _) = (Vec::new(), Vec::new(), Vec::new());
     for s in sent {
         let (at, forms) = (mark(s, heard.len), forms(s, profile));
         let report = heard
@@ -109,13 +118,24 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
             .iter()
             .enumerate()
             .find(|(i, t)| !used[*i] && t.at >= at && forms.contains(&words(&t.prompt)));
-        if let Some((i, t)) = report {
-            used[i] = true;
-            taken.push((s.key.clone(), t.clone()));
+        let Some((i, t)) = report else { continue };
+        used[i] = true;
+        // Only opencode's plugin says a prompt was queued: another CLI's hook payload is its own words.
+        let behind = t.queued && profile.hooks == Some(Hooks::Opencode);
+        match (behind, t.ended) {
+            (true, None) => queued.push(s.key.clone()),
+            (true, Some(TurnEnd::Failed)) => dropped.push(s.key.clone()),
+            _ => taken.push((s.key.clone(), t.clone())),
         }
     }
-    let (confirmed, reported) = persisted(place, profile, taken).await;
-    Said { len: heard.len, confirmed, reported, moved_to: heard.moved_to, named: heard.named, turn: heard.turn }
+    let (mut confirmed, reported) = persisted(place, profile, taken).await;
+    if profile.hooks == Some(Hooks::Copilot) {
+        let told = |s: &&Sent| ![&confirmed, &queued, &dropped, &reported].iter().any(|keys| keys.contains(&s.key));
+        let unheard: Vec<Sent> = sent.iter().filter(told).cloned().collect();
+        confirmed.extend(steered(place, profile, unheard).await);
+    }
+    let (moved_to, named, turn) = (heard.moved_to, heard.named, heard.turn);
+    Said { len: heard.len, confirmed, reported, queued, dropped, moved_to, named, turn }
 }
 
 /// How much of a transcript's end is searched for a prompt its hook reported: the harness writes the prompt there
@@ -158,6 +178,78 @@ async fn persisted(place: &Place<'_>, profile: &Profile, taken: Vec<(String, Tak
     let (written, reported) = tokio::task::spawn_blocking(search).await.unwrap_or_default();
     confirmed.extend(written);
     (confirmed, reported)
+}
+
+/// How much of Copilot CLI's events file is searched for a prompt steered into a turn: it writes the prompt there
+/// as it takes it.
+const STEERED_TAIL: u64 = 4 << 20;
+
+/// How long a line of Copilot CLI's events file holding a steered prompt may be beyond the prompt itself (its ids and
+/// times: about 400 bytes); a longer one is not parsed.
+const STEERED_SLACK: usize = 4 << 10;
+
+/// One line of Copilot CLI's events file, as far as a steered prompt needs it.
+#[derive(serde::Deserialize)]
+struct CopilotEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    timestamp: Option<std::borrow::Cow<'a, str>>,
+    data: Option<CopilotMessage>,
+}
+
+#[derive(serde::Deserialize)]
+struct CopilotMessage {
+    content: Option<String>,
+    delivery: Option<String>,
+}
+
+/// The keys of the `unheard` prompts (sent, no hook reported them) that Copilot CLI's events file (`conversationPath`)
+/// records as steered into a turn: a `user.message` of their words with `delivery: "steering"`, written at or after
+/// their send. Copilot CLI steers a prompt pasted while its turn runs into that turn and runs no `userPromptSubmitted`
+/// hook for it (measured with 1.0.102; the turn's next model request carries it); without this, the deadline sent it
+/// again and the model got it twice. A prompt taken between turns has its hook, and its line says `idle`: never
+/// counted here. Read whenever the record is (a hook file that grows wakes the session: the turn's end).
+async fn steered(place: &Place<'_>, profile: &Profile, unheard: Vec<Sent>) -> Vec<String> {
+    let (Some(template), Some(id)) = (&profile.conversation_path, place.conversation) else { return Vec::new() };
+    if unheard.is_empty() || !crate::api::is_valid_session_id(id) {
+        return Vec::new();
+    }
+    let path = transcript::locate(template, place.home, place.workdir, id);
+    let home = place.home.to_path_buf();
+    let wanted: Vec<(Sent, [String; 2])> = unheard.into_iter().map(|s| (s.clone(), forms(&s, profile))).collect();
+    let read = move || {
+        let len = transcript::length(&home, &path)?;
+        let from = len.saturating_sub(STEERED_TAIL);
+        let (bytes, _) = transcript::read_from(&home, &path, from, STEERED_TAIL)?;
+        let mut confirmed: Vec<String> = Vec::new();
+        let longest = wanted.iter().map(|(s, _)| s.text.len()).max().unwrap_or(0);
+        for (_, line) in transcript::lines(&bytes, from, from > 0) {
+            if !line.contains("\"steering\"") || line.len() > longest.saturating_mul(6).saturating_add(STEERED_SLACK) {
+                continue;
+            }
+            let Ok(event) = serde_json::from_str::<CopilotEvent>(line) else { continue };
+            let Some(CopilotMessage { content: Some(content), delivery: Some(delivery) }) = event.data else {
+                continue;
+            };
+            if event.kind != "user.message" || delivery != "steering" {
+                continue;
+            }
+            let content = content.as_str();
+            let written = event.timestamp.and_then(|t| t.parse::<Timestamp>().ok());
+            // Each line one prompt's: the first sent before it, not yet shown, of its words.
+            let shows = |(s, forms): &&(Sent, [String; 2])| {
+                !confirmed.contains(&s.key)
+                    && s.at.zip(written).is_some_and(|(sent, written)| written >= sent)
+                    && forms.contains(&words(content))
+            };
+            if let Some((s, _)) = wanted.iter().find(shows) {
+                confirmed.push(s.key.clone());
+            }
+        }
+        Some(confirmed)
+    };
+    tokio::task::spawn_blocking(read).await.ok().flatten().unwrap_or_default()
 }
 
 /// The transcript of the conversation the harness runs (or a resume would take): its length, and the sent prompts it

@@ -27,6 +27,8 @@ pub enum Found {
     Missing,
     /// Failed just now, with what git printed.
     Failed(String),
+    /// Nothing to prepare, and the workdir is not a directory.
+    NoWorkdir,
 }
 
 impl Found {
@@ -38,6 +40,7 @@ impl Found {
             Found::Preparing => Workspace::Preparing,
             Found::Missing => Workspace::Missing,
             Found::Failed(output) => Workspace::Failed(output),
+            Found::NoWorkdir => Workspace::NoWorkdir,
         }
     }
 }
@@ -62,7 +65,7 @@ impl Workspaces {
     /// directory holds a `.git`.
     pub fn state(&self, key: &str, ws: &WorkSession) -> Found {
         if ws.spec.workspace.is_none() {
-            return Found::Ready;
+            return if Path::new(&ws.spec.workdir).is_dir() { Found::Ready } else { Found::NoWorkdir };
         }
         let mut tasks = self.tasks();
         if tasks.get(key).is_some_and(|task| !task.is_finished()) {

@@ -81,7 +81,7 @@ pub fn identity(obj: &impl kube::ResourceExt) -> String {
         name = "Activity",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Activity\")].reason",
-        description = "What the harness does, by its hooks: Working, WaitingForInput (for a person) or Idle."
+        description = "What the harness does, by its hooks: Working, WaitingForInput (for a person), Idle or TurnFailed."
     ),
     printcolumn(name = "Resumed", type_ = "string", json_path = ".status.conditions[?(@.type==\"Resumed\")].status"),
     printcolumn(name = "Session id", type_ = "string", json_path = ".status.harnessSessionId"),
@@ -190,7 +190,7 @@ pub struct WorkspaceSpec {
     pub r#ref: Option<String>,
 }
 
-/// What happens to a session whose node is lost (issue 27).
+/// What happens to a session whose node is lost.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum NodeLostPolicy {
     /// Placed again on another node: its conversation resumed where the state is shared, else a fresh one.
@@ -212,7 +212,7 @@ pub enum RestartPolicy {
     Never,
 }
 
-/// Resume-on-respawn settings (the seed's `resumeOnRespawn`, `resumeProbeSeconds`, and the settle window).
+/// Resume-on-respawn settings (`resumeOnRespawn`, `resumeProbeSeconds`, and the settle window).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ResumeSpec {
@@ -261,7 +261,7 @@ pub struct WorkSessionStatus {
     /// it), `Confined` (whether it runs in a room of its own), `WorkspaceReady` (whether the checkout is prepared),
     /// `Activity` (what a hook-backed harness says it does: working, waiting for a person, idle), `Placed` (whether
     /// the controller placed it on a node, or why not) and `NodeLost` (whether its node is lost); their reasons are
-    /// in the README's status reference.
+    /// in the status reference (docs/api.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -103,7 +103,7 @@ static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTER
 static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).unwrap());
 static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
 
-/// Whether `id` has the shape of a harness session id (the seed's check, applied before an id becomes argv).
+/// Whether `id` has the shape of a harness session id (checked before an id becomes argv).
 pub fn is_valid_session_id(id: &str) -> bool {
     SESSION_ID.is_match(id)
 }
@@ -327,7 +327,7 @@ mod tests {
         assert!(validate_spec(&spec("/srv/work/repo-1.x")).is_ok());
     }
 
-    /// Issue 23: slugs that lost information carry a hash of the original; those that lost nothing are the
+    /// Slugs that lost information carry a hash of the original; those that lost nothing are the
     /// original; both are DNS labels.
     #[test]
     fn slugs_that_lost_information_carry_a_hash() {

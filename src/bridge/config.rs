@@ -555,7 +555,7 @@ mod tests {
     #[test]
     fn templates_and_slugs() {
         assert_eq!(render("{repo}-{number}", &[("repo", "Hello.World"), ("number", "42")]), "Hello.World-42");
-        // Issue 23: a slug that lost information carries a hash of the original (see api::shapes' tests).
+        // A slug that lost information carries a hash of the original (see api::shapes' tests).
         assert!(slug("Hello.World-42").starts_with("hello-world-42-"), "{}", slug("Hello.World-42"));
         assert_eq!(slug("hello-world-42"), "hello-world-42");
         assert_eq!(slug(&"a".repeat(80)).len(), 63);

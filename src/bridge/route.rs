@@ -187,8 +187,8 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
             (words, false)
         }
         Ask::Prompt => {
-            // Who may prompt: the role of the person behind the comment, review or issue (see the README's table of
-            // checks); a bot on the reviewers' list for its reviews of a work item's pull request.
+            // Who may prompt: the role of the person behind the comment, review or issue (see docs/bridge.md's table
+            // of checks); a bot on the reviewers' list for its reviews of a work item's pull request.
             let allowed = route.allowed_author_associations.as_ref().unwrap_or(&gh.allowed_author_associations);
             let association = subject.association.as_deref().unwrap_or("NONE");
             let bot_review =

@@ -281,7 +281,7 @@ async fn github_accepts_a_signed_comment_once() {
             (ws.spec.node_name.as_deref().unwrap(), ws.spec.workdir.as_str()),
             ("node-a", "/srv/work/octo-org/hello")
         );
-        // Issue 17: a route's workspace makes a session that can start from the webhook alone.
+        // A route's workspace makes a session that can start from the webhook alone.
         let workspace = ws.spec.workspace.as_ref().expect("the route's workspace");
         assert_eq!(
             (workspace.url.as_str(), workspace.r#ref.as_deref()),
@@ -488,7 +488,7 @@ async fn fuzz_github_handler() {
     assert!(written_ok > 0, "the fuzz also reached the success path");
 }
 
-/// Issue 23, point 1: only people with a role in the repository prompt an agent. The role is the one of the person
+/// Only people with a role in the repository prompt an agent. The role is the one of the person
 /// behind what the event is about: the comment's author (not the issue's), the review's, the opened issue's.
 #[tokio::test]
 async fn github_accepts_only_the_roles_allowed_to_prompt() {
@@ -555,7 +555,7 @@ fn an_unknown_author_association_refuses_the_config() {
     assert!(e.contains("routes[0].allowedAuthorAssociations"), "{e}");
 }
 
-/// Issue 23, point 2: a route caps the WorkSessions it creates, counted from what the store holds; past it an event
+/// A route caps the WorkSessions it creates, counted from what the store holds; past it an event
 /// that would create one is ignored, and events to existing sessions still flow.
 #[tokio::test]
 async fn a_route_caps_the_sessions_it_creates_and_existing_ones_still_get_events() {

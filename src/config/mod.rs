@@ -2,7 +2,7 @@
 //!
 //! Every key is optional. A file that does not parse, or a profile whose templates are malformed, is refused with a
 //! message naming the key. [`Reloader`] picks up a changed file without a restart and keeps the last good config
-//! when an edit is bad (the seed's hot reload).
+//! when an edit is bad.
 
 pub mod placement;
 pub mod rooms;
@@ -85,7 +85,7 @@ pub struct TmuxConfig {
     pub start_server: bool,
 }
 
-/// Resume defaults (the seed's `resumeOnRespawn` and `resumeProbeSeconds`, and the settle window).
+/// Resume defaults (`resumeOnRespawn`, `resumeProbeSeconds` and the settle window).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Defaults {
     /// Resume the recorded conversation on respawn.

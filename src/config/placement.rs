@@ -1,4 +1,4 @@
-//! `placement` in the agent config (issue 27): what this node's agent offers the placement (how many sessions, which
+//! `placement` in the agent config: what this node's agent offers the placement (how many sessions, which
 //! namespaces) and the Lease it renews to say it is alive, which is also the fence it keeps: an agent that has not
 //! renewed its Lease for [`PlacementConfig::fence_after`] stops its harnesses, before the controller may move them.
 

@@ -115,6 +115,8 @@ words! {
         HarnessCannotBeHosted,
         /// The namespace may not check out that repository (`workspaces.repositories`).
         WorkspaceNotAllowed,
+        /// `spec.workdir` is not a directory on the node, and no `spec.workspace` is there to clone into it.
+        WorkdirMissing,
         /// `spec.harnessSessionId` is another WorkSession's conversation on this node.
         SessionIdTaken,
     }
@@ -168,6 +170,9 @@ words! {
         WaitingForInput,
         /// `False`: its turn is over, or it has not begun one (`Stop`, `SessionStart`, an idle `Notification`).
         Idle,
+        /// `False`: its last turn failed for good (`StopFailure`: opencode's `session.error`, after its own retries);
+        /// the message has its words. It takes the next prompt.
+        TurnFailed,
     }
 }
 

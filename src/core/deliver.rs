@@ -22,6 +22,13 @@ use crate::harness::Profile;
 /// How often a prompt waiting for the ready pattern, or for its transcript, is looked at again.
 pub const DELIVERY_RECHECK: Duration = Duration::from_millis(500);
 
+/// How long a harness that takes prompts one at a time may show no turn after a paste before Enter is pressed again,
+/// and how often it is pressed again after that.
+pub const SUBMIT_AGAIN_AFTER: Duration = Duration::from_secs(3);
+
+/// Within how many [`SUBMIT_AGAIN_AFTER`]s of its paste a prompt's Enter is pressed again: about twice.
+const SUBMIT_AGAIN_TIMES: u32 = 3;
+
 /// How many times a prompt its harness's record never confirmed is sent before it fails.
 pub const CONFIRM_ATTEMPTS: u32 = 2;
 
@@ -31,7 +38,8 @@ pub const RETURN_LIMIT: u32 = 5;
 /// What tells that a sent prompt reached the conversation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Proof {
-    /// The harness's hooks: its `UserPromptSubmit` of the live spawn reports the prompt.
+    /// The harness's hooks: its `UserPromptSubmit` of the live spawn reports the prompt (or, for a prompt Copilot CLI
+    /// steers into a running turn, which runs no hook, its events file records it as steered).
     Hooks,
     /// The harness's transcript (`conversationPath`) shows it.
     Transcript,
@@ -42,11 +50,11 @@ pub enum Proof {
 
 impl Proof {
     /// The proof a harness of `profile` offers when run for the WorkSession `identity` with its `HOME` at `home`:
-    /// hooks where it is given them (a hook-backed profile, a receiver, a `HOME` for its hook file) and they report
-    /// each prompt taken, else its transcript where the profile names one, else the settle window.
+    /// hooks where it is given them (a hook-backed profile, a receiver, a `HOME` for its hook file; every hook style
+    /// reports each prompt taken, Codex's for a prompt pasted while it works too, as that prompt steers the running
+    /// turn), else its transcript where the profile names one, else the settle window.
     pub fn of(profile: &Profile, config: &Config, home: Option<&Path>, identity: &str) -> Self {
-        let confirms = profile.hooks.is_some_and(crate::harness::hooks::Hooks::confirms_prompts);
-        if confirms && hook_args(profile, config, home, identity, "spawn").is_some() {
+        if hook_args(profile, config, home, identity, "spawn").is_some() {
             Proof::Hooks
         } else if profile.conversation_path.is_some() {
             Proof::Transcript
@@ -203,7 +211,13 @@ impl<'a, 'i> Decision<'a, 'i> {
         // say when a turn ends: a paste meanwhile would stay unsent in its input box, and the next would join it. A
         // turn waiting for a person is still a turn (a paste would answer the question).
         let one_at_a_time = !profile.queues_prompts && proof == Proof::Hooks;
-        let busy = input.evidence.turn.is_some_and(|t| super::hooks::activity(t).0 != ActivityReason::Idle);
+        // Where the harness's own record confirms a paste, the next paste waits for that word: a harness that reads
+        // two pastes and their Enters together (a busy machine) may join them in its input box and submit neither
+        // (measured with Claude Code 2.1.332). Without such a record there is no word to wait for.
+        let one_unconfirmed = proof != Proof::Settle;
+        let busy = input.evidence.turn.is_some_and(|t| {
+            matches!(super::hooks::activity(t).0, ActivityReason::Working | ActivityReason::WaitingForInput)
+        });
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
@@ -225,32 +239,50 @@ impl<'a, 'i> Decision<'a, 'i> {
                         continue;
                     }
                     let deadline = later(prompt.sent.unwrap_or(now), input.context.config.confirm_timeout);
+                    if input.evidence.dropped.iter().any(|k| k == prompt.key) {
+                        // Taken behind a turn that failed for good, and never sent to the model (opencode): sent
+                        // again, now the harness is idle, as a prompt that went nowhere is, with a mark of its own
+                        // (the report of the first send speaks of a take that came to nothing).
+                        let failed = input.evidence.turn.filter(|t| t.hook == "StopFailure");
+                        let why = failed.and_then(|t| t.message.clone()).unwrap_or_else(|| "an error".into());
+                        let said = format!(
+                            "the harness took it behind a turn that failed ({why}), and its model never got it"
+                        );
+                        blocked |= prompt.attempts < CONFIRM_ATTEMPTS;
+                        self.resend_or_fail(&prompt, said, Attempt::No);
+                        continue;
+                    }
+                    if input.evidence.queued.iter().any(|k| k == prompt.key) {
+                        // Taken behind a running turn: known delivered once that turn ends well (its hooks wake the
+                        // session; a death returns it). While the harness says it works, however long its retries
+                        // take, it waits; past the deadline with the harness no longer working, its hook's word is
+                        // taken.
+                        let working = input.evidence.turn.is_some_and(|t| t.hook == "UserPromptSubmit");
+                        if now >= deadline && !working {
+                            self.delivered(&prompt, proof);
+                        } else {
+                            self.requeue(if now < deadline { until(now, deadline) } else { DELIVERY_RECHECK });
+                        }
+                        continue;
+                    }
                     if now < deadline {
-                        blocked |= one_at_a_time; // the next waits until the harness took this one
+                        blocked |= one_unconfirmed; // the next waits until the harness took this one
                         // A hook file that grows wakes the session; a transcript (also one that is about to show
                         // what a hook reported) is looked at again.
                         let woken = proof == Proof::Hooks && !input.evidence.record.awaits_transcript;
                         let recheck = if woken { until(now, deadline) } else { DELIVERY_RECHECK };
                         self.requeue(recheck.min(until(now, deadline)));
+                        if one_at_a_time {
+                            self.submit_again(&prompt, ready);
+                        }
                         continue;
                     }
                     let waited = input.context.config.confirm_timeout.as_secs();
-                    if prompt.attempts < CONFIRM_ATTEMPTS {
-                        // The paste may have gone nowhere (a TUI that dropped it): sent again, in its place. Its
-                        // send's mark stays: a harness that took that send late (a slow start) says so after it.
-                        let message = format!("{} did not show it within {waited}s; it is sent again", proof.said());
-                        self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Again, Some(message));
-                        blocked = true;
-                        self.requeue(Duration::ZERO);
-                        continue;
-                    }
-                    let message = format!(
-                        "{} did not show it within {waited}s, {} attempts; it is not sent again",
-                        proof.said(),
-                        prompt.attempts
-                    );
-                    self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::No, Some(message.clone()));
-                    self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
+                    // The paste may have gone nowhere (a TUI that dropped it): sent again, in its place. Its send's
+                    // mark stays: a harness that took that send late (a slow start) says so after it.
+                    blocked |= prompt.attempts < CONFIRM_ATTEMPTS;
+                    let said = format!("{} did not show it within {waited}s", proof.said());
+                    self.resend_or_fail(&prompt, said, Attempt::Again);
                 }
                 _ if blocked => {}
                 _ if let Some(mark) = input.observed.view.and_then(|t| unrecorded_paste(&t.pasted, &prompt)) => {
@@ -259,6 +291,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     let attempt = mark.map_or(Attempt::Counted, Attempt::SentAt);
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK);
+                    blocked |= one_unconfirmed;
                 }
                 _ if one_at_a_time && busy => {
                     // Its turn's end (a hook) wakes the session; no deadline: a turn takes as long as it takes (the
@@ -298,18 +331,26 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.ops.push(Op::Paste { session, key, tag, text });
                     self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
-                    blocked |= one_at_a_time;
+                    blocked |= one_unconfirmed;
                 }
                 _ => {
                     blocked = true; // later prompts keep their place behind this one
-                    let since = started.unwrap_or(prompt.created).max(prompt.created);
+                    // Counted from the harness's start, the prompt's creation or its latest turn event, whichever
+                    // is last: a prompt that waited behind a long turn gets the whole wait once it is over.
+                    let turn_at = input.evidence.turn.and_then(|t| t.at);
+                    let since = [started, turn_at].into_iter().flatten().fold(prompt.created, Timestamp::max);
                     let deadline = later(since, input.context.config.ready_timeout);
                     if now < deadline {
                         self.requeue(DELIVERY_RECHECK);
                         continue;
                     }
+                    let shown = if profile.busy(input.observed.screen) {
+                        "kept showing its busy pattern"
+                    } else {
+                        "never showed its ready pattern"
+                    };
                     let message = format!(
-                        "the harness never showed its ready pattern within {}s; the prompt was not pasted",
+                        "the harness {shown} within {}s; the prompt was not pasted",
                         input.context.config.ready_timeout.as_secs()
                     );
                     self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::No, Some(message.clone()));
@@ -320,6 +361,48 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
         }
         self.idle_check(settings);
+    }
+
+    /// A paste that a harness taking prompts one at a time has written nothing about since: Enter is pressed again,
+    /// a few times shortly after the paste. Such a harness may read a paste and its Enter together under load and keep
+    /// the prompt unsent in its input box (Gemini CLI 0.61.0, measured: the box held it until the deadline pasted it
+    /// a second time beside it). Only where the Enter can do nothing but submit that box: the prompt was pasted (a
+    /// command-line prompt may meet a dialog of the CLI's own first), after the harness's hooks said it was idle at
+    /// its input (its latest turn event a `Stop` or a `SessionStart`, which comes once its start-up questions are
+    /// answered), and its hook file has not grown since the paste (a turn's first hook comes before any dialog of
+    /// that turn). A screen showing the busy pattern is let be, and looked at again.
+    fn submit_again(&mut self, prompt: &Prompt<'i>, ready: bool) {
+        let evidence = &self.input.evidence;
+        let idle = evidence.turn.is_some_and(|t| matches!(t.hook.as_str(), "Stop" | "SessionStart"));
+        let Some((sent, mark)) = prompt.sent.zip(prompt.offset) else { return };
+        let silent = evidence.record.len <= mark;
+        if prompt.via != Some(Via::Pasted) || !idle || !silent {
+            return;
+        }
+        let now = self.input.context.now;
+        let (due, last) = (later(sent, SUBMIT_AGAIN_AFTER), later(sent, SUBMIT_AGAIN_AFTER * SUBMIT_AGAIN_TIMES));
+        if now < due {
+            self.requeue(until(now, due));
+        } else if now < last {
+            if ready && !self.ops.iter().any(|op| matches!(op, Op::Submit { .. })) {
+                self.ops.push(Op::Submit { session: self.session.clone(), key: prompt.key.into() });
+            }
+            self.requeue(SUBMIT_AGAIN_AFTER);
+        }
+    }
+
+    /// A sent prompt the harness did not take (`said`, why): sent again in its place, up to [`CONFIRM_ATTEMPTS`]
+    /// sends, then `Failed`; `again` says whether its send's mark stays ([`Attempt::Again`]) or goes ([`Attempt::No`]).
+    fn resend_or_fail(&mut self, prompt: &Prompt<'i>, said: String, again: Attempt) {
+        if prompt.attempts < CONFIRM_ATTEMPTS {
+            let message = format!("{said}; it is sent again");
+            self.set_prompt(prompt.key, EventPhase::Pending, None, again, Some(message));
+            self.requeue(Duration::ZERO);
+            return;
+        }
+        let message = format!("{said}, {} attempts; it is not sent again", prompt.attempts);
+        self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::No, Some(message.clone()));
+        self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
     }
 
     /// The prompt `key`, if it is not yet known delivered.

@@ -15,6 +15,7 @@ pub fn activity(turn: &Turn) -> (ActivityReason, String) {
     let words = turn.message.clone().filter(|m| !m.trim().is_empty());
     match (turn.hook.as_str(), turn.kind.as_deref()) {
         ("UserPromptSubmit", _) => (ActivityReason::Working, "the harness took a prompt and works on it".into()),
+        ("StopFailure", _) => (ActivityReason::TurnFailed, words.unwrap_or_else(|| "the harness's turn failed".into())),
         ("Notification", Some("idle_prompt")) | ("Stop", _) | ("SessionStart", _) => {
             (ActivityReason::Idle, words.unwrap_or_else(|| "the harness waits for a prompt".into()))
         }
@@ -61,8 +62,14 @@ impl Decision<'_, '_> {
         let Some(turn) = self.input.evidence.turn else { return };
         let (reason, message) = activity(turn);
         let was = find(&self.status.conditions, reason).map(|c| c.message.clone());
-        if reason == ActivityReason::WaitingForInput && was.as_deref() != Some(message.as_str()) {
-            self.notice(Notice::new(EventReason::WaitingForInput, message.clone()));
+        if was.as_deref() != Some(message.as_str()) {
+            match reason {
+                ActivityReason::WaitingForInput => {
+                    self.notice(Notice::new(EventReason::WaitingForInput, message.clone()))
+                }
+                ActivityReason::TurnFailed => self.notice(Notice::new(EventReason::TurnFailed, message.clone())),
+                ActivityReason::Working | ActivityReason::Idle => {}
+            }
         }
         self.condition(reason, reason == ActivityReason::Working, message);
     }

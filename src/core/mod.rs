@@ -1,10 +1,10 @@
 //! The pure decision core: from what is desired (spec, config, pending events) and what is observed (tmux
 //! liveness, the clock) to a [`Plan`]: operations to run and the status to record. No I/O happens here.
 //!
-//! It carries the seed design's `_try_resume` table ([`try_resume`]) and the product brief's steps: delete and
-//! suspend, paste into a live pane, respawn a dead one with the oldest pending event as boot prompt, verify
-//! without blocking (a deadline in status, requeued), fall back to a fresh conversation, put the boot event back
-//! when a resumed pane dies within the settle window, and back off like kubelet.
+//! It carries the resume table ([`try_resume`]) and the product brief's steps: delete and suspend, paste into a live
+//! pane, respawn a dead one with the oldest pending event as boot prompt, verify without blocking (a deadline in
+//! status, requeued), fall back to a fresh conversation, put the boot event back when a resumed pane dies within the
+//! settle window, and back off like kubelet.
 //!
 //! The [`Plan`] is the whole decision: every effect of a reconcile is an [`Op`] (the finalizer, expiring events,
 //! claims on the node, the intent recorded before a spawn, spawns, pastes, stops, event updates, notices, the

@@ -88,6 +88,8 @@ pub enum Workspace<'a> {
     Missing,
     /// A preparation failed just now, with what git printed.
     Failed(&'a str),
+    /// Nothing to prepare, and `spec.workdir` is not a directory on the node.
+    NoWorkdir,
 }
 
 /// A session's room (agent config `rooms`): a Unix user of its own and its `HOME`.
@@ -212,6 +214,12 @@ pub struct Record {
 pub struct Evidence<'a> {
     /// Keys of the sent prompts the harness's record ([`Record`]) shows it took, after where it stood when each was sent.
     pub confirmed: &'a [String],
+    /// Keys of the sent prompts the harness's hooks report taken while it worked on a turn, which it sends to its
+    /// model once that turn is over: that turn still runs.
+    pub queued: &'a [String],
+    /// Keys of the sent prompts the harness's hooks report taken behind a turn that then failed for good: the harness
+    /// never sent them to its model.
+    pub dropped: &'a [String],
     /// The harness's record of what it took.
     pub record: Record,
     /// The live spawn's latest turn event, as its hooks said it.
@@ -322,9 +330,16 @@ pub enum Op {
         /// The prompt.
         text: String,
     },
+    /// Press Enter in the live pane again, for the prompt `key` a harness holds unsent in its input box.
+    Submit {
+        /// The tmux session.
+        session: String,
+        /// The prompt's key.
+        key: String,
+    },
     /// Update a WorkEvent's status.
     Event(EventUpdate),
-    /// Report: a log line with the seed's event name, and a Kubernetes Event.
+    /// Report: a log line named by its event (`session.started`, ...), and a Kubernetes Event.
     Notice(Notice),
     /// Delete the session's WorkEvents, then drop the agent's finalizer: the finalizer is what removes a deleted
     /// session's events (the bridge writes them from its cache, with no owner reference a stale UID could make the
@@ -437,6 +452,8 @@ crate::words::words! {
         ConversationChanged,
         /// The harness waits for a person (its hooks said so), with its words.
         WaitingForInput,
+        /// The harness's turn failed for good (its hooks said so), with its words.
+        TurnFailed,
         /// The session was handed to another node (a move asked for it).
         Moved,
         /// The harness of a session whose work item is closed was stopped (`spec.archived`).
@@ -445,7 +462,7 @@ crate::words::words! {
 }
 
 impl EventReason {
-    /// The log event name, in the seed's words.
+    /// The log event name (`session.started`, `event.delivered`, ...).
     pub fn log_event(self) -> &'static str {
         match self {
             EventReason::Started => "session.started",
@@ -464,6 +481,7 @@ impl EventReason {
             EventReason::PushTokenFailed => "workspace.push_token_failed",
             EventReason::ConversationChanged => "session.conversation_changed",
             EventReason::WaitingForInput => "session.waiting_for_input",
+            EventReason::TurnFailed => "session.turn_failed",
             EventReason::Moved => "session.moved",
             EventReason::Archived => "session.archived",
         }

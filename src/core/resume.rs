@@ -1,5 +1,5 @@
-//! The resume table: the seed design's `_try_resume`, whose rows decide whether a respawn resumes the recorded
-//! conversation or starts a fresh one, and the reason each row gives the `Resumed` condition.
+//! The resume table, whose rows decide whether a respawn resumes the recorded conversation or starts a fresh one, and
+//! the reason each row gives the `Resumed` condition.
 //!
 //! [`try_resume`] holds the rows decided before tmux runs anything; the rows after tmux (`ResumeSpawnFailed`,
 //! `PaneDied`, `PaneDiedAfterProbe`) are decided from their outcomes in [`super::verify`] and [`super::exits`].
@@ -65,7 +65,7 @@ pub fn candidate<'s>(spec: &'s WorkSessionSpec, status: &'s WorkSessionStatus) -
     status.harness_session_id.as_ref().or(spec.harness_session_id.as_ref())
 }
 
-/// The seed's `_try_resume`, before tmux: the recorded id to resume, or why the spawn is fresh.
+/// The resume table before tmux: the recorded id to resume, or why the spawn is fresh.
 ///
 /// `found` is whether the harness's store holds the conversation (`None`: the profile names no store).
 pub fn try_resume(

@@ -113,7 +113,7 @@ mod tests {
     use super::*;
     use crate::api::{WorkSessionSpec, WorkSessionStatus};
 
-    /// Issue 23: a WorkSession's tmux session is `<prefix><namespace>_<name>`; one recorded under the older
+    /// A WorkSession's tmux session is `<prefix><namespace>_<name>`; one recorded under the older
     /// `<prefix><workItem>` is used while it lives, never a session of another shape.
     #[test]
     fn the_tmux_session_is_the_recorded_one_while_it_exists_else_the_configured_one() {

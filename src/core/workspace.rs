@@ -8,7 +8,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{
-    BACKOFF_BASE, Decision, EventReason, Notice, Op, ReadyReason, Workspace, WorkspaceReason, backoff, later, until,
+    BACKOFF_BASE, CONFLICT_RECHECK, Decision, EventReason, Notice, Op, ReadyReason, Workspace, WorkspaceReason,
+    backoff, later, until,
 };
 use crate::api::{Phase, WorkspaceSpec};
 
@@ -19,9 +20,23 @@ impl Decision<'_, '_> {
     /// Before a spawn: whether the workspace lets it go ahead (else the plan says what waits).
     pub(super) fn workspace_ready(&mut self) -> bool {
         let input = self.input;
+        if input.evidence.workspace == Workspace::NoWorkdir {
+            // A person's mistake, not a harness's failure: a spawn there would die at once, again and again. Looked
+            // at again shortly, so creating the directory is all it takes.
+            let workdir = &input.object.spec.workdir;
+            self.status.phase = Some(Phase::Pending);
+            let message = format!(
+                "the workdir {workdir} is not a directory on this node: create it, or name a spec.workspace for the \
+                 agent to clone into it"
+            );
+            self.ready(false, ReadyReason::WorkdirMissing, message);
+            self.requeue(CONFLICT_RECHECK);
+            return false;
+        }
         let Some(spec) = &input.object.spec.workspace else { return true };
         match input.evidence.workspace {
-            Workspace::Ready => true,
+            // A workdir a preparation makes is never missing: only a session without one is told so, above.
+            Workspace::Ready | Workspace::NoWorkdir => true,
             Workspace::Prepared { branch, commit, adopted } => {
                 (self.status.failure_count, self.status.next_retry_time) = (0, None);
                 let how = if adopted { "adopted the checkout" } else { "prepared a checkout" };

@@ -18,6 +18,7 @@ pub struct ProfileFile {
     resume_failed_pattern: Option<String>,
     resume_busy_pattern: Option<String>,
     ready_pattern: Option<String>,
+    busy_pattern: Option<String>,
     conversation_path: Option<String>,
     store_path: Option<String>,
     discover: Option<DiscoverFile>,
@@ -72,6 +73,7 @@ impl ProfileFile {
         )?;
         let ready_pattern =
             regex(self.ready_pattern, "readyPattern", base.as_ref().and_then(|b| b.ready_pattern.clone()))?;
+        let busy_pattern = regex(self.busy_pattern, "busyPattern", base.as_ref().and_then(|b| b.busy_pattern.clone()))?;
         // Variables merge by name over the base's, as the profile's other keys do.
         let mut env = base.as_ref().map(|b| b.env.clone()).unwrap_or_default();
         for (key, value) in self.env.unwrap_or_default() {
@@ -110,6 +112,7 @@ impl ProfileFile {
             resume_busy_pattern,
             env,
             ready_pattern,
+            busy_pattern,
             conversation_path: path(self.conversation_path, base.as_ref().and_then(|b| b.conversation_path.clone())),
             store_path: path(self.store_path, base.as_ref().and_then(|b| b.store_path.clone())),
             discover,

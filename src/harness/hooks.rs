@@ -15,7 +15,10 @@ crate::words::words! {
         /// Claude Code: `--settings <json>` in front of its argv, a command hook per event.
         Claude = "claude",
         /// Codex CLI: `-c notify=[...]` in front of its argv, a program it runs at the end of each turn with one JSON
-        /// argument naming the thread (`thread-id`): how its conversation's id is known without scanning its rollouts.
+        /// argument naming the thread (`thread-id`), and `-c hooks.<event>=[...]`, command hooks for
+        /// [`CODEX_EVENTS`] run as Claude Code's are (`session_id`, the prompt taken, the turn's end), with
+        /// `--dangerously-bypass-hook-trust`: Codex runs no hook a person has not reviewed in its `/hooks` screen
+        /// otherwise, and says nothing when it skips one.
         Codex = "codex",
         /// Gemini CLI: run through `worksession hook-exec`, which writes a settings file of command hooks and starts
         /// the harness with `GEMINI_CLI_SYSTEM_SETTINGS_PATH` naming it (Gemini takes hooks from settings files only).
@@ -31,16 +34,6 @@ crate::words::words! {
 }
 
 impl Hooks {
-    /// Whether the harness reports each prompt as it takes it (`UserPromptSubmit`), so that a delivery is confirmed
-    /// by its hooks. Codex's notify comes only when a turn ends, minutes later maybe: a deadline on it would send a
-    /// prompt again in the middle of its turn.
-    pub fn confirms_prompts(self) -> bool {
-        match self {
-            Hooks::Claude | Hooks::Gemini | Hooks::Copilot | Hooks::Opencode => true,
-            Hooks::Codex => false,
-        }
-    }
-
     /// Whether the harness's hooks name the conversation it runs without being told it (Codex's notify, its
     /// `thread-id`; opencode's prompts, their `sessionID`): an id discovered from them.
     pub fn names_conversation(self) -> bool {
@@ -118,7 +111,14 @@ pub fn args(style: Hooks, helper: &Path, out: &Path, spawn: &str) -> Option<Laun
             // A TOML array of plain words (`-c` values are TOML); Codex appends its JSON as the last argument.
             let words = [helper.as_str(), "hook", "--out", &out, "--spawn", &spawn, "--event", NOTIFY];
             let words: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
-            Some(Launch::Before(vec!["-c".into(), format!("notify=[{}]", words.join(","))]))
+            let mut args =
+                vec!["--dangerously-bypass-hook-trust".into(), "-c".into(), format!("notify=[{}]", words.join(","))];
+            for event in CODEX_EVENTS {
+                let command = format!("{helper} hook --out {out} --spawn {spawn} --event {event}");
+                args.push("-c".into());
+                args.push(format!("hooks.{event}=[{{hooks=[{{type=\"command\",command=\"{command}\"}}]}}]"));
+            }
+            Some(Launch::Before(args))
         }
         Hooks::Gemini | Hooks::Copilot | Hooks::Opencode => {
             // What `hook-exec` writes holds only these plain words (`super::through::prepare`).
@@ -134,6 +134,9 @@ pub(super) fn plain_words(helper: &Path, out: &Path, spawn: &str) -> Option<(Str
     let plain = |s: Option<&str>| s.filter(|s| !s.is_empty() && crate::api::is_tag(s)).map(str::to_string);
     Some((plain(helper.to_str())?, plain(out.to_str())?, plain(Some(spawn))?))
 }
+
+/// The hooks Codex is given beside its notify.
+pub const CODEX_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop"];
 
 /// The event name a Codex notify is received under.
 pub const NOTIFY: &str = "notify";
@@ -156,9 +159,12 @@ mod tests {
         assert_eq!(v["hooks"].as_object().unwrap().len(), EVENTS.len());
         assert_eq!(super::args(Hooks::Claude, Path::new("/bin/x;rm"), out, "s"), None, "never a shell word");
         assert_eq!(super::args(Hooks::Claude, helper, out, "s $(id)"), None);
-        let codex = super::args(Hooks::Codex, helper, out, "spawn-1").unwrap();
+        let Some(Launch::Before(codex)) = super::args(Hooks::Codex, helper, out, "spawn-1") else { panic!("before") };
         let notify = r#"notify=["/usr/local/bin/worksession","hook","--out","/h/.worksession/hooks/a_b.jsonl","--spawn","spawn-1","--event","notify"]"#;
-        assert_eq!(codex, Launch::Before(vec!["-c".into(), notify.into()]));
+        assert_eq!(codex[..3], ["--dangerously-bypass-hook-trust", "-c", notify]);
+        let submit = r#"hooks.UserPromptSubmit=[{hooks=[{type="command",command="/usr/local/bin/worksession hook --out /h/.worksession/hooks/a_b.jsonl --spawn spawn-1 --event UserPromptSubmit"}]}]"#;
+        assert!(codex.windows(2).any(|w| w == ["-c", submit]), "{codex:?}");
+        assert_eq!(codex.len(), 3 + 2 * CODEX_EVENTS.len());
         assert_eq!(super::args(Hooks::Codex, Path::new("/bin/x\"y"), out, "s"), None, "never a TOML string's end");
     }
 

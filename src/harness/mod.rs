@@ -1,7 +1,7 @@
 //! Harness profiles: how to start (and resume) a harness CLI in tmux, as argv templates.
 //!
 //! A profile names a binary, extra args, an interactive argv and optionally a resume argv (flags first, prompt
-//! last, as in the seed). `{sessionId}` and `{prompt}` are replaced inside one argument each; `{extraArgs}` is a
+//! last). `{sessionId}` and `{prompt}` are replaced inside one argument each; `{extraArgs}` is a
 //! whole argument that expands to the list. Built in: the catalogue `catalogue.yaml` ([`builtin`]): `claude`, `codex`,
 //! `copilot`, `cursor` (which cannot be tmux-hosted), `gemini` and `opencode`.
 
@@ -49,6 +49,10 @@ pub struct Profile {
     /// What the pane's visible text shows once the harness accepts input; `None`: it is assumed to once the probe
     /// passed. Nothing is pasted before it shows (a real TUI drops what is typed while it boots).
     pub ready_pattern: Option<Regex>,
+    /// What the pane's visible text shows while the harness takes no input though it looks ready (Gemini CLI running
+    /// its hooks after a turn: an Enter then is lost, and the paste stays in its input box); nothing is pasted while
+    /// it shows.
+    pub busy_pattern: Option<Regex>,
     /// Where the harness keeps a conversation: a template of `{home}`, `{cwdSlug}` and `{sessionId}`
     /// (see [`crate::transcript`]). A recorded id whose file is missing is not resumed, and a prompt the file
     /// contains is known delivered.
@@ -350,12 +354,24 @@ impl Profile {
         self.resume_busy_pattern.as_ref().is_some_and(|p| p.is_match(output))
     }
 
-    /// Whether a pane showing `screen` takes input (always, for a profile without a ready pattern).
+    /// Whether a pane showing `screen` takes input: its ready pattern shows (always, for a profile without one) and
+    /// its busy pattern does not.
     pub fn ready(&self, screen: Option<&str>) -> bool {
-        match &self.ready_pattern {
-            None => true,
-            Some(pattern) => screen.is_some_and(|s| pattern.is_match(s)),
-        }
+        !self.busy(screen)
+            && match &self.ready_pattern {
+                None => true,
+                Some(pattern) => screen.is_some_and(|s| pattern.is_match(s)),
+            }
+    }
+
+    /// Whether a pane showing `screen` shows the busy pattern (never, for a profile without one or an unread screen).
+    pub fn busy(&self, screen: Option<&str>) -> bool {
+        self.busy_pattern.as_ref().is_some_and(|p| screen.is_some_and(|s| p.is_match(s)))
+    }
+
+    /// Whether deciding to paste needs the pane's visible text.
+    pub fn reads_screen(&self) -> bool {
+        self.ready_pattern.is_some() || self.busy_pattern.is_some()
     }
 }
 
@@ -488,6 +504,20 @@ mod tests {
     }
 
     #[test]
+    fn gemini_is_not_ready_while_it_runs_its_hooks() {
+        let gemini = builtin().remove("gemini").unwrap();
+        let screen = " ✦ Done.\n Executing Hooks: /usr/local/bin/worksession hook --out x\n >   Type your message";
+        assert!(!gemini.ready(Some(screen)), "busy");
+        assert!(gemini.ready(Some(" ✦ Done.\n >   Type your message or @path/to/file")));
+        assert!(
+            gemini.ready(Some(" > what does Executing Hooks: mean?\n >   Type your message")),
+            "a mention is no status"
+        );
+        assert!(gemini.ready(None), "no screen read: nothing says it is busy");
+        assert!(gemini.reads_screen());
+    }
+
+    #[test]
     fn claude_ready_pattern_matches_the_input_box_only() {
         let claude = builtin().remove("claude").unwrap();
         let rule = "─".repeat(60);
@@ -499,7 +529,7 @@ mod tests {
         assert!(builtin()["cursor"].ready(None), "without a pattern the probe is the only wait");
     }
 
-    /// Issue 23: a command prefix is found behind whitespace and invisible characters, which a harness may trim.
+    /// A command prefix is found behind whitespace and invisible characters, which a harness may trim.
     #[test]
     fn literal_prompts_see_through_invisible_characters() {
         let claude = builtin().remove("claude").unwrap();

@@ -142,7 +142,11 @@ pub fn prepare(
 /// receiver as the Claude Code event it means, without a shell (`execFileSync`), in order (synchronously). A child
 /// session's prompts and turns are not the conversation's: a session not known yet is asked of opencode
 /// (`client.session.get`, its own server, offline too), since its prompt may come before the event that says it is a
-/// child; its wait for a person is told all the same (it holds up the whole turn).
+/// child; its wait for a person is told all the same (it holds up the whole turn). A prompt taken while the session
+/// works (`session.status` busy or retrying) is queued: told so (`queued`), since opencode sends it to its model only
+/// after the running turn, and never when that turn fails for good (`session.error`, told as `StopFailure`; the
+/// `session.idle` that follows it is not told, so the failure stays the latest word until the next turn begins). A
+/// person's Esc is no failure.
 const OPENCODE_PLUGIN: &str = r#"// Written by worksession hook-exec for one spawn: tells worksession what opencode takes and when its turn ends.
 import { execFileSync } from "node:child_process";
 const receiver = RECEIVER_WORDS;
@@ -156,6 +160,8 @@ const tell = (event, data) => {
 export const Worksession = async ({ client } = {}) => {
   const children = new Set();
   const mains = new Set();
+  const busy = new Set();
+  const failed = new Set();
   const child = async (id) => {
     if (!id || children.has(id)) return Boolean(id);
     if (mains.has(id)) return false;
@@ -169,9 +175,12 @@ export const Worksession = async ({ client } = {}) => {
   return {
     "chat.message": async (input, output) => {
       const session_id = input?.sessionID ?? output?.message?.sessionID;
+      // Read before anything is awaited: the session's events are handled meanwhile.
+      const queued = busy.has(session_id);
+      failed.delete(session_id);
       if (await child(session_id)) return;
       const parts = (output?.parts ?? []).filter((p) => p?.type === "text" && !p.synthetic);
-      tell("UserPromptSubmit", { session_id, prompt: parts.map((p) => p.text).join("\n"), prompt_id: output?.message?.id });
+      tell("UserPromptSubmit", { session_id, prompt: parts.map((p) => p.text).join("\n"), prompt_id: output?.message?.id, queued });
     },
     event: async ({ event }) => {
       const p = event?.properties ?? {};
@@ -183,8 +192,28 @@ export const Worksession = async ({ client } = {}) => {
             tell("SessionStart", { session_id: p.info.id, source: "startup" });
           }
           break;
+        case "session.status":
+          if (p.status?.type === "idle") busy.delete(p.sessionID);
+          else if (p.sessionID) {
+            // A turn begins (a compaction's too): the last one's failure is no longer the latest word.
+            if (p.status?.type === "busy") failed.delete(p.sessionID);
+            busy.add(p.sessionID);
+          }
+          break;
+        case "session.error": {
+          // Marked before anything is awaited: the session.idle that follows is handled meanwhile. A turn a
+          // person interrupted (Esc) is no failure.
+          if (!p.sessionID || p.error?.name === "MessageAbortedError") break;
+          failed.add(p.sessionID);
+          if (await child(p.sessionID)) break;
+          const e = p.error ?? {};
+          const message = [e.name, e.data?.statusCode, e.data?.message].filter((w) => w !== undefined).join(" ");
+          tell("StopFailure", { session_id: p.sessionID, message: `opencode: ${message}`.slice(0, 500) });
+          break;
+        }
         case "session.idle":
-          if (!(await child(p.sessionID))) tell("Stop", { session_id: p.sessionID });
+          busy.delete(p.sessionID);
+          if (!failed.has(p.sessionID) && !(await child(p.sessionID))) tell("Stop", { session_id: p.sessionID });
           break;
         case "permission.asked":
         case "question.asked": {

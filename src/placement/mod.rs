@@ -1,9 +1,9 @@
-//! Placement, the cluster-level half of the pipeline (issue 27): [`decide`] is the pure rule that says, for every
+//! Placement, the cluster-level half of the pipeline: [`decide`] is the pure rule that says, for every
 //! WorkSession, which node's agent runs it, from what the controller observed (the sessions, the Nodes, the agents'
 //! Leases). [`controller`] observes (watches), asks [`decide`], and executes (binds `spec.nodeName`, labels the
 //! session's events for their new node, writes the `Placed` and `NodeLost` conditions).
 //!
-//! The rules, in the issue's words: a session without a node is placed on a node that runs a Ready agent (its Lease
+//! The rules: a session without a node is placed on a node that runs a Ready agent (its Lease
 //! renewed within its duration, its Node Ready and not cordoned), that serves its namespace, whose labels match its
 //! `nodeSelector` and that has room (`maxSessions`), the least loaded first (spreading). A session whose node is
 //! lost (its agent's Lease ran out a grace period ago and the Node is NotReady or gone) is placed again, unless its

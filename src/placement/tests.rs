@@ -1,4 +1,4 @@
-//! The placement rule as a table, in the words.
+//! The placement rule as a table.
 
 use super::*;
 

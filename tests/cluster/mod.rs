@@ -391,7 +391,7 @@ agent:
         homes.iter().flat_map(|home| crate::standin::read_prompts(home)).collect()
     }
 
-    /// As the README says: delete the sessions first (the agent stops their harnesses and removes its finalizers),
+    /// As docs/install.md says: delete the sessions first (the agent stops their harnesses and removes its finalizers),
     /// then uninstall the release.
     pub async fn uninstall(self) {
         let sessions = self.sessions();
@@ -407,7 +407,7 @@ agent:
         std::fs::remove_dir_all(&self.hostpath).ok();
     }
 
-    /// The other order: with the agent gone nothing removes the finalizers, and the README's remedy does.
+    /// The other order: with the agent gone nothing removes the finalizers, and docs/install.md's remedy does.
     pub async fn uninstall_before_the_sessions(self) {
         self.helm_uninstall();
         let sessions = self.sessions();
@@ -420,7 +420,7 @@ agent:
             let patch = r#"{"metadata":{"finalizers":null}}"#;
             let (ok, out, err) =
                 run(node().tool("kubectl").args(["patch", "ws", name, "-n", &self.ns, "--type", "merge", "-p", patch]));
-            assert!(ok, "the README's remedy: {out}{err}");
+            assert!(ok, "docs/install.md's remedy: {out}{err}");
         }
         until("the WorkSessions to be gone", || async {
             sessions.list(&ListParams::default()).await.unwrap().items.is_empty()

@@ -1,4 +1,4 @@
-//! Ids found after the start (issue 14), shared by both modes, with the stand-in in Codex CLI's shapes
+//! Ids found after the start, shared by both modes, with the stand-in in Codex CLI's shapes
 //! (`standin-codex`): no id at start, its rollout written at the first turn and found by the profile's `discover`.
 
 use serde_json::json;
@@ -67,7 +67,7 @@ pub async fn ids_discovered_after_the_start(rig: &impl Rig) {
     assert_eq!(await_discovered(rig, "cw").await, conversation_of(rig, "start again").await);
 }
 
-/// Issue 26, point 5: Codex CLI's notify (given per run as `-c notify=[...]`, received by this build's `worksession
+/// Codex CLI's notify (given per run as `-c notify=[...]`, received by this build's `worksession
 /// hook`) names its thread at the end of its first turn, so its id is known without scanning its rollouts: the
 /// stand-in writes none here. The id is recorded, and a crash resumes that conversation.
 pub async fn the_codex_notify_names_its_conversation(rig: &impl Rig) {
@@ -113,6 +113,30 @@ pub async fn a_codex_title_thread_is_not_taken_for_the_conversation(rig: &impl R
     let ev = await_delivered(rig, "tt-2").await;
     assert!(ev.via == Some(Via::Resumed) || ev.via == Some(Via::Pasted), "{ev:?}");
     assert_eq!(conversation_of(rig, "after the crash").await, id, "resumed, not replaced");
-    let st = rig.session_status("tt").await;
-    assert_eq!(super::condition(&st, ConditionType::Resumed).0, "True", "{st:?}");
+    // Its hook confirms the event as the resumed harness takes it, before the resume's verification is over.
+    super::await_value(
+        "tt: Resumed=True once verified",
+        || rig.session_status("tt"),
+        |s| s.verification.is_none() && super::condition(s, ConditionType::Resumed).0 == "True",
+    )
+    .await;
+}
+
+/// Codex CLI's own hooks confirm each prompt it takes (`UserPromptSubmit`, given per run): a paste it lost is not
+/// taken for delivered because its pane lived on (the settle window, all Codex had before), but sent again at the
+/// deadline and taken once.
+pub async fn a_paste_codex_lost_is_sent_again(rig: &impl Rig) {
+    let codex = json!({"harness": "standin-codex-deaf", "initialPrompt": "first turn of cd"});
+    rig.create_session("cd", codex).await;
+    await_value(
+        "cd: its initial prompt Delivered",
+        || rig.session_status("cd"),
+        |s| super::initial_phase(s) == Some(super::EventPhase::Delivered),
+    )
+    .await;
+    rig.send("cd", "cd-1", "pasted into codex").await;
+    let ev = await_delivered(rig, "cd-1").await;
+    assert_eq!((ev.attempts, ev.via), (2, Some(Via::Pasted)), "sent again after the deadline: {ev:?}");
+    let taken: Vec<String> = rig.tmux().prompts().into_iter().map(|p| p.prompt).collect();
+    assert_eq!(taken, ["first turn of cd", "pasted into codex"], "the lost paste, then its second send, once");
 }

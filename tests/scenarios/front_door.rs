@@ -1,4 +1,4 @@
-//! Issue 23, the front door, in both modes: a prompt is text (never a harness command unless a hand-made event opts
+//! The front door, in both modes: a prompt is text (never a harness command unless a hand-made event opts
 //! in), and two WorkSessions of one work item never contend for a tmux session, whatever order they reconcile in
 //! after the tmux server restarts.
 
@@ -100,7 +100,7 @@ pub async fn a_conversation_another_session_records_is_not_adopted(rig: &impl Ri
     assert!(rig.tmux().prompts().iter().all(|p| p.prompt != "whose conversation is this?"), "held, not delivered");
 }
 
-/// Issue 24, point 3: a harness on the same tmux server replaces another session's tmux session with one of its own
+/// A harness on the same tmux server replaces another session's tmux session with one of its own
 /// (untagged) while that session's harness waits. The agent never adopts it: the next event is not pasted into the
 /// attacker's program, the session is reported naming it, and the attacker's session is left alone (it is nobody's).
 pub async fn an_untagged_session_under_a_victims_name_gets_nothing(rig: &impl Rig) {

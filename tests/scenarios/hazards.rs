@@ -1,4 +1,4 @@
-//! Issue 26, point 5, with the stand-in as unkind as Claude Code where its trackers say it bites (`standin-claude`:
+//! Resume hazards, with the stand-in as unkind as Claude Code where its trackers say it bites (`standin-claude`:
 //! the built-in `claude` profile's `resumeBusyPattern` and `env`, the stand-in's `--summary-picker`, and its refusal
 //! of a conversation another process holds, 2 s late): a resume never opens the "Resume from summary" picker, and a
 //! conversation busy elsewhere waits for its resume instead of being replaced by a fresh one.

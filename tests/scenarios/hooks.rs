@@ -1,4 +1,4 @@
-//! Issue 26 with the stand-in in Claude Code's hook shape (`standin-unkind`, `standin-deaf`, `standin-late`): the
+//! Hooks, with the stand-in in Claude Code's hook shape (`standin-unkind`, `standin-deaf`, `standin-late`): the
 //! harness's own hooks, received by this build's `worksession hook`, confirm each prompt, after where the hook file
 //! stood when it was sent, and say what the harness does.
 

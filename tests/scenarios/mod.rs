@@ -47,10 +47,12 @@ macro_rules! shared_scenarios {
             shared_a_workspace_that_cannot_be_prepared_says_what_git_printed:
                 workspace::a_workspace_that_cannot_be_prepared_says_what_git_printed;
             shared_a_workspace_over_http_with_a_token: workspace::a_workspace_over_http_with_a_token;
+            shared_a_missing_workdir_says_so_until_it_is_made: workspace::a_missing_workdir_says_so_until_it_is_made;
             shared_a_slow_preparation_never_holds_up_other_sessions: workspace::a_slow_preparation_never_holds_up_other_sessions;
             shared_ids_discovered_after_the_start: discover::ids_discovered_after_the_start;
             shared_the_codex_notify_names_its_conversation: discover::the_codex_notify_names_its_conversation;
             shared_a_codex_title_thread_is_not_taken_for_the_conversation: discover::a_codex_title_thread_is_not_taken_for_the_conversation;
+            shared_a_paste_codex_lost_is_sent_again: discover::a_paste_codex_lost_is_sent_again;
             shared_the_gemini_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "gemini";
             shared_the_copilot_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "copilot";
             shared_the_opencode_shape_spawns_resumes_and_falls_back: shapes::spawn_resume_and_fall_back, "opencode";
@@ -503,7 +505,7 @@ pub async fn killed_between_paste_and_status_pastes_once(rig: &mut impl Rig) {
     assert_eq!(got.iter().filter(|(_, p)| p == "exactly once").count(), 1, "{got:?}");
 }
 
-/// Idle suspension (issue 15): output flowing keeps a harness; a prompt being delivered keeps a quiet one; quiet with
+/// Idle suspension: output flowing keeps a harness; a prompt being delivered keeps a quiet one; quiet with
 /// nothing owed, it is stopped as `Idle` (no failure); an event wakes it, resumed into the same conversation.
 pub async fn idle_stops_and_an_event_wakes_the_same_conversation(rig: &impl Rig) {
     let idle = serde_json::json!({"suspendAfterSeconds": 2});

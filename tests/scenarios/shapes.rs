@@ -1,4 +1,4 @@
-//! The built-in profiles' shapes (issue 14), shared by both modes: the stand-in speaking each CLI's flags, failure
+//! The built-in profiles' shapes, shared by both modes: the stand-in speaking each CLI's flags, failure
 //! text, exit code and store (`--shape`), driven by a profile with the built-in one's argv and patterns.
 
 use serde_json::json;

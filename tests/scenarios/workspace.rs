@@ -1,4 +1,4 @@
-//! Workspace scenarios (issue 17), shared by both modes: real git against repositories made here, a bare origin over
+//! Workspace scenarios, shared by both modes: real git against repositories made here, a bare origin over
 //! `file://` and one served by `git http-backend` on loopback behind Basic authentication.
 
 use std::net::SocketAddr;
@@ -114,6 +114,26 @@ pub async fn a_workspace_that_cannot_be_prepared_says_what_git_printed(rig: &imp
     assert!(st.next_retry_time.is_some(), "{st:?}");
     let observed = tmux.runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&rig.tmux_session("wbad")), Liveness::Absent, "nothing spawned");
+}
+
+/// A workdir that is not there, with nothing to clone into it: the session says so (`Ready=False WorkdirMissing`,
+/// naming it), starts nothing and backs off from nothing, and its prompt waits; once the directory is made, the
+/// harness starts there and gets the prompt, sent once.
+pub async fn a_missing_workdir_says_so_until_it_is_made(rig: &impl Rig) {
+    let tmux = rig.tmux();
+    let workdir = tmux.state().join("not-made-yet");
+    rig.create_session("nowd", json!({"workdir": workdir})).await;
+    rig.send("nowd", "nowd-1", "waits for its workdir").await;
+    let missing = |s: &WorkSessionStatus| condition(s, ConditionType::Ready).1 == "WorkdirMissing";
+    let st = await_value("nowd: Ready False WorkdirMissing", || rig.session_status("nowd"), missing).await;
+    let (ready, _, message) = condition(&st, ConditionType::Ready);
+    assert!(ready == "False" && message.contains(&workdir.display().to_string()), "{message}");
+    assert_eq!((st.phase, st.failure_count), (Some(Phase::Pending), 0), "{st:?}");
+    let observed = tmux.runner.observe().await.unwrap();
+    assert_eq!(observed.liveness(&rig.tmux_session("nowd")), Liveness::Absent, "nothing spawned");
+    std::fs::create_dir_all(&workdir).unwrap();
+    assert_eq!(await_delivered(rig, "nowd-1").await.attempts, 1);
+    assert_eq!(rig.session_status("nowd").await.failure_count, 0, "no failed spawn on the way");
 }
 
 /// A preparation that hangs (a server that accepts and never answers) holds up only its own session: it shows
@@ -267,7 +287,7 @@ async fn git_cgi(
     response.body(Body::from(out[end + gap..].to_vec())).unwrap()
 }
 
-/// Issue 24, point 5: the git token goes only to the hosts it is for. A server on loopback under another host name
+/// The git token goes only to the hosts it is for. A server on loopback under another host name
 /// (`localhost`, while the test config's token is for `127.0.0.1`) answers 401 to everything and records what it is
 /// sent: git asks, and never gets the token.
 pub async fn the_git_token_goes_only_to_its_hosts(rig: &impl Rig) {
@@ -299,7 +319,7 @@ pub async fn the_git_token_goes_only_to_its_hosts(rig: &impl Rig) {
     assert!(seen.iter().all(|a| a == "none"), "no credential was sent: {seen:?}");
 }
 
-/// Issue 24, point 4: what a repository says (in the checkout its harness writes, or in the node's clone where a
+/// What a repository says (in the checkout its harness writes, or in the node's clone where a
 /// harness shares the agent's user) never runs in the agent: hooks (its own hooks directory and `core.hooksPath`),
 /// `core.fsmonitor`, `core.sshCommand`, filter drivers (clean, smudge and process, with a `.gitattributes` and a
 /// changed file that `git status` must read through them); a rewritten `remote.origin.url` never changes what is
@@ -396,7 +416,7 @@ pub async fn a_repository_never_makes_the_agent_run_its_code(rig: &impl Rig) {
     );
 }
 
-/// Issue 24, point 5: a namespace checks out only the repositories the agent config lists for it (the tests' config
+/// A namespace checks out only the repositories the agent config lists for it (the tests' config
 /// lists `file://*` and `http://*` for every namespace): another is refused before any git runs, naming it.
 pub async fn a_namespace_checks_out_only_its_repositories(rig: &impl Rig) {
     let tmux = rig.tmux();

@@ -95,7 +95,7 @@ impl TmuxServer {
     /// the stand-in's state folder as the harnesses' home, and the stand-in as
     /// - `standin`: with its transcript (`conversationPath`) and its ready prompt (`readyPattern`), as the built-in
     ///   `claude` profile has them;
-    /// - `standin-blind`: the same without either (the seed's profile: only the probe and the settle window tell);
+    /// - `standin-blind`: the same without either (only the probe and the settle window tell);
     /// - `standin-slow`: blind, its failed resume takes 3 s with its TUI up (pastes meanwhile go nowhere);
     /// - `standin-boot`: with its ready prompt, dropping input for its first 4 s;
     /// - `standin-crash`: blind, crashing after 0.3 s;
@@ -106,6 +106,9 @@ impl TmuxServer {
     ///   hook`): they, not the transcript, confirm a delivery;
     /// - `standin-unkind`: the same, storing each prompt with its whitespace altered, firing each hook 1 s late;
     /// - `standin-deaf`: the same as `standin-hooks`, losing the first paste it is given;
+    /// - `standin-codex-notify`, `standin-codex-titled`: `standin-codex` with Codex CLI's hooks (`hooks: codex`), the
+    ///   first writing no rollout, the second notifying for a title thread of its own as Codex does;
+    ///   `standin-codex-deaf`: with its hooks, losing the first paste it is given;
     /// - `standin-gemini`, `standin-copilot`, `standin-opencode`, `standin-codex`: those CLIs' shapes with the built-in
     ///   profiles' argv, patterns and hooks (opencode's logging nothing, so its hooks alone name its conversation).
     ///
@@ -165,7 +168,7 @@ impl TmuxServer {
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-codex-titled:\n    {codex_titled}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-codex-titled:\n    {codex_titled}\n  standin-codex-deaf:\n    {codex_deaf}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             receiver = env!("CARGO_BIN_EXE_worksession"),
@@ -184,6 +187,7 @@ impl TmuxServer {
             codex_notify = codex(", --no-rollout") + "\n    hooks: codex",
             // Codex's own shape: a rollout, and a notify for each turn, its title thread's too.
             codex_titled = codex("") + "\n    hooks: codex",
+            codex_deaf = codex(", --deaf-pastes, '1'") + "\n    hooks: codex",
             gemini = gemini,
             copilot = copilot,
             opencode = opencode,
@@ -246,9 +250,37 @@ impl TmuxServer {
 }
 
 impl Drop for TmuxServer {
+    /// Kills the server, then every process it leaves behind: a harness's daemon that left its process group (Codex
+    /// CLI's app server, a shell Claude Code snapshots) outlives the panes, and a suite run again and again would pile
+    /// them up. Also when the test failed.
     fn drop(&mut self) {
         self.kill_server();
+        for _ in 0..3 {
+            let left = processes_under(self.dir.path());
+            if left.is_empty() {
+                break;
+            }
+            for pid in left.into_iter().filter_map(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
     }
+}
+
+/// The processes but this one whose command line or environment names `dir`: everything a test's tmux server ran,
+/// with whatever those started, since each inherits the pane's `TMUX` (the socket under `dir`) or a `HOME` under it.
+pub fn processes_under(dir: &Path) -> Vec<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let needle = dir.as_os_str().as_bytes();
+    let names = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle);
+    let me = std::process::id() as i32;
+    let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    pids.filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            ["cmdline", "environ"].iter().any(|f| std::fs::read(format!("/proc/{pid}/{f}")).is_ok_and(|b| names(&b)))
+        })
+        .collect()
 }
 
 /// The stand-in executable.
@@ -279,6 +311,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         resume_busy_pattern: None,
         env: Vec::new(),
         ready_pattern: None,
+        busy_pattern: None,
         conversation_path: None,
         store_path: None,
         discover: None,

@@ -164,15 +164,54 @@ impl World {
 
     pub async fn await_event(&self, name: &str, phase: EventPhase) -> WorkEvent {
         let api = self.events();
-        eventually(&format!("event {name} {phase:?}"), || async {
-            api.get(name).await.ok().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(phase))
+        crate::support::poll(&format!("event {name} {phase:?}"), crate::support::WAIT, || async {
+            let event = api.get(name).await.map_err(|e| e.to_string())?;
+            match &event.status {
+                Some(s) if s.phase == Some(phase) => Ok(event),
+                other => Err(format!("{other:?}")),
+            }
         })
         .await
+    }
+
+    /// Prints what a person attached to each tmux session would see, and each session's hook file: what a failing
+    /// test's log cannot say about the harness.
+    fn show_screens(&self) {
+        for session in self.tmux_text(&["list-sessions", "-F", "#{session_name}"]).lines() {
+            let screen = self.screen(session);
+            eprintln!("--- the screen of {session}:\n{}", last_lines(&screen, 20));
+            let name = session.rsplit_once('_').map_or(session, |(_, name)| name);
+            let hooks = worksession::hook::file_of(&self.tmux.state(), &format!("{}/{name}", self.ns.name));
+            if let Ok(said) = std::fs::read_to_string(hooks) {
+                eprintln!("--- its hook file:\n{}", last_lines(&said, 6));
+            }
+        }
+    }
+
+    /// What a person attached to the tmux session `session` sees now (empty if it is gone).
+    pub fn screen(&self, session: &str) -> String {
+        self.tmux_text(&["capture-pane", "-p", "-t", &format!("={session}:")])
+    }
+
+    /// What the world's tmux server prints for `args`.
+    fn tmux_text(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("tmux").arg("-S").arg(self.tmux.socket()).args(args).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
     }
 
     /// The tmux session of the WorkSession `name` (`loop-<namespace>_<name>`).
     pub fn tmux_session(&self, name: &str) -> String {
         format!("loop-{}_{name}", self.ns.name)
+    }
+
+    /// Types `keys` into the tmux session `session`'s pane as a person attached to it would, then Enter.
+    pub fn type_in(&self, session: &str, keys: &str) {
+        let target = format!("={session}:");
+        for args in [vec!["send-keys", "-t", &target, "-l", keys], vec!["send-keys", "-t", &target, "Enter"]] {
+            let status =
+                std::process::Command::new("tmux").arg("-S").arg(self.tmux.socket()).args(&args).status().unwrap();
+            assert!(status.success(), "tmux {args:?}");
+        }
     }
 
     /// The pid of the harness in the pane of the WorkSession `name`.
@@ -192,11 +231,20 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.show_screens();
+        }
         self.stop_agent();
         if let Some(labeler) = self.labeler.take() {
             labeler.abort();
         }
     }
+}
+
+/// The last `n` lines of `text` that are not blank.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 pub fn phase_of(ws: &WorkSession) -> Option<Phase> {

@@ -1,6 +1,5 @@
-//! What a WorkEvent is owed, in the issue's words (issue 28, point 1): a reaction once `Delivered` and not before; on
-//! `Failed` a sign and, with comments, one short comment that never repeats the prompt; once per change; and the hold
-//! that keeps two bridges from both acting.
+//! What a WorkEvent is owed: a reaction once `Delivered` and not before; on `Failed` a sign and, with comments, one
+//! short comment that never repeats the prompt; once per change; and the hold that keeps two bridges from both acting.
 
 use super::*;
 use crate::api::{EventSource, WorkEventSpec, WorkEventStatus};

@@ -151,6 +151,106 @@ fn with_hooks_only_the_hook_confirms_and_a_hook_file_that_grows_wakes_the_wait()
     assert!(n.message.ends_with("shown by the harness's UserPromptSubmit hook"), "{}", n.message);
 }
 
+/// A prompt the harness took while it worked on a turn (opencode queues it) reaches its model only after that turn:
+/// known delivered when the turn ends well, or past the deadline once the harness no longer says it works (never sent
+/// twice into a long turn); taken behind a turn that failed for good, it never reached the model, and is sent again at
+/// once.
+#[test]
+fn a_prompt_queued_behind_a_turn_waits_for_its_end_and_one_behind_a_failed_turn_is_sent_again() {
+    let mut case = Case::new(ran_old());
+    (case.liveness, case.tmux, case.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    case.step();
+    case.queued = vec!["e1".into()];
+    case.now = t(160);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "taken behind a running turn: not yet known delivered");
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(240)), "the deadline; the turn's end wakes it");
+    case.now = t(100 + 300);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Delivered via Pasted", "event.delivered"], "the turn outlasted the deadline");
+
+    let mut case = Case::new(ran_old());
+    (case.liveness, case.tmux, case.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    case.step();
+    case.dropped = vec!["e1".into()];
+    case.turn = Some(Turn {
+        hook: "StopFailure".into(),
+        at: Some(t(150)),
+        message: Some("opencode: APIError 500 boom".into()),
+        kind: None,
+    });
+    case.now = t(160);
+    let plan = case.step();
+    assert!(ops(&plan).contains(&"event e1 Pending".to_string()), "sent again at once: {:?}", ops(&plan));
+    assert_eq!(case.events[0].attempts, 1, "its second send comes");
+    assert_eq!(case.events[0].offset, None, "with a mark of its own: the first send's report came to nothing");
+    let message = plan.ops.iter().find_map(|op| match op {
+        Op::Event(u) if u.event == "e1" => u.message.clone(),
+        _ => None,
+    });
+    assert!(message.as_deref().is_some_and(|m| m.contains("failed (opencode: APIError 500 boom)")), "{message:?}");
+    let activity = find(&case.status.conditions, ActivityReason::TurnFailed).expect("TurnFailed");
+    assert_eq!((activity.status.as_str(), activity.message.as_str()), ("False", "opencode: APIError 500 boom"));
+    assert!(plan.ops.iter().any(|op| matches!(op, Op::Notice(n) if n.reason == EventReason::TurnFailed)));
+    case.dropped.clear();
+    let plan = case.step();
+    assert!(ops(&plan).iter().any(|o| o.starts_with("paste e1")), "pasted again: {:?}", ops(&plan));
+    assert_eq!(case.events[0].attempts, 2);
+    // Dropped again behind another failed turn: two sends, and it fails saying why.
+    case.dropped = vec!["e1".into()];
+    let plan = case.step();
+    assert_eq!(&ops(&plan)[..2], ["event e1 Failed", "event.failed"], "{:?}", ops(&plan));
+}
+
+/// A queued take whose turn still runs past the deadline (a long run of retries) is not taken for delivered while
+/// the harness says it works: the turn may yet fail and drop it. Once the harness no longer works, its word is taken.
+#[test]
+fn a_queued_prompt_waits_past_the_deadline_while_its_turn_still_runs() {
+    let mut case = Case::new(ran_old());
+    (case.liveness, case.tmux, case.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    case.step();
+    case.queued = vec!["e1".into()];
+    let working = Turn { hook: "UserPromptSubmit".into(), at: Some(t(150)), message: None, kind: None };
+    case.turn = Some(working);
+    case.now = t(100 + 400);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "its turn still runs");
+    assert_eq!(plan.requeue_after, Some(super::super::deliver::DELIVERY_RECHECK));
+    case.turn = Some(Turn { hook: "Stop".into(), at: Some(t(490)), message: None, kind: None });
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Delivered via Pasted", "event.delivered"]);
+}
+
+/// A busy pattern holds pastes while it shows; the wait is counted from the harness's latest turn event too, so a
+/// prompt that waited behind a long turn (a harness that takes prompts only between turns) is not failed the moment
+/// the turn ends; one that keeps showing it fails, saying so.
+#[test]
+fn a_busy_screen_holds_pastes_and_the_wait_counts_from_the_last_turn() {
+    let mut case = Case::new(ran_old());
+    case.config.harnesses.get_mut("claude").unwrap().busy_pattern =
+        Some(regex::Regex::new("(?m)^Executing Hooks: ").unwrap());
+    case.liveness = Liveness::Alive;
+    case.screen = Some("Executing Hooks: x\n> ");
+    case.turn = Some(Turn { hook: "Stop".into(), at: Some(t(600)), message: None, kind: None });
+    case.now = t(601);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "nothing pasted while it is busy, nor failed: its turn just ended");
+    case.screen = Some(CLAUDE_READY);
+    assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug");
+    case.screen = Some("Executing Hooks: x\n> ");
+    case.now = t(600 + 120);
+    let plan = case.step();
+    assert_eq!(&ops(&plan)[..2], ["event e1 Failed", "event.failed"]);
+    let message = plan.ops.iter().find_map(|op| match op {
+        Op::Event(u) => u.message.clone(),
+        _ => None,
+    });
+    assert!(message.is_some_and(|m| m.contains("kept showing its busy pattern")));
+}
+
 #[test]
 fn a_late_death_returns_every_unconfirmed_prompt_in_order_and_the_next_spawn_sends_them() {
     let mut case = first_start();
@@ -329,7 +429,7 @@ fn an_initial_prompt_not_on_the_command_line_is_owed_until_pasted() {
     assert_eq!(initial(&plan), Some(EventPhase::Delivering));
 }
 
-/// Issue 26's Gemini hazard: a harness that takes no prompt while it works (`queuesPrompts: false`) is given prompts
+/// Gemini CLI's hazard: a harness that takes no prompt while it works (`queuesPrompts: false`) is given prompts
 /// only between turns, one at a time, by its hooks' word: a paste meanwhile would stay unsent in its input box and the
 /// next would join it there.
 #[test]
@@ -361,16 +461,123 @@ fn a_harness_that_takes_no_prompt_while_it_works_gets_one_between_turns() {
     assert!(ops(&plan).contains(&"event e2 Delivered via Pasted".to_string()), "{:?}", ops(&plan));
     assert!(!ops(&plan).iter().any(|op| op.starts_with("paste")), "nothing pasted: {:?}", ops(&plan));
     assert_eq!(ops(&case.step()), Vec::<String>::new(), "e3 waits for the person's answer and the turn's end");
-    // A harness that queues (Claude Code) gets both at once; so does one whose turns nothing tells (no hooks).
-    for (queues_prompts, proof) in [(true, Proof::Hooks), (false, Proof::Settle)] {
+    // A harness that queues (Claude Code) is given one while it works; one whose prompts nothing confirms (no hooks,
+    // no transcript) gets both at once.
+    for (queues_prompts, proof, pasted) in [(true, Proof::Hooks, 1), (false, Proof::Settle, 2)] {
         let mut other = Case::new(ran_old());
         other.config.harnesses.get_mut("claude").unwrap().queues_prompts = queues_prompts;
         (other.liveness, other.tmux, other.proof) =
             (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(proof));
         other.events = vec![ev("e1", "one"), ev("e2", "two")];
         other.turn = Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(90)), kind: None, message: None });
-        assert_eq!(ops(&other.step()).len(), 4, "both pasted ({queues_prompts}, {proof:?})");
+        let plan = other.step();
+        let pastes = ops(&plan).iter().filter(|op| op.starts_with("paste")).count();
+        assert_eq!(pastes, pasted, "({queues_prompts}, {proof:?}): {:?}", ops(&plan));
     }
+}
+
+/// Two pastes a busy harness reads together may join in its input box, and neither is submitted (Claude Code under
+/// load): where the harness's own record (its hooks, its transcript) confirms a paste, the next is pasted only once
+/// that word came, whether or not the harness queues prompts; it does not wait for the turn to end.
+#[test]
+fn where_the_harness_confirms_pastes_the_next_waits_for_the_word_on_the_one_before() {
+    for proof in [Proof::Hooks, Proof::Transcript] {
+        let mut case = Case::new(ran_old());
+        (case.liveness, case.tmux, case.proof) =
+            (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(proof));
+        case.events = vec![ev("e1", "one"), ev("e2", "two")];
+        assert_eq!(ops(&case.step()), ["paste e1 into loop-ns_repo-12: one", "event e1 Delivering via Pasted"]);
+        assert_eq!(ops(&case.step()), Vec::<String>::new(), "{proof:?}: e2 waits for the word on e1");
+        case.confirmed = vec!["e1".into()];
+        case.turn = Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(101)), kind: None, message: None });
+        assert_eq!(
+            ops(&case.step()),
+            [
+                "event e1 Delivered via Pasted",
+                "event.delivered",
+                "paste e2 into loop-ns_repo-12: two",
+                "event e2 Delivering via Pasted"
+            ],
+            "{proof:?}: e2 pasted while e1's turn runs"
+        );
+    }
+}
+
+/// A harness that takes prompts one at a time may read a paste and its Enter together under load and keep the prompt
+/// unsent in its input box (Gemini CLI): pasted after its hooks said it was idle, with nothing written to its hook
+/// file since, Enter is pressed again a few times shortly after the paste. Not while its screen is busy (looked at
+/// again), not once its hook file grew (its turn began: an Enter could answer a dialog of that turn), not for a
+/// harness whose hooks never said it was idle (a start-up question may be on its screen), not for a command-line
+/// prompt, and never for a harness that queues prompts.
+#[test]
+fn an_unconfirmed_paste_to_a_harness_that_takes_one_at_a_time_gets_its_enter_again() {
+    use super::super::deliver::SUBMIT_AGAIN_AFTER;
+    let one_at_a_time = |turn: Option<&str>| {
+        let mut case = Case::new(ran_old());
+        case.config.harnesses.get_mut("claude").unwrap().queues_prompts = false;
+        case.config.harnesses.get_mut("claude").unwrap().busy_pattern =
+            Some(regex::Regex::new("(?m)^Executing Hooks: ").unwrap());
+        (case.liveness, case.tmux, case.proof) =
+            (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+        case.turn = turn.map(|hook| Turn { hook: hook.into(), at: Some(t(90)), kind: None, message: None });
+        case.record_len = 700;
+        case
+    };
+    let mut case = one_at_a_time(Some("Stop"));
+    assert_eq!(
+        ops(&case.step()),
+        ["paste e1 into loop-ns_repo-12: please fix the bug", "event e1 Delivering via Pasted"]
+    );
+    case.now = t(102);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "not yet");
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(1)), "woken when it is due");
+    case.now = t(103);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["press Enter for e1 in loop-ns_repo-12"], "nothing from it 3 s after the paste");
+    assert_eq!(plan.requeue_after, Some(SUBMIT_AGAIN_AFTER), "and again later");
+    // Its screen busy: an Enter would be lost; looked at again.
+    case.now = t(106);
+    case.screen = Some("Executing Hooks: x\n> ");
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "a busy screen");
+    assert_eq!(plan.requeue_after, Some(SUBMIT_AGAIN_AFTER));
+    case.screen = Some(CLAUDE_READY);
+    // Its hook file grew since the paste (whatever the hook): its turn began.
+    let mut reacted = Case { record_len: 800, ..case.clone() };
+    assert_eq!(ops(&reacted.step()), Vec::<String>::new(), "a hook since the paste");
+    assert_eq!(ops(&case.clone().step()), ["press Enter for e1 in loop-ns_repo-12"], "still nothing from it");
+    // A few times only, shortly after the paste; the deadline does the rest.
+    case.now = t(109);
+    assert_eq!(ops(&case.step()), Vec::<String>::new(), "no more");
+
+    // Sent at t(100) by `via`, at the hook file's mark 700.
+    let sent = |via| PendingEvent {
+        phase: EventPhase::Delivering,
+        sent: Some(t(100)),
+        via: Some(via),
+        offset: Some(700),
+        attempts: 1,
+        ..ev("e1", "please fix the bug")
+    };
+    // Hooks that never said it was idle, or said it works: no Enter.
+    for turn in [None, Some("UserPromptSubmit"), Some("Notification")] {
+        let mut case = Case { events: vec![sent(Via::Pasted)], ..one_at_a_time(turn) };
+        case.now = t(104);
+        let plan = case.step();
+        assert!(!ops(&plan).iter().any(|op| op.starts_with("press")), "{turn:?}: {:?}", ops(&plan));
+    }
+    // A prompt on the command line: a dialog of the CLI's own may come first.
+    let mut fresh = one_at_a_time(Some("Stop"));
+    fresh.events = vec![sent(Via::Fresh)];
+    fresh.now = t(104);
+    assert_eq!(ops(&fresh.step()), Vec::<String>::new(), "a command-line prompt");
+
+    // A harness that queues prompts takes a paste's Enter while it works: never pressed again.
+    let mut queues = Case { config: Case::new(ran_old()).config, ..one_at_a_time(Some("Stop")) };
+    queues.step();
+    queues.now = t(104);
+    assert_eq!(ops(&queues.step()), Vec::<String>::new(), "a harness that queues");
 }
 
 /// A prompt its deadline sends again keeps the mark of its first send (a harness that took that send late, a slow

@@ -1,4 +1,4 @@
-//! Ids found after the start (issue 14): a harness that cannot be told its conversation's id (the built-in `codex`)
+//! Ids found after the start: a harness that cannot be told its conversation's id (the built-in `codex`)
 //! is started fresh without one; once it survived its probe the session is `Discovering`, and the id the executor
 //! finds is recorded; a death before that is a fresh start; a second fresh harness in a workdir with a discovery in
 //! flight waits.

@@ -1,4 +1,4 @@
-//! The front door (issue 23), as the core decides it: a prompt the harness would take as one of its commands goes
+//! The front door, as the core decides it: a prompt the harness would take as one of its commands goes
 //! with the literal mark in front, on its command line and pasted; only a hand-made event that opts in goes as it is; a
 //! paste is recognised by the event's UID, not its name; a conversation another session records is not adopted; a
 //! session under an older release's name is adopted until it dies.
@@ -112,7 +112,7 @@ fn a_conversation_another_session_records_is_not_adopted() {
 #[test]
 fn a_session_under_an_older_releases_name_is_adopted_until_it_dies() {
     let mut case = Case::new(ran_old());
-    case.session = Some("loop-repo-12"); // `<prefix><workItem>`, as releases before issue 23 named it
+    case.session = Some("loop-repo-12"); // `<prefix><workItem>`, as older releases named it
     case.liveness = Liveness::Alive;
     let plan = case.decide();
     assert_eq!(ops(&plan)[0], "paste e1 into loop-repo-12: please fix the bug");

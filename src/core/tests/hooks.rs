@@ -1,6 +1,6 @@
-//! The id follows the conversation (issue 26, point 3): a live harness whose hooks say it moved to another
-//! conversation (Claude Code's `SessionStart` after a person's `/clear`) has that one recorded, the ones it left kept,
-//! so the next resume takes the conversation the harness was in.
+//! The id follows the conversation: a live harness whose hooks say it moved to another conversation (Claude Code's
+//! `SessionStart` after a person's `/clear`) has that one recorded, the ones it left kept, so the next resume takes the
+//! conversation the harness was in.
 
 use super::*;
 
@@ -76,7 +76,7 @@ fn activity(plan: &Plan) -> Option<(String, String, String)> {
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-/// Issue 26, point 4: what the harness does, by its latest turn event.
+/// What the harness does, by its latest turn event.
 #[test]
 fn the_activity_condition_says_what_the_harness_does_and_a_wait_for_a_person_is_told_once() {
     let mut case = running();
@@ -98,7 +98,7 @@ fn the_activity_condition_says_what_the_harness_does_and_a_wait_for_a_person_is_
     assert_eq!(activity(&case.step()), None, "no harness, no activity");
 }
 
-/// Issue 26, point 4: the idle stop takes the harness's own word where it has one.
+/// The idle stop takes the harness's own word where it has one.
 #[test]
 fn with_hooks_a_harness_working_on_a_turn_is_never_idle_and_one_that_finished_is_quiet_since_then() {
     let mut case = running();

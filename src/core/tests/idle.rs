@@ -109,7 +109,7 @@ fn an_idle_session_stays_idle_while_the_tmux_server_is_gone() {
     assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Idle), Some(("False", "Idle"))));
 }
 
-// Issue 28: a closed work item archives its session (`spec.archived`), the stop of an idle one with a short period.
+// A closed work item archives its session (`spec.archived`), the stop of an idle one with a short period.
 
 #[test]
 fn a_closed_work_item_stops_its_quiet_harness_within_a_minute_as_archived() {

@@ -35,7 +35,7 @@ fn a_session_tagged_for_another_worksession_is_never_adopted_pasted_into_or_stop
     assert_eq!(ops(&case.decide())[0], "paste e1 into loop-ns_repo-12: please fix the bug");
 }
 
-/// Issue 24, point 3: a session without the owner tag (a harness can make one under a victim's name while the victim
+/// A session without the owner tag (a harness can make one under a victim's name while the victim
 /// is idle) is never adopted, pasted into, stopped or replaced; it is reported, naming it.
 #[test]
 fn an_untagged_session_is_nobodys() {
@@ -106,7 +106,7 @@ fn rooms_on(case: &mut Case) {
     });
 }
 
-/// Issue 24, point 2: with rooms on, every spawn enters the session's own room (its uid and HOME), the condition
+/// With rooms on, every spawn enters the session's own room (its uid and HOME), the condition
 /// says so, and a session that goes frees its room after its harness is stopped.
 #[test]
 fn with_rooms_on_a_harness_starts_only_in_its_own_room() {

@@ -1,4 +1,4 @@
-//! Table tests of the decision core: one row per row of the seed's `_try_resume` table and per case of the
+//! Table tests of the decision core: one row per row of the resume table and per case of the
 //! product brief's steps 1-6.
 
 use super::*;
@@ -75,6 +75,7 @@ fn delivering(name: &str, prompt: &str, via: Via) -> PendingEvent {
 }
 
 /// One decision's inputs, with defaults: a dead session, event `e1` pending, at t(100).
+#[derive(Clone)]
 struct Case {
     spec: WorkSessionSpec,
     status: WorkSessionStatus,
@@ -90,6 +91,8 @@ struct Case {
     session: Option<&'static str>,
     screen: Option<&'static str>,
     confirmed: Vec<String>,
+    queued: Vec<String>,
+    dropped: Vec<String>,
     found: Option<bool>,
     workspace: Workspace<'static>,
     discovered: Option<&'static str>,
@@ -114,7 +117,7 @@ struct Case {
 
 impl Case {
     fn new(status: WorkSessionStatus) -> Self {
-        // The seed's claude profile: no transcript, so the probe and the settle window are what tell (the delivery
+        // The claude profile without its transcript: the probe and the settle window are what tell (the delivery
         // tests give it back its transcript where they need one).
         let mut config = Config::default();
         config.harnesses.get_mut("claude").unwrap().conversation_path = None;
@@ -133,6 +136,8 @@ impl Case {
             session: None,
             screen: Some(CLAUDE_READY),
             confirmed: Vec::new(),
+            queued: Vec::new(),
+            dropped: Vec::new(),
             found: None,
             workspace: Workspace::Ready,
             discovered: None,
@@ -182,6 +187,8 @@ impl Case {
             },
             evidence: Evidence {
                 confirmed: &self.confirmed,
+                queued: &self.queued,
+                dropped: &self.dropped,
                 conversation_found: self.found,
                 discovered: self.discovered,
                 hooked: self.hooked,
@@ -268,6 +275,7 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::ReleaseRoom => "release room".into(),
             Op::Spawn(s) => format!("spawn {} {} {}", s.session, s.binary, s.argv.join(" ")),
             Op::Paste { session, key, text, .. } => format!("paste {key} into {session}: {text}"),
+            Op::Submit { session, key } => format!("press Enter for {key} in {session}"),
             Op::Event(u) => {
                 format!("event {} {:?}{}", u.event, u.phase, u.via.map(|v| format!(" via {v:?}")).unwrap_or_default())
             }

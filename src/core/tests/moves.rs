@@ -1,4 +1,4 @@
-//! A move on purpose (issue 27, point 4): an idle session moves at once, a busy one after its current prompt is known
+//! A move on purpose: an idle session moves at once, a busy one after its current prompt is known
 //! delivered; the status goes first, then the harness stops, then the session is handed over, and nothing more is
 //! written by this node.
 
@@ -50,8 +50,8 @@ fn a_dead_sessions_prompt_being_delivered_goes_back_to_wait_for_the_new_node() {
     assert_eq!(ops.last().map(String::as_str), Some("move to node-b"));
 }
 
-/// Issue 27, point 2: the first spawn on a node the session came to from a lost node, whose resume finds no
-/// conversation (no shared storage), is fresh with a reason that says the node was lost, and keeps the old id.
+/// The first spawn on a node the session came to from a lost node, whose resume finds no conversation (no shared
+/// storage), is fresh with a reason that says the node was lost, and keeps the old id.
 #[test]
 fn a_failed_resume_after_a_lost_node_says_the_node_was_lost() {
     use crate::core::{NodeLostReason, set_condition};

@@ -1,9 +1,9 @@
-//! The seed's `_try_resume` table, row by row: the rows decided before tmux runs anything, and those decided from
+//! The resume table (`try_resume`), row by row: the rows decided before tmux runs anything, and those decided from
 //! tmux's answer (survived, spawn failed, pane died).
 
 use super::*;
 
-/// The seed's `_try_resume` rows decided before tmux: (row, setup, spawn, notices).
+/// The resume table's rows decided before tmux: (row, setup, spawn, notices).
 #[test]
 fn try_resume_rows_before_tmux() {
     type Setup = fn(&mut Case);

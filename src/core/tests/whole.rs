@@ -1,4 +1,4 @@
-//! The plan is the whole decision (issue 25): the finalizer, expiring events, the claims a spawn needs on the node
+//! The plan is the whole decision: the finalizer, expiring events, the claims a spawn needs on the node
 //! and the room's record of a prepared checkout are ops the core decides, in the executor's order.
 
 use super::*;

@@ -1,4 +1,4 @@
-//! The workspace gate (issue 17): a session with `spec.workspace` spawns only once its checkout is prepared; the
+//! The workspace gate: a session with `spec.workspace` spawns only once its checkout is prepared; the
 //! preparation runs beside the reconcile while the session is `Preparing`; a failure says what git printed and backs
 //! off; a session that goes removes its worktree (the executor keeps one holding uncommitted work).
 
@@ -48,6 +48,27 @@ fn prepared_the_condition_names_the_commit_and_the_harness_spawns_with_the_event
     assert_eq!(plan.status.failure_count, 0);
 }
 
+/// A workdir that is not there, with nothing to clone into it, is a person's mistake: the session says so, spawns
+/// nothing (no crash loop, no back-off), keeps its prompts and looks again; a live harness is left alone.
+#[test]
+fn a_missing_workdir_without_a_workspace_says_so_and_nothing_spawns() {
+    let mut case = Case::new(WorkSessionStatus::default());
+    (case.liveness, case.workspace) = (Liveness::Absent, Workspace::NoWorkdir);
+    let plan = case.step();
+    assert!(ops(&plan).is_empty(), "{:?}", ops(&plan));
+    assert_eq!(plan.status.phase, Some(Phase::Pending));
+    assert_eq!(condition(&plan.status, READY), Some(("False", "WorkdirMissing")));
+    let ready = plan.status.conditions.iter().find(|c| c.type_ == READY.as_str()).unwrap();
+    assert!(ready.message.contains(&case.spec.workdir), "{}", ready.message);
+    assert_eq!((plan.status.failure_count, plan.requeue_after), (0, Some(CONFLICT_RECHECK)));
+    case.workspace = Workspace::Ready;
+    assert!(spawned(&case.step()).contains("please fix the bug"), "spawned once it is there");
+    let mut live = Case::new(ran_old());
+    (live.liveness, live.tmux, live.workspace) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Workspace::NoWorkdir);
+    assert_eq!(ops(&live.step())[0], "paste e1 into loop-ns_repo-12: please fix the bug", "a live harness goes on");
+}
+
 #[test]
 fn prepared_before_a_respawn_goes_ahead_without_git() {
     let mut case = with_workspace(Workspace::Ready);
@@ -94,7 +115,7 @@ fn a_deleted_session_removes_its_workspace_before_releasing_the_finalizer() {
     assert_eq!(ops(&case.step()), ["stop loop-ns_repo-12", "remove workspace", "release finalizer"]);
 }
 
-/// Issue 24, point 5: a namespace checks out only the repositories its list allows; the rest is refused, waiting for a
+/// A namespace checks out only the repositories its list allows; the rest is refused, waiting for a
 /// change, with nothing prepared or spawned.
 #[test]
 fn a_repository_outside_the_namespaces_list_is_refused() {

@@ -152,26 +152,47 @@ impl Index {
     }
 
     fn maps(&mut self) -> &Self {
-        if !self.stale {
-            return self;
+        // A status file that followed its renamed manifest changes what that manifest's checks see: once more, then.
+        while self.stale {
+            self.stale = self.rebuild();
         }
+        self
+    }
+
+    /// Builds the maps from `files`; whether a status file moved to follow its renamed manifest (the maps are then
+    /// behind again).
+    fn rebuild(&mut self) -> bool {
         let (mut sessions, mut events): (HashMap<String, PathBuf>, HashMap<String, PathBuf>) = Default::default();
         let mut by_session = HashMap::<_, Vec<_>>::new();
-        let (mut orphans, mut refused) = (Vec::new(), BTreeMap::new());
+        let (mut orphans, mut refused, mut left) = (Vec::new(), BTreeMap::new(), Vec::new());
         let taken = |first: &PathBuf, name: String| format!("metadata.name {name:?} is taken by {}", first.display());
         for (path, file) in &self.files {
             let problem = match &file.content {
-                Content::Manifest(Manifest::Session(ws)) => match sessions.entry(ws.name_any()) {
-                    Entry::Occupied(first) => Some(taken(first.get(), ws.name_any())),
-                    Entry::Vacant(entry) => {
-                        entry.insert(path.clone());
-                        let recorded = self.status(path, |m| match m {
-                            Manifest::Session(ws) => Some(ws),
-                            Manifest::Event(_) => None,
-                        });
-                        recorded.and_then(|old| api::immutable_change(&old.spec, &ws.spec)).map(|e| e.to_string())
+                Content::Manifest(Manifest::Session(ws)) => {
+                    let recorded = self.status(path, |m| match m {
+                        Manifest::Session(ws) => Some(ws),
+                        Manifest::Event(_) => None,
+                    });
+                    // The API server never renames an object: a name edited in place is refused, and the session
+                    // its status file records runs on (a second one under the new name would run its conversation
+                    // beside it).
+                    let name = recorded.map_or_else(|| ws.name_any(), |old| old.name_any());
+                    match sessions.entry(name.clone()) {
+                        Entry::Occupied(first) => Some(taken(first.get(), name)),
+                        Entry::Vacant(entry) => {
+                            entry.insert(path.clone());
+                            match recorded {
+                                Some(_) if name != ws.name_any() => Some(format!(
+                                    "metadata.name cannot change from {name:?} to {:?}: the session runs on as its \
+                                     status file recorded it (to start another, remove this file and write a new one)",
+                                    ws.name_any()
+                                )),
+                                Some(old) => api::immutable_change(&old.spec, &ws.spec).map(|e| e.to_string()),
+                                None => None,
+                            }
+                        }
                     }
-                },
+                }
                 Content::Manifest(Manifest::Event(ev)) => match events.entry(ev.name_any()) {
                     Entry::Occupied(first) => Some(taken(first.get(), ev.name_any())),
                     Entry::Vacant(entry) => {
@@ -183,7 +204,7 @@ impl Index {
                 // A status without its manifest: a session being deleted, or an event removed by hand.
                 Content::Status(m) if !self.files.contains_key(&manifest_of(path)) => match m {
                     Manifest::Session(ws) => {
-                        sessions.entry(ws.name_any()).or_insert_with(|| manifest_of(path));
+                        left.push((path.clone(), ws.name_any()));
                         None
                     }
                     Manifest::Event(_) => {
@@ -201,14 +222,36 @@ impl Index {
                 refused.insert(path.clone(), problem);
             }
         }
+        // A session's status whose manifest went: the manifest was renamed (one of that name has no status of its
+        // own), and the status follows it, so the session and its conversation go on; else the session is being
+        // deleted.
+        let mut moved = false;
+        for (status, name) in left {
+            let renamed = sessions.get(&name).map(|manifest| status_path(manifest));
+            match renamed {
+                Some(to) if !self.files.contains_key(&to) => {
+                    if std::fs::rename(&status, &to).is_ok()
+                        && let Some(file) = self.files.remove(&status)
+                    {
+                        tracing::info!(event = "local.renamed", file = %to.display(), "the status follows its manifest");
+                        self.files.insert(to, file);
+                        self.touched.insert(name);
+                        moved = true;
+                    }
+                }
+                Some(_) => {} // a manifest of that name with a status of its own: this one is a leftover
+                None => {
+                    sessions.insert(name, manifest_of(&status));
+                }
+            }
+        }
         // An event's manifest was removed by hand: its status goes with it.
         for path in orphans {
             let _ = std::fs::remove_file(&path);
             self.files.remove(&path);
         }
         (self.sessions, self.events, self.by_session, self.refused) = (sessions, events, by_session, refused);
-        self.stale = false;
-        self
+        moved
     }
 
     /// The manifests that are skipped (they do not parse or break the schema) or whose last edit is refused, with
@@ -244,7 +287,8 @@ impl Index {
                 let mut ws = ws.as_ref().clone();
                 if let Some(recorded) = recorded {
                     if self.refused.contains_key(&path) {
-                        ws.spec = recorded.spec.clone(); // the refused edit is not applied
+                        // The refused edit is not applied.
+                        (ws.spec, ws.metadata.name) = (recorded.spec.clone(), recorded.metadata.name.clone());
                     }
                     ws.status = recorded.status.clone();
                     ws.metadata.finalizers = Some(vec![FINALIZER.into()]);

@@ -383,7 +383,7 @@ mod tests {
         names
     }
 
-    /// Issue 16: a watching store reads each file once per change, told by notifications, and names the sessions a
+    /// A watching store reads each file once per change, told by notifications, and names the sessions a
     /// change touches (an event touches its session); reads in between cost no file reads.
     #[tokio::test]
     async fn notifications_reread_only_what_changed_and_name_the_sessions_it_touches() {
@@ -447,7 +447,7 @@ mod tests {
         assert_eq!(touched(&store), ["a", "b"]);
     }
 
-    /// Issue 23: a route's cap counts the sessions the store holds with its label, as the bridge created them.
+    /// A route's cap counts the sessions the store holds with its label, as the bridge created them.
     #[tokio::test]
     async fn sessions_are_counted_by_label() {
         let dir = tempfile::tempdir().unwrap();
