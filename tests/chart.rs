@@ -271,6 +271,28 @@ async fn lint_and_server_side_dry_run_with_defaults_and_every_option() {
     ]);
     let out = cmd.output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("resumeProbeSeconds"));
+    // A volume only the tmux container mounts, inside the folder the agent's container sees too: refused.
+    for (path, refused) in
+        [("/srv/worksession/data", true), ("/srv/worksession", true), ("/srv/worksessions", false), ("/data", false)]
+    {
+        let mut cmd = tool("helm");
+        cmd.args(["template", "x"]).arg(chart()).args([
+            "--set",
+            "bridge.enabled=false",
+            "--set",
+            "agent.extraVolumes[0].name=data",
+            "--set",
+            "agent.extraVolumes[0].emptyDir.medium=Memory",
+            "--set",
+            "agent.extraVolumeMounts[0].name=data",
+            "--set",
+            &format!("agent.extraVolumeMounts[0].mountPath={path}"),
+        ]);
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(!out.status.success(), refused, "{path}: {stderr}");
+        assert_eq!(stderr.contains("lies in agent.workspace.mountPath"), refused, "{path}: {stderr}");
+    }
 }
 
 /// Applies the chart's ServiceAccounts, ClusterRoles and ClusterRoleBindings for real; returns (agent, bridge)

@@ -45,6 +45,10 @@ struct Row {
     unknown_exit: String,
 }
 
+/// How long a prompt may take here to be known delivered or failed: two sends, each waiting out the 60 s confirm
+/// deadline, and the boot before them.
+const SETTLE: Duration = Duration::from_secs(150);
+
 /// The prompts whose first character a CLI may take as its own command, and what the profile sends for each.
 const LEADING: [&str; 4] = ["/conformance-slash", "!conformance-bang", "#conformance-hash", "@conformance-at"];
 
@@ -259,7 +263,17 @@ async fn command_line(w: &World, model: &Model, name: &str) -> String {
         let prompt = format!("{lead} on the command line");
         w.create_session(&format!("l{i}"), json!({"harness": name, "initialPrompt": prompt})).await;
     }
-    for lead in LEADING {
+    let api = w.sessions();
+    for (i, lead) in LEADING.iter().enumerate() {
+        // The harness's own word first (four CLIs booting at once on a loaded machine take their time): its
+        // initial prompt known delivered, or failed and why.
+        let session = format!("l{i}");
+        let initial = support::eventually_within(&format!("{session}: its initial prompt settled"), SETTLE, || async {
+            let prompt = api.get(&session).await.ok()?.status?.initial_prompt?;
+            matches!(prompt.phase, Some(EventPhase::Delivered | EventPhase::Failed)).then_some(prompt)
+        })
+        .await;
+        assert_eq!(initial.phase, Some(EventPhase::Delivered), "{name}: {lead:?} on the command line: {initial:?}");
         let tail = format!("{} on the command line", &lead[1..]);
         let got = support::eventually(&format!("{name}: the model got {lead:?} from the command line"), || async {
             model.prompts().into_iter().find(|p| p.contains(&tail))
@@ -315,7 +329,7 @@ async fn behind_a_failed_turn(w: &World, model: &Model, name: &str, turns: bool)
     w.send("c", "failing", "conformance: a failing turn").await;
     support::until("the failing turn asked", || async { asked(model, "a failing turn") > 0 }).await;
     w.send("c", "behind", "conformance: behind the failure").await;
-    let st = settled_within(w, "behind", Duration::from_secs(150)).await;
+    let st = settled_within(w, "behind", SETTLE).await;
     support::eventually_within("the model got the prompt behind it", Duration::from_secs(120), || async {
         (asked(model, "behind the failure") > 0).then_some(())
     })
@@ -362,7 +376,7 @@ async fn a_persons_clear(w: &World, model: &Model, name: &str, turns: bool, firs
     // taken; a CLI that says nothing leaves the id as it was.
     w.send("c", "after-clear", "conformance: after the clear").await;
     // Its deadline may send it again (Codex 0.171.0 lost a paste made as it started the new conversation).
-    let sent = settled_within(w, "after-clear", Duration::from_secs(150)).await;
+    let sent = settled_within(w, "after-clear", SETTLE).await;
     assert_eq!(sent.phase, Some(EventPhase::Delivered), "{name}: {sent:?}");
     let request = support::eventually("the model asked after the clear", || async {
         model.requests().into_iter().find(|r| r.prompt.as_deref().is_some_and(|p| p.contains("after the clear")))
@@ -412,7 +426,7 @@ async fn a_persons_compaction(w: &World, model: &Model, name: &str, turns: bool)
     turn_over(w, turns).await;
     idle_screen(w).await;
     w.send("c", "after-compact", "conformance: after the compaction").await;
-    let sent = settled_within(w, "after-compact", Duration::from_secs(150)).await;
+    let sent = settled_within(w, "after-compact", SETTLE).await;
     assert_eq!(sent.phase, Some(EventPhase::Delivered), "{name}: {sent:?}");
     support::eventually("the model asked after the compaction", || async {
         model.requests().into_iter().find(|r| r.prompt.as_deref().is_some_and(|p| p.contains("after the compaction")))
@@ -500,14 +514,20 @@ async fn unknown_id_run_directly(w: &World, name: &str) -> String {
     let quoted: Vec<String> =
         std::iter::once(wrapper.display().to_string()).chain(args).map(|a| format!("'{a}'")).collect();
     let started = std::time::Instant::now();
+    // A terminal of a known size: `script` run without one gives 0×0, where Claude Code moves the cursor instead of
+    // writing spaces.
+    let command = format!("stty cols 160 rows 40; exec {}", quoted.join(" "));
     let mut cmd = tokio::process::Command::new("script");
-    cmd.args(["-qefc", &quoted.join(" "), "/dev/null"]).current_dir(w.tmux.workdir()).kill_on_drop(true);
+    cmd.args(["-qefc", &command, "/dev/null"]).current_dir(w.tmux.workdir()).kill_on_drop(true);
     let Ok(Ok(out)) = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await else {
         return "still running after 60 s".to_string();
     };
     let text = String::from_utf8_lossy(&out.stdout);
-    // Its words without the terminal's control sequences.
-    let escapes = regex::Regex::new(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-_])").unwrap();
+    // Its words without the terminal's control sequences; a cursor moved forward stands for that many spaces.
+    let forward = regex::Regex::new(r"\x1b\[(\d*)C").unwrap();
+    let text = forward.replace_all(&text, |c: &regex::Captures| " ".repeat(c[1].parse().unwrap_or(1).max(1)));
+    let escapes =
+        regex::Regex::new(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[0-9=>@-_])").unwrap();
     let plain: String = escapes.replace_all(&text, "").chars().filter(|c| !c.is_control() || *c == '\n').collect();
     let line = plain.lines().map(str::trim).find(|l| profile.resume_failed(l)).unwrap_or_default();
     let from = profile.resume_failed_pattern.as_ref().and_then(|p| p.find(line)).map_or(0, |m| m.start());

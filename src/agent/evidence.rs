@@ -277,7 +277,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             conversation_found: read.conversation_found,
             discovered: read.discovered,
             hooked: read.hooked.filter(|id| self.discoveries.conversation_holder(id, &owner.1).is_none()),
-            workspace: self.workspaces.state(&owner.1, ws),
+            workspace: self.workspaces.state(&owner.1, ws, config),
             room,
             discovering_here: self.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
             id_taken_by: adopting.and_then(|id| self.discoveries.conversation_holder(id, &owner.1)),

@@ -63,9 +63,12 @@ impl Workspaces {
 
     /// The workspace of `ws` (`key`: its `namespace/name`): a checkout prepared before counts as ready while its
     /// directory holds a `.git`.
-    pub fn state(&self, key: &str, ws: &WorkSession) -> Found {
+    /// A workdir without a workspace is looked at only where the agent sees it as the harness does.
+    pub fn state(&self, key: &str, ws: &WorkSession, config: &Config) -> Found {
         if ws.spec.workspace.is_none() {
-            return if Path::new(&ws.spec.workdir).is_dir() { Found::Ready } else { Found::NoWorkdir };
+            let workdir = Path::new(&ws.spec.workdir);
+            let missing = config.sees_workdir(workdir) && !workdir.is_dir();
+            return if missing { Found::NoWorkdir } else { Found::Ready };
         }
         let mut tasks = self.tasks();
         if tasks.get(key).is_some_and(|task| !task.is_finished()) {

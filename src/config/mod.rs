@@ -60,6 +60,15 @@ impl Config {
         // With rooms, the helper: the path where the tmux server runs, which the rooms already trust.
         self.rooms.as_ref().map(|r| r.helper.as_path()).or(self.hook_receiver.as_deref())
     }
+
+    /// Whether the agent sees `workdir` as the harness does, so it may say the directory is missing: where it
+    /// starts the tmux server itself (one filesystem, as in local mode), or inside the volume its clones live on
+    /// (`workspaces.mirrors`' folder, which the chart mounts in both containers). A path only the tmux container
+    /// mounts (`agent.extraVolumeMounts`, its `/tmp`) is not the agent's to judge.
+    pub fn sees_workdir(&self, workdir: &Path) -> bool {
+        let shared = self.workspaces.mirrors.as_deref().and_then(Path::parent);
+        self.tmux.start_server || shared.is_some_and(|volume| workdir.starts_with(volume))
+    }
 }
 
 /// The default `delivery.readyTimeoutSeconds`.
@@ -395,6 +404,18 @@ mod tests {
 
     fn parse(yaml: &str) -> Result<Config, ConfigError> {
         Config::parse(yaml, Path::new("agent.yaml"))
+    }
+
+    /// The agent judges a workdir where it shares the harness's filesystem: all of it when it starts tmux itself,
+    /// else only the volume its clones live on.
+    #[test]
+    fn a_workdir_is_judged_only_where_the_agent_sees_it_as_the_harness_does() {
+        let local = parse("").unwrap();
+        assert!(local.sees_workdir(Path::new("/anywhere/work")));
+        let cluster = parse("tmux: {startServer: false}\nworkspaces: {mirrors: /workspace/.repos}\n").unwrap();
+        assert!(cluster.sees_workdir(Path::new("/workspace/repo-12")));
+        assert!(!cluster.sees_workdir(Path::new("/data/repo-12")), "a volume only the tmux container mounts");
+        assert!(!cluster.sees_workdir(Path::new("/workspaces/repo-12")), "a path, not a string prefix");
     }
 
     #[test]

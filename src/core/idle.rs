@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Decision, EventReason, Notice, Op, ReadyReason, Settings, later, until};
+use super::{Decision, EventReason, Notice, Op, ReadyReason, Settings, Workspace, later, until};
 use crate::api::Phase;
 
 /// The first words of an archived session's `Ready` message.
@@ -63,7 +63,7 @@ impl Decision<'_, '_> {
         let archived = self.input.object.spec.archived;
         if self.status.phase == Some(Phase::Archived) && !archived {
             self.status.idle_since = None;
-            self.notice(Notice::new(EventReason::Woken, "its work item reopened: the conversation is resumed"));
+            self.woken("its work item reopened: the conversation is resumed".into());
             return false;
         }
         // One that failed (restartPolicy Never, an exit) stays failed: reopening must not bring it back.
@@ -90,8 +90,15 @@ impl Decision<'_, '_> {
         }
         self.status.idle_since = None;
         let what = if self.status.phase == Some(Phase::Archived) { "archived" } else { "idle" };
-        let message = format!("{waiting} prompt(s) wake the {what} harness");
-        self.notice(Notice::new(EventReason::Woken, message));
+        self.woken(format!("{waiting} prompt(s) wake the {what} harness"));
         false
+    }
+
+    /// Said once the spawn goes ahead: a spawn held for a missing workdir leaves the session stopped, and wakes it
+    /// (and says so) when the directory is there.
+    fn woken(&mut self, message: String) {
+        if self.input.evidence.workspace != Workspace::NoWorkdir {
+            self.notice(Notice::new(EventReason::Woken, message));
+        }
     }
 }

@@ -66,6 +66,9 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.ready(false, ReadyReason::HarnessNotRunning, "the harness is not running; the next event respawns it");
             return;
         }
+        if !self.workdir_ready() {
+            return;
+        }
         if let Some(retry) = self.status.next_retry_time.clone().filter(|t| t.0 > now) {
             if self.status.phase != Some(Phase::BackOff) {
                 let message = format!("{} quick failures; respawning at {}", self.status.failure_count, retry.0);

@@ -20,22 +20,9 @@ impl Decision<'_, '_> {
     /// Before a spawn: whether the workspace lets it go ahead (else the plan says what waits).
     pub(super) fn workspace_ready(&mut self) -> bool {
         let input = self.input;
-        if input.evidence.workspace == Workspace::NoWorkdir {
-            // A person's mistake, not a harness's failure: a spawn there would die at once, again and again. Looked
-            // at again shortly, so creating the directory is all it takes.
-            let workdir = &input.object.spec.workdir;
-            self.status.phase = Some(Phase::Pending);
-            let message = format!(
-                "the workdir {workdir} is not a directory on this node: create it, or name a spec.workspace for the \
-                 agent to clone into it"
-            );
-            self.ready(false, ReadyReason::WorkdirMissing, message);
-            self.requeue(CONFLICT_RECHECK);
-            return false;
-        }
         let Some(spec) = &input.object.spec.workspace else { return true };
         match input.evidence.workspace {
-            // A workdir a preparation makes is never missing: only a session without one is told so, above.
+            // A workdir a preparation makes is never missing: only a session without one is told so (workdir_ready).
             Workspace::Ready | Workspace::NoWorkdir => true,
             Workspace::Prepared { branch, commit, adopted } => {
                 (self.status.failure_count, self.status.next_retry_time) = (0, None);
@@ -79,6 +66,27 @@ impl Decision<'_, '_> {
                 false
             }
         }
+    }
+
+    /// Before a spawn: whether the workdir is there (else the plan says so). A person's mistake, not a harness's
+    /// failure: a spawn there would die at once, again and again. Looked at again shortly, so creating the directory
+    /// is all it takes. Only a spawn is held: an idle, archived or failed session keeps its phase.
+    pub(super) fn workdir_ready(&mut self) -> bool {
+        if self.input.evidence.workspace != Workspace::NoWorkdir {
+            return true;
+        }
+        let workdir = &self.input.object.spec.workdir;
+        // A stopped session stays so until the spawn goes ahead: it is what a prompt or a reopening wakes.
+        if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived)) {
+            self.status.phase = Some(Phase::Pending);
+        }
+        let message = format!(
+            "the workdir {workdir} is not a directory on this node: create it, or name a spec.workspace for the agent \
+             to clone into it"
+        );
+        self.ready(false, ReadyReason::WorkdirMissing, message);
+        self.requeue(CONFLICT_RECHECK);
+        false
     }
 
     fn preparing(&mut self, spec: &WorkspaceSpec) {

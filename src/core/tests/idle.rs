@@ -88,6 +88,34 @@ fn an_idle_session_stays_stopped_whatever_its_policy_until_a_prompt_wakes_it_res
     assert_eq!(plan.status.phase, Some(Phase::Running));
 }
 
+/// A workdir removed while the session is stopped holds only a spawn: idle stays idle, and the prompt that would
+/// wake it waits with the reason, the session still idle (whatever its restart policy), until the directory is there.
+#[test]
+fn an_idle_session_whose_workdir_is_gone_stays_idle_until_a_prompt_would_spawn() {
+    let mut case = quiet_since(0);
+    case.spec.restart_policy = RestartPolicy::Never;
+    case.step();
+    (case.liveness, case.tmux, case.workspace) = (Liveness::Absent, None, Workspace::NoWorkdir);
+    let plan = case.step();
+    assert_eq!((plan.status.phase, condition(&plan.status, READY)), (Some(Phase::Idle), Some(("False", "Idle"))));
+    assert_eq!(plan.requeue_after, None, "a stopped session is not looked at again");
+    case.events = vec![ev("e1", "please fix the bug")];
+    for _ in 0..2 {
+        let plan = case.step();
+        assert_eq!(ops(&plan), Vec::<String>::new());
+        assert_eq!(
+            (plan.status.phase, condition(&plan.status, READY)),
+            (Some(Phase::Idle), Some(("False", "WorkdirMissing"))),
+            "still the stopped session the prompt wakes, looked at again"
+        );
+        assert_eq!(plan.requeue_after, Some(CONFLICT_RECHECK));
+    }
+    case.workspace = Workspace::Ready;
+    let plan = case.step();
+    assert_eq!(ops(&plan)[..2], ["record intent", "session.woken"], "said once, when it wakes");
+    assert_eq!(spawned(&plan), RESUME_E1, "woken once the directory is there");
+}
+
 #[test]
 fn an_idle_session_stays_idle_while_the_tmux_server_is_gone() {
     let mut case = quiet_since(0);

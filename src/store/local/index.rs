@@ -101,6 +101,9 @@ pub(super) struct Index {
     /// session stays as its status file recorded it, as the API server keeps the old object when it refuses an
     /// update), and a name another manifest took first (in path order).
     refused: BTreeMap<PathBuf, String>,
+    /// Session manifests that went, with their stamps, while their status files remain: one that comes back under
+    /// another path with the same stamp was renamed (the same inode, length and modification time).
+    gone: HashMap<PathBuf, Stamp>,
     /// Whether the three maps above are behind `files`.
     stale: bool,
     /// Files read (and parsed) so far: once per change.
@@ -124,6 +127,9 @@ impl Index {
             Some(File { stamp, content: read(path, &text) })
         });
         self.touched.extend(old.iter().chain(&new).filter_map(|f| f.content.session()));
+        if let (Some(File { stamp, content: Content::Manifest(Manifest::Session(_)) }), None) = (&old, &new) {
+            self.gone.insert(path.to_path_buf(), *stamp);
+        }
         if let Some(file) = new {
             self.files.insert(path.to_path_buf(), file);
         }
@@ -204,7 +210,7 @@ impl Index {
                 // A status without its manifest: a session being deleted, or an event removed by hand.
                 Content::Status(m) if !self.files.contains_key(&manifest_of(path)) => match m {
                     Manifest::Session(ws) => {
-                        left.push((path.clone(), ws.name_any()));
+                        left.push((path.clone(), ws.name_any(), ws.metadata.creation_timestamp.clone()));
                         None
                     }
                     Manifest::Event(_) => {
@@ -222,29 +228,61 @@ impl Index {
                 refused.insert(path.clone(), problem);
             }
         }
-        // A session's status whose manifest went: the manifest was renamed (one of that name has no status of its
-        // own), and the status follows it, so the session and its conversation go on; else the session is being
-        // deleted.
+        // A session's status whose manifest went: the manifest was renamed (the same file is there under another
+        // path, without a status of its own), and the status follows it, so the session and its conversation go on;
+        // else the session is being deleted (a new file that reuses the name is a new session, once the old one is
+        // gone).
         let mut moved = false;
-        for (status, name) in left {
-            let renamed = sessions.get(&name).map(|manifest| status_path(manifest));
-            match renamed {
-                Some(to) if !self.files.contains_key(&to) => {
-                    if std::fs::rename(&status, &to).is_ok()
-                        && let Some(file) = self.files.remove(&status)
-                    {
-                        tracing::info!(event = "local.renamed", file = %to.display(), "the status follows its manifest");
+        for (status, name, created) in left {
+            let manifest = sessions.get(&name).cloned();
+            // The same file under another name: its stamp when it went, or (the agent restarted since) its birth.
+            let went = self.gone.get(&manifest_of(&status));
+            let made_then = |path: &PathBuf| match self.files.get(path) {
+                Some(File { stamp, content: Content::Manifest(Manifest::Session(ws)) }) => {
+                    // A status records its creation to the second, as the API server does.
+                    let second = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_second());
+                    went == Some(stamp) || second(&ws.metadata.creation_timestamp) == second(&created)
+                }
+                _ => false,
+            };
+            let Some(path) = manifest else {
+                sessions.insert(name, manifest_of(&status));
+                continue;
+            };
+            let to = status_path(&path);
+            if self.files.contains_key(&to) {
+                continue; // a manifest of that name with a status of its own: this one is a leftover
+            }
+            if !made_then(&path) {
+                // A new file that took the name: it waits until the old session's deletion ends.
+                let problem = format!(
+                    "metadata.name {name:?} belongs to a session being deleted: this one is created once that ends"
+                );
+                if self.refused.get(&path) != Some(&problem) {
+                    tracing::error!(event = "local.invalid_manifest", file = %path.display(), "{problem}");
+                }
+                refused.insert(path, problem);
+                sessions.insert(name, manifest_of(&status));
+                continue;
+            }
+            match std::fs::rename(&status, &to) {
+                Ok(()) => {
+                    tracing::info!(event = "local.renamed", file = %to.display(), "the status follows its manifest");
+                    if let Some(file) = self.files.remove(&status) {
                         self.files.insert(to, file);
-                        self.touched.insert(name);
-                        moved = true;
                     }
+                    self.touched.insert(name);
+                    moved = true;
                 }
-                Some(_) => {} // a manifest of that name with a status of its own: this one is a leftover
-                None => {
-                    sessions.insert(name, manifest_of(&status));
-                }
+                Err(e) => tracing::error!(
+                    event = "local.rename_failed",
+                    file = %status.display(),
+                    "the status cannot follow its renamed manifest: {e}"
+                ),
             }
         }
+        let files = &self.files;
+        self.gone.retain(|manifest, _| files.contains_key(&status_path(manifest)));
         // An event's manifest was removed by hand: its status goes with it.
         for path in orphans {
             let _ = std::fs::remove_file(&path);

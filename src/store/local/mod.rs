@@ -207,12 +207,18 @@ impl Store for LocalStore {
     }
 
     async fn write_status(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<(), StoreError> {
-        let Some((path, _)) = self.session_path(&ws.name_any())? else { return Ok(()) };
+        // Under the index's lock from finding the path to reading the write back: a status that follows its renamed
+        // manifest meanwhile would leave this write behind under the old path.
+        let mut index = self.index()?;
+        let Some((path, _)) = index.session(&ws.name_any()) else { return Ok(()) };
         let mut recorded = ws.clone();
         recorded.metadata.deletion_timestamp = None;
         recorded.metadata.finalizers = None;
         recorded.status = Some(status.clone());
-        self.write_status_file(&path, &recorded)
+        let file = status_path(&path);
+        write_atomic(&file, &recorded).map_err(local_err)?;
+        index.reload(&file);
+        Ok(())
     }
 
     /// One machine: no other node the session could have been handed to meanwhile.
@@ -369,6 +375,58 @@ mod tests {
         assert!(deleting.metadata.deletion_timestamp.is_some() && deleting.finalizers() == [FINALIZER]);
         store.set_finalizer(&deleting, false).await.unwrap();
         assert!(Store::session(&store, NAMESPACE, "a").await.unwrap().is_none());
+    }
+
+    /// A manifest moved to another path takes its status along (the same file: its stamp, or its creation), even
+    /// one an editor rewrote since; a new file that takes the name of a session being deleted waits for that to end
+    /// and never inherits its conversation.
+    #[tokio::test]
+    async fn a_moved_manifest_takes_its_status_and_a_new_file_under_a_deleting_name_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path()).unwrap();
+        let made = |at: &str, item: &str| {
+            format!(
+                "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {{name: a, creationTimestamp: \
+                 \"{at}\"}}\nspec: {{workItem: {item}, nodeName: local, harness: claude, workdir: /tmp}}\n"
+            )
+        };
+        let id = |ws: &WorkSession| ws.status.as_ref().and_then(|s| s.harness_session_id.clone());
+        write(dir.path(), "a.yaml", &made("2026-01-01T00:00:00Z", "one"));
+        let ws = Store::session(&store, NAMESPACE, "a").await.unwrap().unwrap();
+        let ws = store.set_finalizer(&ws, true).await.unwrap();
+        let status = WorkSessionStatus { harness_session_id: Some("abc".into()), ..Default::default() };
+        store.write_status(&ws, &status).await.unwrap();
+        // An editor's save: a new file renamed over the old one (here with another creation).
+        write(dir.path(), "a.tmp", &made("2026-01-02T00:00:00Z", "one"));
+        std::fs::rename(dir.path().join("a.tmp"), dir.path().join("a.yaml")).unwrap();
+        assert!(Store::session(&store, NAMESPACE, "a").await.unwrap().is_some());
+
+        std::fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).unwrap();
+        let moved = Store::session(&store, NAMESPACE, "a").await.unwrap().unwrap();
+        assert_eq!(id(&moved).as_deref(), Some("abc"), "the status followed");
+        assert!(moved.metadata.deletion_timestamp.is_none());
+        assert!(dir.path().join("b.status.yaml").exists() && !dir.path().join("a.status.yaml").exists());
+
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        write(dir.path(), "c.yaml", &made("2026-03-01T00:00:00Z", "another"));
+        let deleting = Store::session(&store, NAMESPACE, "a").await.unwrap().unwrap();
+        assert!(deleting.metadata.deletion_timestamp.is_some(), "the old session is deleted first");
+        assert_eq!(deleting.spec.work_item, "one");
+        let skipped = store.refusals().unwrap();
+        assert!(skipped.iter().any(|(p, why)| p.ends_with("c.yaml") && why.contains("being deleted")), "{skipped:?}");
+        store.set_finalizer(&deleting, false).await.unwrap();
+        let new = Store::session(&store, NAMESPACE, "a").await.unwrap().unwrap();
+        assert_eq!((new.spec.work_item.as_str(), id(&new)), ("another", None), "a new session, its own conversation");
+
+        // Moved while no agent looked (a fresh index remembers no stamp): its creation tells, to the second.
+        write(dir.path(), "d.yaml", &session("d"));
+        let ws = Store::session(&store, NAMESPACE, "d").await.unwrap().unwrap();
+        store.write_status(&ws, &status).await.unwrap();
+        std::fs::rename(dir.path().join("d.yaml"), dir.path().join("e.yaml")).unwrap();
+        let restarted = LocalStore::new(dir.path()).unwrap();
+        let moved = Store::session(&restarted, NAMESPACE, "d").await.unwrap().unwrap();
+        assert_eq!(id(&moved).as_deref(), Some("abc"), "the status followed");
+        assert!(moved.metadata.deletion_timestamp.is_none());
     }
 
     fn session(name: &str) -> String {
