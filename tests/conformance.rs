@@ -276,10 +276,12 @@ async fn command_line(w: &World, model: &Model, name: &str) -> String {
         assert_eq!(initial.phase, Some(EventPhase::Delivered), "{name}: {lead:?} on the command line: {initial:?}");
         let tail = format!("{} on the command line", &lead[1..]);
         let got = support::eventually(&format!("{name}: the model got {lead:?} from the command line"), || async {
-            model.prompts().into_iter().find(|p| p.contains(&tail))
+            // The prompt itself, its words last: not a request that quotes it (Gemini CLI asks its model for a
+            // summary of the prompt, ending "Summary (max 80 chars):").
+            let last = |p: &str| p.trim().rsplit('\n').next().unwrap_or_default().to_string();
+            model.prompts().iter().map(|p| last(p)).find(|l| l.contains(&tail))
         })
         .await;
-        let got = got.trim().rsplit('\n').next().unwrap_or_default().to_string();
         let literal = profile.command_prefixes.iter().any(|c| lead.starts_with(c.as_str()));
         let whole = format!("{lead} on the command line");
         let expected = if literal { format!("{}{whole}", worksession::harness::LITERAL_PREFIX) } else { whole.clone() };

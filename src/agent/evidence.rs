@@ -49,6 +49,8 @@ pub struct Gathered {
     pub queued: Vec<String>,
     /// Keys of sent prompts its hooks report queued behind a turn that failed for good.
     pub dropped: Vec<String>,
+    /// Keys among `confirmed` steered into a running turn, as the harness's events file records them.
+    pub steered: Vec<String>,
     /// That record.
     pub record: Record,
     /// The live spawn's latest turn event.
@@ -116,6 +118,7 @@ impl Gathered {
                 confirmed: &self.confirmed,
                 queued: &self.queued,
                 dropped: &self.dropped,
+                steered: &self.steered,
                 record: self.record,
                 turn: self.turn.as_ref(),
                 conversation_found: self.conversation_found,
@@ -216,6 +219,7 @@ struct Reads {
     confirmed: Vec<String>,
     queued: Vec<String>,
     dropped: Vec<String>,
+    steered: Vec<String>,
     conversation_found: Option<bool>,
     discovered: Option<String>,
 }
@@ -272,6 +276,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             confirmed: read.confirmed,
             queued: read.queued,
             dropped: read.dropped,
+            steered: read.steered,
             record: read.record,
             turn: read.turn,
             conversation_found: read.conversation_found,
@@ -389,10 +394,11 @@ impl<S, T: Tmux> Reconciler<S, T> {
             Proof::Transcript => super::record::transcript(&place, &sent, profile).await,
             Proof::Settle => super::record::Said::default(),
         };
-        evidence.record = Record { proof, len: said.len, awaits_transcript: !said.reported.is_empty() };
+        evidence.record =
+            Record { proof, len: said.len, awaits_transcript: !said.reported.is_empty() || said.settling };
         evidence.hooked = evidence.hooked.or(said.moved_to);
         (evidence.confirmed, evidence.turn) = (said.confirmed, said.turn);
-        (evidence.queued, evidence.dropped) = (said.queued, said.dropped);
+        (evidence.queued, evidence.dropped, evidence.steered) = (said.queued, said.dropped, said.steered);
         evidence
     }
 }

@@ -75,6 +75,11 @@ pub struct Said {
     /// Keys of the sent prompts its hooks reported queued behind a turn that then failed for good, which the harness
     /// never sent to its model (hooks).
     pub dropped: Vec<String>,
+    /// Keys among `confirmed` its events file records as steered into a running turn, which runs no hook (Copilot).
+    pub steered: Vec<String>,
+    /// A prompt sent during a turn that ended moments ago is not yet shown steered into it: Copilot CLI may write its
+    /// events file after the turn's end hook, and nothing else wakes the session then, so it is looked at again soon.
+    pub settling: bool,
     /// The conversation the live harness moved to (hooks).
     pub moved_to: Option<String>,
     /// The conversations the live harness's latest hooks naming one named, newest first (hooks).
@@ -129,13 +134,20 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
         }
     }
     let (mut confirmed, reported) = persisted(place, profile, taken).await;
+    let (mut steered, mut settling) = (Vec::new(), false);
     if profile.hooks == Some(Hooks::Copilot) {
         let told = |s: &&Sent| ![&confirmed, &queued, &dropped, &reported].iter().any(|keys| keys.contains(&s.key));
         let unheard: Vec<Sent> = sent.iter().filter(told).cloned().collect();
-        confirmed.extend(steered(place, profile, unheard).await);
+        let ended = heard.turn.as_ref().filter(|t| t.hook == "Stop").and_then(|t| t.at);
+        let recent = ended.filter(|at| Timestamp::now().duration_since(*at).as_secs() < STEERED_SETTLE_SECONDS);
+        steered = self::steered(place, profile, unheard.clone()).await;
+        settling = recent.is_some_and(|end| {
+            unheard.iter().any(|s| !steered.contains(&s.key) && s.at.is_some_and(|sent| sent <= end))
+        });
+        confirmed.extend(steered.iter().cloned());
     }
     let (moved_to, named, turn) = (heard.moved_to, heard.named, heard.turn);
-    Said { len: heard.len, confirmed, reported, queued, dropped, moved_to, named, turn }
+    Said { len: heard.len, confirmed, reported, queued, dropped, steered, settling, moved_to, named, turn }
 }
 
 /// How much of a transcript's end is searched for a prompt its hook reported: the harness writes the prompt there
@@ -179,6 +191,9 @@ async fn persisted(place: &Place<'_>, profile: &Profile, taken: Vec<(String, Tak
     confirmed.extend(written);
     (confirmed, reported)
 }
+
+/// How long after a turn's end its events file is looked at again for a prompt steered into that turn.
+const STEERED_SETTLE_SECONDS: i64 = 10;
 
 /// How much of Copilot CLI's events file is searched for a prompt steered into a turn: it writes the prompt there
 /// as it takes it.

@@ -414,7 +414,9 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn delivered(&mut self, prompt: &Prompt<'_>, proof: Proof) {
         self.set_prompt(prompt.key, EventPhase::Delivered, prompt.via, Attempt::No, None);
         let via = prompt.via.map(|v| format!(" ({v:?})")).unwrap_or_default();
-        let message = format!("{} reached the conversation{via}, shown by {}", prompt.key, proof.said());
+        let steered = self.input.evidence.steered.iter().any(|k| k == prompt.key);
+        let shown = if steered { "the harness's events file, steered into its running turn" } else { proof.said() };
+        let message = format!("{} reached the conversation{via}, shown by {shown}", prompt.key);
         self.notice(Notice::new(EventReason::Delivered, message));
     }
 

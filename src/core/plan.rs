@@ -205,7 +205,8 @@ pub struct Record {
     /// runs (or a resume would take). A prompt sent now is confirmed only by what comes after.
     pub len: u64,
     /// With hooks: a prompt they reported taken is not in the transcript yet (the harness writes it just after the
-    /// hook), so it is looked at again soon rather than when the hook file next grows.
+    /// hook), or one sent during a turn that just ended may yet be shown steered into it (Copilot CLI's events
+    /// file), so it is looked at again soon rather than when the hook file next grows.
     pub awaits_transcript: bool,
 }
 
@@ -220,6 +221,9 @@ pub struct Evidence<'a> {
     /// Keys of the sent prompts the harness's hooks report taken behind a turn that then failed for good: the harness
     /// never sent them to its model.
     pub dropped: &'a [String],
+    /// Keys among `confirmed` the harness's record shows steered into a turn that ran (Copilot's events file): taken
+    /// without the hook that confirms the others.
+    pub steered: &'a [String],
     /// The harness's record of what it took.
     pub record: Record,
     /// The live spawn's latest turn event, as its hooks said it.

@@ -151,6 +151,21 @@ fn with_hooks_only_the_hook_confirms_and_a_hook_file_that_grows_wakes_the_wait()
     assert!(n.message.ends_with("shown by the harness's UserPromptSubmit hook"), "{}", n.message);
 }
 
+/// A prompt steered into a running turn fires no hook (Copilot): its events file shows it, and the notice says so
+/// rather than naming a hook that never ran.
+#[test]
+fn a_prompt_steered_into_a_turn_is_said_delivered_by_the_record_that_showed_it() {
+    let mut case = Case::new(ran_old());
+    (case.liveness, case.tmux, case.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    case.step();
+    (case.confirmed, case.steered) = (vec!["e1".into()], vec!["e1".into()]);
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["event e1 Delivered via Pasted", "event.delivered"]);
+    let Op::Notice(n) = &plan.ops[1] else { unreachable!() };
+    assert!(n.message.ends_with("shown by the harness's events file, steered into its running turn"), "{}", n.message);
+}
+
 /// A prompt the harness took while it worked on a turn (opencode queues it) reaches its model only after that turn:
 /// known delivered when the turn ends well, or past the deadline once the harness no longer says it works (never sent
 /// twice into a long turn); taken behind a turn that failed for good, it never reached the model, and is sent again at
