@@ -273,7 +273,7 @@ async fn lint_and_server_side_dry_run_with_defaults_and_every_option() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("resumeProbeSeconds"));
     // A volume only the tmux container mounts, inside the folder the agent's container sees too: refused.
     for (path, refused) in
-        [("/srv/worksession/data", true), ("/srv/worksession", true), ("/srv/worksessions", false), ("/data", false)]
+        [("/srv/worksession/data", true), ("/srv/worksession/", true), ("/srv/worksessions", false), ("/data", false)]
     {
         let mut cmd = tool("helm");
         cmd.args(["template", "x"]).arg(chart()).args([

@@ -138,12 +138,11 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
     if profile.hooks == Some(Hooks::Copilot) {
         let told = |s: &&Sent| ![&confirmed, &queued, &dropped, &reported].iter().any(|keys| keys.contains(&s.key));
         let unheard: Vec<Sent> = sent.iter().filter(told).cloned().collect();
-        let ended = heard.turn.as_ref().filter(|t| t.hook == "Stop").and_then(|t| t.at);
-        let recent = ended.filter(|at| Timestamp::now().duration_since(*at).as_secs() < STEERED_SETTLE_SECONDS);
+        let readable =
+            profile.conversation_path.is_some() && place.conversation.is_some_and(crate::api::is_valid_session_id);
         steered = self::steered(place, profile, unheard.clone()).await;
-        settling = recent.is_some_and(|end| {
-            unheard.iter().any(|s| !steered.contains(&s.key) && s.at.is_some_and(|sent| sent <= end))
-        });
+        let ended = heard.turn.as_ref().filter(|t| t.hook == "Stop").and_then(|t| t.at);
+        settling = readable && settling_after(ended, Timestamp::now(), &unheard, &steered);
         confirmed.extend(steered.iter().cloned());
     }
     let (moved_to, named, turn) = (heard.moved_to, heard.named, heard.turn);
@@ -194,6 +193,17 @@ async fn persisted(place: &Place<'_>, profile: &Profile, taken: Vec<(String, Tak
 
 /// How long after a turn's end its events file is looked at again for a prompt steered into that turn.
 const STEERED_SETTLE_SECONDS: i64 = 10;
+
+/// Whether a turn that ended (`ended`, its `Stop`) within [`STEERED_SETTLE_SECONDS`] before `now` leaves a prompt
+/// sent before its end that the events file does not show steered yet: Copilot CLI may write that line just after
+/// the hook. A `Stop` stamped after `now` (another clock) counts as long ago: never a recheck without end.
+fn settling_after(ended: Option<Timestamp>, now: Timestamp, unheard: &[Sent], steered: &[String]) -> bool {
+    let Some(end) = ended.filter(|end| (0..STEERED_SETTLE_SECONDS).contains(&now.duration_since(*end).as_secs()))
+    else {
+        return false;
+    };
+    unheard.iter().any(|s| !steered.contains(&s.key) && s.at.is_some_and(|sent| sent <= end))
+}
 
 /// How much of Copilot CLI's events file is searched for a prompt steered into a turn: it writes the prompt there
 /// as it takes it.
@@ -297,4 +307,31 @@ pub async fn transcript(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> 
         Said { len, confirmed, ..Said::default() }
     };
     tokio::task::spawn_blocking(read).await.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn sent(key: &str, seconds: i64) -> Sent {
+        Sent { key: key.into(), text: "steered".into(), command: false, offset: None, at: Some(at(seconds)) }
+    }
+
+    /// The events file is looked at again only within seconds of a turn's end, and only for a prompt sent before
+    /// that end and not shown steered yet.
+    #[test]
+    fn a_steered_prompt_is_awaited_for_a_few_seconds_after_the_turn_it_was_sent_into() {
+        let unheard = [sent("e1", 0)];
+        let after = |end: i64, now: i64| settling_after(Some(at(end)), at(now), &unheard, &[]);
+        assert!(after(2, 7), "5 s after the end");
+        assert!(!after(2, 13), "11 s after: the deadline's turn");
+        assert!(!after(9, 2), "a Stop stamped in the future");
+        assert!(!after(-1, 2), "sent after that turn ended");
+        assert!(!settling_after(Some(at(2)), at(7), &unheard, &["e1".into()]), "already shown steered");
+        assert!(!settling_after(None, at(7), &unheard, &[]), "no turn ended");
+    }
 }

@@ -66,7 +66,8 @@ impl Config {
     /// (`workspaces.mirrors`' folder, which the chart mounts in both containers). A path only the tmux container
     /// mounts (`agent.extraVolumeMounts`, its `/tmp`) is not the agent's to judge.
     pub fn sees_workdir(&self, workdir: &Path) -> bool {
-        let shared = self.workspaces.mirrors.as_deref().and_then(Path::parent);
+        // A folder of clones at the root (`/repos`) names no volume: nothing outside it is judged then.
+        let shared = self.workspaces.mirrors.as_deref().and_then(Path::parent).filter(|p| p.parent().is_some());
         self.tmux.start_server || shared.is_some_and(|volume| workdir.starts_with(volume))
     }
 }
@@ -416,6 +417,8 @@ mod tests {
         assert!(cluster.sees_workdir(Path::new("/workspace/repo-12")));
         assert!(!cluster.sees_workdir(Path::new("/data/repo-12")), "a volume only the tmux container mounts");
         assert!(!cluster.sees_workdir(Path::new("/workspaces/repo-12")), "a path, not a string prefix");
+        let rooted = parse("tmux: {startServer: false}\nworkspaces: {mirrors: /repos}\n").unwrap();
+        assert!(!rooted.sees_workdir(Path::new("/data/repo-12")), "clones at the root name no volume");
     }
 
     #[test]

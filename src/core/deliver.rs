@@ -29,6 +29,9 @@ pub const SUBMIT_AGAIN_AFTER: Duration = Duration::from_secs(3);
 /// Within how many [`SUBMIT_AGAIN_AFTER`]s of its paste a prompt's Enter is pressed again: about twice.
 const SUBMIT_AGAIN_TIMES: u32 = 3;
 
+/// What a transcript must hold to confirm a prompt, said where one did not.
+const TRANSCRIPT_HOLDS: &str = " (it confirms a prompt only as a JSON string in a line written after the send)";
+
 /// How many times a prompt its harness's record never confirmed is sent before it fails.
 pub const CONFIRM_ATTEMPTS: u32 = 2;
 
@@ -281,7 +284,9 @@ impl<'a, 'i> Decision<'a, 'i> {
                     // The paste may have gone nowhere (a TUI that dropped it): sent again, in its place. Its send's
                     // mark stays: a harness that took that send late (a slow start) says so after it.
                     blocked |= prompt.attempts < CONFIRM_ATTEMPTS;
-                    let said = format!("{} did not show it within {waited}s", proof.said());
+                    // A transcript that is not JSON lines confirms nothing: the message says what it must hold.
+                    let must = if proof == Proof::Transcript { TRANSCRIPT_HOLDS } else { "" };
+                    let said = format!("{} did not show it within {waited}s{must}", proof.said());
                     self.resend_or_fail(&prompt, said, Attempt::Again);
                 }
                 _ if blocked => {}

@@ -62,7 +62,6 @@ impl Decision<'_, '_> {
     pub(super) fn stays_idle(&mut self, waiting: usize) -> bool {
         let archived = self.input.object.spec.archived;
         if self.status.phase == Some(Phase::Archived) && !archived {
-            self.status.idle_since = None;
             self.woken("its work item reopened: the conversation is resumed".into());
             return false;
         }
@@ -88,7 +87,6 @@ impl Decision<'_, '_> {
             }
             return true;
         }
-        self.status.idle_since = None;
         let what = if self.status.phase == Some(Phase::Archived) { "archived" } else { "idle" };
         self.woken(format!("{waiting} prompt(s) wake the {what} harness"));
         false
@@ -98,6 +96,7 @@ impl Decision<'_, '_> {
     /// (and says so) when the directory is there.
     fn woken(&mut self, message: String) {
         if self.input.evidence.workspace != Workspace::NoWorkdir {
+            self.status.idle_since = None;
             self.notice(Notice::new(EventReason::Woken, message));
         }
     }

@@ -113,7 +113,10 @@ fn a_prompt_its_harness_never_confirms_is_sent_once_more_then_fails_saying_why()
     let Op::Event(update) = &plan.ops[0] else { unreachable!() };
     assert_eq!(
         update.message.as_deref(),
-        Some("the harness's transcript did not show it within 300s; it is sent again")
+        Some(
+            "the harness's transcript did not show it within 300s (it confirms a prompt only as a JSON string in a \
+             line written after the send); it is sent again"
+        )
     );
     case.tmux = Some(SessionView { alive: true, ..ours() }); // the first paste's tag is spent
     assert_eq!(
@@ -126,7 +129,10 @@ fn a_prompt_its_harness_never_confirms_is_sent_once_more_then_fails_saying_why()
     let Op::Event(update) = &plan.ops[0] else { unreachable!() };
     assert_eq!(
         update.message.as_deref(),
-        Some("the harness's transcript did not show it within 300s, 2 attempts; it is not sent again")
+        Some(
+            "the harness's transcript did not show it within 300s (it confirms a prompt only as a JSON string in a \
+             line written after the send), 2 attempts; it is not sent again"
+        )
     );
 }
 
