@@ -57,6 +57,16 @@ fn template(release: &str, namespace: &str, values: &[&str]) -> String {
     run(&mut cmd, None)
 }
 
+/// `helm template` with each of `sets` as a `--set`, whether it succeeds or not.
+fn try_template(sets: &[&str]) -> std::process::Output {
+    let mut cmd = tool("helm");
+    cmd.args(["template", "x"]).arg(chart());
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    cmd.output().unwrap()
+}
+
 /// The agent reloads its config: a config change must not roll its pods (that would restart the tmux container and
 /// kill every harness of the node).
 #[test]
@@ -262,33 +272,19 @@ async fn lint_and_server_side_dry_run_with_defaults_and_every_option() {
         }
     }
     // A value the schema forbids is refused before anything renders.
-    let mut cmd = tool("helm");
-    cmd.args(["template", "x"]).arg(chart()).args([
-        "--set",
-        "bridge.secrets.githubSecret=x",
-        "--set",
-        "agent.config.defaults.resumeProbeSeconds=301",
-    ]);
-    let out = cmd.output().unwrap();
+    let out = try_template(&["bridge.secrets.githubSecret=x", "agent.config.defaults.resumeProbeSeconds=301"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("resumeProbeSeconds"));
     // A volume only the tmux container mounts, inside the folder the agent's container sees too: refused.
     for (path, refused) in
         [("/srv/worksession/data", true), ("/srv/worksession/", true), ("/srv/worksessions", false), ("/data", false)]
     {
-        let mut cmd = tool("helm");
-        cmd.args(["template", "x"]).arg(chart()).args([
-            "--set",
+        let out = try_template(&[
             "bridge.enabled=false",
-            "--set",
             "agent.extraVolumes[0].name=data",
-            "--set",
             "agent.extraVolumes[0].emptyDir.medium=Memory",
-            "--set",
             "agent.extraVolumeMounts[0].name=data",
-            "--set",
             &format!("agent.extraVolumeMounts[0].mountPath={path}"),
         ]);
-        let out = cmd.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(!out.status.success(), refused, "{path}: {stderr}");
         assert_eq!(stderr.contains("lies in agent.workspace.mountPath"), refused, "{path}: {stderr}");

@@ -138,11 +138,12 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
     if profile.hooks == Some(Hooks::Copilot) {
         let told = |s: &&Sent| ![&confirmed, &queued, &dropped, &reported].iter().any(|keys| keys.contains(&s.key));
         let unheard: Vec<Sent> = sent.iter().filter(told).cloned().collect();
-        let readable =
-            profile.conversation_path.is_some() && place.conversation.is_some_and(crate::api::is_valid_session_id);
-        steered = self::steered(place, profile, unheard.clone()).await;
-        let ended = heard.turn.as_ref().filter(|t| t.hook == "Stop").and_then(|t| t.at);
-        settling = readable && settling_after(ended, Timestamp::now(), &unheard, &steered);
+        // Only where the events file can be read is it worth reading again.
+        if let Some(shown) = self::steered(place, profile, unheard.clone()).await {
+            let ended = heard.turn.as_ref().filter(|t| t.hook == "Stop").and_then(|t| t.at);
+            settling = settling_after(ended, Timestamp::now(), &unheard, &shown);
+            steered = shown;
+        }
         confirmed.extend(steered.iter().cloned());
     }
     let (moved_to, named, turn) = (heard.moved_to, heard.named, heard.turn);
@@ -234,11 +235,15 @@ struct CopilotMessage {
 /// their send. Copilot CLI steers a prompt pasted while its turn runs into that turn and runs no `userPromptSubmitted`
 /// hook for it (measured with 1.0.102; the turn's next model request carries it); without this, the deadline sent it
 /// again and the model got it twice. A prompt taken between turns has its hook, and its line says `idle`: never
-/// counted here. Read whenever the record is (a hook file that grows wakes the session: the turn's end).
-async fn steered(place: &Place<'_>, profile: &Profile, unheard: Vec<Sent>) -> Vec<String> {
-    let (Some(template), Some(id)) = (&profile.conversation_path, place.conversation) else { return Vec::new() };
-    if unheard.is_empty() || !crate::api::is_valid_session_id(id) {
-        return Vec::new();
+/// counted here. Read whenever the record is (a hook file that grows wakes the session: the turn's end). `None`:
+/// there is no events file to read (no `conversationPath`, no valid conversation id).
+async fn steered(place: &Place<'_>, profile: &Profile, unheard: Vec<Sent>) -> Option<Vec<String>> {
+    let (Some(template), Some(id)) = (&profile.conversation_path, place.conversation) else { return None };
+    if !crate::api::is_valid_session_id(id) {
+        return None;
+    }
+    if unheard.is_empty() {
+        return Some(Vec::new());
     }
     let path = transcript::locate(template, place.home, place.workdir, id);
     let home = place.home.to_path_buf();
@@ -274,7 +279,7 @@ async fn steered(place: &Place<'_>, profile: &Profile, unheard: Vec<Sent>) -> Ve
         }
         Some(confirmed)
     };
-    tokio::task::spawn_blocking(read).await.ok().flatten().unwrap_or_default()
+    Some(tokio::task::spawn_blocking(read).await.ok().flatten().unwrap_or_default())
 }
 
 /// The transcript of the conversation the harness runs (or a resume would take): its length, and the sent prompts it

@@ -40,6 +40,14 @@ fn tracked_until_known_the_initial_prompt_like_any_other() {
     assert!(case.step().ops.is_empty(), "a Delivered is never taken back, nor sent again");
 }
 
+/// A session whose harness runs, given hooks that confirm its prompts.
+fn live_with_hooks() -> Case {
+    let mut case = Case::new(ran_old());
+    (case.liveness, case.tmux, case.proof) =
+        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    case
+}
+
 /// The built-in claude profile as it ships, with its transcript.
 fn with_transcript(mut case: Case) -> Case {
     case.config.harnesses.get_mut("claude").unwrap().conversation_path =
@@ -138,9 +146,7 @@ fn a_prompt_its_harness_never_confirms_is_sent_once_more_then_fails_saying_why()
 
 #[test]
 fn with_hooks_only_the_hook_confirms_and_a_hook_file_that_grows_wakes_the_wait() {
-    let mut case = Case::new(ran_old());
-    (case.liveness, case.tmux, case.proof) =
-        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    let mut case = live_with_hooks();
     case.step();
     case.now = t(160);
     let plan = case.step();
@@ -161,9 +167,7 @@ fn with_hooks_only_the_hook_confirms_and_a_hook_file_that_grows_wakes_the_wait()
 /// rather than naming a hook that never ran.
 #[test]
 fn a_prompt_steered_into_a_turn_is_said_delivered_by_the_record_that_showed_it() {
-    let mut case = Case::new(ran_old());
-    (case.liveness, case.tmux, case.proof) =
-        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    let mut case = live_with_hooks();
     case.step();
     (case.confirmed, case.steered) = (vec!["e1".into()], vec!["e1".into()]);
     let plan = case.step();
@@ -178,9 +182,7 @@ fn a_prompt_steered_into_a_turn_is_said_delivered_by_the_record_that_showed_it()
 /// once.
 #[test]
 fn a_prompt_queued_behind_a_turn_waits_for_its_end_and_one_behind_a_failed_turn_is_sent_again() {
-    let mut case = Case::new(ran_old());
-    (case.liveness, case.tmux, case.proof) =
-        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    let mut case = live_with_hooks();
     case.step();
     case.queued = vec!["e1".into()];
     case.now = t(160);
@@ -191,9 +193,7 @@ fn a_prompt_queued_behind_a_turn_waits_for_its_end_and_one_behind_a_failed_turn_
     let plan = case.step();
     assert_eq!(ops(&plan), ["event e1 Delivered via Pasted", "event.delivered"], "the turn outlasted the deadline");
 
-    let mut case = Case::new(ran_old());
-    (case.liveness, case.tmux, case.proof) =
-        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    let mut case = live_with_hooks();
     case.step();
     case.dropped = vec!["e1".into()];
     case.turn = Some(Turn {
@@ -229,9 +229,7 @@ fn a_prompt_queued_behind_a_turn_waits_for_its_end_and_one_behind_a_failed_turn_
 /// the harness says it works: the turn may yet fail and drop it. Once the harness no longer works, its word is taken.
 #[test]
 fn a_queued_prompt_waits_past_the_deadline_while_its_turn_still_runs() {
-    let mut case = Case::new(ran_old());
-    (case.liveness, case.tmux, case.proof) =
-        (Liveness::Alive, Some(SessionView { alive: true, ..ours() }), Some(Proof::Hooks));
+    let mut case = live_with_hooks();
     case.step();
     case.queued = vec!["e1".into()];
     let working = Turn { hook: "UserPromptSubmit".into(), at: Some(t(150)), message: None, kind: None };
