@@ -516,27 +516,53 @@ async fn unknown_id_run_directly(w: &World, name: &str) -> String {
     let quoted: Vec<String> =
         std::iter::once(wrapper.display().to_string()).chain(args).map(|a| format!("'{a}'")).collect();
     let started = std::time::Instant::now();
-    // A terminal of a known size: `script` run without one gives 0×0, where Claude Code moves the cursor instead of
-    // writing spaces.
+    // A terminal of the kind tmux gives its panes and of a known size, whatever ran the test: without `TERM`,
+    // Claude Code moves the cursor to a column where the words have spaces, and `script` run without a terminal
+    // gives 0×0, where it moves the cursor forward instead.
     let command = format!("stty cols 160 rows 40; exec {}", quoted.join(" "));
     let mut cmd = tokio::process::Command::new("script");
-    cmd.args(["-qefc", &command, "/dev/null"]).current_dir(w.tmux.workdir()).kill_on_drop(true);
-    let Ok(Ok(out)) = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await else {
+    cmd.args(["-qefc", &command, "/dev/null"]).env("TERM", "tmux-256color").current_dir(w.tmux.workdir());
+    let Ok(Ok(out)) = tokio::time::timeout(Duration::from_secs(60), cmd.kill_on_drop(true).output()).await else {
         return "still running after 60 s".to_string();
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    // Its words without the terminal's control sequences; a cursor moved forward stands for that many spaces.
-    let forward = regex::Regex::new(r"\x1b\[(\d*)C").unwrap();
-    let text = forward.replace_all(&text, |c: &regex::Captures| " ".repeat(c[1].parse().unwrap_or(1).max(1)));
-    let escapes =
-        regex::Regex::new(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[0-9=>@-_])").unwrap();
-    let plain: String = escapes.replace_all(&text, "").chars().filter(|c| !c.is_control() || *c == '\n').collect();
+    let plain = rendered(&String::from_utf8_lossy(&out.stdout));
     let line = plain.lines().map(str::trim).find(|l| profile.resume_failed(l)).unwrap_or_default();
     let from = profile.resume_failed_pattern.as_ref().and_then(|p| p.find(line)).map_or(0, |m| m.start());
     let line: String = line[from..].chars().take(100).collect();
     let code = out.status.code().map_or("a signal".to_string(), |c| c.to_string());
     assert!(!line.is_empty(), "{name}: its resumeFailedPattern matches what it printed: {plain}");
     format!("exit {code} after {:.1} s: {line}", started.elapsed().as_secs_f32())
+}
+
+/// The words a terminal shows of `raw`, line by line: control sequences dropped, a cursor moved forward or to a
+/// column on its line standing for the spaces it skips.
+fn rendered(raw: &str) -> String {
+    let escapes =
+        regex::Regex::new(r"\x1b(\[([0-?]*)[ -/]*([@-~])|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[0-9=>@-_])")
+            .unwrap();
+    let mut plain = String::new();
+    let shown = |plain: &mut String, text: &str| plain.extend(text.chars().filter(|c| !c.is_control() || *c == '\n'));
+    let mut last = 0;
+    for c in escapes.captures_iter(raw) {
+        let whole = c.get(0).unwrap();
+        shown(&mut plain, &raw[last..whole.start()]);
+        last = whole.end();
+        let n = c.get(2).and_then(|n| n.as_str().parse().ok()).unwrap_or(1usize).max(1);
+        let column = plain[plain.rfind('\n').map_or(0, |i| i + 1)..].chars().count();
+        match c.get(3).map(|f| f.as_str()) {
+            Some("C") => plain.push_str(&" ".repeat(n)),
+            Some("G") => plain.push_str(&" ".repeat((n - 1).saturating_sub(column))),
+            _ => {}
+        }
+    }
+    shown(&mut plain, &raw[last..]);
+    plain
+}
+
+#[test]
+fn a_cursor_moved_to_a_column_or_forward_renders_as_spaces() {
+    let raw = "\x1b7\x1b[r\x1b8No\x1b[4Gconversation\x1b[1Cfound\x1b[38;5;211m!\x1b[39m\r\r\n\x1b]0;\x07\x1b(Bnext";
+    assert_eq!(rendered(raw), "No conversation found!\nnext");
 }
 
 #[tokio::test]

@@ -24,9 +24,14 @@ impl Decision<'_, '_> {
         if !self.prompts().is_empty() || !self.ops.is_empty() {
             return; // a prompt waits or is being delivered: not idle
         }
-        // tmux's clock of the window: its last output, or its creation. Unknown: never judged idle.
-        let Some(screen_quiet) =
-            input.observed.view.map(|t| t.activity).filter(|a| *a > 0).and_then(|a| Timestamp::from_second(a).ok())
+        // tmux's clock of the window: its last output, or its creation. Unknown: never judged idle. tmux names the
+        // second, so the output was at the end of it at the latest: counted from there, a period is never cut short.
+        let Some(screen_quiet) = input
+            .observed
+            .view
+            .map(|t| t.activity)
+            .filter(|a| *a > 0)
+            .and_then(|a| Timestamp::from_second(a.saturating_add(1)).ok())
         else {
             return;
         };

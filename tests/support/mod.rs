@@ -186,8 +186,9 @@ pub fn bridge_router<S: worksession::store::Sink>(yaml: &str, sink: S) -> axum::
     Bridge::new(tokio::sync::watch::channel(config).1, sink, metrics).router()
 }
 
-/// How long a test waits for anything before it fails: the one timeout of the suite.
-pub const WAIT: Duration = Duration::from_secs(45);
+/// How long a test waits for anything before it fails: the one timeout of the suite. Generous, since a passing test
+/// never waits it out: a real CLI boots in 5-40 s alone, several times that beside a build on two cores.
+pub const WAIT: Duration = Duration::from_secs(120);
 /// How often a waiting test looks again.
 pub const POLL: Duration = Duration::from_millis(20);
 

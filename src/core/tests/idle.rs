@@ -5,13 +5,14 @@
 use super::*;
 use crate::api::IdleSpec;
 
-/// A running session of `OLD` whose window last printed at t(`quiet_since`), idle after 60 s, nothing pending.
+/// A running session of `OLD` whose window last printed before t(`quiet_since`) (in the second that ends then),
+/// idle after 60 s, nothing pending.
 fn quiet_since(quiet_since: i64) -> Case {
     let mut case = Case::new(WorkSessionStatus { phase: Some(Phase::Running), ..ran_old() });
     case.spec.idle = Some(IdleSpec { suspend_after_seconds: Some(60) });
     case.liveness = Liveness::Alive;
     case.events = Vec::new();
-    let activity = t(quiet_since).as_second();
+    let activity = t(quiet_since).as_second() - 1;
     case.tmux = Some(SessionView { alive: true, activity, ..ours() });
     case
 }
@@ -25,6 +26,18 @@ fn quiet_for_the_period_with_nothing_owed_the_harness_is_stopped_as_idle() {
     assert_eq!(condition(&plan.status, READY), Some(("False", "Idle")));
     assert_eq!(plan.status.idle_since, Some(Time(t(100))));
     assert_eq!((plan.status.failure_count, plan.status.respawn_count), (0, 0));
+}
+
+/// tmux names the second of a window's last output, not the moment: output within it may have come at its end.
+#[test]
+fn quiet_counts_from_the_end_of_the_second_tmux_names() {
+    let mut case = quiet_since(41); // tmux says 40: printed at t(40.999) at the latest
+    case.now = t(100) + SignedDuration::from_millis(900);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "quiet for 59 s for all it knows");
+    assert_eq!(plan.requeue_after, Some(Duration::from_millis(100)));
+    case.now = t(101);
+    assert_eq!(ops(&case.step()), ["stop loop-ns_repo-12", "session.idle"]);
 }
 
 #[test]
