@@ -342,7 +342,9 @@ impl Tmux for TmuxRunner {
         }
         // Clearing the last session makes the server exit, and a new-session racing that exit is told so: retry.
         // (Clearing in the same tmux call as new-session crashed tmux 3.3a's server, taking every session along.)
-        self.stop(&spawn.session, &spawn.owner).await?;
+        if spawn.clear {
+            self.stop(&spawn.session, &spawn.owner).await?;
+        }
         let mut attempts = 0;
         loop {
             match self.run("new-session", self.command(&args), None).await? {

@@ -62,6 +62,20 @@ async fn spawn_clears_a_stale_session_of_the_same_name() {
     assert_eq!((obs.len(), obs.liveness("loop-a")), (1, Liveness::Alive));
 }
 
+/// A spawn told no session of its name is there clears nothing: a session of the name made meanwhile, even its
+/// owner's dead one, stays as it is and the spawn fails.
+#[tokio::test]
+async fn a_spawn_that_clears_nothing_leaves_a_session_of_its_name_alone() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-c", Mode::Resume, "no-such-conv", None, &[])).await.unwrap();
+    tmux.await_liveness("loop-c", Liveness::Dead).await;
+    let blind = worksession::tmux::Spawn { clear: false, ..tmux.spawn_of("loop-c", Mode::Fresh, "second", None, &[]) };
+    let refused = tmux.runner.spawn(&blind).await.unwrap_err();
+    assert!(refused.to_string().contains("duplicate session"), "{refused}");
+    assert_eq!(tmux.runner.observe().await.unwrap().liveness("loop-c"), Liveness::Dead, "still the old one");
+    assert!(tmux.runner.last_lines("loop-c", 5).await.unwrap().contains("no-such-conv"));
+}
+
 #[tokio::test]
 async fn a_dead_pane_keeps_its_last_lines() {
     let tmux = TmuxServer::new();

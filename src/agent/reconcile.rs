@@ -297,10 +297,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         observed_after: Instant,
     ) -> Result<Option<Duration>, ReconcileError> {
         // Observe: the object and its events fresh, and tmux (shared); the three reads wait one round trip together.
+        // Each step has a debug span, whose lifetime is the step's: `cargo bench --bench agent respawn` times them.
         let (ws, events, observation) = tokio::join!(
-            self.store.session(namespace, name),
-            self.store.events(namespace, name),
-            self.observer.since(observed_after)
+            self.store.session(namespace, name).instrument(tracing::debug_span!("read_session")),
+            self.store.events(namespace, name).instrument(tracing::debug_span!("read_events")),
+            self.observer.since(observed_after).instrument(tracing::debug_span!("observe"))
         );
         let Some(ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
         if !self.serves(&ws) {
@@ -315,13 +316,14 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let events = events.map_err(ReconcileError::Read)?;
         let observation = observation.map_err(ReconcileError::Observe)?;
         let config = self.config_now();
-        let gathered = self.gather(&ws, &events, &observation, &config).await;
+        let gathered =
+            self.gather(&ws, &events, &observation, &config).instrument(tracing::debug_span!("gather")).await;
         // Decide.
         let mut input = gathered.input(&ws, &observation, &config);
         if self.node.is_none() {
             input.object.move_to = None; // local mode is one machine: nowhere to move to
         }
-        let plan = core::decide(&input);
+        let plan = tracing::debug_span!("decide").in_scope(|| core::decide(&input));
         // Execute, then record.
         let owner = (gathered.owner.0.as_str(), gathered.owner.1.as_str());
         match self.execute(&ws, owner, &events, &plan, &config).await? {
@@ -342,7 +344,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         self.spawn_failures.settle(owner.1, verifying);
         let recorded = ws.status.clone().unwrap_or_default();
         if plan.status != recorded && !gone && self.fence_holds() {
-            self.store.write_status(&ws, &plan.status).await.map_err(ReconcileError::WriteStatus)?;
+            let span = tracing::debug_span!("write_status");
+            self.store.write_status(&ws, &plan.status).instrument(span).await.map_err(ReconcileError::WriteStatus)?;
         }
         Ok(plan.requeue_after)
     }
@@ -385,6 +388,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             if !self.fence_holds() {
                 return Ok(Executed::Fenced);
             }
+            // Lives as long as the op: closed by the next op or by a return.
+            let _timed = tracing::debug_span!("op", op = op.name());
             match op {
                 Op::AddFinalizer => {
                     self.store.set_finalizer(ws, true).await.map_err(ReconcileError::AddFinalizer)?;

@@ -386,6 +386,32 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The op's name in logs and timing spans.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::AddFinalizer => "add_finalizer",
+            Op::ExpireEvent { .. } => "expire_event",
+            Op::Claim(_) => "claim",
+            Op::RecordIntent(_) => "record_intent",
+            Op::Stop { .. } => "stop",
+            Op::Spawn(_) => "spawn",
+            Op::Paste { .. } => "paste",
+            Op::Submit { .. } => "submit",
+            Op::Event(_) => "event_status",
+            Op::Notice(_) => "notice",
+            Op::ReleaseFinalizer => "release_finalizer",
+            Op::Forget => "forget",
+            Op::PrepareWorkspace => "prepare_workspace",
+            Op::MarkPrepared => "mark_prepared",
+            Op::RemoveWorkspace => "remove_workspace",
+            Op::ReleaseRoom => "release_room",
+            Op::GrantPush { .. } => "grant_push",
+            Op::Move { .. } => "move",
+        }
+    }
+}
+
 /// A WorkEvent status change.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventUpdate {

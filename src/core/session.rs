@@ -65,6 +65,9 @@ pub struct Spawn {
     pub owner_name: String,
     /// The room the harness runs in (`worksession room`), if rooms are on.
     pub confine: Option<Confine>,
+    /// Whether a session of this name may be there to clear first (the owner's only): the observation showed one, or
+    /// did not look at this name. `false` saves a tmux call; a session made meanwhile makes `new-session` fail.
+    pub clear: bool,
 }
 
 /// How a spawn enters its room: the tmux server runs `<helper> room --uid <uid> --home <home> --workdir <workdir> --

@@ -267,6 +267,8 @@ impl<'a, 'i> Decision<'a, 'i> {
             owner: input.object.owner.to_string(),
             owner_name: input.object.owner_name.to_string(),
             confine: self.confine(),
+            // The observation looked at the current name only.
+            clear: input.observed.view.is_some() || self.session != self.configured,
         }))
     }
 

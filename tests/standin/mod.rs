@@ -70,6 +70,7 @@ impl TmuxServer {
             owner_name: "tests/standin".into(),
             env: Vec::new(),
             confine: None,
+            clear: true,
         }
     }
 

@@ -167,3 +167,21 @@ fn a_conversation_held_elsewhere_is_resumed_again_never_replaced() {
     assert_eq!(spawned(&plan), RESUME_E1, "resumed at once, no back-off");
     assert_eq!(condition(&plan.status, RESUMED), Some(("True", "Resumed")), "not ConversationBusy");
 }
+
+/// A spawn clears a stale session of its name (its owner's only) only where tmux showed one, or where it looked
+/// under another name: with none there, `new-session` alone saves a tmux call.
+#[test]
+fn a_spawn_clears_first_only_what_tmux_showed_or_did_not_look_at() {
+    let clears = |case: &Case| {
+        let plan = case.decide();
+        plan.ops.iter().find_map(|op| if let Op::Spawn(s) = op { Some(s.clear) } else { None }).unwrap()
+    };
+    let mut dead = Case::new(ran_old());
+    dead.tmux = Some(ours());
+    assert!(clears(&dead), "a dead pane of the name is there");
+    let mut absent = Case::new(ran_old());
+    absent.liveness = Liveness::Absent;
+    assert!(!clears(&absent), "nothing of the name");
+    absent.session = Some("loop-repo-12"); // the recorded older name, looked at instead
+    assert!(clears(&absent), "the configured name was not looked at");
+}
