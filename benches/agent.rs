@@ -325,9 +325,15 @@ async fn bench_respawn(spans: &Spans) {
     for session in String::from_utf8(out.stdout).unwrap().lines().filter(|s| !s.starts_with("keep-")) {
         server.tmux().args(["kill-session", "-t", &format!("={session}")]).status().unwrap();
     }
-    support::eventually_within("sessions not running", Duration::from_secs(120), || async {
+    // The kill counts as a quick failure: the respawns wait until its back-off is over, as a wake after an idle stop
+    // never waits for one.
+    support::eventually_within("sessions not running, out of back-off", Duration::from_secs(120), || async {
         let list = api.list(&ListParams::default()).await.ok()?;
-        let pending = list.iter().filter(|ws| ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Pending)).count();
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let ready = |s: &worksession::api::WorkSessionStatus| {
+            s.phase == Some(Phase::Pending) && s.next_retry_time.as_ref().is_none_or(|t| t.0 < now)
+        };
+        let pending = list.iter().filter(|ws| ws.status.as_ref().is_some_and(ready)).count();
         (pending == names.len()).then_some(())
     })
     .await;
@@ -364,7 +370,7 @@ async fn bench_respawn(spans: &Spans) {
         // Tagged as the runner's spawn below tags it: the runner clears only a session of its own owner.
         server.tmux().args(["set-option", "-t", &target, worksession::tmux::OWNER_TAG, "bench"]).status().unwrap();
     }
-    // The tmux side alone: the runner's spawn over a dead session of that name (cleared in the same call).
+    // The tmux side alone: the runner's spawn over a dead session of that name (an owner-checked clearing first).
     let runner = TmuxRunner::new(Some(server.socket()));
     let mut runner_times = Vec::new();
     for i in 0..support::bench_size(20, 3) {
@@ -565,14 +571,16 @@ async fn main() {
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer, filter::Targets};
     // The agent's debug spans, for (b)'s timeline; its log lines too when RUST_LOG asks for them.
+    let chosen: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let want = |name: &str| chosen.is_empty() || chosen.iter().any(|c| c == name);
     let spans = Spans::default();
     let logs = std::env::var_os("RUST_LOG")
         .is_some()
         .then(|| tracing_subscriber::fmt::layer().with_filter(EnvFilter::from_default_env()));
-    let timed = spans.clone().with_filter(Targets::new().with_target("worksession", tracing::Level::DEBUG));
+    // Only for (b): the others would pay for spans nobody reads.
+    let timed = want("respawn")
+        .then(|| spans.clone().with_filter(Targets::new().with_target("worksession", tracing::Level::DEBUG)));
     tracing_subscriber::registry().with(timed).with(logs).init();
-    let chosen: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let want = |name: &str| chosen.is_empty() || chosen.iter().any(|c| c == name);
     if want("observe") {
         bench_observe().await;
     }

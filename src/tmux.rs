@@ -342,7 +342,8 @@ impl Tmux for TmuxRunner {
         }
         // Clearing the last session makes the server exit, and a new-session racing that exit is told so: retry.
         // (Clearing in the same tmux call as new-session crashed tmux 3.3a's server, taking every session along.)
-        if spawn.clear {
+        let mut cleared = spawn.clear;
+        if cleared {
             self.stop(&spawn.session, &spawn.owner).await?;
         }
         let mut attempts = 0;
@@ -350,6 +351,11 @@ impl Tmux for TmuxRunner {
             match self.run("new-session", self.command(&args), None).await? {
                 Ok(_) => return Ok(()),
                 Err(stderr) if attempts < 3 && stderr.contains("server exited unexpectedly") => attempts += 1,
+                // One made since the observation that saw none: cleared as any other (its owner's only), then again.
+                Err(stderr) if !cleared && stderr.contains("duplicate session") => {
+                    self.stop(&spawn.session, &spawn.owner).await?;
+                    cleared = true;
+                }
                 Err(stderr) => return Err(TmuxError::Failed { command: "new-session", stderr }),
             }
         }

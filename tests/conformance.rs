@@ -535,23 +535,36 @@ async fn unknown_id_run_directly(w: &World, name: &str) -> String {
 }
 
 /// The words a terminal shows of `raw`, line by line: control sequences dropped, a cursor moved forward or to a
-/// column on its line standing for the spaces it skips.
+/// column further on standing for the spaces it skips, a tab for spaces to the next stop; a carriage return or a move
+/// back starts a line of its own (what it overwrites stays as a line before it).
 fn rendered(raw: &str) -> String {
     let escapes =
         regex::Regex::new(r"\x1b(\[([0-?]*)[ -/]*([@-~])|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[0-9=>@-_])")
             .unwrap();
+    let column = |plain: &String| plain[plain.rfind('\n').map_or(0, |i| i + 1)..].chars().count();
+    let shown = |plain: &mut String, text: &str| {
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\n' => plain.push('\n'),
+                '\r' if chars.peek().is_some_and(|n| *n != '\r' && *n != '\n') => plain.push('\n'),
+                '\t' => plain.push_str(&" ".repeat(8 - column(plain) % 8)),
+                c if !c.is_control() => plain.push(c),
+                _ => {}
+            }
+        }
+    };
     let mut plain = String::new();
-    let shown = |plain: &mut String, text: &str| plain.extend(text.chars().filter(|c| !c.is_control() || *c == '\n'));
     let mut last = 0;
     for c in escapes.captures_iter(raw) {
         let whole = c.get(0).unwrap();
         shown(&mut plain, &raw[last..whole.start()]);
         last = whole.end();
         let n = c.get(2).and_then(|n| n.as_str().parse().ok()).unwrap_or(1usize).max(1);
-        let column = plain[plain.rfind('\n').map_or(0, |i| i + 1)..].chars().count();
         match c.get(3).map(|f| f.as_str()) {
             Some("C") => plain.push_str(&" ".repeat(n)),
-            Some("G") => plain.push_str(&" ".repeat((n - 1).saturating_sub(column))),
+            Some("G") if n - 1 > column(&plain) => plain.push_str(&" ".repeat(n - 1 - column(&plain))),
+            Some("G" | "D") if column(&plain) > 0 => plain.push('\n'),
             _ => {}
         }
     }
@@ -563,6 +576,10 @@ fn rendered(raw: &str) -> String {
 fn a_cursor_moved_to_a_column_or_forward_renders_as_spaces() {
     let raw = "\x1b7\x1b[r\x1b8No\x1b[4Gconversation\x1b[1Cfound\x1b[38;5;211m!\x1b[39m\r\r\n\x1b]0;\x07\x1b(Bnext";
     assert_eq!(rendered(raw), "No conversation found!\nnext");
+    assert_eq!(rendered("café\x1b[7Gx"), "café  x", "columns count characters");
+    assert_eq!(rendered("Loading...\rNo\x1b[4Gconversation"), "Loading...\nNo conversation", "a redrawn line");
+    assert_eq!(rendered("spinner\x1b[GNo\x1b[4Gconversation"), "spinner\nNo conversation", "a move back");
+    assert_eq!(rendered("a\tb"), "a       b");
 }
 
 #[tokio::test]

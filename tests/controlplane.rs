@@ -60,7 +60,8 @@ async fn crd_from_rust_is_established_and_serves_create_list_watch_delete() {
     assert!(list.items.is_empty());
 
     let rv = list.metadata.resource_version.expect("list resourceVersion");
-    let mut watch = gizmos.watch(&WatchParams::default().timeout(60), &rv).await.unwrap().boxed();
+    let mut watch =
+        gizmos.watch(&WatchParams::default().timeout(WAIT.as_secs() as u32 + 60), &rv).await.unwrap().boxed();
 
     let created = gizmos.create(&PostParams::default(), &Gizmo::new("one", GizmoSpec { size: 3 })).await.unwrap();
     assert_eq!(created.spec.size, 3);

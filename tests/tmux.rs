@@ -62,18 +62,25 @@ async fn spawn_clears_a_stale_session_of_the_same_name() {
     assert_eq!((obs.len(), obs.liveness("loop-a")), (1, Liveness::Alive));
 }
 
-/// A spawn told no session of its name is there clears nothing: a session of the name made meanwhile, even its
-/// owner's dead one, stays as it is and the spawn fails.
+/// A spawn told no session of its name is there asks tmux to clear nothing; one found there all the same (made
+/// since the observation) is cleared as any other: its owner's is replaced, another owner's stays and the spawn fails.
 #[tokio::test]
-async fn a_spawn_that_clears_nothing_leaves_a_session_of_its_name_alone() {
+async fn a_spawn_told_of_no_session_still_meets_one_as_a_clearing_spawn_would() {
     let tmux = TmuxServer::new();
     tmux.runner.spawn(&tmux.spawn_of("loop-c", Mode::Resume, "no-such-conv", None, &[])).await.unwrap();
     tmux.await_liveness("loop-c", Liveness::Dead).await;
-    let blind = worksession::tmux::Spawn { clear: false, ..tmux.spawn_of("loop-c", Mode::Fresh, "second", None, &[]) };
-    let refused = tmux.runner.spawn(&blind).await.unwrap_err();
+    let blind = |owner: &str, id: &str| worksession::tmux::Spawn {
+        clear: false,
+        owner: owner.into(),
+        ..tmux.spawn_of("loop-c", Mode::Fresh, id, None, &[])
+    };
+    let refused = tmux.runner.spawn(&blind("another-owner", "theirs")).await.unwrap_err();
     assert!(refused.to_string().contains("duplicate session"), "{refused}");
-    assert_eq!(tmux.runner.observe().await.unwrap().liveness("loop-c"), Liveness::Dead, "still the old one");
-    assert!(tmux.runner.last_lines("loop-c", 5).await.unwrap().contains("no-such-conv"));
+    assert_eq!(tmux.runner.observe().await.unwrap().liveness("loop-c"), Liveness::Dead, "another owner's stays");
+    tmux.runner.spawn(&blind("test-owner", "second")).await.unwrap();
+    tmux.await_output("loop-c", "ready>").await;
+    let obs = tmux.runner.observe().await.unwrap();
+    assert_eq!(obs.session("loop-c").map(|v| v.spawn.as_str()), Some("spawn-second"), "the owner's replaced");
 }
 
 #[tokio::test]

@@ -66,7 +66,7 @@ pub struct Spawn {
     /// The room the harness runs in (`worksession room`), if rooms are on.
     pub confine: Option<Confine>,
     /// Whether a session of this name may be there to clear first (the owner's only): the observation showed one, or
-    /// did not look at this name. `false` saves a tmux call; a session made meanwhile makes `new-session` fail.
+    /// did not look at this name. `false` saves a tmux call; a session found there all the same is cleared then.
     pub clear: bool,
 }
 

@@ -268,7 +268,9 @@ impl<'a, 'i> Decision<'a, 'i> {
             owner_name: input.object.owner_name.to_string(),
             confine: self.confine(),
             // The observation looked at the current name only.
-            clear: input.observed.view.is_some() || self.session != self.configured,
+            clear: input.observed.liveness != Liveness::Absent
+                || input.observed.view.is_some()
+                || self.session != self.configured,
         }))
     }
 
