@@ -283,6 +283,10 @@ pub struct WorkSessionStatus {
     /// A spawn whose survival is being verified; kept in status so an agent restart finishes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,
+    /// When the fresh conversation whose id the harness has yet to show (it shows it after the start, as Codex CLI
+    /// does) was spawned: only what its store holds from then on may be its. Unset once the id is found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovering_since: Option<Time>,
     /// A recorded conversation that the harness said it cannot find: the next spawn is fresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unresumable_session_id: Option<String>,

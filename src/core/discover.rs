@@ -1,14 +1,14 @@
 //! Ids found after the start, part of decide: a harness that cannot be told its conversation's id (Codex CLI) shows
-//! it once it runs, in a file of its store or on its screen. Until the executor finds it, the `ConversationId`
-//! condition says `Discovering`, `status.harnessSessionId` stays empty and a death means a fresh start
-//! (`NoRecordedSession`). Two such harnesses started at once in one workdir could take each other's id, so a fresh
-//! one waits while another session of its workdir is still discovering.
+//! it once it runs, in a file of its store or on its screen. Until the executor finds it, `status.discoveringSince`
+//! holds the spawn's time (the `ConversationId` condition says `Discovering`), `status.harnessSessionId` stays empty
+//! and a death means a fresh start (`NoRecordedSession`). Two such harnesses started at once in one workdir could take
+//! each other's id, so a fresh one waits while another session of its workdir is still discovering.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{ConditionType, Decision, DiscoveryReason, ReadyReason, find, has_reason, set_condition};
+use super::{ConditionType, Decision, DiscoveryReason, ReadyReason, find, set_condition};
 use crate::api::{Phase, WorkSessionStatus, is_valid_session_id};
 use crate::harness::Profile;
 
@@ -17,13 +17,21 @@ pub const DISCOVERY_RECHECK: Duration = Duration::from_secs(2);
 
 /// Whether `status` waits for the id of its running conversation.
 pub fn discovering(status: &WorkSessionStatus) -> bool {
-    status.harness_session_id.is_none() && has_reason(&status.conditions, DiscoveryReason::Discovering)
+    discovering_since(status).is_some()
 }
 
 /// When the conversation being discovered was spawned: only what the harness wrote since then is its.
 pub fn discovering_since(status: &WorkSessionStatus) -> Option<&Time> {
-    let c = find(&status.conditions, DiscoveryReason::Discovering)?;
-    Some(&c.last_transition_time)
+    status.discovering_since.as_ref().filter(|_| status.harness_session_id.is_none())
+}
+
+/// A status an agent before `discoveringSince` wrote while it discovered kept that in its `ConversationId` condition
+/// alone (its time the spawn's): read once into the field, so the discovery goes on across the upgrade.
+pub(super) fn carried_over(status: &mut WorkSessionStatus) {
+    if status.discovering_since.is_none() && status.harness_session_id.is_none() {
+        status.discovering_since =
+            find(&status.conditions, DiscoveryReason::Discovering).map(|c| c.last_transition_time.clone());
+    }
 }
 
 impl Decision<'_, '_> {
@@ -35,9 +43,11 @@ impl Decision<'_, '_> {
         };
         let message = format!("waiting for {} to show its conversation's id ({place})", self.input.object.spec.harness);
         let (generation, conditions) = (self.input.object.generation, &mut self.status.conditions);
-        // Reset, with the spawn's time: the executor counts only what was written since.
+        // Reset: the condition says since the spawn, as the state does.
         conditions.retain(|c| c.type_ != ConditionType::ConversationId.as_str());
         set_condition(conditions, DiscoveryReason::Discovering, false, &message, generation, spawned.0);
+        // The executor counts only what was written since the spawn.
+        self.status.discovering_since = Some(spawned);
         self.requeue(DISCOVERY_RECHECK);
     }
 
@@ -49,6 +59,7 @@ impl Decision<'_, '_> {
         match self.input.evidence.discovered.filter(|id| is_valid_session_id(id)) {
             Some(id) => {
                 self.status.harness_session_id = Some(id.to_string());
+                self.status.discovering_since = None;
                 if let Some(r) = self.status.last_respawn.as_mut().filter(|r| r.harness_session_id.is_empty()) {
                     r.harness_session_id = id.to_string();
                 }

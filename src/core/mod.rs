@@ -180,6 +180,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         status.observed_generation = input.object.generation;
         // What GitHub said of the work item's pull request, as the bridge recorded it: shown, never decided on.
         status.pull_request = input.object.pull_request.and_then(api::PullRequestStatus::from_annotation);
+        discover::carried_over(&mut status);
         let TmuxSession { current: session, configured } = input.observed.session.clone();
         status.tmux_session = Some(session.clone());
         let (claims, intent, ops) = (Vec::new(), None, Vec::new());

@@ -32,7 +32,8 @@ fn a_fresh_codex_is_discovering_until_its_id_shows() {
     assert_eq!(case.status.harness_session_id, None, "the spawn's placeholder is no conversation's id");
     assert_eq!(condition(&case.status, CONVERSATION_ID), Some(("False", "Discovering")));
     let c = case.status.conditions.iter().find(|c| c.type_ == CONVERSATION_ID.as_str()).unwrap();
-    assert_eq!(c.last_transition_time, Time(t(100)), "since the spawn: only what was written after it counts");
+    assert_eq!(c.last_transition_time, Time(t(100)), "the condition says since the spawn");
+    assert_eq!(case.status.discovering_since, Some(Time(t(100))), "only what was written after the spawn counts");
     assert_eq!(condition(&case.status, RESUMED), Some(("False", "NoRecordedSession")));
 
     case.now = t(104);
@@ -43,7 +44,28 @@ fn a_fresh_codex_is_discovering_until_its_id_shows() {
     let plan = case.step();
     assert_eq!(plan.status.harness_session_id.as_deref(), Some("0199a213-81c0-7800-8aa1-bbab2a035a53"));
     assert_eq!(condition(&plan.status, CONVERSATION_ID), Some(("True", "Discovered")));
+    assert_eq!(plan.status.discovering_since, None);
     assert_eq!(plan.status.last_respawn.unwrap().harness_session_id, "0199a213-81c0-7800-8aa1-bbab2a035a53");
+}
+
+/// The discovery is state of its own (`discoveringSince`), not the condition read back; a status an older agent wrote
+/// while it discovered (the condition alone) goes on discovering from the spawn's time.
+#[test]
+fn discovering_is_a_status_field_and_an_older_agents_condition_carries_over() {
+    let mut case = started();
+    let found = "0199a213-81c0-7800-8aa1-bbab2a035a53";
+    // The condition alone is no state: only the decision reads an older agent's once.
+    let mut said_only = case.status.clone();
+    said_only.discovering_since = None;
+    assert_eq!(condition(&said_only, CONVERSATION_ID), Some(("False", "Discovering")));
+    assert!(!crate::core::discover::discovering(&said_only));
+    // An older agent's: the condition alone, with the spawn's time.
+    case.status.discovering_since = None;
+    case.now = t(104);
+    let plan = case.step();
+    assert_eq!(plan.status.discovering_since, Some(Time(t(100))), "carried over from the condition");
+    case.discovered = Some(found);
+    assert_eq!(case.step().status.harness_session_id.as_deref(), Some(found));
 }
 
 #[test]
