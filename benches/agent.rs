@@ -38,6 +38,13 @@ struct Closed {
     closed: Instant,
 }
 
+/// What a span of the agent is, kept with it until it closes: when it opened, its session, its step.
+struct Opened {
+    at: Instant,
+    session: String,
+    step: String,
+}
+
 /// The `name` and `op` fields of a span.
 #[derive(Default)]
 struct Fields {
@@ -70,18 +77,15 @@ where
         attrs.record(&mut fields);
         let span = ctx.span(id).unwrap();
         // A step names its session through the reconcile it is part of.
-        let session =
-            span.scope().skip(1).find_map(|s| s.extensions().get::<(Instant, String, String)>().map(|e| e.1.clone()));
+        let session = span.scope().skip(1).find_map(|s| s.extensions().get::<Opened>().map(|o| o.session.clone()));
         let step = if fields.op.is_empty() { span.name().to_string() } else { format!("op {}", fields.op) };
-        span.extensions_mut().insert((Instant::now(), session.unwrap_or(fields.name), step));
+        span.extensions_mut().insert(Opened { at: Instant::now(), session: session.unwrap_or(fields.name), step });
     }
 
     fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
         let span = ctx.span(&id).unwrap();
-        if let Some((opened, session, step)) = span.extensions().get::<(Instant, String, String)>() {
-            let closed =
-                Closed { step: step.clone(), session: session.clone(), opened: *opened, closed: Instant::now() };
-            self.0.lock().unwrap().push(closed);
+        if let Some(Opened { at, session, step }) = span.extensions_mut().remove::<Opened>() {
+            self.0.lock().unwrap().push(Closed { step, session, opened: at, closed: Instant::now() });
         }
     }
 }
