@@ -642,6 +642,49 @@ async fn a_binding_decided_from_a_stale_read_binds_nothing() {
     assert_eq!(condition(&ws, "Placed").map(|c| c.2), Some("placed on node node-a".into()), "no word of node-b");
 }
 
+/// An apply that leaves out a field its manager wrote before removes it: each of the controller's writes carries all
+/// it wrote (its other conditions, its record of a move off a lost node), and the agent's never carries those, so a
+/// later write of either keeps them.
+#[tokio::test]
+async fn the_controllers_status_survives_its_own_later_writes_and_the_agents() {
+    use worksession::placement::{Lost, controller::bind};
+    use worksession::store::Store;
+    let ns = TestNamespace::new().await;
+    support::install_crds(ns.client.clone()).await;
+    let sessions: Api<WorkSession> = ns.api();
+    let spec = json!({"workItem": "kept", "harness": "standin", "workdir": "/tmp", "nodeName": "node-a"});
+    let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": "kept"}, "spec": spec})).unwrap();
+    sessions.create(&PostParams::default(), &ws).await.unwrap();
+    let lost = ("node-a".to_string(), Lost::NodeNotReady);
+    assert!(bind(&ns.client, &sessions.get("kept").await.unwrap(), "node-b", Some(&lost)).await.unwrap().is_some());
+    let moved = |ws: &WorkSession| {
+        let moved_from = ws.status.as_ref().and_then(|s| s.moved_from.as_ref()).map(|m| m.node.clone());
+        (condition(ws, "NodeLost").map(|c| c.1), moved_from)
+    };
+    let said = (Some("MovedFromLostNode".to_string()), Some("node-a".to_string()));
+    assert_eq!(moved(&sessions.get("kept").await.unwrap()), said);
+    // A move on purpose later: the controller writes `Placed` alone.
+    assert!(bind(&ns.client, &sessions.get("kept").await.unwrap(), "node-c", None).await.unwrap().is_some());
+    let ws = sessions.get("kept").await.unwrap();
+    assert_eq!(condition(&ws, "Placed").map(|c| c.2), Some("placed on node node-c".into()));
+    assert_eq!(moved(&ws), said, "kept by the controller's own write");
+    // The agent's status, with none of the controller's part in it.
+    let store = worksession::store::kube::KubeStore::new(ns.client.clone(), "node-c");
+    let mut status = ws.status.clone().unwrap();
+    status.phase = Some(Phase::Starting);
+    store.write_status(&ws, &status).await.unwrap();
+    let ws = sessions.get("kept").await.unwrap();
+    assert_eq!((ws.status.as_ref().and_then(|s| s.phase), moved(&ws)), (Some(Phase::Starting), said));
+    let managers = ws
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.fields_v1.as_ref().is_some_and(|f| f.0.pointer("/f:status/f:movedFrom").is_some()));
+    let managers: Vec<_> = managers.filter_map(|m| m.manager.clone()).collect();
+    assert_eq!(managers, ["worksession-controller"], "the move's record is the controller's alone");
+}
+
 /// The agent records a spawn's intent only over the version of the session it read: a session bound to another node
 /// between the agent's read and its spawn (a move landing while a returning agent reconciles) refuses the intent, and
 /// no harness is started for it (the next read no longer shows it on this node).

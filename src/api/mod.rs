@@ -290,6 +290,15 @@ pub struct WorkSessionStatus {
     /// A recorded conversation that the harness said it cannot find: the next spawn is fresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unresumable_session_id: Option<String>,
+    /// Why `unresumableSessionId` cannot be resumed, quoting what the harness printed: the fresh conversation that
+    /// takes over says it in its `Resumed` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unresumable_message: Option<String>,
+    /// The lost node the controller placed this session away from, last (written by `worksession controller`): a
+    /// first spawn here whose resume finds no conversation says the node was lost, since the conversation stayed
+    /// there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<MovedFrom>,
     /// The conversations this session ran before the recorded one, newest first (at most ten): the way back after the
     /// harness moved to a new conversation (its `/clear`, its compaction) or a fallback started one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -393,6 +402,18 @@ pub struct Respawn {
     /// The WorkEvent that was its boot prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+}
+
+/// A move away from a lost node.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MovedFrom {
+    /// The lost node.
+    pub node: String,
+    /// When the controller placed the session again.
+    pub time: Time,
+    /// Why the node was lost and where the session went, in words.
+    pub message: String,
 }
 
 /// A spawn in flight.

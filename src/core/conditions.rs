@@ -230,7 +230,8 @@ pub fn find<R: Reason>(conditions: &[Condition], reason: R) -> Option<&Condition
     conditions.iter().find(|c| c.type_ == R::CONDITION.as_str() && c.reason == reason.name())
 }
 
-/// Sets the condition of `reason`'s type, keeping `lastTransitionTime` when its status did not change.
+/// Sets the condition of `reason`'s type, keeping `lastTransitionTime` when its status did not change; whether it says
+/// something else than it did (its status, reason or message: what an Event on its change would tell).
 pub fn set_condition<R: Reason>(
     conditions: &mut Vec<Condition>,
     reason: R,
@@ -238,7 +239,7 @@ pub fn set_condition<R: Reason>(
     message: &str,
     observed_generation: Option<i64>,
     now: Timestamp,
-) {
+) -> bool {
     let (type_, reason) = (R::CONDITION.as_str(), reason.name());
     let status = if ok { "True" } else { "False" };
     let next = |last_transition_time| Condition {
@@ -251,10 +252,15 @@ pub fn set_condition<R: Reason>(
     };
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
+            let changed = (c.status.as_str(), c.reason.as_str(), c.message.as_str()) != (status, reason, message);
             let since = if c.status == status { c.last_transition_time.clone() } else { Time(now) };
             *c = next(since);
+            changed
         }
-        None => conditions.push(next(Time(now))),
+        None => {
+            conditions.push(next(Time(now)));
+            true
+        }
     }
 }
 

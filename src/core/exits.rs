@@ -26,11 +26,15 @@ impl Decision<'_, '_> {
         }
         let mut message =
             format!("resumed conversation {} died after the probe, within {}s", r.harness_session_id, settings.settle);
-        if profile.resume_failed(input.observed.last_output.trim()) {
-            self.status.unresumable_session_id = Some(r.harness_session_id.clone());
+        let unresumable = profile.resume_failed(input.observed.last_output.trim());
+        if unresumable {
             message.push_str("; the harness cannot find it, so the next spawn is fresh");
         }
         message.push_str(&self.quote_last_output());
+        if unresumable {
+            self.status.unresumable_session_id = Some(r.harness_session_id.clone());
+            self.status.unresumable_message = Some(message.clone());
+        }
         self.condition(ResumeReason::PaneDiedAfterProbe, false, message.clone());
         self.notice(Notice::resume_failed(ResumeReason::PaneDiedAfterProbe, message.clone()));
         self.return_unconfirmed(&message);

@@ -6,7 +6,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{ActivityReason, ConditionType, Decision, EventReason, Notice, find};
+use super::{ActivityReason, ConditionType, Decision, EventReason, Notice};
 use crate::api::is_valid_session_id;
 use crate::harness::hooks::Turn;
 
@@ -61,17 +61,14 @@ impl Decision<'_, '_> {
     pub(super) fn follow_the_activity(&mut self) {
         let Some(turn) = self.input.evidence.turn else { return };
         let (reason, message) = activity(turn);
-        let was = find(&self.status.conditions, reason).map(|c| c.message.clone());
-        if was.as_deref() != Some(message.as_str()) {
-            match reason {
-                ActivityReason::WaitingForInput => {
-                    self.notice(Notice::new(EventReason::WaitingForInput, message.clone()))
-                }
-                ActivityReason::TurnFailed => self.notice(Notice::new(EventReason::TurnFailed, message.clone())),
-                ActivityReason::Working | ActivityReason::Idle => {}
-            }
+        if !self.condition(reason, reason == ActivityReason::Working, message.clone()) {
+            return; // said already
         }
-        self.condition(reason, reason == ActivityReason::Working, message);
+        match reason {
+            ActivityReason::WaitingForInput => self.notice(Notice::new(EventReason::WaitingForInput, message)),
+            ActivityReason::TurnFailed => self.notice(Notice::new(EventReason::TurnFailed, message)),
+            ActivityReason::Working | ActivityReason::Idle => {}
+        }
     }
 
     /// No harness runs: nothing to say it does.

@@ -49,47 +49,45 @@ impl Decision<'_, '_> {
         }
         self.ops.push(Op::Stop { session: self.session.clone() });
         self.status.idle_since = Some(Time(input.context.now));
-        if settings.archived {
-            self.status.phase = Some(Phase::Archived);
-            let message = format!("{ARCHIVED}; stopped after {after}s without output, the conversation kept");
-            self.ready(false, ReadyReason::Archived, message.clone());
-            self.notice(Notice::new(EventReason::Archived, message));
-            return;
+        self.status.phase = Some(if settings.archived { Phase::Archived } else { Phase::Idle });
+        let (reason, message) = self.stopped(settings);
+        self.ready(false, reason, message.clone());
+        let event = if settings.archived { EventReason::Archived } else { EventReason::IdleStopped };
+        self.notice(Notice::new(event, message));
+    }
+
+    /// What `Ready` says of a session stopped on purpose, from its state alone (archived or idle, stopped for quiet
+    /// or never running, the idle period): the same words at every decision, so they change only when that does.
+    fn stopped(&self, settings: Settings) -> (ReadyReason, String) {
+        let for_quiet = self.status.idle_since.is_some();
+        if self.status.phase == Some(Phase::Archived) {
+            let how = if for_quiet { "; stopped once quiet" } else { "" };
+            return (ReadyReason::Archived, format!("{ARCHIVED}{how}, the conversation kept"));
         }
-        self.status.phase = Some(Phase::Idle);
-        let message = format!("stopped after {after}s without output; the next event resumes the conversation");
-        self.ready(false, ReadyReason::Idle, message.clone());
-        self.notice(Notice::new(EventReason::IdleStopped, message));
+        let how = settings.idle.map_or("as idle".into(), |after| format!("after {after}s without output"));
+        (ReadyReason::Idle, format!("stopped {how}; the next event resumes the conversation"))
     }
 
     /// Not running: whether the session stays idle or archived (nothing waits for it, and an archived one is still
     /// archived). A prompt that waits wakes it; so does an archived session's work item reopening.
-    pub(super) fn stays_idle(&mut self, waiting: usize) -> bool {
+    pub(super) fn stays_idle(&mut self, waiting: usize, settings: Settings) -> bool {
         let archived = self.input.object.spec.archived;
         if self.status.phase == Some(Phase::Archived) && !archived {
             self.woken("its work item reopened: the conversation is resumed".into());
             return false;
         }
-        // One that failed (restartPolicy Never, an exit) stays failed: reopening must not bring it back.
+        // One that failed (restartPolicy Never, an exit) stays failed: reopening must not bring it back. One that was
+        // not running when its work item closed reads archived too, and nothing starts it.
         if archived && waiting == 0 && self.status.phase != Some(Phase::Failed) {
-            // Also one that was not running when its work item closed: it reads archived, and nothing starts it.
-            if self.status.phase != Some(Phase::Archived)
-                || !super::has_reason(&self.status.conditions, ReadyReason::Archived)
-            {
-                self.status.phase = Some(Phase::Archived);
-                self.ready(false, ReadyReason::Archived, format!("{ARCHIVED}, the conversation kept"));
-            }
-            return true;
+            self.status.phase = Some(Phase::Archived);
         }
         if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived)) {
             return false;
         }
         if waiting == 0 {
-            // Said again only when something else (a tmux server that went away) took its place.
-            let said = super::has_reason(&self.status.conditions, ReadyReason::Idle);
-            if !said {
-                self.ready(false, ReadyReason::Idle, "stopped as idle; the next event resumes the conversation");
-            }
+            // Said at every decision: what else said it meanwhile (a tmux server that went away) gives way.
+            let (reason, message) = self.stopped(settings);
+            self.ready(false, reason, message);
             return true;
         }
         let what = if self.status.phase == Some(Phase::Archived) { "archived" } else { "idle" };

@@ -216,9 +216,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         Plan { ops, status: self.status, requeue_after: self.requeue_after }
     }
 
-    fn condition<R: Reason>(&mut self, reason: R, ok: bool, message: impl Into<String>) {
+    /// Sets a condition; whether it says something else than it did.
+    fn condition<R: Reason>(&mut self, reason: R, ok: bool, message: impl Into<String>) -> bool {
         let (generation, now) = (self.input.object.generation, self.input.context.now);
-        set_condition(&mut self.status.conditions, reason, ok, &message.into(), generation, now);
+        set_condition(&mut self.status.conditions, reason, ok, &message.into(), generation, now)
     }
 
     fn ready(&mut self, ok: bool, reason: ReadyReason, message: impl Into<String>) {

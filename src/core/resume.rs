@@ -87,9 +87,8 @@ pub fn try_resume(
     }
     if status.unresumable_session_id.as_ref() == Some(id) {
         // The late failure's own message quotes what the dying pane printed: keep it.
-        let late = super::conditions::find(&status.conditions, ResumeReason::PaneDiedAfterProbe);
-        let message = match late {
-            Some(c) => c.message.clone(),
+        let message = match &status.unresumable_message {
+            Some(message) => message.clone(),
             None => format!("the harness could not find conversation {id} after a resume"),
         };
         return Err(Fresh::silent(ResumeReason::PaneDiedAfterProbe, message));

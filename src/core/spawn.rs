@@ -50,7 +50,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let reopened = self.status.phase == Some(Phase::Archived) && !input.object.spec.archived;
         // Stopped on purpose (idle, archived), not exited: restartPolicy Never does not keep a prompt from waking it.
         let stopped = matches!(self.status.phase, Some(Phase::Idle | Phase::Archived));
-        if self.stays_idle(waiting.len()) {
+        if self.stays_idle(waiting.len(), settings) {
             return;
         }
         let wanted =
@@ -115,12 +115,9 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// A resume that failed on the first spawn since the session came here from a lost node: the conversation stayed
     /// on that node (no shared storage), and the reason says so.
     fn after_a_lost_node(&self, fresh: Fresh) -> Fresh {
-        use super::conditions::{NodeLostReason, find};
         let failed = matches!(fresh.reason, ResumeReason::ConversationNotFound | ResumeReason::PaneDied);
-        let Some(moved) = find(&self.input.object.status.conditions, NodeLostReason::MovedFromLostNode) else {
-            return fresh;
-        };
-        let first_here = self.status.last_respawn.as_ref().is_none_or(|r| r.time.0 <= moved.last_transition_time.0);
+        let Some(moved) = &self.input.object.status.moved_from else { return fresh };
+        let first_here = self.status.last_respawn.as_ref().is_none_or(|r| r.time.0 <= moved.time.0);
         if !failed || !first_here {
             return fresh;
         }

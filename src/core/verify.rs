@@ -130,6 +130,7 @@ impl Decision<'_, '_> {
         };
         if self.status.harness_session_id.as_ref() != Some(&id) {
             self.status.unresumable_session_id = None;
+            self.status.unresumable_message = None;
         }
         // A fresh conversation (a fallback) keeps the way back to the one it replaces.
         self.record_conversation((!discovers).then_some(id.as_str()));

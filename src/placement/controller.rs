@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
@@ -28,7 +28,7 @@ use serde_json::json;
 
 use super::{Agent, Decision, Lost, Node, Session, World, decide};
 use crate::agent::lease::{LEASE_LABEL, MAX_SESSIONS_ANNOTATION, NAMESPACES_ANNOTATION};
-use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
+use crate::api::{MovedFrom, NODE_LABEL, WorkEvent, WorkSession, node_label_value};
 use crate::core::{ConditionType, NodeLostReason, PlacedReason, Reason, set_condition};
 
 /// The field manager of the bindings and of the conditions the controller writes.
@@ -282,16 +282,16 @@ async fn one(
             if let Some((node, lost)) = lost {
                 conditions.push(lost_condition(node, lost, &format!("; {why}")));
             }
-            write_conditions(client, &ws, conditions).await.map(drop)
+            write_status(client, &ws, conditions, None).await.map(drop)
         }
         Decision::Move { node } => ask_to_move(client, &ws, node).await,
         Decision::Returned { node } => {
             let back = condition(NodeLostReason::NodeReturned, false, &format!("node {node} is back"));
-            write_conditions(client, &ws, vec![back]).await.map(drop)
+            write_status(client, &ws, vec![back], None).await.map(drop)
         }
         Decision::Waits { node, lost } => {
             let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
-            write_conditions(client, &ws, vec![waits]).await.map(drop)
+            write_status(client, &ws, vec![waits], None).await.map(drop)
         }
     };
     Some(result.map(|()| None).map_err(|e| {
@@ -314,11 +314,13 @@ pub async fn bind(
     // The conditions first: the new node's agent reads the session as soon as it is bound, and a resume that finds
     // no conversation there is told by `NodeLost` that the node was lost.
     let mut conditions = vec![condition(PlacedReason::Placed, true, &format!("placed on node {node}"))];
+    let mut moved = None;
     if let Some((lost, why)) = from {
         let message = format!("node {lost} was lost ({}); placed again on node {node}", lost_words(why));
         conditions.push(condition(NodeLostReason::MovedFromLostNode, false, &message));
+        moved = Some(MovedFrom { node: lost.clone(), time: Time(Timestamp::now()), message });
     }
-    let version = match write_conditions(client, ws, conditions).await? {
+    let version = match write_status(client, ws, conditions, moved).await? {
         Written::Stale => return Ok(None),
         Written::At(version) => Some(version),
         Written::Nothing => ws.resource_version(),
@@ -359,7 +361,7 @@ async fn ask_to_move(client: &Client, ws: &WorkSession, node: &str) -> Result<()
     let sessions: Api<WorkSession> = Api::namespaced(client.clone(), &namespace);
     let from = ws.spec.node_name.as_deref().unwrap_or_default();
     let placed = condition(PlacedReason::Placed, true, &format!("placed on node {node} (moved from {from})"));
-    let version = match write_conditions(client, ws, vec![placed]).await? {
+    let version = match write_status(client, ws, vec![placed], None).await? {
         Written::Stale => return Ok(()),
         Written::At(version) => Some(version),
         Written::Nothing => ws.resource_version(),
@@ -459,14 +461,18 @@ enum Written {
     Stale,
 }
 
-/// Applies `conditions` to the session's status under the controller's field manager, those that differ from what
-/// its status says (a transition keeps its time otherwise), over the version `ws` was read at only.
-async fn write_conditions(
+/// Applies the controller's part of the session's status under its field manager, over the version `ws` was read at
+/// only: `conditions` where they differ from what its status says (a transition keeps its time otherwise), and
+/// `moved` when given. An apply that left out a field the controller wrote before would remove it, so each carries
+/// all the controller owns: its other conditions and its last move as they are.
+async fn write_status(
     client: &Client,
     ws: &WorkSession,
     conditions: Vec<Condition>,
+    moved: Option<MovedFrom>,
 ) -> Result<Written, kube::Error> {
-    let current = ws.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let status = ws.status.as_ref();
+    let current = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let same = |c: &Condition| {
         current
             .iter()
@@ -476,22 +482,28 @@ async fn write_conditions(
         .into_iter()
         .filter(|c| !same(c))
         .map(|mut c| {
-            // Each move from a lost node is a transition of its own (the agent tells a first spawn after it by it).
-            let moved = c.reason == NodeLostReason::MovedFromLostNode.as_str();
-            if let Some(was) = current.iter().find(|o| o.type_ == c.type_ && o.status == c.status).filter(|_| !moved) {
+            if let Some(was) = current.iter().find(|o| o.type_ == c.type_ && o.status == c.status) {
                 c.last_transition_time = was.last_transition_time.clone();
             }
             c
         })
         .collect();
-    if changed.is_empty() {
+    if changed.is_empty() && moved.is_none() {
         return Ok(Written::Nothing);
     }
+    let ours = |c: &&Condition| ConditionType::controllers().iter().any(|t| t.as_str() == c.type_);
+    let mut conditions: Vec<Condition> =
+        current.iter().filter(ours).filter(|c| !changed.iter().any(|n| n.type_ == c.type_)).cloned().collect();
+    conditions.extend(changed);
+    let moved = moved.or_else(|| status.and_then(|s| s.moved_from.clone()));
     let api: Api<WorkSession> = Api::namespaced(client.clone(), &ws.namespace().unwrap_or_default());
     // From the version decided on, or not at all (a resourceVersion in an apply is a precondition): conditions
     // written over a newer version would hand the binding that follows a version it never decided from.
-    let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession",
-        "metadata": {"resourceVersion": ws.resource_version()}, "status": {"conditions": changed}});
+    let mut patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession",
+        "metadata": {"resourceVersion": ws.resource_version()}, "status": {"conditions": conditions}});
+    if let Some(moved) = moved {
+        patch["status"]["movedFrom"] = json!(moved);
+    }
     match api.patch_status(&ws.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Written::Stale),
         result => Ok(result?.resource_version().map_or(Written::Nothing, Written::At)),

@@ -52,10 +52,11 @@ impl KubeStore {
         from: Option<String>,
     ) -> Result<(), StoreError> {
         let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
-        // The controller's conditions are the controller's: the agent's apply never carries (and so never reverts)
-        // them.
+        // The controller's conditions and its record of a move are the controller's: the agent's apply never carries
+        // (and so never reverts) them.
         let mut status = status.clone();
         status.conditions.retain(|c| !crate::core::ConditionType::controllers().iter().any(|t| t.as_str() == c.type_));
+        status.moved_from = None;
         let mut patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession", "status": status});
         if let Some(version) = from {
             patch["metadata"] = json!({"resourceVersion": version});

@@ -28,6 +28,25 @@ fn quiet_for_the_period_with_nothing_owed_the_harness_is_stopped_as_idle() {
     assert_eq!((plan.status.failure_count, plan.status.respawn_count), (0, 0));
 }
 
+/// What `Ready` says of a stopped session comes from its state (phase, stopped for quiet, the period), not from what
+/// the condition said before: the same words at the stop and at every decision after, whatever took its place meanwhile.
+#[test]
+fn a_stopped_sessions_ready_words_come_from_its_state_at_every_decision() {
+    let ready = |plan: &Plan| plan.status.conditions.iter().find(|c| c.type_ == READY.as_str()).unwrap().clone();
+    for archived in [false, true] {
+        let mut case = quiet_since(0);
+        case.spec.archived = archived;
+        let stopped = ready(&case.step());
+        case.liveness = Liveness::Absent;
+        case.tmux = None;
+        case.now = t(200);
+        assert_eq!(ready(&case.step()), stopped, "archived: {archived}");
+        case.status.conditions.clear(); // something else said it meanwhile, or the status came back without it
+        let again = ready(&case.step());
+        assert_eq!((again.reason, again.message), (stopped.reason, stopped.message), "archived: {archived}");
+    }
+}
+
 /// tmux names the second of a window's last output, not the moment: output within it may have come at its end.
 #[test]
 fn quiet_counts_from_the_end_of_the_second_tmux_names() {

@@ -450,9 +450,15 @@ fn step5_resumed_pane_dying_within_settle() {
     assert_eq!(resumed.reason, "PaneDiedAfterProbe");
     assert!(resumed.message.contains("No conversation found with session ID: 0a0b0c0d-old"));
     assert_eq!((plan.status.failure_count, plan.status.next_retry_time.clone()), (1, None), "counts; retries at once");
+    // The fresh spawn says why from the status's record of it, not from a condition read back (one that changed
+    // since, or was never written back, is no state).
+    case.status.conditions.clear();
     let plan = case.step();
     assert_eq!(spawned(&plan), FRESH_E1);
-    assert_eq!(plan.status.verification.as_ref().unwrap().fresh_reason.as_deref(), Some("PaneDiedAfterProbe"));
+    let fresh = plan.status.verification.as_ref().unwrap();
+    assert_eq!(fresh.fresh_reason.as_deref(), Some("PaneDiedAfterProbe"));
+    let why = fresh.fresh_message.as_deref().unwrap_or_default();
+    assert!(why.contains("No conversation found with session ID: 0a0b0c0d-old"), "{why}");
 
     // Output does not match: the event comes back and the next spawn resumes again.
     let mut case = Case::new(resumed_at_0());

@@ -54,10 +54,10 @@ fn a_dead_sessions_prompt_being_delivered_goes_back_to_wait_for_the_new_node() {
 /// storage), is fresh with a reason that says the node was lost, and keeps the old id.
 #[test]
 fn a_failed_resume_after_a_lost_node_says_the_node_was_lost() {
-    use crate::core::{NodeLostReason, set_condition};
     let mut case = Case::new(ran_old());
     let moved = "node a was lost (NotReady); placed again on node b";
-    set_condition(&mut case.status.conditions, NodeLostReason::MovedFromLostNode, false, moved, None, t(50));
+    let message = moved.into();
+    case.status.moved_from = Some(crate::api::MovedFrom { node: "a".into(), time: Time(t(50)), message });
     case.step();
     case.output = "No conversation found with session ID: 0a0b0c0d-old";
     case.liveness = Liveness::Dead;
