@@ -1,8 +1,9 @@
 //! The layers, kept by a test rather than by discipline: no two modules of `src/` use each other,
 //! directly or around a circle. A module is a file (`src/tmux.rs` is `tmux`, `src/agent/reconcile.rs` is
 //! `agent::reconcile`, a `mod.rs` its directory); its uses are every `crate::...` and `super::...` path outside its
-//! `#[cfg(test)]` tests. A child naming its parent (`super::Thing` from `agent/evidence.rs` into `agent/mod.rs`) is
-//! how Rust modules are built and is not counted.
+//! `#[cfg(test)]` tests, each followed through the `pub use` re-exports to the module that defines what it names (a
+//! child's `super::Reconciler` uses `agent::reconcile`, not its parent). A child naming what its parent defines is how
+//! Rust modules are built and is not counted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -37,37 +38,96 @@ fn module_of(src: &Path, file: &Path) -> String {
     parts.join("::")
 }
 
+/// A file's code, without its `#[cfg(test)]` tests and its comments (a comment may name any module).
+fn code_of(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).unwrap();
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+    code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+/// Where a path written in `module` starts: `crate::` (and `worksession::`, how `main.rs` names the library) at the
+/// root; `super::` at the module's parent (a `mod.rs` is its directory's module); any other (a `pub use child::Thing`
+/// of a `mod.rs`) in the module itself.
+fn base_of(module: &str, kind: &str) -> String {
+    match kind {
+        "crate" | "worksession" => String::new(),
+        "super" => module.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_string()),
+        _ => module.to_string(),
+    }
+}
+
+fn joined(base: &str, tail: &str) -> String {
+    if base.is_empty() { tail.to_string() } else { format!("{base}::{tail}") }
+}
+
+/// Every name a module re-exports (`agent::Reconciler`), and the path it names there (`agent::reconcile::Reconciler`).
+fn reexports(src: &Path, all: &[PathBuf]) -> BTreeMap<String, String> {
+    let one = Regex::new(r"pub(?:\([a-z]+\))? use ((?:[a-z_][a-z0-9_]*::)+)(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for file in all {
+        let module = module_of(src, file);
+        let code = code_of(file);
+        for caps in one.captures_iter(&code) {
+            let path = caps[1].trim_end_matches("::");
+            let (kind, rest) = path.split_once("::").unwrap_or((path, ""));
+            let from = match kind {
+                "crate" | "super" | "worksession" => joined(&base_of(&module, kind), rest),
+                _ => joined(&module, path),
+            };
+            let names = caps.get(2).or(caps.get(3)).unwrap().as_str();
+            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty() && *n != "*") {
+                let (name, alias) = name.split_once(" as ").unwrap_or((name, name));
+                out.insert(joined(&module, alias.trim()), joined(&from, name.trim()));
+            }
+        }
+    }
+    out
+}
+
 /// Which modules each module of `src/` uses (the core counted as one).
 fn uses() -> BTreeMap<String, BTreeSet<String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut all = Vec::new();
     files(&src, &mut all);
     let modules: BTreeSet<String> = all.iter().map(|f| module_of(&src, f)).collect();
-    // The longest module that is a prefix of a path: `crate::agent::reconcile::Failpoint` is `agent::reconcile`.
+    let reexported = reexports(&src, &all);
+    // Through the re-exports (`agent::Reconciler` is `agent::reconcile::Reconciler`), to the longest module that is
+    // a prefix of the path: `agent::reconcile::Failpoint` is `agent::reconcile`.
     let resolve = |path: &str| -> Option<String> {
+        let mut path = path.to_string();
+        for _ in 0..8 {
+            let parts: Vec<&str> = path.split("::").collect();
+            let through = (1..=parts.len()).rev().find_map(|n| {
+                let to = reexported.get(&parts[..n].join("::"))?;
+                Some(parts[n..].iter().fold(to.clone(), |p, rest| format!("{p}::{rest}")))
+            });
+            match through {
+                Some(next) if next != path => path = next,
+                _ => break,
+            }
+        }
         let parts: Vec<&str> = path.split("::").collect();
         (1..=parts.len()).rev().map(|n| parts[..n].join("::")).find(|m| modules.contains(m))
     };
-    // `worksession::` is how `main.rs` names the library.
-    let path = Regex::new(r"\b(crate|super|worksession)((?:::[a-z_][a-z0-9_]*)+)").unwrap();
+    let path = Regex::new(r"\b(crate|super|worksession)((?:::[A-Za-z_][A-Za-z0-9_]*)+)").unwrap();
+    let group = Regex::new(r"\b(crate|super|worksession)((?:::[a-z_][a-z0-9_]*)*)::\{([^}]*)\}").unwrap();
     let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &all {
         let module = module_of(&src, file);
-        let text = std::fs::read_to_string(file).unwrap();
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
-        // Code only: a comment may name any module.
-        let code: String = code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-        let parent = module.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_string());
-        // In a `mod.rs`, `super` is the directory's parent; in a file module, its directory.
-        let base = |kind: &str| match kind {
-            "crate" | "worksession" => String::new(),
-            _ if file.ends_with("mod.rs") => module.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_string()),
-            _ => parent.clone(),
-        };
-        for caps in path.captures_iter(&code) {
-            let tail = caps[2].trim_start_matches("::");
-            let base = base(&caps[1]);
-            let full = if base.is_empty() { tail.to_string() } else { format!("{base}::{tail}") };
+        let code = code_of(file);
+        // `use super::{evidence, Reconciler}`: each name of a group is a path of its own.
+        let mut paths: Vec<(String, String)> = path.captures_iter(&code).map(|c| (c[1].into(), c[2].into())).collect();
+        for caps in group.captures_iter(&code) {
+            for name in caps[3].split(',').map(|n| n.split(" as ").next().unwrap().trim()) {
+                let name = name.split("::").next().unwrap_or_default();
+                if !name.is_empty() && name != "self" {
+                    paths.push((caps[1].into(), format!("{}::{name}", &caps[2])));
+                }
+            }
+        }
+        for (kind, tail) in paths {
+            let full = joined(&base_of(&module, &kind), tail.trim_start_matches("::"));
             let Some(target) = resolve(&full).map(|t| if t.starts_with("core::") { "core".to_string() } else { t })
             else {
                 continue;

@@ -18,7 +18,7 @@ use super::metrics::AddressedLabel;
 use super::{Options, ReconcileError, Reconciler, poll};
 use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
 use crate::store::Store;
-use crate::tmux::TmuxRunner;
+use crate::tmux::{Tmux, TmuxRunner};
 
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
@@ -85,11 +85,19 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     tokio::select! {
         () = run => {}
         () = poll::run(&ctx, &ready, sessions, poke) => {}
-        () = super::lease::run(client.clone(), node.clone(), &ctx) => {}
+        () = fenced(client.clone(), node.clone(), &ctx) => {}
         () = readdress(client, &node, readdress_cache, left_behind, to_readdress) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
+}
+
+/// The agent's Lease renewed and its fence kept, for as long as the agent runs (on a cluster, where it has one).
+async fn fenced<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconciler<S, T>) {
+    match &ctx.fence {
+        Some(fence) => super::lease::run(client, node, fence, &ctx.config, ctx.observer.tmux()).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Sessions whose events labelled for this node go to the node each is on now: those of events labelled here whose

@@ -9,7 +9,7 @@ use std::path::Path;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::Reconciler;
+use super::registries::Registries;
 use super::workspaces::Found;
 use crate::api::{EventPhase, Phase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
@@ -224,19 +224,28 @@ struct Reads {
     discovered: Option<String>,
 }
 
-impl<S, T: Tmux> Reconciler<S, T> {
-    /// How long the hook file of `ws`'s harness is (0 while there is none), for a hook-backed profile (`None`: no
-    /// hooks, or no `HOME` for them).
-    pub(super) fn hook_len(&self, ws: &WorkSession, config: &Config) -> Option<u64> {
-        config.harnesses.get(&ws.spec.harness)?.hooks?;
-        let identity = crate::api::identity(ws);
-        let home = match &config.rooms {
-            Some(rooms) => self.rooms.existing(rooms, &identity)?.home,
-            None => config.harness_home.clone()?,
-        };
-        Some(crate::hook::length(&home, &identity).unwrap_or(0))
-    }
+/// What gathering reads beyond the objects and the observation: this node's registries, and tmux (a pane's last
+/// lines, its screen).
+pub struct Gathering<'a, T> {
+    /// The node's registries.
+    pub registries: &'a Registries,
+    /// The tmux edge.
+    pub tmux: &'a T,
+}
 
+/// How long the hook file of `ws`'s harness is (0 while there is none), for a hook-backed profile (`None`: no hooks,
+/// or no `HOME` for them).
+pub fn hook_len(registries: &Registries, ws: &WorkSession, config: &Config) -> Option<u64> {
+    config.harnesses.get(&ws.spec.harness)?.hooks?;
+    let identity = crate::api::identity(ws);
+    let home = match &config.rooms {
+        Some(rooms) => registries.rooms.existing(rooms, &identity)?.home,
+        None => config.harness_home.clone()?,
+    };
+    Some(crate::hook::length(&home, &identity).unwrap_or(0))
+}
+
+impl<T: Tmux> Gathering<'_, T> {
     /// Gathers what the decision about `ws` needs beyond `events` and `observation`, and nothing else.
     pub(super) async fn gather(
         &self,
@@ -253,8 +262,10 @@ impl<S, T: Tmux> Reconciler<S, T> {
         // Only an object the finalizer guards gets a room: one deleted before that would keep its uid for good.
         let guarded = ws.finalizers().iter().any(|f| f == FINALIZER) && ws.metadata.deletion_timestamp.is_none();
         let room = match &config.rooms {
-            Some(rooms) if !guarded => self.rooms.existing(rooms, &owner.1).map(Ok),
-            Some(rooms) => Some(self.rooms.room_of(rooms, &owner.1, Path::new(&ws.spec.workdir), &agent_dirs(config))),
+            Some(rooms) if !guarded => self.registries.rooms.existing(rooms, &owner.1).map(Ok),
+            Some(rooms) => {
+                Some(self.registries.rooms.room_of(rooms, &owner.1, Path::new(&ws.spec.workdir), &agent_dirs(config)))
+            }
             None => None,
         };
         let home = match &room {
@@ -281,17 +292,20 @@ impl<S, T: Tmux> Reconciler<S, T> {
             turn: read.turn,
             conversation_found: read.conversation_found,
             discovered: read.discovered,
-            hooked: read.hooked.filter(|id| self.discoveries.conversation_holder(id, &owner.1).is_none()),
-            workspace: self.workspaces.state(&owner.1, ws, config),
+            hooked: read.hooked.filter(|id| self.registries.discoveries.conversation_holder(id, &owner.1).is_none()),
+            workspace: self.registries.workspaces.state(&owner.1, ws, config),
             room,
-            discovering_here: self.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
-            id_taken_by: adopting.and_then(|id| self.discoveries.conversation_holder(id, &owner.1)),
-            spawn_failure: status.verification.as_ref().and_then(|v| self.spawn_failures.of(&owner.1, &v.spawn)),
+            discovering_here: self.registries.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
+            id_taken_by: adopting.and_then(|id| self.registries.discoveries.conversation_holder(id, &owner.1)),
+            spawn_failure: status
+                .verification
+                .as_ref()
+                .and_then(|v| self.registries.spawn_failures.of(&owner.1, &v.spawn)),
             // Read only while a spawn may come: what a handoff tells a fresh conversation.
             checkout: (ws.spec.workspace.is_some() && liveness != Liveness::Alive)
                 .then(|| crate::workspace::head_of(Path::new(&ws.spec.workdir)))
                 .flatten(),
-            push: self.push.of(&owner.1),
+            push: self.registries.push.of(&owner.1),
             now: Timestamp::now(),
             new_session_id: uuid::Uuid::new_v4().to_string(),
             session,
@@ -309,7 +323,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
         home: Option<&Path>,
         config: &Config,
     ) -> Reads {
-        let tmux = self.observer.tmux();
+        let tmux = self.tmux;
         let profile = config.harnesses.get(&ws.spec.harness);
         let mut evidence = Reads::default();
         // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
@@ -341,7 +355,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
             };
             let (_, owner) = owner_tags(ws);
             let place = (home, ws.spec.workdir.as_str());
-            evidence.discovered = self.discoveries.find(d, status, place, screen.as_deref(), &owner);
+            evidence.discovered = self.registries.discoveries.find(d, status, place, screen.as_deref(), &owner);
         }
         let Some(home) = home else { return evidence };
         let workdir = &ws.spec.workdir;
@@ -382,7 +396,7 @@ impl<S, T: Tmux> Reconciler<S, T> {
                     .and_then(|d| d.path.as_ref())
                     .is_none_or(|template| super::discovery::stored(template, home, workdir, id))
             };
-            let free = |id: &&String| self.discoveries.conversation_holder(id, &identity).is_none();
+            let free = |id: &&String| self.registries.discoveries.conversation_holder(id, &identity).is_none();
             let named = named.iter().filter(|id| kept(id)).find(free).or_else(|| named.iter().find(free)).cloned();
             if discovering(status) && named.is_some() {
                 evidence.discovered = named.clone();

@@ -6,7 +6,7 @@
 //! may have moved their sessions to another node (the rule and what it relies on: docs/agent.md, "Placement and node
 //! loss").
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -15,9 +15,9 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::Reconciler;
-use crate::config::PlacementConfig;
-use crate::store::Store;
+use tokio::sync::watch;
+
+use crate::config::{Config, PlacementConfig};
 use crate::tmux::Tmux;
 
 /// The label every agent's Lease carries, which the controller's watch selects.
@@ -87,17 +87,22 @@ pub fn lease(node: &str, placement: &PlacementConfig, now: k8s_openapi::jiff::Ti
 }
 
 /// Renews the Lease every quarter of its duration for as long as it is polled; fences the agent whenever the last
-/// renewal grew older than the fence allows.
-pub async fn run<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconciler<S, T>) {
-    let Some(fence) = &ctx.fence else { return std::future::pending().await };
+/// renewal grew older than the fence allows, and then stops every harness of its `tmux`.
+pub async fn run<T: Tmux>(
+    client: Client,
+    node: String,
+    fence: &Fence,
+    config: &watch::Receiver<Arc<Config>>,
+    tmux: &T,
+) {
     let mut stopped_for: Option<Instant> = None;
     loop {
-        let placement = ctx.config.borrow().placement.clone();
+        let placement = config.borrow().placement.clone();
         let runs_out = fence.runs_out(placement.fence_after());
         if Instant::now() >= runs_out && stopped_for != Some(runs_out) {
             // Cut off for longer than the controller waits before it may move a session: first stop them all; until
             // every one is, tried again each turn (below: within a second).
-            if stop_every_harness(ctx).await {
+            if stop_every_harness(tmux).await {
                 stopped_for = Some(runs_out);
             }
         }
@@ -135,8 +140,7 @@ const STOP_RETRY: Duration = Duration::from_secs(1);
 /// Stops every harness of this agent's tmux server (each session tagged with an owner), as an idle stop does: the
 /// conversations stay, and a session still placed here is resumed by its next reconcile. Whether every one is stopped
 /// (a tmux server that could not be seen, or refused a stop, leaves some running: the fence tries again).
-async fn stop_every_harness<S: Store, T: Tmux>(ctx: &Reconciler<S, T>) -> bool {
-    let tmux = ctx.observer.tmux();
+async fn stop_every_harness<T: Tmux>(tmux: &T) -> bool {
     let observation = match tmux.observe().await {
         Ok(o) => o,
         Err(e) => {

@@ -13,6 +13,7 @@ pub mod poll;
 pub mod push;
 pub mod reconcile;
 pub mod record;
+pub mod registries;
 pub mod workspaces;
 
 use std::net::SocketAddr;
@@ -82,13 +83,9 @@ async fn reconciler<S: Store>(
         config,
         metrics,
         failpoint,
-        workspaces: Default::default(),
-        discoveries: Default::default(),
-        rooms: Default::default(),
+        registries: Default::default(),
         rooms_at_start,
         rooms_reload_refused: Default::default(),
-        spawn_failures: Default::default(),
-        push: Default::default(),
         fence: fence_node.is_some().then(lease::Fence::default),
         left_behind: None,
     })

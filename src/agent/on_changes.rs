@@ -69,7 +69,8 @@ pub async fn run_on_changes<S: Changes>(store: S, options: Options) -> std::io::
                 Ok(obs) => {
                     let config = ctx.config.borrow().clone();
                     let server_changes = ctx.observer.server_changes();
-                    let hook_len = |ws: &crate::api::WorkSession| ctx.hook_len(ws, &config);
+                    let hook_len =
+                        |ws: &crate::api::WorkSession| super::evidence::hook_len(&ctx.registries, ws, &config);
                     wake.extend(
                         wakes.after(&obs, server_changes, &sessions, &config, hook_len).into_iter().map(|key| key.name),
                     );

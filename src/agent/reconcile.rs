@@ -11,8 +11,9 @@ use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
 use tracing::Instrument;
 
-use super::evidence::{self, agent_dirs};
+use super::evidence::{self, Gathering, agent_dirs};
 use super::metrics::{AgentMetrics, CategoryLabel, IdleLabel, ReasonLabel, ResumedLabel, ViaLabel};
+use super::registries::Registries;
 use crate::api::{WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::queue;
@@ -163,20 +164,12 @@ pub struct Reconciler<S, T> {
     pub metrics: AgentMetrics,
     /// Where to stop forever, for crash tests (`None` in production).
     pub failpoint: Option<Failpoint>,
-    /// The workspaces being prepared.
-    pub workspaces: super::workspaces::Workspaces,
-    /// Conversation ids being discovered, and those taken.
-    pub discoveries: super::discovery::Discoveries,
-    /// Which session has which room (agent config `rooms`).
-    pub rooms: crate::room::Rooms,
+    /// What the agent holds in memory for its node's sessions between reconciles.
+    pub registries: Registries,
     /// The agent config's `rooms` at start, which a reload does not change.
     pub rooms_at_start: Option<crate::room::RoomsConfig>,
     /// A reload's change of `rooms` was refused (and said so once).
     pub rooms_reload_refused: std::sync::atomic::AtomicBool,
-    /// Spawns tmux refused, for the next decision.
-    pub spawn_failures: SpawnFailures,
-    /// The push tokens handed to harnesses (`workspaces.push`), for the next decision.
-    pub push: super::push::PushGrants,
     /// The agent's Lease renewals (on a cluster; `None` in local mode, where nothing else can run its sessions):
     /// nothing is done while the fence does not hold.
     pub fence: Option<super::lease::Fence>,
@@ -200,34 +193,6 @@ enum Executed {
 
 /// How soon a reconcile the fence held back looks again.
 pub const FENCED_RECHECK: Duration = Duration::from_secs(1);
-
-/// Spawns tmux refused, by session (`namespace/name`): the spawn's tag and what tmux said, told to that session's
-/// decisions while its recorded intent is that spawn's.
-#[derive(Debug, Default)]
-pub struct SpawnFailures(std::sync::Mutex<std::collections::HashMap<String, (String, String)>>);
-
-impl SpawnFailures {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, String)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn put(&self, session: &str, spawn: &str, message: String) {
-        self.lock().insert(session.to_string(), (spawn.to_string(), message));
-    }
-
-    /// What tmux said when it refused `session`'s spawn tagged `spawn`, if it did.
-    pub fn of(&self, session: &str, spawn: &str) -> Option<String> {
-        self.lock().get(session).filter(|(tag, _)| tag == spawn).map(|(_, message)| message.clone())
-    }
-
-    /// Forgets a failure once `session`'s recorded status verifies another spawn (`verifying`) or none.
-    fn settle(&self, session: &str, verifying: Option<&str>) {
-        let mut failures = self.lock();
-        if failures.get(session).is_some_and(|(tag, _)| Some(tag.as_str()) != verifying) {
-            failures.remove(session);
-        }
-    }
-}
 
 impl<S: Store, T: Tmux> Reconciler<S, T> {
     /// Whether `ws` is this agent's: in local mode every session; on a cluster one placed on its node, of a
@@ -255,7 +220,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
             let owner = evidence::owner_tags(ws).1;
             if let Some(status) = &ws.status {
-                self.discoveries.recorded(&ws.spec.workdir, &owner, Some(status), discovers);
+                self.registries.discoveries.recorded(&ws.spec.workdir, &owner, Some(status), discovers);
             }
         }
         Ok(())
@@ -316,8 +281,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let events = events.map_err(ReconcileError::Read)?;
         let observation = observation.map_err(ReconcileError::Observe)?;
         let config = self.config_now();
-        let gathered =
-            self.gather(&ws, &events, &observation, &config).instrument(tracing::debug_span!("gather")).await;
+        let gathered = self
+            .gathering()
+            .gather(&ws, &events, &observation, &config)
+            .instrument(tracing::debug_span!("gather"))
+            .await;
         // Decide.
         let mut input = gathered.input(&ws, &observation, &config);
         if self.node.is_none() {
@@ -338,10 +306,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         }
         let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         let gone = plan.releases();
-        self.discoveries.recorded(&ws.spec.workdir, owner.1, (!gone).then_some(&plan.status), discovers);
+        self.registries.discoveries.recorded(&ws.spec.workdir, owner.1, (!gone).then_some(&plan.status), discovers);
         // A refused spawn is told until a recorded status no longer waits on it.
         let verifying = plan.status.verification.as_ref().map(|v| v.spawn.as_str()).filter(|_| !gone);
-        self.spawn_failures.settle(owner.1, verifying);
+        self.registries.spawn_failures.settle(owner.1, verifying);
         let recorded = ws.status.clone().unwrap_or_default();
         if plan.status != recorded && !gone && self.fence_holds() {
             let span = tracing::debug_span!("write_status");
@@ -351,6 +319,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     }
 
     /// The config now; `rooms` as at the agent's start.
+    fn gathering(&self) -> Gathering<'_, T> {
+        Gathering { registries: &self.registries, tmux: self.observer.tmux() }
+    }
+
     fn config_now(&self) -> Arc<Config> {
         let mut config = self.config.borrow().clone();
         if config.rooms != self.rooms_at_start {
@@ -400,13 +372,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.store.delete_event(ev).await.map_err(expire)?;
                 }
                 Op::Claim(claim) => {
-                    if let Err(other) = self.discoveries.take(claim, owner_name) {
+                    if let Err(other) = self.registries.discoveries.take(claim, owner_name) {
                         tracing::info!(event = "claim.lost", ?claim, holder = other, "another session took it first");
                         return Ok(Executed::ClaimLost);
                     }
                 }
                 Op::RecordIntent(intent) => {
-                    self.discoveries.recorded(&ws.spec.workdir, owner_name, Some(intent), discovers);
+                    self.registries.discoveries.recorded(&ws.spec.workdir, owner_name, Some(intent), discovers);
                     if !self.store.write_intent(ws, intent).await.map_err(ReconcileError::WriteIntent)? {
                         tracing::info!(event = "intent.stale", "the session changed since it was read: decided again");
                         return Ok(Executed::Stale);
@@ -422,7 +394,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     let handed = match (&spawn.confine, &config.rooms) {
                         // The workdir becomes the room's before its harness starts there.
                         (Some(room), Some(rooms)) => {
-                            self.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))
+                            self.registries.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))
                         }
                         _ => Ok(()),
                     };
@@ -432,7 +404,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     };
                     if let Err(message) = spawned {
                         // The recorded intent is the status the next decision starts from; it is told why.
-                        self.spawn_failures.put(owner_name, &spawn.tag, message);
+                        self.registries.spawn_failures.put(owner_name, &spawn.tag, message);
                         return Ok(Executed::SpawnRefused);
                     }
                 }
@@ -462,7 +434,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 }
                 Op::GrantPush { repository, host, home, dir, owner } => {
                     let Some(push) = &config.workspaces.push else { continue };
-                    let granted = self.push.grant(push, owner_name, (repository, host), (home, dir), *owner).await;
+                    let granted =
+                        self.registries.push.grant(push, owner_name, (repository, host), (home, dir), *owner).await;
                     match granted {
                         Ok(expires) => {
                             tracing::info!(event = "workspace.push_token", repository, %expires, "push token handed out");
@@ -475,15 +448,15 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     }
                 }
                 Op::Notice(notice) => self.report(ws, notice).await,
-                Op::PrepareWorkspace => self.workspaces.start(owner_name, ws, config),
+                Op::PrepareWorkspace => self.registries.workspaces.start(owner_name, ws, config),
                 Op::MarkPrepared => {
                     let Some(rooms) = &config.rooms else { continue };
-                    if let Err(e) = self.rooms.prepared(rooms, owner_name) {
+                    if let Err(e) = self.registries.rooms.prepared(rooms, owner_name) {
                         // Not fatal: the hand-over refuses a checkout the record does not name, and says so.
                         tracing::error!(event = "rooms.record_failed", error = %e, "the checkout will not be handed over");
                     }
                 }
-                Op::RemoveWorkspace => match self.workspaces.remove(owner_name, ws, config).await {
+                Op::RemoveWorkspace => match self.registries.workspaces.remove(owner_name, ws, config).await {
                     crate::workspace::Removal::Removed => {
                         tracing::info!(event = "workspace.removed", workdir = ws.spec.workdir, "removed the checkout");
                     }
@@ -493,12 +466,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 },
                 Op::ReleaseRoom => {
                     let Some(rooms) = &config.rooms else { continue };
-                    let Some(room) = self.rooms.existing(rooms, owner_name) else { continue };
+                    let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { continue };
                     let confine = crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
                     // Nothing of the uid may outlive the session (a harness's child that left its tmux session).
                     tmux.evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
                     // The finalizer stays on failure: the room is freed on the next try, never given out half-cleared.
-                    let kept = self.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
+                    let kept = self.registries.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
                     if let Some(to) = kept {
                         let why = format!(
                             "{} was its harness's: moved aside to {} (the agent's alone; no room reaches it)",
@@ -509,8 +482,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     }
                 }
                 Op::Forget => {
-                    self.spawn_failures.settle(owner_name, None);
-                    self.push.forget(owner_name);
+                    self.registries.spawn_failures.settle(owner_name, None);
+                    self.registries.push.forget(owner_name);
                 }
                 Op::ReleaseFinalizer => {
                     // Its events go with it, read fresh (one written since this reconcile read them too); the
@@ -529,7 +502,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         self.store.delete_event(ev).await.map_err(ReconcileError::ReleaseFinalizer)?;
                     }
                     self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
-                    self.push.forget(owner_name);
+                    self.registries.push.forget(owner_name);
                     if let (None, Some(home)) = (&config.rooms, &config.harness_home) {
                         // A room's home goes with its room; the shared HOME keeps no token of a session gone.
                         let _ = std::fs::remove_dir_all(crate::core::push_dir(home, owner_name));
@@ -584,23 +557,6 @@ mod tests {
     use std::error::Error;
 
     use super::*;
-
-    /// A refused spawn is told to every decision while the recorded intent is that spawn's (one that returned early,
-    /// the tmux server gone, still finds it), and forgotten once a status verifies another spawn or none.
-    #[test]
-    fn a_refused_spawn_is_told_until_a_status_moves_past_it() {
-        let failures = SpawnFailures::default();
-        failures.put("ns/a", "spawn-1", "no server".into());
-        assert_eq!(failures.of("ns/a", "spawn-1").as_deref(), Some("no server"));
-        assert_eq!(failures.of("ns/a", "spawn-2"), None, "another spawn's intent: not this failure");
-        failures.settle("ns/a", Some("spawn-1"));
-        assert_eq!(failures.of("ns/a", "spawn-1").as_deref(), Some("no server"), "still that intent: kept");
-        failures.settle("ns/a", Some("spawn-2"));
-        assert_eq!(failures.of("ns/a", "spawn-1"), None, "moved past it: forgotten");
-        failures.put("ns/b", "spawn-3", "no server".into());
-        failures.settle("ns/b", None);
-        assert_eq!(failures.of("ns/b", "spawn-3"), None, "gone or verifying nothing: forgotten");
-    }
 
     #[test]
     fn errors_name_their_step_and_keep_their_source() {

@@ -1,0 +1,74 @@
+//! What the agent holds in memory for its node's sessions between reconciles, beside the pipeline: each registry
+//! serves the next decision (gathered into its input) and is changed by executing a plan's ops. None is state of
+//! record: an agent restart rebuilds them from the sessions' statuses, the rooms' owner files and the workspaces on
+//! disk.
+
+use super::discovery::Discoveries;
+use super::push::PushGrants;
+use super::workspaces::Workspaces;
+use crate::room::Rooms;
+
+/// The node's registries.
+#[derive(Default)]
+pub struct Registries {
+    /// The workspaces being prepared.
+    pub workspaces: Workspaces,
+    /// Conversation ids being discovered, and those taken.
+    pub discoveries: Discoveries,
+    /// Which session has which room (agent config `rooms`).
+    pub rooms: Rooms,
+    /// Spawns tmux refused, for the next decision.
+    pub spawn_failures: SpawnFailures,
+    /// The push tokens handed to harnesses (`workspaces.push`), for the next decision.
+    pub push: PushGrants,
+}
+
+/// Spawns tmux refused, by session (`namespace/name`): the spawn's tag and what tmux said, told to that session's
+/// decisions while its recorded intent is that spawn's.
+#[derive(Debug, Default)]
+pub struct SpawnFailures(std::sync::Mutex<std::collections::HashMap<String, (String, String)>>);
+
+impl SpawnFailures {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, String)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn put(&self, session: &str, spawn: &str, message: String) {
+        self.lock().insert(session.to_string(), (spawn.to_string(), message));
+    }
+
+    /// What tmux said when it refused `session`'s spawn tagged `spawn`, if it did.
+    pub fn of(&self, session: &str, spawn: &str) -> Option<String> {
+        self.lock().get(session).filter(|(tag, _)| tag == spawn).map(|(_, message)| message.clone())
+    }
+
+    /// Forgets a failure once `session`'s recorded status verifies another spawn (`verifying`) or none.
+    pub(super) fn settle(&self, session: &str, verifying: Option<&str>) {
+        let mut failures = self.lock();
+        if failures.get(session).is_some_and(|(tag, _)| Some(tag.as_str()) != verifying) {
+            failures.remove(session);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused spawn is told to every decision while the recorded intent is that spawn's (one that returned early,
+    /// the tmux server gone, still finds it), and forgotten once a status verifies another spawn or none.
+    #[test]
+    fn a_refused_spawn_is_told_until_a_status_moves_past_it() {
+        let failures = SpawnFailures::default();
+        failures.put("ns/a", "spawn-1", "no server".into());
+        assert_eq!(failures.of("ns/a", "spawn-1").as_deref(), Some("no server"));
+        assert_eq!(failures.of("ns/a", "spawn-2"), None, "another spawn's intent: not this failure");
+        failures.settle("ns/a", Some("spawn-1"));
+        assert_eq!(failures.of("ns/a", "spawn-1").as_deref(), Some("no server"), "still that intent: kept");
+        failures.settle("ns/a", Some("spawn-2"));
+        assert_eq!(failures.of("ns/a", "spawn-1"), None, "moved past it: forgotten");
+        failures.put("ns/b", "spawn-3", "no server".into());
+        failures.settle("ns/b", None);
+        assert_eq!(failures.of("ns/b", "spawn-3"), None, "gone or verifying nothing: forgotten");
+    }
+}
