@@ -3,9 +3,7 @@
 //! unlabelled events (`!worksession.dev/node`), reads the session each names, and patches the label; the label takes
 //! the event out of this watch and into its agent's. The bridge labels what it creates, so it never waits on this.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,7 +16,6 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 
 use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
-use crate::telemetry::Admin;
 
 /// The field manager of the label.
 pub const FIELD_MANAGER: &str = "worksession-labeler";
@@ -50,62 +47,45 @@ struct Ctx {
     metrics: LabelerMetrics,
 }
 
-/// Labels unlabelled WorkEvents in every namespace until the process is asked to stop, and with `placement` places
-/// WorkSessions too ([`crate::placement`]); serves `/metrics`, `/livez` and `/readyz` on `admin_addr` (ready once
-/// the first list succeeded and the placement's caches are filled).
-pub async fn run(
-    client: Client,
-    admin_addr: Option<SocketAddr>,
-    placement: Option<crate::placement::controller::Options>,
-) -> std::io::Result<()> {
-    let mut registry = Registry::with_prefix("worksession_labeler");
-    let metrics = LabelerMetrics::default();
-    registry.register("labelled", "WorkEvents labelled with their session's node", metrics.labelled.clone());
-    registry.register("no_session", "WorkEvents whose session did not exist (yet)", metrics.no_session.clone());
-    registry.register(
-        "orphans_deleted",
-        "Unlabelled WorkEvents deleted because their session had not existed for 10 minutes",
-        metrics.orphans_deleted.clone(),
-    );
-    registry.register("errors", "Failed reads or patches", metrics.errors.clone());
-    let ready = Arc::new(AtomicBool::new(false));
-    if let Some(addr) = admin_addr {
-        Admin::new(registry, ready.clone()).serve(addr).await?;
+impl LabelerMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register("labelled", "WorkEvents labelled with their session's node", metrics.labelled.clone());
+        registry.register("no_session", "WorkEvents whose session did not exist (yet)", metrics.no_session.clone());
+        registry.register(
+            "orphans_deleted",
+            "Unlabelled WorkEvents deleted because their session had not existed for 10 minutes",
+            metrics.orphans_deleted.clone(),
+        );
+        registry.register("errors", "Failed reads or patches", metrics.errors.clone());
+        metrics
     }
+}
+
+/// Returns once unlabelled WorkEvents can be listed (the API server answers, the CRDs are there, RBAC allows it).
+pub async fn wait_until_listable(client: &Client) {
     let events: Api<WorkEvent> = Api::all(client.clone());
     let unlabelled = format!("!{NODE_LABEL}");
     while let Err(e) = events.list_metadata(&ListParams::default().labels(&unlabelled).limit(1)).await {
         tracing::warn!(event = "labeler.waiting", error = %e, "cannot list WorkEvents yet; retrying");
         tokio::time::sleep(ERROR_REQUEUE).await;
     }
-    let placed = Arc::new(AtomicBool::new(placement.is_none()));
-    let placing = async {
-        match placement {
-            Some(options) => crate::placement::controller::run(client.clone(), options, placed.clone()).await,
-            None => std::future::pending().await,
-        }
-    };
-    let readiness = async {
-        while !placed.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        ready.store(true, Ordering::Relaxed);
-        std::future::pending::<()>().await
-    };
+}
+
+/// Labels unlabelled WorkEvents in every namespace until the process is asked to stop.
+pub async fn run(client: Client, metrics: LabelerMetrics) {
+    let events: Api<WorkEvent> = Api::all(client.clone());
+    let unlabelled = format!("!{NODE_LABEL}");
     tracing::info!(event = "labeler.started", "labelling WorkEvents that have no {NODE_LABEL} label");
-    let ctx = Arc::new(Ctx { client: client.clone(), metrics });
+    let ctx = Arc::new(Ctx { client, metrics });
     let labelling = Controller::new(events, watcher::Config::default().labels(&unlabelled)).shutdown_on_signal().run(
         label,
         error_policy,
         ctx,
     );
-    tokio::select! {
-        () = labelling.for_each(|_| async {}) => {}
-        () = placing => {}
-        () = readiness => {}
-    }
+    labelling.for_each(|_| async {}).await;
     tracing::info!(event = "labeler.stopped", "labeler stopped");
-    Ok(())
 }
 
 async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {

@@ -10,6 +10,7 @@ pub mod api;
 pub mod bridge;
 pub mod config;
 pub mod console;
+pub mod controller;
 pub mod core;
 pub mod get;
 pub mod github;

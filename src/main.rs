@@ -348,7 +348,7 @@ async fn run(cli: Cli) -> ExitCode {
                 namespace,
             });
             let result = match kube::Client::try_default().await {
-                Ok(client) => worksession::labeler::run(client, Some(admin_addr), placement).await,
+                Ok(client) => worksession::controller::run(client, Some(admin_addr), placement).await,
                 Err(e) => return fail(&e),
             };
             match result {

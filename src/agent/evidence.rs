@@ -92,7 +92,7 @@ impl Gathered {
                 status: ws.status.as_ref().unwrap_or(&NO_STATUS),
                 generation: ws.metadata.generation,
                 created: ws.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default(),
-                deleting: ws.metadata.deletion_timestamp.is_some(),
+                deleting: ws.metadata.deletion_timestamp.as_ref().map(|t| t.0),
                 finalized: ws.finalizers().iter().any(|f| f == FINALIZER),
                 owner: &self.owner.0,
                 owner_name: &self.owner.1,

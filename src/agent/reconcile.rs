@@ -485,20 +485,15 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.registries.spawn_failures.settle(owner_name, None);
                     self.registries.push.forget(owner_name);
                 }
-                Op::ReleaseFinalizer => {
-                    // Its events go with it, read fresh (one written since this reconcile read them too); the
-                    // finalizer stays until they are gone. One made after the deletion began is kept: a bridge
-                    // that had not seen the deletion yet acknowledged it, and a session of that name made again
-                    // (the route's next delivery) delivers it.
+                Op::ReleaseFinalizer { deleting_since } => {
+                    // The finalizer stays until those that go with it are gone.
                     let namespace = ws.namespace().unwrap_or_default();
                     let events = self.store.events(&namespace, &ws.name_any()).await.map_err(ReconcileError::Read)?;
-                    let going_since = ws.metadata.deletion_timestamp.as_ref().map(|t| t.0);
-                    let before = |ev: &&WorkEvent| {
+                    let goes = |ev: &&WorkEvent| {
                         let made = ev.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                        matches!((made, going_since), (Some(made), Some(since)) if made < since)
-                            || going_since.is_none()
+                        core::goes_with_its_session(made, *deleting_since)
                     };
-                    for ev in events.iter().filter(before) {
+                    for ev in events.iter().filter(goes) {
                         self.store.delete_event(ev).await.map_err(ReconcileError::ReleaseFinalizer)?;
                     }
                     self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;

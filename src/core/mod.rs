@@ -49,7 +49,7 @@ pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
     Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
-    Object, Observed, Op, PendingEvent, Plan, Record, Room, Severity, Workspace,
+    Object, Observed, Op, PendingEvent, Plan, Record, Room, Severity, Workspace, goes_with_its_session,
 };
 pub use push::{
     GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, grant_key, push_dir, push_env, push_target,
@@ -151,8 +151,11 @@ pub fn decide(input: &Input) -> Plan {
     if !object.finalized {
         // The finalizer comes before anything it guards (a harness, a room, a checkout), in a plan of its own: the
         // change wakes the next reconcile, which decides the rest. Without it a deleted object is no longer ours.
-        let (ops, requeue_after) =
-            if object.deleting { (vec![Op::Forget], None) } else { (vec![Op::AddFinalizer], Some(Duration::ZERO)) };
+        let (ops, requeue_after) = if object.deleting.is_some() {
+            (vec![Op::Forget], None)
+        } else {
+            (vec![Op::AddFinalizer], Some(Duration::ZERO))
+        };
         return Plan { ops, status: object.status.clone(), requeue_after };
     }
     Decision::new(input).run()
@@ -300,7 +303,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let input = self.input;
         // A tmux session tagged for another object is never adopted, pasted into, stopped or replaced.
         let conflict = input.observed.view.filter(|t| !t.belongs_to(input.object.owner));
-        if input.object.deleting {
+        if let Some(deleting_since) = input.object.deleting {
             if conflict.is_none() {
                 self.ops.push(Op::Stop { session: self.session.clone() });
                 // A room's checkout was its harness's: it goes aside with the room, never read by the agent's git.
@@ -311,7 +314,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             if matches!(input.evidence.room, Confinement::Room(_)) {
                 self.ops.push(Op::ReleaseRoom);
             }
-            self.ops.push(Op::ReleaseFinalizer);
+            self.ops.push(Op::ReleaseFinalizer { deleting_since });
             return self.plan();
         }
         self.settle_handoff();

@@ -161,8 +161,8 @@ pub struct Object<'a> {
     pub generation: Option<i64>,
     /// `metadata.creationTimestamp` (when `initialPrompt` started waiting).
     pub created: Timestamp,
-    /// The object is being deleted.
-    pub deleting: bool,
+    /// Since when the object is being deleted (`metadata.deletionTimestamp`).
+    pub deleting: Option<Timestamp>,
     /// The agent's finalizer is on it.
     pub finalized: bool,
     /// Its identity in tmux tags: its UID (or `namespace/name` where objects have no UID).
@@ -286,8 +286,15 @@ impl Plan {
     /// Whether the plan lets the object go (its finalizer released, or it is going without one): its status is not
     /// written and the node holds nothing for it.
     pub fn releases(&self) -> bool {
-        self.ops.iter().any(|op| matches!(op, Op::ReleaseFinalizer | Op::Forget | Op::Move { .. }))
+        self.ops.iter().any(|op| matches!(op, Op::ReleaseFinalizer { .. } | Op::Forget | Op::Move { .. }))
     }
+}
+
+/// Whether a WorkEvent made at `made` goes with its session, deleted since `deleting_since`: one made before. One made
+/// after the deletion began is kept: a bridge that had not seen the deletion yet acknowledged it, and a session of
+/// that name made again (the route's next delivery) delivers it. One whose making time is unknown is kept too.
+pub fn goes_with_its_session(made: Option<Timestamp>, deleting_since: Timestamp) -> bool {
+    made.is_some_and(|made| made < deleting_since)
 }
 
 /// Something of the node that one session holds at a time, taken before its spawn.
@@ -345,10 +352,14 @@ pub enum Op {
     Event(EventUpdate),
     /// Report: a log line named by its event (`session.started`, ...), and a Kubernetes Event.
     Notice(Notice),
-    /// Delete the session's WorkEvents, then drop the agent's finalizer: the finalizer is what removes a deleted
-    /// session's events (the bridge writes them from its cache, with no owner reference a stale UID could make the
-    /// garbage collector act on).
-    ReleaseFinalizer,
+    /// Delete the session's WorkEvents that go with it ([`goes_with_its_session`], read fresh: one written since this
+    /// reconcile read them too), then drop the agent's finalizer: the finalizer is what removes a deleted session's
+    /// events (the bridge writes them from its cache, with no owner reference a stale UID could make the garbage
+    /// collector act on).
+    ReleaseFinalizer {
+        /// When the deletion began.
+        deleting_since: Timestamp,
+    },
     /// The object is going without the agent's finalizer: it is no longer this agent's, and nothing of the node is
     /// held for it any more (its claims, a spawn failure kept for it).
     Forget,
@@ -400,7 +411,7 @@ impl Op {
             Op::Submit { .. } => "submit",
             Op::Event(_) => "event_status",
             Op::Notice(_) => "notice",
-            Op::ReleaseFinalizer => "release_finalizer",
+            Op::ReleaseFinalizer { .. } => "release_finalizer",
             Op::Forget => "forget",
             Op::PrepareWorkspace => "prepare_workspace",
             Op::MarkPrepared => "mark_prepared",

@@ -68,7 +68,7 @@ impl World {
             labeler.abort();
         }
         self.labeler = Some(tokio::spawn(async move {
-            worksession::labeler::run(client, None, None).await.unwrap();
+            worksession::controller::run(client, None, None).await.unwrap();
         }));
     }
 

@@ -1,5 +1,6 @@
-//! The plan is the whole decision: the finalizer, expiring events, the claims a spawn needs on the node
-//! and the room's record of a prepared checkout are ops the core decides, in the executor's order.
+//! The plan is the whole decision: the finalizer (and which events go with a deleted session), expiring events, the
+//! claims a spawn needs on the node and the room's record of a prepared checkout are ops the core decides, in the
+//! executor's order.
 
 use super::*;
 
@@ -15,6 +16,24 @@ fn without_the_finalizer_the_plan_adds_it_and_nothing_else() {
     assert_eq!((ops(&plan), plan.requeue_after), (vec!["forget".to_string()], None), "going without it: not ours");
     assert!(plan.releases(), "nothing of the node is held for it, and its status is not written");
     assert_eq!(plan.status, ran_old());
+}
+
+/// Which events go with a deleted session is the core's rule: the executor reads them fresh (one written since this
+/// reconcile read them too) and applies it.
+#[test]
+fn a_deleted_session_releases_its_finalizer_with_the_events_made_before_its_deletion_began() {
+    let mut case = Case::new(ran_old());
+    case.deleting = true;
+    let plan = case.decide();
+    let released = plan.ops.iter().find_map(|op| match op {
+        Op::ReleaseFinalizer { deleting_since } => Some(*deleting_since),
+        _ => None,
+    });
+    assert_eq!(released, Some(t(50)), "{plan:?}");
+    assert!(crate::core::goes_with_its_session(Some(t(49)), t(50)));
+    assert!(!crate::core::goes_with_its_session(Some(t(50)), t(50)), "made as the deletion began: kept");
+    assert!(!crate::core::goes_with_its_session(Some(t(51)), t(50)), "a bridge acknowledged it after: kept");
+    assert!(!crate::core::goes_with_its_session(None, t(50)), "when it was made is not known: kept");
 }
 
 #[test]
