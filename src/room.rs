@@ -53,21 +53,42 @@ impl Rooms {
         Some(Room { uid, home: config.root.join(uid.to_string()) })
     }
 
-    /// The room of `identity` (whose workdir is `workdir`), given out now (its owner file written, its home made)
-    /// if it had none. Refused, before anything is prepared there, when `workdir` may not be a room's ([`place`]:
-    /// `keep` are the agent's own directories) or another room's workdir is, holds or lies in it: a directory is one
-    /// session's.
-    pub fn room_of(
+    /// The room of `identity` (whose workdir is `workdir`) as it is, changing nothing: `Ok(None)` when [`Rooms::give`]
+    /// has something to do (no room yet, its record names another workdir, its home is missing or open to others);
+    /// `Err(why)` when it would be refused.
+    pub fn look(
         &self,
         config: &RoomsConfig,
         identity: &str,
         workdir: &Path,
         keep: &[&Path],
-    ) -> Result<Room, String> {
+    ) -> Result<Option<Room>, String> {
+        let guard = self.may_give(config, identity, workdir, keep)?;
+        let taken = guard.as_ref().expect("loaded");
+        match taken.get(identity) {
+            Some(claim) if claim.workdir == workdir => {
+                let home = config.root.join(claim.uid.to_string());
+                let settled = [home.as_path(), &home.join(TMP)].iter().all(|dir| settled(dir, claim.uid));
+                Ok(settled.then_some(Room { uid: claim.uid, home }))
+            }
+            Some(_) => Ok(None),
+            None => free_uid(config, taken).map(|_| None),
+        }
+    }
+
+    /// The checks [`Rooms::give`] makes before anything, read only: `workdir` may be a room's ([`place`]: `keep` are
+    /// the agent's own directories) and no other room's workdir is, holds or lies in it (a directory is one session's).
+    fn may_give(
+        &self,
+        config: &RoomsConfig,
+        identity: &str,
+        workdir: &Path,
+        keep: &[&Path],
+    ) -> Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Claim>>>, String> {
         place(config, workdir, keep)?;
         let failed = |e: io::Error| format!("cannot read the rooms in {}: {e}", config.root.display());
-        let mut guard = self.taken(config).map_err(failed)?;
-        let taken = guard.as_mut().expect("loaded");
+        let guard = self.taken(config).map_err(failed)?;
+        let taken = guard.as_ref().expect("loaded");
         let overlaps = |other: &Path| other.starts_with(workdir) || workdir.starts_with(other);
         if let Some((other, claim)) = taken.iter().find(|(who, c)| who.as_str() != identity && overlaps(&c.workdir)) {
             return Err(format!(
@@ -76,6 +97,14 @@ impl Rooms {
                 claim.workdir.display()
             ));
         }
+        Ok(guard)
+    }
+
+    /// The room of `identity` (whose workdir is `workdir`), given out now (its owner file written, its home made and
+    /// closed to others) if it had none. Refused, before anything is prepared there, as [`Rooms::look`] says.
+    pub fn give(&self, config: &RoomsConfig, identity: &str, workdir: &Path, keep: &[&Path]) -> Result<Room, String> {
+        let mut guard = self.may_give(config, identity, workdir, keep)?;
+        let taken = guard.as_mut().expect("loaded");
         let uid = match taken.get(identity) {
             Some(claim) if claim.workdir == workdir => claim.uid,
             found => {
@@ -83,12 +112,7 @@ impl Rooms {
                 let uid = match found {
                     Some(claim) => claim.uid,
                     None => {
-                        let used: std::collections::BTreeSet<u32> = taken.values().map(|c| c.uid).collect();
-                        let range = config.first_uid..config.first_uid.saturating_add(config.count);
-                        let Some(uid) = range.clone().find(|uid| !used.contains(uid)) else {
-                            let last = range.end - 1;
-                            return Err(format!("all {} rooms ({}-{last}) are taken", config.count, range.start));
-                        };
+                        let uid = free_uid(config, taken)?;
                         // Whatever a home of this uid held before is no one's now.
                         match std::fs::remove_dir_all(config.root.join(uid.to_string())) {
                             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.to_string()),
@@ -264,6 +288,23 @@ fn make_home(home: &Path, uid: u32) -> io::Result<()> {
     settle(&rustix::fs::openat(&dir, TMP, flags, Mode::empty())?, uid)
 }
 
+/// The lowest uid no room has.
+fn free_uid(config: &RoomsConfig, taken: &BTreeMap<String, Claim>) -> Result<u32, String> {
+    let used: std::collections::BTreeSet<u32> = taken.values().map(|c| c.uid).collect();
+    let range = config.first_uid..config.first_uid.saturating_add(config.count);
+    let Some(uid) = range.clone().find(|uid| !used.contains(uid)) else {
+        let last = range.end - 1;
+        return Err(format!("all {} rooms ({}-{last}) are taken", config.count, range.start));
+    };
+    Ok(uid)
+}
+
+/// Whether `dir` is a directory (not a link) of `uid`'s, 0700: as [`settle`] leaves it.
+fn settled(dir: &Path, uid: u32) -> bool {
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.gid() == uid && m.mode() & 0o7777 == 0o700)
+}
+
 /// The room's, 0700.
 fn settle(dir: &std::os::fd::OwnedFd, uid: u32) -> io::Result<()> {
     let stat = rustix::fs::fstat(dir)?;
@@ -418,11 +459,11 @@ mod tests {
         let rooms = Rooms::default();
         let work = dir.join("work");
         let (wa, wb, wc) = (work.join("a"), work.join("b"), work.join("c"));
-        let a = rooms.room_of(&c, "ns/a", &wa, &[]).unwrap();
-        let b = rooms.room_of(&c, "ns/b", &wb, &[]).unwrap();
+        let a = rooms.give(&c, "ns/a", &wa, &[]).unwrap();
+        let b = rooms.give(&c, "ns/b", &wb, &[]).unwrap();
         assert_eq!((a.uid, b.uid), (4_000_000, 4_000_001));
-        assert_eq!(rooms.room_of(&c, "ns/a", &wa, &[]).unwrap(), a, "the same room again");
-        let taken = |w: &Path| rooms.room_of(&c, "ns/x", w, &[]).unwrap_err();
+        assert_eq!(rooms.give(&c, "ns/a", &wa, &[]).unwrap(), a, "the same room again");
+        let taken = |w: &Path| rooms.give(&c, "ns/x", w, &[]).unwrap_err();
         assert!(taken(&wa.join("in")).contains("ns/a"), "a workdir is one session's");
         assert!(taken(&work).contains("overlaps"), "nor may one hold another's");
         for (bad, why) in [
@@ -436,19 +477,40 @@ mod tests {
         }
         let meta = std::fs::metadata(&a.home).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (a.uid, 0o700));
-        assert!(rooms.room_of(&c, "ns/c", &wc, &[]).unwrap_err().contains("all 2 rooms"));
-        assert_eq!(Rooms::default().room_of(&c, "ns/b", &wb, &[]).unwrap(), b, "a restarted agent reads who has which");
+        assert!(rooms.give(&c, "ns/c", &wc, &[]).unwrap_err().contains("all 2 rooms"));
+        assert_eq!(Rooms::default().give(&c, "ns/b", &wb, &[]).unwrap(), b, "a restarted agent reads who has which");
         std::fs::create_dir(c.root.join(OWNERS).join("04000001")).unwrap();
-        assert_eq!(
-            Rooms::default().room_of(&c, "ns/b", &wb, &[]).unwrap(),
-            b,
-            "what the agent did not write is skipped"
-        );
+        assert_eq!(Rooms::default().give(&c, "ns/b", &wb, &[]).unwrap(), b, "what the agent did not write is skipped");
         let owners = std::fs::metadata(c.root.join(OWNERS)).unwrap();
         assert_eq!((owners.uid(), owners.mode() & 0o777), (0, 0o700), "who has which is the agent's to read");
         assert_eq!(rooms.release(&c, "ns/a").unwrap(), None, "no workdir was handed over");
         assert!(!a.home.exists());
-        assert_eq!(rooms.room_of(&c, "ns/c", &wc, &[]).unwrap().uid, a.uid, "a freed uid is given again");
+        assert_eq!(rooms.give(&c, "ns/c", &wc, &[]).unwrap().uid, a.uid, "a freed uid is given again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Looking changes nothing, and says what giving would do: nothing to do for a room as it was given, a room to
+    /// give (again) for a session without one or a home opened since, and the same refusals.
+    #[test]
+    fn looking_at_a_room_changes_nothing_and_says_what_giving_would() {
+        if nix_uid() != 0 {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("rooms-look-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = config(&dir.join(".rooms"), 1);
+        let rooms = Rooms::default();
+        let (wa, wb) = (dir.join("work/a"), dir.join("work/b"));
+        assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(None), "none yet: one to give");
+        assert!(!c.root.join("4000000").exists(), "and nothing made for it");
+        let a = rooms.give(&c, "ns/a", &wa, &[]).unwrap();
+        assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(Some(a.clone())));
+        std::fs::set_permissions(&a.home, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(None), "opened since: given again, closed");
+        assert_eq!(rooms.give(&c, "ns/a", &wa, &[]).unwrap(), a);
+        assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(Some(a.clone())));
+        assert!(rooms.look(&c, "ns/b", &wb, &[]).unwrap_err().contains("all 1 rooms"));
+        assert!(rooms.look(&c, "ns/b", &wa.join("in"), &[]).unwrap_err().contains("overlaps"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -471,7 +533,7 @@ mod tests {
                 std::fs::write(work.join(f), "x").unwrap();
             }
             std::fs::create_dir_all(&work).unwrap();
-            let room = rooms.room_of(&c, &format!("ns/{name}"), &work, &[]).unwrap();
+            let room = rooms.give(&c, &format!("ns/{name}"), &work, &[]).unwrap();
             if prepared {
                 rooms.prepared(&c, &format!("ns/{name}")).unwrap();
             }

@@ -64,8 +64,8 @@ pub struct Gathered {
     pub hooked: Option<String>,
     /// The workspace.
     pub workspace: Found,
-    /// Its room: `None` with rooms off, `Err(why)` when it has none.
-    pub room: Option<Result<Room, String>>,
+    /// Its room: `None` with rooms off, `Ok(None)` when one is to be given, `Err(why)` when it has none.
+    pub room: Option<Result<Option<Room>, String>>,
     /// Another session that holds its workdir while discovering.
     pub discovering_here: Option<String>,
     /// Another session that holds the conversation it would adopt.
@@ -127,7 +127,8 @@ impl Gathered {
                 workspace: self.workspace.as_input(),
                 room: match &self.room {
                     None => Confinement::Off,
-                    Some(Ok(room)) => Confinement::Room(room),
+                    Some(Ok(Some(room))) => Confinement::Room(room),
+                    Some(Ok(None)) => Confinement::Due,
                     Some(Err(why)) => Confinement::Unavailable(why),
                 },
                 discovering_here: self.discovering_here.as_deref(),
@@ -258,18 +259,18 @@ impl<T: Tmux> Gathering<'_, T> {
         let pending = pending_events(events);
         let session = crate::core::tmux_session(ws, config, |s| observation.session(s).is_some());
         let liveness = observation.liveness(&session.current);
-        // Its room (given out now if it has none): where its harness runs and where its HOME is.
-        // Only an object the finalizer guards gets a room: one deleted before that would keep its uid for good.
+        // Its room (the plan gives one it has not): where its harness runs and where its HOME is. Only an object the
+        // finalizer guards may be given one: one deleted before that would keep its uid for good.
         let guarded = ws.finalizers().iter().any(|f| f == FINALIZER) && ws.metadata.deletion_timestamp.is_none();
         let room = match &config.rooms {
-            Some(rooms) if !guarded => self.registries.rooms.existing(rooms, &owner.1).map(Ok),
+            Some(rooms) if !guarded => self.registries.rooms.existing(rooms, &owner.1).map(|room| Ok(Some(room))),
             Some(rooms) => {
-                Some(self.registries.rooms.room_of(rooms, &owner.1, Path::new(&ws.spec.workdir), &agent_dirs(config)))
+                Some(self.registries.rooms.look(rooms, &owner.1, Path::new(&ws.spec.workdir), &agent_dirs(config)))
             }
             None => None,
         };
         let home = match &room {
-            Some(Ok(room)) => Some(room.home.as_path()),
+            Some(Ok(room)) => room.as_ref().map(|room| room.home.as_path()),
             Some(Err(_)) => None,
             None => config.harness_home.as_deref(),
         };

@@ -78,6 +78,9 @@ pub enum ReconcileError {
     /// Recording the session's status.
     #[error("writing status: {0}")]
     WriteStatus(#[source] StoreError),
+    /// Giving the session its room (its record, its home).
+    #[error("giving the room: {0}")]
+    GiveRoom(String),
     /// Freeing the session's room.
     #[error("freeing the room: {0}")]
     ReleaseRoom(String),
@@ -94,7 +97,7 @@ impl ReconcileError {
             Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) | Move(e) => e.category(),
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
             Observe(e) | Stop(e) | Paste { source: e, .. } => e.category(),
-            ReleaseRoom(_) => crate::words::ErrorCategory::Room,
+            GiveRoom(_) | ReleaseRoom(_) => crate::words::ErrorCategory::Room,
         }
     }
 }
@@ -464,6 +467,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
                     }
                 },
+                Op::GiveRoom => {
+                    let Some(rooms) = &config.rooms else { continue };
+                    let workdir = std::path::Path::new(&ws.spec.workdir);
+                    let given = self.registries.rooms.give(rooms, owner_name, workdir, &agent_dirs(config));
+                    let room = given.map_err(ReconcileError::GiveRoom)?;
+                    tracing::debug!(event = "rooms.given", uid = room.uid, "the session's room is ready");
+                }
                 Op::ReleaseRoom => {
                     let Some(rooms) = &config.rooms else { continue };
                     let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { continue };

@@ -108,7 +108,10 @@ pub enum Confinement<'a> {
     Off,
     /// Its own room.
     Room(&'a Room),
-    /// Rooms are on, and this session has none: why.
+    /// Rooms are on, and this session's room is to be given (none yet, or its home was opened since): the plan gives
+    /// it ([`Op::GiveRoom`]).
+    Due,
+    /// Rooms are on, and this session has none and can have none: why.
     Unavailable(&'a str),
 }
 
@@ -352,6 +355,9 @@ pub enum Op {
     Event(EventUpdate),
     /// Report: a log line named by its event (`session.started`, ...), and a Kubernetes Event.
     Notice(Notice),
+    /// Give the session its room (record its uid, make its home and close it to others), before anything is done for
+    /// it there: the next decision starts its harness in it.
+    GiveRoom,
     /// Delete the session's WorkEvents that go with it ([`goes_with_its_session`], read fresh: one written since this
     /// reconcile read them too), then drop the agent's finalizer: the finalizer is what removes a deleted session's
     /// events (the bridge writes them from its cache, with no owner reference a stale UID could make the garbage
@@ -411,6 +417,7 @@ impl Op {
             Op::Submit { .. } => "submit",
             Op::Event(_) => "event_status",
             Op::Notice(_) => "notice",
+            Op::GiveRoom => "give_room",
             Op::ReleaseFinalizer { .. } => "release_finalizer",
             Op::Forget => "forget",
             Op::PrepareWorkspace => "prepare_workspace",

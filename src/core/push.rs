@@ -132,7 +132,7 @@ impl Decision<'_, '_> {
         let (home, owner) = match input.evidence.room {
             Confinement::Room(room) => (room.home.clone(), Some(room.uid)),
             Confinement::Off => (input.context.config.harness_home.clone()?, None),
-            Confinement::Unavailable(_) => return None,
+            Confinement::Due | Confinement::Unavailable(_) => return None,
         };
         Some((target, home, owner))
     }

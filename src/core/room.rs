@@ -1,8 +1,10 @@
 //! The room gate, part of decide: with rooms on (agent config `rooms`), a harness starts only in its own room (a
 //! Unix user of its own); the `Confined` condition says where it runs, and why not in a room where it cannot.
 
+use std::time::Duration;
+
 use super::Confinement;
-use super::{CONFLICT_RECHECK, ConfinedReason, Decision, ReadyReason};
+use super::{CONFLICT_RECHECK, ConfinedReason, Decision, Op, ReadyReason};
 use super::{Confine, Liveness};
 use crate::api::Phase;
 
@@ -20,6 +22,15 @@ impl Decision<'_, '_> {
                 let message = format!("runs as uid {} with HOME {}", room.uid, room.home.display());
                 self.condition(ConfinedReason::OwnRoom, true, message);
                 true
+            }
+            Confinement::Due => {
+                self.ops.push(Op::GiveRoom);
+                // A live harness keeps its prompts coming meanwhile; a spawn waits for the room.
+                if self.input.observed.liveness == Liveness::Alive {
+                    return true;
+                }
+                self.requeue(Duration::ZERO);
+                false
             }
             Confinement::Unavailable(why) => {
                 self.condition(ConfinedReason::RoomUnavailable, false, why);

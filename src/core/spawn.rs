@@ -278,7 +278,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let home = match self.input.evidence.room {
             Confinement::Room(room) => Some(room.home.as_path()),
             Confinement::Off => config.harness_home.as_deref(),
-            Confinement::Unavailable(_) => None,
+            Confinement::Due | Confinement::Unavailable(_) => None,
         };
         super::hook_args(profile, config, home, self.input.object.owner_name, spawn)
     }

@@ -107,6 +107,8 @@ struct Case {
     id_taken_by: Option<&'static str>,
     /// `None`: rooms off; `Some(Err(why))`: on, and none to be had.
     room: Option<Result<Room, &'static str>>,
+    /// Rooms on, and the session's room is to be given (wins over `room`).
+    room_due: bool,
     finalized: bool,
     finished: Vec<FinishedEvent>,
     /// The node a move asks for.
@@ -151,6 +153,7 @@ impl Case {
             discovering_here: None,
             id_taken_by: None,
             room: None,
+            room_due: false,
             finalized: true,
             finished: Vec::new(),
             move_to: None,
@@ -207,6 +210,7 @@ impl Case {
                 turn: self.turn.as_ref(),
                 workspace: self.workspace,
                 room: match &self.room {
+                    _ if self.room_due => Confinement::Due,
                     None => Confinement::Off,
                     Some(Ok(room)) => Confinement::Room(room),
                     Some(Err(why)) => Confinement::Unavailable(why),
@@ -287,6 +291,7 @@ fn ops(plan: &Plan) -> Vec<String> {
                 (_, Some(why)) => format!("{} {why}", n.reason.log_event()),
                 _ => n.reason.log_event().to_string(),
             },
+            Op::GiveRoom => "give room".into(),
             Op::ReleaseFinalizer { .. } => "release finalizer".into(),
             Op::Forget => "forget".into(),
             Op::PrepareWorkspace => "prepare workspace".into(),
