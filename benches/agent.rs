@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
+use worksession::api::{Phase, PromptPhase, WorkEvent, WorkSession};
 use worksession::config::Config;
 use worksession::tmux::{Tmux, TmuxRunner};
 
@@ -509,7 +509,7 @@ async fn bench_verify() {
     support::eventually_within("all delivered", Duration::from_secs(120), || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         let delivered =
-            list.iter().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered)).count();
+            list.iter().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(PromptPhase::Delivered)).count();
         (delivered == names.len()).then_some(())
     })
     .await;

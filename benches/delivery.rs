@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use worksession::api::{EventPhase, Phase};
+use worksession::api::{Phase, PromptPhase};
 use world::World;
 
 fn secs(d: Duration) -> String {
@@ -39,7 +39,7 @@ fn stats(mut v: Vec<Duration>) -> String {
     format!("median {}, slowest {}", secs(v[v.len() / 2]), secs(v[v.len() - 1]))
 }
 
-async fn phase_of(w: &World, event: &str) -> Option<EventPhase> {
+async fn phase_of(w: &World, event: &str) -> Option<PromptPhase> {
     w.events().get(event).await.ok().and_then(|e| e.status).and_then(|s| s.phase)
 }
 
@@ -56,8 +56,8 @@ async fn live_paste(profile: &str) {
         let mut seen_delivering = None;
         loop {
             match phase_of(&w, &name).await {
-                Some(EventPhase::Delivering) if seen_delivering.is_none() => seen_delivering = Some(t.elapsed()),
-                Some(EventPhase::Delivered) => break,
+                Some(PromptPhase::Delivering) if seen_delivering.is_none() => seen_delivering = Some(t.elapsed()),
+                Some(PromptPhase::Delivered) => break,
                 _ => {}
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -164,7 +164,7 @@ async fn review_comments() {
         assert_eq!(webhook(&app, "pull_request_review_comment", &delivery, &payload).await, 201);
         answered.push(t.elapsed());
         let name = worksession::bridge::event_name("gh", &delivery);
-        while phase_of(&w, &name).await != Some(EventPhase::Delivered) {
+        while phase_of(&w, &name).await != Some(PromptPhase::Delivered) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         delivered.push(t.elapsed());

@@ -23,7 +23,7 @@ use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use worksession::api::{EventPhase, NODE_LABEL, Phase, WorkEvent, WorkSession, node_label_value};
+use worksession::api::{NODE_LABEL, Phase, PromptPhase, WorkEvent, WorkSession, node_label_value};
 
 /// The harness: creates its transcript, then appends every line it reads to it as a JSON line, as a harness's
 /// transcript holds a prompt (the bench's prompts need no escaping; the braces are printf's octal escapes, since a
@@ -211,7 +211,7 @@ async fn fleet() {
     let events: Api<WorkEvent> = ns.api();
     let watch =
         tokio::spawn(watcher(events.clone(), watcher::Config::default()).applied_objects().try_for_each(move |ev| {
-            if ev.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered) {
+            if ev.status.as_ref().and_then(|s| s.phase) == Some(PromptPhase::Delivered) {
                 seen.lock().unwrap().entry(ev.name_any()).or_insert_with(Instant::now);
             }
             futures::future::ready(Ok(()))

@@ -23,7 +23,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use worksession::api::{EventPhase, Phase};
+use worksession::api::{Phase, PromptPhase};
 use world::World;
 
 /// How many harnesses run.
@@ -100,7 +100,7 @@ async fn undelivered(hooks: bool) {
         let name = format!("r{i}-1");
         support::eventually(&format!("{name} Delivering"), || async {
             let phase = events.get(&name).await.ok()?.status?.phase;
-            (phase == Some(EventPhase::Delivering)).then_some(())
+            (phase == Some(PromptPhase::Delivering)).then_some(())
         })
         .await;
     }

@@ -28,19 +28,19 @@ pub enum Output {
 
 /// What to list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum Resource {
     /// WorkSessions (`ws`).
-    Sessions,
+    WorkSessions,
     /// WorkEvents (`wev`).
-    Events,
+    WorkEvents,
 }
 
-impl Kind {
+impl Resource {
     /// The kind a `kubectl get` resource word names, if any.
     pub fn parse(word: &str) -> Option<Self> {
         match word {
-            "ws" | "worksession" | "worksessions" | "sessions" => Some(Kind::Sessions),
-            "wev" | "workevent" | "workevents" | "events" => Some(Kind::Events),
+            "ws" | "worksession" | "worksessions" | "sessions" => Some(Resource::WorkSessions),
+            "wev" | "workevent" | "workevents" | "events" => Some(Resource::WorkEvents),
             _ => None,
         }
     }
@@ -59,7 +59,7 @@ pub enum Scope {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Query {
     /// WorkSessions or WorkEvents.
-    pub kind: Kind,
+    pub kind: Resource,
     /// Names asked for (none: all).
     pub names: Vec<String>,
     /// Namespaces.
@@ -82,7 +82,7 @@ impl Query {
             return Ok(items);
         }
         let mut by_name: HashMap<String, K> = items.into_iter().map(|o| (o.name_any(), o)).collect();
-        let what = if self.kind == Kind::Sessions { "worksession" } else { "workevent" };
+        let what = if self.kind == Resource::WorkSessions { "worksession" } else { "workevent" };
         self.names.iter().map(|n| by_name.remove(n).ok_or_else(|| format!("{what} {n:?} not found"))).collect()
     }
 
@@ -119,13 +119,13 @@ fn header(query: &Query) -> Vec<String> {
     let mut h: Vec<&str> = if query.all_namespaces() { vec!["NAMESPACE"] } else { vec![] };
     let wide = query.output == Some(Output::Wide);
     match query.kind {
-        Kind::Sessions => {
+        Resource::WorkSessions => {
             h.extend(["NAME", "NODE", "HARNESS", "PHASE", "ACTIVITY", "RESUMED", "SESSION ID", "PR", "CI", "AGE"]);
             if wide {
                 h.extend(["TMUX", "RESPAWNS", "FAILURES", "REASON"]);
             }
         }
-        Kind::Events => {
+        Resource::WorkEvents => {
             h.extend(["NAME", "SESSION", "PHASE", "VIA", "AGE"]);
             if wide {
                 h.extend(["ATTEMPTS", "SESSION ID", "MESSAGE"]);
@@ -234,7 +234,7 @@ pub fn render_events(items: &[WorkEvent], query: &Query, now: Timestamp) -> Stri
 }
 
 /// Where `get` reads.
-pub enum Source {
+pub enum Backend {
     /// The cluster of the kubeconfig.
     Cluster(Client),
     /// A local-mode directory (`main.rs` opens it).
@@ -242,26 +242,26 @@ pub enum Source {
 }
 
 /// Prints what the query selects; with `watch`, then a row per change until interrupted.
-pub async fn run(source: &Source, query: &Query, watch: bool) -> Result<(), String> {
+pub async fn run(source: &Backend, query: &Query, watch: bool) -> Result<(), String> {
     let now = Timestamp::now;
     let printed = match (source, query.kind) {
-        (Source::Cluster(client), Kind::Sessions) => {
+        (Backend::Cluster(client), Resource::WorkSessions) => {
             render_sessions(&query.select(list::<WorkSession>(client, query).await?)?, query, now())
         }
-        (Source::Cluster(client), Kind::Events) => {
+        (Backend::Cluster(client), Resource::WorkEvents) => {
             render_events(&query.select(list::<WorkEvent>(client, query).await?)?, query, now())
         }
-        (Source::Local(store), Kind::Sessions) => {
+        (Backend::Local(store), Resource::WorkSessions) => {
             let items = store.listed_sessions().map_err(|e| e.to_string())?;
             render_sessions(&query.select(items)?, query, now())
         }
-        (Source::Local(store), Kind::Events) => {
+        (Backend::Local(store), Resource::WorkEvents) => {
             let items = store.listed_events().map_err(|e| e.to_string())?;
             render_events(&query.select(items)?, query, now())
         }
     };
     print!("{printed}");
-    if let Source::Local(store) = source {
+    if let Backend::Local(store) = source {
         // A misspelt field must not make an object vanish from the listing without a word.
         for (file, why) in store.skipped().map_err(|e| e.to_string())? {
             eprintln!("worksession: skipped {}: {why}", file.display());
@@ -271,8 +271,8 @@ pub async fn run(source: &Source, query: &Query, watch: bool) -> Result<(), Stri
         return Ok(());
     }
     match source {
-        Source::Cluster(client) => watch_cluster(client, query).await,
-        Source::Local(store) => watch_local(store.as_ref(), query).await,
+        Backend::Cluster(client) => watch_cluster(client, query).await,
+        Backend::Local(store) => watch_local(store.as_ref(), query).await,
     }
 }
 
@@ -300,8 +300,8 @@ where
 /// A row per change, from a watch.
 async fn watch_cluster(client: &Client, query: &Query) -> Result<(), String> {
     match query.kind {
-        Kind::Sessions => watch_rows(api::<WorkSession>(client, query), query, session_row).await,
-        Kind::Events => watch_rows(api::<WorkEvent>(client, query), query, event_row).await,
+        Resource::WorkSessions => watch_rows(api::<WorkSession>(client, query), query, session_row).await,
+        Resource::WorkEvents => watch_rows(api::<WorkEvent>(client, query), query, event_row).await,
     }
 }
 
@@ -324,7 +324,7 @@ async fn watch_local(store: &dyn Listing, query: &Query) -> Result<(), String> {
     let mut first = true;
     loop {
         let rows: Vec<(String, String, Vec<String>)> = match query.kind {
-            Kind::Sessions => {
+            Resource::WorkSessions => {
                 let items = query.select(store.listed_sessions().map_err(|e| e.to_string())?).unwrap_or_default();
                 items
                     .iter()
@@ -337,7 +337,7 @@ async fn watch_local(store: &dyn Listing, query: &Query) -> Result<(), String> {
                     })
                     .collect()
             }
-            Kind::Events => {
+            Resource::WorkEvents => {
                 let items = store.listed_events().map_err(|e| e.to_string())?;
                 let items = query.select(items).unwrap_or_default();
                 items
@@ -368,7 +368,7 @@ async fn watch_local(store: &dyn Listing, query: &Query) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{EventPhase, Phase, WorkEventSpec, WorkEventStatus, WorkSessionSpec, WorkSessionStatus};
+    use crate::api::{Phase, PromptPhase, WorkEventSpec, WorkEventStatus, WorkSessionSpec, WorkSessionStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn session(ns: &str, name: &str) -> WorkSession {
@@ -404,7 +404,7 @@ mod tests {
     }
 
     fn query(scope: Scope, names: &[&str], output: Option<Output>) -> Query {
-        Query { kind: Kind::Sessions, names: names.iter().map(|s| s.to_string()).collect(), scope, output }
+        Query { kind: Resource::WorkSessions, names: names.iter().map(|s| s.to_string()).collect(), scope, output }
     }
 
     #[test]
@@ -443,11 +443,11 @@ mod tests {
         );
         ev.metadata.creation_timestamp = Some(Time("2026-11-30T00:09:00Z".parse().unwrap()));
         ev.status = Some(WorkEventStatus {
-            phase: Some(EventPhase::Delivered),
+            phase: Some(PromptPhase::Delivered),
             via: Some(crate::api::Via::Pasted),
             ..Default::default()
         });
-        let q = Query { kind: Kind::Events, ..one };
+        let q = Query { kind: Resource::WorkEvents, ..one };
         assert_eq!(
             render_events(&[ev], &q, now),
             "NAME   SESSION   PHASE       VIA      AGE\nev-1   repo-12   Delivered   Pasted   60s\n"
@@ -470,7 +470,7 @@ mod tests {
             query(Scope::One("a".into()), &["z"], None).select(items).unwrap_err(),
             "worksession \"z\" not found"
         );
-        assert_eq!(Kind::parse("wev"), Some(Kind::Events));
-        assert_eq!(Kind::parse("repo-12"), None);
+        assert_eq!(Resource::parse("wev"), Some(Resource::WorkEvents));
+        assert_eq!(Resource::parse("repo-12"), None);
     }
 }

@@ -110,7 +110,7 @@ const LINE_LIMIT: usize = 2 * STDIN_LIMIT as usize + 4096;
 /// everything else is skipped without being kept (a harness writes the file, so what it holds costs the agent no
 /// more than this).
 #[derive(serde::Deserialize)]
-struct Said<'a> {
+struct Fields<'a> {
     #[serde(borrow)]
     hook: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
@@ -137,7 +137,7 @@ struct Data {
 }
 
 /// A line of the spawn tagged `spawn`, parsed; `None` for any other (or one too long to parse).
-fn said<'l>(line: &'l str, spawn: &str) -> Option<Said<'l>> {
+fn said<'l>(line: &'l str, spawn: &str) -> Option<Fields<'l>> {
     if !line.contains(spawn) {
         return None;
     }
@@ -145,8 +145,8 @@ fn said<'l>(line: &'l str, spawn: &str) -> Option<Said<'l>> {
 }
 
 /// A line of any spawn, parsed; `None` for one too long to parse.
-fn said_by_any(line: &str) -> Option<Said<'_>> {
-    (line.len() <= LINE_LIMIT).then(|| serde_json::from_str::<Said>(line).ok()).flatten()
+fn said_by_any(line: &str) -> Option<Fields<'_>> {
+    (line.len() <= LINE_LIMIT).then(|| serde_json::from_str::<Fields>(line).ok()).flatten()
 }
 
 /// How many conversations a spawn's hooks named are kept, newest first.
@@ -252,7 +252,7 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>)
         far = read_from(home, &path, mark, AFTER_MARK_LIMIT)?.0;
         lines(&far, mark, false).collect()
     };
-    let said: Vec<(u64, Said)> = after
+    let said: Vec<(u64, Fields)> = after
         .into_iter()
         .filter(|(_, line)| line.contains("UserPromptSubmit") || line.contains("\"Stop"))
         .filter_map(|(at, line)| Some((at, said_by_any(line)?)))

@@ -42,7 +42,8 @@ pub struct LabelerMetrics {
     pub errors: Counter,
 }
 
-struct Ctx {
+/// What every labelling pass shares.
+struct Labeler {
     client: Client,
     metrics: LabelerMetrics,
 }
@@ -78,7 +79,7 @@ pub async fn run(client: Client, metrics: LabelerMetrics) {
     let events: Api<WorkEvent> = Api::all(client.clone());
     let unlabelled = format!("!{NODE_LABEL}");
     tracing::info!(event = "labeler.started", "labelling WorkEvents that have no {NODE_LABEL} label");
-    let ctx = Arc::new(Ctx { client, metrics });
+    let ctx = Arc::new(Labeler { client, metrics });
     let labelling = Controller::new(events, watcher::Config::default().labels(&unlabelled)).shutdown_on_signal().run(
         label,
         error_policy,
@@ -88,7 +89,7 @@ pub async fn run(client: Client, metrics: LabelerMetrics) {
     tracing::info!(event = "labeler.stopped", "labeler stopped");
 }
 
-async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn label(ev: Arc<WorkEvent>, ctx: Arc<Labeler>) -> Result<Action, kube::Error> {
     let (namespace, name) = (ev.namespace().unwrap_or_default(), ev.name_any());
     if ev.labels().contains_key(NODE_LABEL) {
         return Ok(Action::await_change()); // labelled meanwhile (the cache lags the patch)
@@ -146,7 +147,7 @@ async fn label(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
 
 /// Deletes an event whose session has not existed for [`ORPHAN_GRACE`] (only this very object: a precondition on its
 /// UID).
-async fn delete_orphan(ctx: &Ctx, ev: &WorkEvent) -> Result<Action, kube::Error> {
+async fn delete_orphan(ctx: &Labeler, ev: &WorkEvent) -> Result<Action, kube::Error> {
     let (namespace, name) = (ev.namespace().unwrap_or_default(), ev.name_any());
     let events: Api<WorkEvent> = Api::namespaced(ctx.client.clone(), &namespace);
     let params = kube::api::DeleteParams {
@@ -169,7 +170,7 @@ async fn delete_orphan(ctx: &Ctx, ev: &WorkEvent) -> Result<Action, kube::Error>
     Ok(Action::await_change())
 }
 
-fn error_policy(ev: Arc<WorkEvent>, error: &kube::Error, ctx: Arc<Ctx>) -> Action {
+fn error_policy(ev: Arc<WorkEvent>, error: &kube::Error, ctx: Arc<Labeler>) -> Action {
     ctx.metrics.errors.inc();
     tracing::warn!(event = "labeler.failed", namespace = ev.namespace(), name = ev.name_any(), error = %error, "labelling failed; retrying");
     Action::requeue(ERROR_REQUEUE)

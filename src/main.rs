@@ -394,24 +394,24 @@ async fn get(
     watch: bool,
     local: Option<PathBuf>,
 ) -> ExitCode {
-    use worksession::get::{Kind, Query, Scope, Source};
-    let kind = match args.first().and_then(|a| Kind::parse(a)) {
+    use worksession::get::{Backend, Query, Resource, Scope};
+    let kind = match args.first().and_then(|a| Resource::parse(a)) {
         Some(kind) => {
             args.remove(0);
             kind
         }
-        None => Kind::Sessions,
+        None => Resource::WorkSessions,
     };
     let (source, context_namespace) = match local {
         Some(dir) => match LocalStore::new(dir) {
-            Ok(store) => (Source::Local(Box::new(store)), "default".to_string()),
+            Ok(store) => (Backend::Local(Box::new(store)), "default".to_string()),
             Err(e) => return fail(&e),
         },
         None => match kube::Config::infer().await {
             Ok(config) => {
                 let namespace = config.default_namespace.clone();
                 match kube::Client::try_from(config) {
-                    Ok(client) => (Source::Cluster(client), namespace),
+                    Ok(client) => (Backend::Cluster(client), namespace),
                     Err(e) => return fail(&e),
                 }
             }

@@ -25,12 +25,12 @@ pub use crate::core::Room;
 /// The rooms of this agent's node, by WorkSession (`namespace/name`).
 #[derive(Debug, Default)]
 pub struct Rooms {
-    taken: Mutex<Option<BTreeMap<String, Claim>>>,
+    taken: Mutex<Option<BTreeMap<String, Assignment>>>,
 }
 
 /// A room given out: its uid and the workdir it may be handed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Claim {
+struct Assignment {
     uid: u32,
     workdir: PathBuf,
     /// The agent prepared the workdir's checkout for this session (so it may be handed over, or moved aside).
@@ -38,7 +38,10 @@ struct Claim {
 }
 
 impl Rooms {
-    fn taken(&self, config: &RoomsConfig) -> io::Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Claim>>>> {
+    fn taken(
+        &self,
+        config: &RoomsConfig,
+    ) -> io::Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Assignment>>>> {
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         if taken.is_none() {
             *taken = Some(load(config)?);
@@ -53,9 +56,8 @@ impl Rooms {
         Some(Room { uid, home: config.root.join(uid.to_string()) })
     }
 
-    /// The room of `identity` (whose workdir is `workdir`) as it is, changing nothing: `Ok(None)` when [`Rooms::give`]
-    /// has something to do (no room yet, its record names another workdir, its home is missing or open to others);
-    /// `Err(why)` when it would be refused.
+    /// The room of `identity` (whose workdir is `workdir`) as recorded, changing nothing: `Ok(None)` when one is to be
+    /// given ([`Rooms::give`]: none yet, or its record names another workdir), `Err(why)` when it would be refused.
     pub fn look(
         &self,
         config: &RoomsConfig,
@@ -67,9 +69,7 @@ impl Rooms {
         let taken = guard.as_ref().expect("loaded");
         match taken.get(identity) {
             Some(claim) if claim.workdir == workdir => {
-                let home = config.root.join(claim.uid.to_string());
-                let settled = [home.as_path(), &home.join(TMP)].iter().all(|dir| settled(dir, claim.uid));
-                Ok(settled.then_some(Room { uid: claim.uid, home }))
+                Ok(Some(Room { uid: claim.uid, home: config.root.join(claim.uid.to_string()) }))
             }
             Some(_) => Ok(None),
             None => free_uid(config, taken).map(|_| None),
@@ -84,7 +84,7 @@ impl Rooms {
         identity: &str,
         workdir: &Path,
         keep: &[&Path],
-    ) -> Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Claim>>>, String> {
+    ) -> Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Assignment>>>, String> {
         place(config, workdir, keep)?;
         let failed = |e: io::Error| format!("cannot read the rooms in {}: {e}", config.root.display());
         let guard = self.taken(config).map_err(failed)?;
@@ -121,7 +121,7 @@ impl Rooms {
                         uid
                     }
                 };
-                let claim = Claim { uid, workdir: workdir.to_path_buf(), prepared: false };
+                let claim = Assignment { uid, workdir: workdir.to_path_buf(), prepared: false };
                 write_owner(config, identity, &claim).map_err(|e| format!("cannot give out uid {uid}: {e}"))?;
                 taken.insert(identity.to_string(), claim);
                 uid
@@ -225,7 +225,7 @@ fn owner_file(config: &RoomsConfig, uid: u32) -> PathBuf {
     config.root.join(OWNERS).join(uid.to_string())
 }
 
-fn write_owner(config: &RoomsConfig, identity: &str, claim: &Claim) -> io::Result<()> {
+fn write_owner(config: &RoomsConfig, identity: &str, claim: &Assignment) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -238,7 +238,7 @@ fn write_owner(config: &RoomsConfig, identity: &str, claim: &Claim) -> io::Resul
 }
 
 /// The owner files (the root, 0711, and the owners' directory, 0700, made if missing).
-fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, Claim>> {
+fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, Assignment>> {
     let owners = config.root.join(OWNERS);
     std::fs::create_dir_all(&owners)?;
     // Others may pass through to their own home, never list whose rooms there are.
@@ -260,7 +260,7 @@ fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, Claim>> {
         let mut lines = text.lines();
         let (Some(identity), Some(workdir)) = (lines.next(), lines.next()) else { continue };
         let prepared = lines.next() == Some("prepared");
-        taken.insert(identity.to_string(), Claim { uid, workdir: workdir.into(), prepared });
+        taken.insert(identity.to_string(), Assignment { uid, workdir: workdir.into(), prepared });
     }
     Ok(taken)
 }
@@ -288,8 +288,14 @@ fn make_home(home: &Path, uid: u32) -> io::Result<()> {
     settle(&rustix::fs::openat(&dir, TMP, flags, Mode::empty())?, uid)
 }
 
+/// Makes the home of the room of `uid` again where it is missing, and closes it (and its `TMPDIR`) to others, before
+/// its harness starts: its last harness may have opened it, or replaced its `TMPDIR` with a link.
+pub fn close_home(uid: u32, home: &Path) -> Result<(), String> {
+    make_home(home, uid).map_err(|e| format!("cannot make the room's home {}: {e}", home.display()))
+}
+
 /// The lowest uid no room has.
-fn free_uid(config: &RoomsConfig, taken: &BTreeMap<String, Claim>) -> Result<u32, String> {
+fn free_uid(config: &RoomsConfig, taken: &BTreeMap<String, Assignment>) -> Result<u32, String> {
     let used: std::collections::BTreeSet<u32> = taken.values().map(|c| c.uid).collect();
     let range = config.first_uid..config.first_uid.saturating_add(config.count);
     let Some(uid) = range.clone().find(|uid| !used.contains(uid)) else {
@@ -297,12 +303,6 @@ fn free_uid(config: &RoomsConfig, taken: &BTreeMap<String, Claim>) -> Result<u32
         return Err(format!("all {} rooms ({}-{last}) are taken", config.count, range.start));
     };
     Ok(uid)
-}
-
-/// Whether `dir` is a directory (not a link) of `uid`'s, 0700: as [`settle`] leaves it.
-fn settled(dir: &Path, uid: u32) -> bool {
-    std::fs::symlink_metadata(dir)
-        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.gid() == uid && m.mode() & 0o7777 == 0o700)
 }
 
 /// The room's, 0700.
@@ -489,8 +489,9 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// Looking changes nothing, and says what giving would do: nothing to do for a room as it was given, a room to
-    /// give (again) for a session without one or a home opened since, and the same refusals.
+    /// Looking changes nothing, and says what giving would do: nothing for a room as recorded (whatever its harness
+    /// did to its home, which is closed again before the next harness starts), a room to give for a session without
+    /// one, and the same refusals.
     #[test]
     fn looking_at_a_room_changes_nothing_and_says_what_giving_would() {
         if nix_uid() != 0 {
@@ -506,9 +507,13 @@ mod tests {
         let a = rooms.give(&c, "ns/a", &wa, &[]).unwrap();
         assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(Some(a.clone())));
         std::fs::set_permissions(&a.home, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(None), "opened since: given again, closed");
-        assert_eq!(rooms.give(&c, "ns/a", &wa, &[]).unwrap(), a);
-        assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(Some(a.clone())));
+        assert_eq!(rooms.look(&c, "ns/a", &wa, &[]), Ok(Some(a.clone())), "its harness opened it: still its room");
+        assert_eq!(std::fs::metadata(&a.home).unwrap().mode() & 0o777, 0o755, "looking changed nothing");
+        close_home(a.uid, &a.home).unwrap();
+        assert_eq!(std::fs::metadata(&a.home).unwrap().mode() & 0o777, 0o700, "closed before its next harness");
+        std::fs::remove_dir(a.home.join(TMP)).unwrap();
+        std::os::unix::fs::symlink("/etc", a.home.join(TMP)).unwrap();
+        assert!(close_home(a.uid, &a.home).is_err(), "a TMPDIR made a link is refused, never followed");
         assert!(rooms.look(&c, "ns/b", &wb, &[]).unwrap_err().contains("all 1 rooms"));
         assert!(rooms.look(&c, "ns/b", &wa.join("in"), &[]).unwrap_err().contains("overlaps"));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -11,7 +11,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use standin::seed_conversation;
 use support::eventually;
-use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
+use worksession::api::{Phase, PromptPhase, Via, WorkEvent, WorkSession};
 use worksession::tmux::{Liveness, Tmux};
 use world::{World, condition, recorded_id};
 
@@ -85,7 +85,7 @@ async fn resume_disabled_respawns_fresh() {
     let first = recorded_id(&w.await_phase("delta", Phase::Running).await);
     w.kill_harness("delta").await;
     w.send("delta", "delta-1", "again").await;
-    let ev = w.await_event("delta-1", EventPhase::Delivered).await;
+    let ev = w.await_event("delta-1", PromptPhase::Delivered).await;
     assert_eq!(ev.status.as_ref().unwrap().via, Some(Via::Fresh));
     let ws = w
         .await_session("delta", "a second conversation", |ws| ws.status.as_ref().is_some_and(|s| s.respawn_count == 1))
@@ -130,7 +130,7 @@ async fn another_nodes_session_is_left_alone() {
     w.send("kappa", "kappa-1", "not for us").await;
     w.await_phase("lambda", Phase::Running).await;
     w.send("lambda", "lambda-1", "sync point").await;
-    w.await_event("lambda-1", EventPhase::Delivered).await;
+    w.await_event("lambda-1", PromptPhase::Delivered).await;
     let other = w.sessions().get("kappa").await.unwrap();
     assert!(other.status.is_none() && other.finalizers().is_empty());
     assert!(w.events().get("kappa-1").await.unwrap().status.is_none());
@@ -147,8 +147,8 @@ async fn two_events_at_once_for_a_dead_session_one_spawn_in_order() {
     w.await_phase("mu", Phase::Pending).await;
     w.send("mu", "mu-1", "first").await;
     w.send("mu", "mu-2", "second").await;
-    w.await_event("mu-1", EventPhase::Delivered).await;
-    w.await_event("mu-2", EventPhase::Delivered).await;
+    w.await_event("mu-1", PromptPhase::Delivered).await;
+    w.await_event("mu-2", PromptPhase::Delivered).await;
     let prompts = w.tmux.await_prompts(2).await;
     let got: Vec<(&str, &str)> = prompts.iter().map(|p| (p.prompt.as_str(), p.conversation.as_str())).collect();
     assert_eq!(got, [("first", "mu-conv"), ("second", "mu-conv")], "in order, same conversation");
@@ -165,13 +165,13 @@ async fn huge_and_hostile_prompts_arrive_as_text() {
     // once the harness is ready.
     let huge: String = "all work and no play ".repeat(256 * 1024 / 21 + 1)[..256 * 1024].to_string();
     w.send("nu", "nu-1", &huge).await;
-    let ev = w.await_event("nu-1", EventPhase::Delivered).await;
+    let ev = w.await_event("nu-1", PromptPhase::Delivered).await;
     assert_eq!(ev.status.unwrap().via, Some(Via::Pasted), "too long for a command line: pasted once ready");
     let marker = w.tmux.dir.path().join("pwned");
     let m = marker.display();
     let hostile = format!("$(touch {m}); `touch {m}` --dangerously-skip-permissions \u{1b}[201~ \u{3} tail;");
     w.send("nu", "nu-2", &hostile).await;
-    w.await_event("nu-2", EventPhase::Delivered).await;
+    w.await_event("nu-2", PromptPhase::Delivered).await;
     let prompts = w.tmux.await_prompts(2).await;
     assert_eq!(prompts[0].prompt.len(), huge.len());
     assert!(prompts[0].prompt == huge && prompts[0].via == "paste");
@@ -192,7 +192,7 @@ async fn a_tampered_recorded_id_is_not_resumed() {
     w.kill_harness("xi").await;
     w.start_agent();
     w.send("xi", "xi-1", "hello again").await;
-    let ev = w.await_event("xi-1", EventPhase::Delivered).await;
+    let ev = w.await_event("xi-1", PromptPhase::Delivered).await;
     assert_eq!(ev.status.unwrap().via, Some(Via::Fresh));
     let ws = w.await_phase("xi", Phase::Running).await;
     let (_, reason, message) = condition(&ws, "Resumed").unwrap();
@@ -207,7 +207,7 @@ async fn reports_events_metrics_and_health() {
     let admin = w.restart_agent_with_admin().await;
     w.send("omicron", "omicron-1", "hi").await; // waiting before the session exists: the boot prompt
     w.create_session("omicron", json!({"harnessSessionId": "ghost"})).await;
-    w.await_event("omicron-1", EventPhase::Delivered).await;
+    w.await_event("omicron-1", PromptPhase::Delivered).await;
 
     let kube_events: Api<k8s_openapi::api::events::v1::Event> = w.ns.api();
     let reasons = eventually("Kubernetes Events on the WorkSession", || async {
@@ -250,7 +250,7 @@ async fn delivered_events_are_deleted_after_the_retention() {
     w.create_session("pi", json!({})).await;
     w.await_phase("pi", Phase::Running).await;
     w.send("pi", "pi-1", "short-lived").await;
-    w.await_event("pi-1", EventPhase::Delivered).await;
+    w.await_event("pi-1", PromptPhase::Delivered).await;
     let events = w.events();
     eventually("pi-1 deleted after its retention", || async {
         events.get_opt("pi-1").await.unwrap().is_none().then_some(())
@@ -289,10 +289,10 @@ async fn two_worksessions_of_one_name_in_two_namespaces_never_cross() {
     let ev: WorkEvent = serde_json::from_value(json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "metadata": {"name": "theirs-1"}, "spec": {"session": "shared", "prompt": "not for you"}})).unwrap();
     events.create(&Default::default(), &ev).await.unwrap();
     w.send("shared", "mine-1", "for you").await;
-    w.await_event("mine-1", EventPhase::Delivered).await;
+    w.await_event("mine-1", PromptPhase::Delivered).await;
     eventually("their event delivered", || async {
         let phase = events.get("theirs-1").await.ok()?.status?.phase;
-        (phase == Some(EventPhase::Delivered)).then_some(())
+        (phase == Some(PromptPhase::Delivered)).then_some(())
     })
     .await;
     let prompts = w.prompts();
@@ -321,12 +321,12 @@ async fn a_session_prefix_change_never_orphans_a_harness() {
     w.restart_agent_with_yaml(|yaml| yaml.replacen("tmux:\n", "tmux:\n  sessionPrefix: ws-\n", 1));
     // The running harness keeps its conversation: the next event is pasted into it, same process.
     w.send("pfx", "pfx-1", "still there?").await;
-    assert_eq!(w.await_event("pfx-1", EventPhase::Delivered).await.status.unwrap().via, Some(Via::Pasted));
+    assert_eq!(w.await_event("pfx-1", PromptPhase::Delivered).await.status.unwrap().via, Some(Via::Pasted));
     assert_eq!(w.tmux.pane_pid(&w.tmux_session("pfx")), pid);
     // After a crash it resumes the same conversation under the new name, and the old session is gone.
     w.kill_harness("pfx").await;
     w.send("pfx", "pfx-2", "after the crash").await;
-    let ev = w.await_event("pfx-2", EventPhase::Delivered).await.status.unwrap();
+    let ev = w.await_event("pfx-2", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     let obs = w.tmux.runner.observe().await.unwrap();
     assert_eq!(
@@ -367,7 +367,7 @@ async fn a_killed_tmux_server_is_never_replaced_by_the_agent() {
     assert!(!w.tmux.runner.observe().await.unwrap().server, "the agent started no tmux server");
 
     keeper();
-    let ev = w.await_event("tu-1", EventPhase::Delivered).await.status.unwrap();
+    let ev = w.await_event("tu-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
 }
 
@@ -399,7 +399,7 @@ async fn get_follows_kubectl() {
     w.create_session("ga", json!({})).await;
     w.await_phase("ga", Phase::Running).await;
     w.send("ga", "ga-1", "hello").await;
-    w.await_event("ga-1", EventPhase::Delivered).await;
+    w.await_event("ga-1", PromptPhase::Delivered).await;
     let dir = w.tmux.dir.path();
     let get = || get_command(&w.ns.name, dir);
 
@@ -464,7 +464,7 @@ async fn an_agent_watches_only_its_nodes_events_and_hand_made_ones_are_labelled(
     w.create_session("near", json!({})).await;
     w.await_phase("near", Phase::Running).await;
     w.send("near", "near-1", "for this node").await;
-    let ev = w.await_event("near-1", EventPhase::Delivered).await;
+    let ev = w.await_event("near-1", PromptPhase::Delivered).await;
     assert_eq!(node_of(&ev), Some(worksession::api::node_label_value(&w.node)));
     assert_eq!(w.prompts().iter().filter(|p| p.prompt.contains("for this node")).count(), 1);
 

@@ -17,7 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::Value;
 use support::eventually;
 use tokio::net::{TcpListener, TcpStream};
-use worksession::api::{EventPhase, WorkEvent};
+use worksession::api::{PromptPhase, WorkEvent};
 use worksession::bridge::github;
 use worksession::store::kube::KubeSink;
 use world::World;
@@ -144,7 +144,7 @@ async fn a_signed_comment_reaches_the_harness_once_and_a_bad_signature_nothing()
     let payload = issue_comment(1347, "Me too: the parser drops the last line.");
     let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
     assert_eq!(status, 201, "{body}");
-    let ev = w.await_event("gh-72d3162e-cc78-11e3-81ab-4c9367dc0958", EventPhase::Delivered).await;
+    let ev = w.await_event("gh-72d3162e-cc78-11e3-81ab-4c9367dc0958", PromptPhase::Delivered).await;
     assert_eq!(ev.spec.session, support::work_item("octo-org/hello-world", 1347));
 
     let (status, body) = deliver(bridge, "72d3162e-cc78-11e3-81ab-4c9367dc0958", &payload, None).await;
@@ -188,7 +188,7 @@ async fn api_server_gone_means_503_and_the_retry_is_delivered_once() {
     proxy.set_up(true);
     let (status, body) = deliver(bridge, "retry-me", &payload, None).await;
     assert_eq!(status, 201, "{body}");
-    w.await_event("gh-retry-me", EventPhase::Delivered).await;
+    w.await_event("gh-retry-me", PromptPhase::Delivered).await;
     let prompts = w.prompts();
     assert_eq!(prompts.iter().filter(|p| p.prompt.contains("regression test")).count(), 1);
 }
@@ -200,8 +200,8 @@ async fn two_comments_on_one_issue_arrive_in_order() {
     let bridge = start_bridge(&w, &proxy).await;
     assert_eq!(deliver(bridge, "order-1", &issue_comment(9, "first comment"), None).await.0, 201);
     assert_eq!(deliver(bridge, "order-2", &issue_comment(9, "second comment"), None).await.0, 201);
-    w.await_event("gh-order-1", EventPhase::Delivered).await;
-    w.await_event("gh-order-2", EventPhase::Delivered).await;
+    w.await_event("gh-order-1", PromptPhase::Delivered).await;
+    w.await_event("gh-order-2", PromptPhase::Delivered).await;
     let prompts = w.tmux.await_prompts(2).await;
     let order: Vec<bool> = prompts.iter().map(|p| p.prompt.contains("first comment")).collect();
     assert_eq!(order, [true, false], "{prompts:?}");
@@ -230,7 +230,7 @@ async fn a_deleted_sessions_events_go_with_it_and_a_new_one_keeps_what_it_is_sen
     let bridge = start_bridge(&w, &proxy).await;
     assert_eq!(deliver(bridge, "uid-1", &issue_comment(5, "first"), None).await.0, 201);
     let first_event = worksession::bridge::event_name("gh", "uid-1");
-    w.await_event(&first_event, EventPhase::Delivered).await;
+    w.await_event(&first_event, PromptPhase::Delivered).await;
     let ev = w.events().get(&first_event).await.unwrap();
     assert_eq!(ev.metadata.owner_references, None, "named by its session's name alone");
     let item = support::work_item("octo-org/hello-world", 5);
@@ -251,5 +251,5 @@ async fn a_deleted_sessions_events_go_with_it_and_a_new_one_keeps_what_it_is_sen
     .await;
     let recreated = w.sessions().get(&item).await.unwrap();
     assert_ne!(first.metadata.uid, recreated.metadata.uid, "re-created");
-    w.await_event(&worksession::bridge::event_name("gh", "uid-2"), EventPhase::Delivered).await;
+    w.await_event(&worksession::bridge::event_name("gh", "uid-2"), PromptPhase::Delivered).await;
 }

@@ -19,7 +19,7 @@ use serde_json::json;
 use support::WAIT;
 use support::eventually;
 use tower::ServiceExt;
-use worksession::api::{EventPhase, Phase, Via, WorkEvent, WorkSession};
+use worksession::api::{Phase, PromptPhase, Via, WorkEvent, WorkSession};
 use world::{World, condition};
 
 fn chart() -> PathBuf {
@@ -342,7 +342,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     // Agent as its ServiceAccount: an unknown conversation started fresh, status, Events.
     w.send("rho", "rho-1", "first").await;
     w.create_session("rho", json!({"harnessSessionId": "ghost"})).await;
-    let ev = w.await_event("rho-1", EventPhase::Delivered).await;
+    let ev = w.await_event("rho-1", PromptPhase::Delivered).await;
     assert_eq!(ev.status.unwrap().via, Some(Via::Fresh));
     let ws = w.await_phase("rho", Phase::Running).await;
     assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("ConversationNotFound".into()));
@@ -376,7 +376,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
         app.clone().oneshot(request)
     };
     assert_eq!(comment("chart-1", 5, "from the bridge").await.unwrap().status(), 201);
-    let ev = w.await_event("gh-chart-1", EventPhase::Delivered).await;
+    let ev = w.await_event("gh-chart-1", PromptPhase::Delivered).await;
     assert_eq!(ev.spec.session, support::work_item("octo-org/sigma", 5));
     // The route keeps one session: a second work item is ignored, counted with the bridge's own RBAC (list).
     let status = comment("chart-2", 6, "one too many").await.unwrap().status();
@@ -385,7 +385,7 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     // Labeler as its ServiceAccount: a hand-made event for a running session is labelled, wakes the agent's
     // label-selected watch and is delivered.
     w.send("rho", "rho-2", "by hand").await;
-    let ev = w.await_event("rho-2", EventPhase::Delivered).await;
+    let ev = w.await_event("rho-2", PromptPhase::Delivered).await;
     assert_eq!(ev.labels().get(worksession::api::NODE_LABEL), Some(&worksession::api::node_label_value(&w.node)));
 
     // And no more than that.

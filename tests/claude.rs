@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use support::model::{Model, Reply};
-use worksession::api::{EventPhase, Phase, Via};
+use worksession::api::{Phase, PromptPhase, Via};
 use world::{World, condition, recorded_id};
 
 /// A world whose `claude` profile runs the real CLI offline against the scripted `model` (its turns end), its `HOME`
@@ -42,7 +42,7 @@ fn activity_is(ws: &worksession::api::WorkSession, reason: &str) -> bool {
 }
 
 fn initial_prompt_delivered(ws: &worksession::api::WorkSession) -> bool {
-    ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(EventPhase::Delivered)
+    ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(PromptPhase::Delivered)
 }
 
 /// A real turn, and the idle stop after it: the initial prompt asks for a tool that runs for seconds while the screen
@@ -81,7 +81,7 @@ async fn a_real_turn_ends_at_its_stop_and_the_idle_stop_counts_from_there() {
     assert!(text.contains("\"cache_read_input_tokens\":900"), "the usage the model sent: {text}");
 
     w.send("rt", "rt-1", "wake up").await;
-    let st = w.await_event("rt-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("rt-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     w.await_session("rt", "the woken turn over", |ws| {
         activity_is(ws, "Idle") && model.prompts().ends_with(&["wake up".into()])
@@ -103,7 +103,7 @@ async fn a_prompt_sent_while_a_real_turn_runs_is_queued_and_confirmed() {
     })
     .await;
     w.send("q", "q-1", "meanwhile, this").await;
-    let st = w.await_event("q-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("q-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(st.via, Some(Via::Pasted));
     let ws = w
         .await_session("q", "both turns over", |ws| {
@@ -148,9 +148,9 @@ async fn compaction_by_a_person_or_by_the_cli_keeps_the_recorded_conversation() 
 
     model.set_usage(support::model::Usage { input: 5, output: 30, cache_creation: 1000, cache_read: 995_000 });
     w.send("cp", "cp-1", "a prompt in a full context").await;
-    w.await_event("cp-1", EventPhase::Delivered).await;
+    w.await_event("cp-1", PromptPhase::Delivered).await;
     w.send("cp", "cp-2", "the prompt after it").await;
-    w.await_event("cp-2", EventPhase::Delivered).await;
+    w.await_event("cp-2", PromptPhase::Delivered).await;
     support::until("its own compaction's SessionStart", compacted(2)).await;
     let said = std::fs::read_to_string(&hooks).unwrap();
     for line in said.lines().filter(|l| l.contains("\"source\":\"compact\"")) {
@@ -163,7 +163,7 @@ async fn compaction_by_a_person_or_by_the_cli_keeps_the_recorded_conversation() 
 
     w.tmux.kill_pane(&session).await;
     w.send("cp", "cp-3", "after the crash").await;
-    let st = w.await_event("cp-3", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("cp-3", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     await_in_transcript(&w, &id, "after the crash").await;
 }
@@ -185,7 +185,7 @@ async fn a_crash_in_the_middle_of_a_tool_call_resumes_and_takes_the_next_prompt(
     await_in_transcript(&w, &id, "./slow-tool 600").await;
     w.tmux.kill_pane(&w.tmux_session("mt")).await;
     w.send("mt", "mt-1", "after the crash").await;
-    let st = w.await_event("mt-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("mt-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     let ws = w
         .await_session("mt", "the turn after the crash over", |ws| {
@@ -233,7 +233,7 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
 
     w.tmux.kill_pane(&session).await;
     w.send("cl", "cl-1", "after the crash").await;
-    let st = w.await_event("cl-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("cl-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(new.as_str())));
     await_in_transcript(&w, &new, "after the crash").await; // resumed where the person was
     // The conversation they cleared (idle, it never wrote a transcript) did not get it.
@@ -279,7 +279,7 @@ async fn unknown_adopted_id_starts_fresh_then_a_crash_resumes_the_same_conversat
     let ws = w
         .await_session("cc", "the initial prompt known delivered", |ws| {
             ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
-                == Some(EventPhase::Delivered)
+                == Some(PromptPhase::Delivered)
         })
         .await;
     assert_eq!(condition(&ws, "Resumed").map(|c| c.1), Some("ConversationNotFound".into()));
@@ -290,7 +290,7 @@ async fn unknown_adopted_id_starts_fresh_then_a_crash_resumes_the_same_conversat
     // A crash, then an event: the same conversation is resumed and its transcript gains the event.
     w.tmux.kill_pane(&w.tmux_session("cc")).await;
     w.send("cc", "cc-1", "after the crash").await;
-    let ev = w.await_event("cc-1", EventPhase::Delivered).await;
+    let ev = w.await_event("cc-1", PromptPhase::Delivered).await;
     let st = ev.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     let ws = w.await_phase("cc", Phase::Running).await;
@@ -310,7 +310,7 @@ async fn an_event_arriving_during_the_boot_reaches_the_transcript() {
     .await;
     // The CLI takes seconds to show its input box: this event arrives while it boots.
     w.send("cd", "cd-1", "typed while you were booting").await;
-    let st = w.await_event("cd-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("cd-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(st.via, Some(Via::Pasted));
     let id = st.harness_session_id.unwrap();
     await_in_transcript(&w, &id, "typed while you were booting").await;
@@ -329,7 +329,7 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     let ws = w
         .await_session("lit", "the initial prompt known delivered", |ws| {
             ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
-                == Some(EventPhase::Delivered)
+                == Some(PromptPhase::Delivered)
         })
         .await;
     let id = recorded_id(&ws);
@@ -338,7 +338,7 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     w.send("lit", "lit-1", &touch).await;
     w.send("lit", "lit-2", "/clear").await;
     for name in ["lit-1", "lit-2"] {
-        let st = w.await_event(name, EventPhase::Delivered).await.status.unwrap();
+        let st = w.await_event(name, PromptPhase::Delivered).await.status.unwrap();
         assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())), "{name}");
     }
 
@@ -346,10 +346,10 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     // in the transcript, and the pasted `/clear` is there already).
     w.tmux.kill_pane(&w.tmux_session("lit")).await;
     w.send("lit", "lit-3", "/clear everything").await;
-    let st = w.await_event("lit-3", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("lit-3", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     w.send("lit", "lit-4", "the next prompt").await;
-    let st = w.await_event("lit-4", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("lit-4", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
 
     await_in_transcript(&w, &id, "the next prompt").await;
@@ -397,7 +397,7 @@ async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_re
     let ws = w
         .await_session("bg", "the initial prompt known delivered", |ws| {
             ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
-                == Some(EventPhase::Delivered)
+                == Some(PromptPhase::Delivered)
         })
         .await;
     let id = recorded_id(&ws);
@@ -433,12 +433,12 @@ async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_re
     assert!(message.contains("is running in the background"), "the CLI's words: {message}");
     assert_eq!(recorded_id(&ws), id, "the conversation is kept");
     let waiting = w.events().get("bg-1").await.unwrap().status.and_then(|s| s.phase);
-    assert_ne!(waiting, Some(EventPhase::Delivered));
+    assert_ne!(waiting, Some(PromptPhase::Delivered));
     assert!(!transcript(&w.tmux.state(), &w.tmux.workdir(), &id).contains("while it is held"));
 
     holder.0.kill().unwrap();
     holder.0.wait().unwrap();
-    let st = w.await_event("bg-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("bg-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
     await_in_transcript(&w, &id, "while it is held").await;
     let project = transcript_dir(&w, &id);
@@ -470,7 +470,7 @@ async fn a_lost_conversation_is_handed_over_to_the_fresh_one() {
     w.create_session("ho", json!({"harness": "claude", "initialPrompt": "first prompt: build the feature"})).await;
     w.await_session("ho", "the first turn over", |ws| initial_prompt_delivered(ws) && activity_is(ws, "Idle")).await;
     w.send("ho", "ho-1", "second prompt: and its tests").await;
-    w.await_event("ho-1", EventPhase::Delivered).await;
+    w.await_event("ho-1", PromptPhase::Delivered).await;
     let ws = w
         .await_session("ho", "the second turn over", |ws| {
             activity_is(ws, "Idle") && model.prompts().ends_with(&["second prompt: and its tests".into()])
@@ -481,7 +481,7 @@ async fn a_lost_conversation_is_handed_over_to_the_fresh_one() {
     w.tmux.kill_pane(&w.tmux_session("ho")).await;
     std::fs::remove_file(transcript_dir(&w, &lost).join(format!("{lost}.jsonl"))).unwrap();
     w.send("ho", "ho-2", "third prompt: after the loss").await;
-    let st = w.await_event("ho-2", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("ho-2", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(st.via, Some(Via::Fresh), "on the fresh conversation's command line");
     let fresh = st.harness_session_id.unwrap();
     assert_ne!(fresh, lost);
@@ -519,7 +519,7 @@ async fn a_handoff_too_long_for_the_command_line_is_pasted_whole() {
     std::fs::remove_file(transcript_dir(&w, &lost).join(format!("{lost}.jsonl"))).unwrap();
     let long = format!("a long report after the loss: {}", "word ".repeat(1590));
     w.send("hp", "hp-1", &long).await;
-    let st = w.await_event("hp-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("hp-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(st.via, Some(Via::Pasted));
     let sent = support::eventually("the model asked with the handoff", || async {
         model.prompts().into_iter().find(|p| p.contains("a long report after the loss"))
@@ -559,7 +559,7 @@ async fn a_rate_limited_turn_is_recorded_as_an_api_error_and_the_next_prompt_goe
 
     model.on("after the limit", Reply::text("Back at work."));
     w.send("rl", "rl-1", "after the limit: go on").await;
-    let st = w.await_event("rl-1", EventPhase::Delivered).await.status.unwrap();
+    let st = w.await_event("rl-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
     await_in_transcript(&w, &id, "Back at work.").await;
 }
@@ -579,7 +579,7 @@ async fn a_review_comment_lands_in_the_conversation_that_took_the_issue() {
     let app = bridge_of(&w, "claude");
     let issue = fixtures::issue_comment(REPO, 12, "mona", "please fix the parser");
     assert_eq!(deliver(&app, "issue_comment", "rc-issue", &issue).await.0, 201);
-    let first = w.await_event(&worksession::bridge::event_name("gh", "rc-issue"), EventPhase::Delivered).await;
+    let first = w.await_event(&worksession::bridge::event_name("gh", "rc-issue"), PromptPhase::Delivered).await;
     let id = first.status.unwrap().harness_session_id.expect("delivered into a conversation");
 
     let mut opened = fixtures::pull_request(REPO, 57, "opened", BRANCH, "agents-bot");
@@ -588,7 +588,7 @@ async fn a_review_comment_lands_in_the_conversation_that_took_the_issue() {
     assert_eq!((status, answer["workSession"].as_str()), (200, Some(ITEM)), "{answer}");
     let comment = fixtures::review_comment(REPO, 57, BRANCH, "mona", 9001, "this unwrap can panic");
     assert_eq!(deliver(&app, "pull_request_review_comment", "rc-review", &comment).await.0, 201);
-    let review = w.await_event(&worksession::bridge::event_name("gh", "rc-review"), EventPhase::Delivered).await;
+    let review = w.await_event(&worksession::bridge::event_name("gh", "rc-review"), PromptPhase::Delivered).await;
     assert_eq!(review.status.unwrap().harness_session_id.as_deref(), Some(id.as_str()), "the same conversation");
 
     await_in_transcript(&w, &id, "I replaced the unwrap.").await;

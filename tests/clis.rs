@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::json;
 use support::clis;
 use support::model::{Model, Reply};
-use worksession::api::{EventPhase, Phase};
+use worksession::api::{Phase, PromptPhase};
 use world::{World, condition, recorded_id};
 
 async fn unknown_id_fails_as_the_profile_expects(name: &str, args: &[&str], code: i32) {
@@ -79,7 +79,7 @@ async fn gemini_through_the_agent_its_hooks_confirm_the_prompt() {
     w.create_session("gh", spec).await;
     w.await_session("gh", "the initial prompt Delivered", |ws| {
         ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
-            == Some(worksession::api::EventPhase::Delivered)
+            == Some(worksession::api::PromptPhase::Delivered)
     })
     .await;
     // The scripted model answers: its turn ends, and its hooks say so.
@@ -169,7 +169,7 @@ async fn opencode_through_the_agent_its_id_is_discovered_and_resumed() {
 }
 
 /// Whether `ws`'s initial prompt is in `phase`.
-fn initial_prompt_is(ws: &worksession::api::WorkSession, phase: worksession::api::EventPhase) -> bool {
+fn initial_prompt_is(ws: &worksession::api::WorkSession, phase: worksession::api::PromptPhase) -> bool {
     ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(phase)
 }
 
@@ -180,7 +180,7 @@ fn initial_prompt_is(ws: &worksession::api::WorkSession, phase: worksession::api
 /// while a slow turn streams is queued, reported, `Delivered`, and reaches the model once, after that turn.
 #[tokio::test]
 async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_conversation() {
-    use worksession::api::EventPhase;
+    use worksession::api::PromptPhase;
     let model = Model::start();
     let slow = "one two three four five six seven eight nine ten eleven twelve";
     model.on("hello from the tests", Reply::Slow { text: slow.into(), every: Duration::from_millis(500) });
@@ -188,7 +188,7 @@ async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_co
     // CLI tests' (tests/claude.rs), not the stand-in's 15 s.
     let w = scripted_world("opencode", &model, 60).await;
     w.create_session("oc", json!({"harness": "opencode", "initialPrompt": "hello from the tests"})).await;
-    w.await_session("oc", "the initial prompt Delivered", |ws| initial_prompt_is(ws, EventPhase::Delivered)).await;
+    w.await_session("oc", "the initial prompt Delivered", |ws| initial_prompt_is(ws, PromptPhase::Delivered)).await;
     let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/oc", w.ns.name));
     let said = std::fs::read_to_string(&hooks).unwrap();
     assert!(said.contains("\"UserPromptSubmit\"") && said.contains("hello from the tests"), "chat.message: {said}");
@@ -201,7 +201,7 @@ async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_co
     assert!(id.starts_with("ses_") && said.contains(&id), "the conversation its prompt went to: {id} in {said}");
 
     w.send("oc", "oc-1", "a second prompt from the tests").await;
-    w.await_event("oc-1", EventPhase::Delivered).await;
+    w.await_event("oc-1", PromptPhase::Delivered).await;
     w.await_session("oc", "both turns over", |ws| {
         condition(ws, "Activity").is_some_and(|c| c.1 == "Idle")
             && model.prompts().iter().any(|p| p == "a second prompt from the tests")
@@ -220,7 +220,7 @@ async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_co
 /// never got it until someone sent another prompt.)
 #[tokio::test]
 async fn opencode_a_prompt_queued_behind_a_failed_turn_is_sent_again() {
-    use worksession::api::EventPhase;
+    use worksession::api::PromptPhase;
     let model = Model::start();
     // A short retry-after: opencode retries five times, a second apart, then gives up (doubling from 2 s without it).
     let error = failing_with_a_retry();
@@ -238,7 +238,7 @@ async fn opencode_a_prompt_queued_behind_a_failed_turn_is_sent_again() {
     .await;
     let words = failed.note.unwrap_or_default();
     assert!(words.contains("500") && words.contains("boom"), "its words: {words}");
-    let ev = w.await_event("of-1", EventPhase::Delivered).await.status.unwrap();
+    let ev = w.await_event("of-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(ev.attempts, 2, "sent again: {ev:?}");
     let request = support::eventually("the model got the queued prompt", || async {
         model.requests().into_iter().find(|r| r.body["messages"].to_string().contains("queued behind it"))
@@ -256,7 +256,7 @@ async fn opencode_a_prompt_queued_behind_a_failed_turn_is_sent_again() {
 /// plugin was loaded shows in its `sessionEnd`, the one hook it runs offline, when a person leaves it.
 #[tokio::test]
 async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() {
-    use worksession::api::EventPhase;
+    use worksession::api::PromptPhase;
     let w = world_with("copilot").await;
     // A person trusted the folder once (else its first prompt answers that question).
     let config = w.tmux.state().join(".copilot");
@@ -264,7 +264,7 @@ async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() 
     let trusted = json!({"trustedFolders": [w.tmux.workdir()]});
     std::fs::write(config.join("config.json"), trusted.to_string()).unwrap();
     w.create_session("cp", json!({"harness": "copilot", "initialPrompt": "hello from the tests"})).await;
-    let ws = w.await_session("cp", "the initial prompt Failed", |ws| initial_prompt_is(ws, EventPhase::Failed)).await;
+    let ws = w.await_session("cp", "the initial prompt Failed", |ws| initial_prompt_is(ws, PromptPhase::Failed)).await;
     let prompt = ws.status.as_ref().and_then(|s| s.initial_prompt.clone()).unwrap();
     let message = prompt.message.unwrap_or_default();
     assert!(message.contains("UserPromptSubmit"), "names the silent evidence: {message}");
@@ -294,7 +294,7 @@ async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() 
 /// once. (On the hooks' word alone the deadline sent it again, and the model got it twice.)
 #[tokio::test]
 async fn copilot_a_prompt_steered_into_a_retrying_turn_is_delivered_once() {
-    use worksession::api::{EventPhase, Via};
+    use worksession::api::{PromptPhase, Via};
     let model = Model::start();
     let error = failing_with_a_retry();
     model.on("turn that fails", error);
@@ -307,7 +307,7 @@ async fn copilot_a_prompt_steered_into_a_retrying_turn_is_delivered_once() {
     .await;
     w.send("cs", "cs-1", "steered into it").await;
     // Within the test's wait, well before the 60 s deadline that would send it again.
-    let ev = w.await_event("cs-1", EventPhase::Delivered).await.status.unwrap();
+    let ev = w.await_event("cs-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((ev.attempts, ev.via), (1, Some(Via::Pasted)), "{ev:?}");
     w.await_session("cs", "the turn over", |ws| condition(ws, "Activity").is_some_and(|c| c.1 == "Idle")).await;
     let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cs", w.ns.name));
@@ -360,7 +360,7 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
     assert!(resumed.body["input"].to_string().contains("hello codex"), "in the same conversation: {}", resumed.body);
     let ws = w.sessions().get("cx").await.unwrap();
     let initial = ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase);
-    assert_eq!(initial, Some(EventPhase::Delivered));
+    assert_eq!(initial, Some(PromptPhase::Delivered));
     let firsts = model.prompts().iter().filter(|p| *p == "hello codex").count();
     assert_eq!(firsts, 1, "the initial prompt was taken once: {:?}", model.prompts());
 
@@ -369,7 +369,7 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
     w.send("cx", "cx-slow", "a slow one").await;
     support::until("the slow turn asked", || async { model.prompts().iter().any(|p| p == "a slow one") }).await;
     w.send("cx", "cx-during", "while it works").await;
-    w.await_event("cx-during", EventPhase::Delivered).await;
+    w.await_event("cx-during", PromptPhase::Delivered).await;
     support::until("the steer reached the model", || async {
         model.requests().iter().any(|r| r.body["input"].to_string().contains("while it works"))
     })

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::model::{Model, Reply};
-use worksession::api::{EventPhase, Phase, Via};
+use worksession::api::{Phase, PromptPhase, Via};
 use world::{World, condition, recorded_id};
 
 /// One CLI's measured row.
@@ -112,11 +112,11 @@ async fn conform(name: &'static str) {
     let ws = w
         .await_session("c", "the initial prompt known delivered or failed", |ws| {
             let phase = ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase);
-            matches!(phase, Some(EventPhase::Delivered | EventPhase::Failed))
+            matches!(phase, Some(PromptPhase::Delivered | PromptPhase::Failed))
         })
         .await;
     let initial = ws.status.as_ref().and_then(|s| s.initial_prompt.clone()).unwrap();
-    if initial.phase == Some(EventPhase::Failed) {
+    if initial.phase == Some(PromptPhase::Failed) {
         // Copilot CLI without an account takes no prompt (it asks for /login): nothing more is measurable offline.
         row.turn = format!("none offline: the prompt failed ({})", initial.message.unwrap_or_default());
         row.hooks = hooks_seen(&w, "c").join(", ");
@@ -147,7 +147,7 @@ async fn conform(name: &'static str) {
         for (i, prompt) in LEADING.iter().enumerate() {
             let event = format!("lead-{i}");
             w.send("c", &event, prompt).await;
-            w.await_event(&event, EventPhase::Delivered).await;
+            w.await_event(&event, PromptPhase::Delivered).await;
             let got = support::eventually(&format!("{name}: the model got {prompt:?}"), || async {
                 model.prompts().into_iter().find(|p| p.contains(&prompt[1..]))
             })
@@ -181,7 +181,7 @@ async fn conform(name: &'static str) {
         let id = now;
         w.tmux.kill_pane(&w.tmux_session("c")).await;
         w.send("c", "after-kill", "conformance: after the kill").await;
-        let st = w.await_event("after-kill", EventPhase::Delivered).await.status.unwrap();
+        let st = w.await_event("after-kill", PromptPhase::Delivered).await.status.unwrap();
         // On the resume's command line, or pasted once it runs where the resume takes no prompt (opencode).
         let via = if profile.takes_prompt(worksession::harness::Mode::Resume) { Via::Resumed } else { Via::Pasted };
         assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(via), Some(id.as_str())), "{name}");
@@ -237,7 +237,7 @@ async fn settled_within(w: &World, name: &str, limit: Duration) -> worksession::
     let api = w.events();
     support::eventually_within(&format!("{name} Delivered or Failed"), limit, || async {
         let status = api.get(name).await.ok()?.status?;
-        matches!(status.phase, Some(EventPhase::Delivered | EventPhase::Failed)).then_some(status)
+        matches!(status.phase, Some(PromptPhase::Delivered | PromptPhase::Failed)).then_some(status)
     })
     .await
 }
@@ -270,10 +270,10 @@ async fn command_line(w: &World, model: &Model, name: &str) -> String {
         let session = format!("l{i}");
         let initial = support::eventually_within(&format!("{session}: its initial prompt settled"), SETTLE, || async {
             let prompt = api.get(&session).await.ok()?.status?.initial_prompt?;
-            matches!(prompt.phase, Some(EventPhase::Delivered | EventPhase::Failed)).then_some(prompt)
+            matches!(prompt.phase, Some(PromptPhase::Delivered | PromptPhase::Failed)).then_some(prompt)
         })
         .await;
-        assert_eq!(initial.phase, Some(EventPhase::Delivered), "{name}: {lead:?} on the command line: {initial:?}");
+        assert_eq!(initial.phase, Some(PromptPhase::Delivered), "{name}: {lead:?} on the command line: {initial:?}");
         let tail = format!("{} on the command line", &lead[1..]);
         let got = support::eventually(&format!("{name}: the model got {lead:?} from the command line"), || async {
             // The prompt itself, its words last: not a request that quotes it (Gemini CLI asks its model for a
@@ -301,7 +301,7 @@ async fn during_a_turn(w: &World, model: &Model, name: &str, turns: bool) -> Str
     support::until("the slow turn asked", || async { asked(model, "a slow turn") > 0 }).await;
     w.send("c", "during", "conformance: during the turn").await;
     let st = settled(w, "during").await;
-    assert_eq!(st.phase, Some(EventPhase::Delivered), "{name}: {st:?}");
+    assert_eq!(st.phase, Some(PromptPhase::Delivered), "{name}: {st:?}");
     assert_eq!(st.attempts, 1, "{name}: never sent twice into a turn: {st:?}");
     support::until("the model got it", || async { asked(model, "during the turn") > 0 }).await;
     turn_over(w, turns).await;
@@ -336,7 +336,7 @@ async fn behind_a_failed_turn(w: &World, model: &Model, name: &str, turns: bool)
         (asked(model, "behind the failure") > 0).then_some(())
     })
     .await;
-    assert_eq!(st.phase, Some(EventPhase::Delivered), "{name}: {st:?}");
+    assert_eq!(st.phase, Some(PromptPhase::Delivered), "{name}: {st:?}");
     turn_over(w, turns).await;
     let tries = asked(model, "a failing turn");
     let activity = w.sessions().get("c").await.ok().and_then(|ws| condition(&ws, "Activity")).map(|c| c.1);
@@ -379,7 +379,7 @@ async fn a_persons_clear(w: &World, model: &Model, name: &str, turns: bool, firs
     w.send("c", "after-clear", "conformance: after the clear").await;
     // Its deadline may send it again (Codex 0.171.0 lost a paste made as it started the new conversation).
     let sent = settled_within(w, "after-clear", SETTLE).await;
-    assert_eq!(sent.phase, Some(EventPhase::Delivered), "{name}: {sent:?}");
+    assert_eq!(sent.phase, Some(PromptPhase::Delivered), "{name}: {sent:?}");
     let request = support::eventually("the model asked after the clear", || async {
         model.requests().into_iter().find(|r| r.prompt.as_deref().is_some_and(|p| p.contains("after the clear")))
     })
@@ -429,7 +429,7 @@ async fn a_persons_compaction(w: &World, model: &Model, name: &str, turns: bool)
     idle_screen(w).await;
     w.send("c", "after-compact", "conformance: after the compaction").await;
     let sent = settled_within(w, "after-compact", SETTLE).await;
-    assert_eq!(sent.phase, Some(EventPhase::Delivered), "{name}: {sent:?}");
+    assert_eq!(sent.phase, Some(PromptPhase::Delivered), "{name}: {sent:?}");
     support::eventually("the model asked after the compaction", || async {
         model.requests().into_iter().find(|r| r.prompt.as_deref().is_some_and(|p| p.contains("after the compaction")))
     })

@@ -19,7 +19,7 @@ use browser::Browser;
 use serde_json::{Value, json};
 use standin::TmuxServer;
 use support::eventually;
-use worksession::api::{EventPhase, Phase};
+use worksession::api::{Phase, PromptPhase};
 use worksession::config::Config;
 use worksession::console;
 
@@ -180,7 +180,7 @@ async fn on_the_test_control_plane_a_person_sees_the_list_a_live_phase_change_an
     w.create_session("api-review", json!({"harness": "standin", "initialPrompt": "Review the API."})).await;
     w.await_phase("api-review", Phase::Running).await;
     w.send("api-review", "api-review-1", "and the docs").await;
-    w.await_event("api-review-1", EventPhase::Delivered).await;
+    w.await_event("api-review-1", PromptPhase::Delivered).await;
     let addr = serve(console::source::Cluster::new(w.ns.client.clone(), Some(w.ns.name.clone()))).await;
     let b = Browser::start().await;
     let key = format!("{}/api-review", w.ns.name);
@@ -200,8 +200,8 @@ async fn on_the_test_control_plane_a_person_sees_the_list_a_live_phase_change_an
     b.open(&format!("http://{addr}/sessions/{}/api-review", w.ns.name)).await;
     eventually("its WorkEvent and the agent's Kubernetes Events", || async {
         let event = b.text("tr[data-event=\"api-review-1\"] td:nth-child(3)").await;
-        let notices = b.text("#notices tbody").await;
-        (event == json!("Delivered") && notices.as_str().unwrap_or_default().contains("Started")).then_some(())
+        let kube_events = b.text("#kube-events tbody").await;
+        (event == json!("Delivered") && kube_events.as_str().unwrap_or_default().contains("Started")).then_some(())
     })
     .await;
     // No agent pod here to exec into (the agent runs in the test): the screen says why, and the rest still shows.

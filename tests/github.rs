@@ -20,7 +20,7 @@ use fake_github::FakeGithub;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::eventually;
-use worksession::api::{EventPhase, NODE_LABEL, Phase, WorkEvent};
+use worksession::api::{NODE_LABEL, Phase, PromptPhase, WorkEvent};
 use worksession::bridge::config::ROUTE_LABEL;
 use worksession::bridge::feedback::{GIVEN_ANNOTATION, HOLD_ANNOTATION};
 use worksession::bridge::{BridgeConfig, BridgeMetrics, github};
@@ -133,7 +133,7 @@ async fn a_delivered_comment_gets_eyes_once_after_it_is_delivered_across_restart
 
     let (status, body) = deliver(bridge.addr, "issue_comment", "eyes-1", &comment(21, 501, "please look")).await;
     assert_eq!(status, 201, "{body}");
-    w.await_event(&first, EventPhase::Delivered).await;
+    w.await_event(&first, PromptPhase::Delivered).await;
     let reactions = eventually("the reaction", || async {
         let calls = gh.calls_to("/reactions");
         (!calls.is_empty()).then_some(calls)
@@ -157,7 +157,7 @@ async fn a_delivered_comment_gets_eyes_once_after_it_is_delivered_across_restart
     bridge.start_feedback(&w);
     let (status, _) = deliver(bridge.addr, "issue_comment", "eyes-2", &comment(21, 502, "and this")).await;
     assert_eq!(status, 201);
-    w.await_event(&worksession::bridge::event_name("gh", "eyes-2"), EventPhase::Delivered).await;
+    w.await_event(&worksession::bridge::event_name("gh", "eyes-2"), PromptPhase::Delivered).await;
     eventually("the second reaction", || async { (!gh.calls_to("/comments/502/").is_empty()).then_some(()) }).await;
     assert_eq!(gh.calls_to("/comments/501/").len(), 1, "one call per change: {:?}", gh.calls());
     assert!(gh.calls_to("/issues/21/comments").is_empty(), "no comment on a delivery");
@@ -173,7 +173,7 @@ async fn a_stalled_or_failing_github_never_delays_a_delivery_and_is_tried_again(
     let (status, body) =
         deliver(bridge.addr, "issue_comment", "stall-1", &comment(22, 601, "while GitHub hangs")).await;
     assert_eq!(status, 201, "answered without GitHub: {body}");
-    w.await_event(&name, EventPhase::Delivered).await;
+    w.await_event(&name, PromptPhase::Delivered).await;
     eventually("a call held by the stalled GitHub", || async {
         (!gh.calls_to("/comments/601/").is_empty()).then_some(())
     })
@@ -281,7 +281,7 @@ async fn closing_an_issue_archives_its_session_and_a_comment_or_reopening_wakes_
     let bridge = Bridge::start(&w, &gh, "    feedback: 'Off'\n").await;
     let session = &support::work_item(REPO, 31);
     assert_eq!(deliver(bridge.addr, "issue_comment", "life-1", &comment(31, 801, "start on it")).await.0, 201);
-    w.await_event("gh-life-1", EventPhase::Delivered).await;
+    w.await_event("gh-life-1", PromptPhase::Delivered).await;
     let running = w.await_phase(session, Phase::Running).await;
     let conversation = world::recorded_id(&running);
 
@@ -295,7 +295,7 @@ async fn closing_an_issue_archives_its_session_and_a_comment_or_reopening_wakes_
 
     // A comment on the closed issue: delivered into the same conversation, never lost to the archive.
     assert_eq!(deliver(bridge.addr, "issue_comment", "life-2", &comment(31, 802, "one more thing")).await.0, 201);
-    let ev = w.await_event("gh-life-2", EventPhase::Delivered).await;
+    let ev = w.await_event("gh-life-2", PromptPhase::Delivered).await;
     assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(conversation.as_str()), "resumed");
     w.await_phase(session, Phase::Archived).await;
 
@@ -396,7 +396,7 @@ async fn a_delivery_answered_503_is_redelivered_and_delivered_once() {
     gh.hook(bridge.addr, SECRET, 9);
     let session = support::work_item(REPO, 51);
     assert_eq!(gh.send("issue_comment", "first-51", &comment(51, 951, "hello")).await, 201);
-    w.await_event(&worksession::bridge::event_name("gh", "first-51"), EventPhase::Delivered).await;
+    w.await_event(&worksession::bridge::event_name("gh", "first-51"), PromptPhase::Delivered).await;
 
     // Held in its deletion by a finalizer of the test's own: the bridge answers its deliveries 503.
     let ws = w.sessions().get(&session).await.unwrap();
@@ -418,7 +418,7 @@ async fn a_delivery_answered_503_is_redelivered_and_delivered_once() {
     w.sessions().patch(&session, &PatchParams::default(), &Patch::Merge(&released)).await.unwrap();
 
     let lost = worksession::bridge::event_name("gh", "lost-51");
-    w.await_event(&lost, EventPhase::Delivered).await;
+    w.await_event(&lost, PromptPhase::Delivered).await;
     let said = w.tmux.await_prompts(2).await;
     assert_eq!(said.iter().filter(|p| p.prompt.contains("said while it went")).count(), 1, "once: {said:?}");
     let attempts: Vec<_> = gh.attempts().into_iter().filter(|a| a.guid == "lost-51").collect();
@@ -451,7 +451,7 @@ async fn the_issue_gets_one_status_comment_edited_in_place() {
     };
     let status = start_status();
     assert_eq!(deliver(bridge.addr, "issue_comment", "sc-1", &comment(12, 1201, "please fix it")).await.0, 201);
-    w.await_event(&worksession::bridge::event_name("gh", "sc-1"), EventPhase::Delivered).await;
+    w.await_event(&worksession::bridge::event_name("gh", "sc-1"), PromptPhase::Delivered).await;
     let said = |what: &'static str| {
         let gh = &gh;
         async move {
@@ -521,7 +521,7 @@ async fn a_failing_jobs_prompt_carries_the_end_of_its_log() {
     assert_eq!(deliver(bridge.addr, "check_run", "lt-3", &failing).await.0, 201);
 
     let batch = worksession::bridge::event_name("ci", &format!("{REPO}@c0ffee"));
-    w.await_event(&batch, EventPhase::Delivered).await;
+    w.await_event(&batch, PromptPhase::Delivered).await;
     let said = w.tmux.await_prompts(2).await;
     let prompt = &said[1].prompt;
     let tail = "  The end of build's log (job 4):\n    Running 12 tests\n    FAILED parses_empty_input: left 0, right 1\n    - \
@@ -596,17 +596,17 @@ async fn a_pull_requests_github_calls_are_counted_and_a_quiet_one_costs_none() {
     let item = support::work_item(REPO, 12);
     let branch = format!("worksession/{item}");
     assert_eq!(deliver(bridge.addr, "issue_comment", "pc-1", &comment(12, 1201, "please fix it")).await.0, 201);
-    w.await_event(&worksession::bridge::event_name("gh", "pc-1"), EventPhase::Delivered).await;
+    w.await_event(&worksession::bridge::event_name("gh", "pc-1"), PromptPhase::Delivered).await;
     let mut opened = fixtures::pull_request(REPO, 57, "opened", &branch, "agents-bot");
     opened["pull_request"]["head"]["sha"] = "c0ffee".into();
     assert_eq!(deliver(bridge.addr, "pull_request", "pc-2", &opened).await.0, 200);
     let review = fixtures::review_comment(REPO, 57, &branch, "mona", 9001, "this unwrap can panic");
     assert_eq!(deliver(bridge.addr, "pull_request_review_comment", "pc-3", &review).await.0, 201);
-    w.await_event(&worksession::bridge::event_name("gh", "pc-3"), EventPhase::Delivered).await;
+    w.await_event(&worksession::bridge::event_name("gh", "pc-3"), PromptPhase::Delivered).await;
     gh.job_log(4, "error: 1 test failed\n");
     let failing = fixtures::check_run(REPO, 57, &branch, "c0ffee", "build", "failure", "github-actions");
     assert_eq!(deliver(bridge.addr, "check_run", "pc-4", &failing).await.0, 201);
-    w.await_event(&worksession::bridge::event_name("ci", &format!("{REPO}@c0ffee")), EventPhase::Delivered).await;
+    w.await_event(&worksession::bridge::event_name("ci", &format!("{REPO}@c0ffee")), PromptPhase::Delivered).await;
     let mut merged = fixtures::pull_request(REPO, 57, "closed", &branch, "mona");
     merged["pull_request"]["merged"] = true.into();
     merged["pull_request"]["head"]["sha"] = "c0ffee".into();

@@ -25,17 +25,19 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// `src/agent/reconcile.rs` is `agent::reconcile`; `src/agent/mod.rs` is `agent`; `src/lib.rs` and `main.rs` are ``.
-/// The core is one layer, whatever files it is split into: its parts are one decision's (`impl Decision` by concept).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
         parts.pop();
     }
-    if parts.first().is_some_and(|p| p == "core") {
-        parts.truncate(1);
-    }
     parts.join("::")
+}
+
+/// The layer a module is counted in: itself, but the core is one layer whatever files it is split into (its parts
+/// are one decision's, `impl Decision` by concept).
+fn layer(module: &str) -> String {
+    if module == "core" || module.starts_with("core::") { "core".to_string() } else { module.to_string() }
 }
 
 /// A file's code, without its `#[cfg(test)]` tests and its comments (a comment may name any module).
@@ -62,7 +64,7 @@ fn joined(base: &str, tail: &str) -> String {
 
 /// Every name a module re-exports (`agent::Reconciler`), and the path it names there (`agent::reconcile::Reconciler`).
 fn reexports(src: &Path, all: &[PathBuf]) -> BTreeMap<String, String> {
-    let one = Regex::new(r"pub(?:\([a-z]+\))? use ((?:[a-z_][a-z0-9_]*::)+)(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+    let one = Regex::new(r"pub(?:\([a-z]+\))? use ((?:[a-z_][a-z0-9_]*::)+)(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*(?: as [A-Za-z_][A-Za-z0-9_]*)?))")
         .unwrap();
     let mut out = BTreeMap::new();
     for file in all {
@@ -128,13 +130,11 @@ fn uses() -> BTreeMap<String, BTreeSet<String>> {
         }
         for (kind, tail) in paths {
             let full = joined(&base_of(&module, &kind), tail.trim_start_matches("::"));
-            let Some(target) = resolve(&full).map(|t| if t.starts_with("core::") { "core".to_string() } else { t })
-            else {
-                continue;
-            };
+            let Some(target) = resolve(&full).map(|t| layer(&t)) else { continue };
+            let module = layer(&module);
             let ancestor = module == target || module.starts_with(&format!("{target}::")) || target.is_empty();
             if !ancestor {
-                uses.entry(module.clone()).or_default().insert(target);
+                uses.entry(module).or_default().insert(target);
             }
         }
     }

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use kube::ResourceExt;
 use kube::api::ListParams;
-use worksession::api::{EventPhase, Phase, Via};
+use worksession::api::{Phase, PromptPhase, Via};
 
 use cluster::{POD_WAIT, Release, SECRET, node, phase, pod_violations, run, turn, violations};
 use support::{eventually_within, until};
@@ -210,7 +210,7 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     let from_github: Vec<_> = events.iter().filter(|e| e.spec.session == item).collect();
     assert_eq!(from_github.len(), 1, "one event for one delivery");
     let delivered = r.await_delivered(&from_github[0].name_any()).await;
-    assert_eq!(delivered.phase, Some(EventPhase::Delivered));
+    assert_eq!(delivered.phase, Some(PromptPhase::Delivered));
     assert_eq!(r.prompts().iter().filter(|p| p.prompt.contains("Please add a test.")).count(), 1, "once");
 
     // `worksession peek` on a cluster: kubectl exec into the tmux container of the agent pod on the session's node.

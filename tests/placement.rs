@@ -16,7 +16,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use standin::TmuxServer;
 use support::{TestNamespace, eventually};
-use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
+use worksession::api::{Phase, PromptPhase, WorkEvent, WorkSession};
 use worksession::tmux::{Liveness, Tmux};
 
 /// Lease and grace short for a test, long enough for an API server under the whole suite's load: an agent fences
@@ -243,7 +243,10 @@ impl Cluster {
     async fn await_delivered(&self, event: &str) -> WorkEvent {
         let api: Api<WorkEvent> = self.ns.api();
         eventually(&format!("{event} Delivered"), || async {
-            api.get(event).await.ok().filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered))
+            api.get(event)
+                .await
+                .ok()
+                .filter(|e| e.status.as_ref().and_then(|s| s.phase) == Some(PromptPhase::Delivered))
         })
         .await
     }
@@ -301,7 +304,7 @@ fn condition(ws: &WorkSession, type_: &str) -> Option<(String, String, String)> 
 fn first_words_in(ws: &WorkSession) -> bool {
     running(ws)
         && ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
-            == Some(EventPhase::Delivered)
+            == Some(PromptPhase::Delivered)
 }
 
 fn running(ws: &WorkSession) -> bool {
@@ -517,7 +520,7 @@ async fn a_move_with_the_real_claude_cli_resumes_the_same_transcript_on_the_new_
     let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
     c.create_session("item", json!({"nodeName": a, "harness": "claude", "initialPrompt": "the first words"})).await;
     let delivered = |ws: &WorkSession| {
-        ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(EventPhase::Delivered)
+        ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase) == Some(PromptPhase::Delivered)
     };
     let ws = c.await_session("item", "its first words delivered on a", delivered).await;
     let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
@@ -727,7 +730,7 @@ async fn an_event_labelled_for_the_node_its_session_left_reaches_the_node_it_is_
     events.create(&PostParams::default(), &ev).await.unwrap();
     let delivered = eventually("away-1 Delivered", || async {
         let ev = events.get("away-1").await.ok()?;
-        (ev.status.as_ref().and_then(|s| s.phase) == Some(EventPhase::Delivered)).then_some(ev)
+        (ev.status.as_ref().and_then(|s| s.phase) == Some(PromptPhase::Delivered)).then_some(ev)
     })
     .await;
     let label = delivered.metadata.labels.unwrap_or_default().remove(worksession::api::NODE_LABEL);

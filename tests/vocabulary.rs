@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use worksession::api::{EventPhase, Phase, Via};
+use worksession::api::{Phase, PromptPhase, Via};
 use worksession::core::{
     ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, EventReason, NodeLostReason, PlacedReason,
     ReadyReason, Reason, ResumeReason, WorkspaceReason,
@@ -75,7 +75,7 @@ fn the_status_reference_lists_every_word_of_the_status_and_no_other() {
 
     let cases = [
         ("phase", words(Phase::ALL.iter().map(|w| w.as_str()))),
-        ("WorkEvent phase", words(EventPhase::ALL.iter().map(|w| w.as_str()))),
+        ("WorkEvent phase", words(PromptPhase::ALL.iter().map(|w| w.as_str()))),
         ("via", words(Via::ALL.iter().map(|w| w.as_str()))),
         ("Event reason", words(EventReason::ALL.iter().map(|w| w.as_str()))),
         ("error category", words(ErrorCategory::ALL.iter().map(|w| w.as_str()))),

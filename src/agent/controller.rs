@@ -26,13 +26,14 @@ pub const RECONCILE_CONCURRENCY: u16 = 64;
 /// Requeue after a failed reconcile.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
 
-type Ctx<S> = Reconciler<S, TmuxRunner>;
+/// The reconciler every pass shares, on the node's tmux.
+type Agent<S> = Reconciler<S, TmuxRunner>;
 
 /// Runs the agent of `node` until the process is asked to stop (SIGTERM or Ctrl-C): `client` watches the
 /// WorkSessions and WorkEvents, `store` reads and writes them.
 pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, options: Options) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
-    let (left_behind, to_readdress) = futures::channel::mpsc::unbounded();
+    let (left_behind, to_relabel) = futures::channel::mpsc::unbounded();
     let mut reconciler = super::reconciler(store, Some(node.clone()), options, ready.clone()).await?;
     reconciler.left_behind = Some(left_behind.clone());
     let ctx = Arc::new(reconciler);
@@ -80,13 +81,13 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
         }
     });
     // The poll lives exactly as long as the controller: when the controller stops, the poll is dropped with it.
-    let readdress_cache = cache.clone();
+    let relabel_cache = cache.clone();
     let sessions = move || cache.state();
     tokio::select! {
         () = run => {}
         () = poll::run(&ctx, &ready, sessions, poke) => {}
         () = fenced(client.clone(), node.clone(), &ctx) => {}
-        () = readdress(client, &node, readdress_cache, left_behind, to_readdress) => {}
+        () = relabel_left_behind(client, &node, relabel_cache, left_behind, to_relabel) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
@@ -105,7 +106,7 @@ async fn fenced<S: Store, T: Tmux>(client: Client, node: String, ctx: &Reconcile
 /// An event labelled from a view older than a move (the bridge's cache, or a person's label) would otherwise wake no
 /// agent: this one serves not its session, and the new node's watches only its own label. Each is tried again after
 /// [`ERROR_REQUEUE`] when the API server refuses or cannot be reached.
-async fn readdress(
+async fn relabel_left_behind(
     client: Client,
     node: &str,
     cache: reflector::Store<WorkSession>,
@@ -116,7 +117,7 @@ async fn readdress(
     let _ = cache.wait_until_ready().await;
     while let Some((namespace, session)) = left.next().await {
         if let Err(e) = relabel(&client, node, &namespace, &session).await {
-            tracing::warn!(event = "event.readdress_failed", namespace, session, error = %e, "trying again");
+            tracing::warn!(event = "event.relabel_failed", namespace, session, error = %e, "trying again");
             let again = again.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(ERROR_REQUEUE).await;
@@ -143,7 +144,7 @@ async fn relabel(client: &Client, node: &str, namespace: &str, session: &str) ->
         let name = ev.name_any();
         match events.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => tracing::info!(
-                event = "event.readdressed",
+                event = "event.relabelled",
                 namespace,
                 name,
                 node = there,
@@ -156,7 +157,7 @@ async fn relabel(client: &Client, node: &str, namespace: &str, session: &str) ->
     Ok(())
 }
 
-async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {
+async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Agent<S>>) -> Result<Action, ReconcileError> {
     let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
     Ok(match ctx.reconcile(&namespace, &name).await? {
         Some(after) => Action::requeue(after.max(Duration::from_millis(10))),
@@ -164,7 +165,7 @@ async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Ctx<S>>) -> Result<A
     })
 }
 
-fn error_policy<S: Store>(ws: Arc<WorkSession>, error: &ReconcileError, _ctx: Arc<Ctx<S>>) -> Action {
+fn error_policy<S: Store>(ws: Arc<WorkSession>, error: &ReconcileError, _ctx: Arc<Agent<S>>) -> Action {
     tracing::warn!(event = "reconcile.failed", namespace = ws.namespace(), name = ws.name_any(), category = error.category().as_str(), error = %error, "reconcile failed; retrying");
     Action::requeue(ERROR_REQUEUE)
 }

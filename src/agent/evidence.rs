@@ -11,11 +11,11 @@ use kube::ResourceExt;
 
 use super::registries::Registries;
 use super::workspaces::Found;
-use crate::api::{EventPhase, Phase, WorkEvent, WorkSession, WorkSessionStatus};
+use crate::api::{Phase, PromptPhase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::discover::discovering;
 use crate::core::{
-    Confinement, Context, Evidence, FinishedEvent, Input, Object, Observed, PendingEvent, Proof, Record, Room,
+    Confinement, Context, Evidence, FinishedWorkEvent, Input, Object, Observed, PendingWorkEvent, Proof, Record, Room,
     TmuxSession, initial_prompt_owed, queue, resume,
 };
 use crate::harness::hooks::Turn;
@@ -32,9 +32,9 @@ pub struct Gathered {
     /// The object's identity in tmux tags, and its `namespace/name` ([`owner_tags`]).
     pub owner: (String, String),
     /// Its events still to deliver, in order.
-    pub pending: Vec<PendingEvent>,
+    pub pending: Vec<PendingWorkEvent>,
     /// Its delivered and failed events.
-    pub finished: Vec<FinishedEvent>,
+    pub finished: Vec<FinishedWorkEvent>,
     /// Which tmux session is its harness's.
     pub session: TmuxSession,
     /// That session's liveness.
@@ -148,23 +148,23 @@ pub fn agent_dirs(config: &Config) -> Vec<&Path> {
 }
 
 /// The WorkEvents still to deliver as the core takes them, in the core's order.
-pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingEvent> {
+pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingWorkEvent> {
     let all = events
         .iter()
         .map(|e| {
             let status = e.status.clone().unwrap_or_default();
             let created = e.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default();
-            PendingEvent {
+            PendingWorkEvent {
                 tag: delivery_tag(e),
                 command: e.spec.command,
-                phase: status.phase.unwrap_or(EventPhase::Pending),
+                phase: status.phase.unwrap_or(PromptPhase::Pending),
                 sent: status.sent_time.map(|t| t.0),
                 via: status.via,
                 offset: status.sent_offset,
                 attempts: status.attempts,
                 returns: status.returns,
                 not_before: e.spec.not_before.as_ref().map(|t| t.0),
-                ..PendingEvent::pending(&e.name_any(), &e.spec.prompt, created)
+                ..PendingWorkEvent::pending(&e.name_any(), &e.spec.prompt, created)
             }
         })
         .collect();
@@ -172,18 +172,18 @@ pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingEvent> {
 }
 
 /// The delivered and failed WorkEvents, with when they finished (a failed one: its creation).
-pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedEvent> {
+pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedWorkEvent> {
     let finished = |e: &WorkEvent| {
         let st = e.status.as_ref()?;
         let at = match st.phase? {
-            EventPhase::Delivered => st.delivered_at.as_ref()?.0,
-            EventPhase::Failed => e.metadata.creation_timestamp.as_ref()?.0,
-            EventPhase::Pending | EventPhase::Delivering => return None,
+            PromptPhase::Delivered => st.delivered_at.as_ref()?.0,
+            PromptPhase::Failed => e.metadata.creation_timestamp.as_ref()?.0,
+            PromptPhase::Pending | PromptPhase::Delivering => return None,
         };
-        let delivered = st.phase == Some(EventPhase::Delivered);
+        let delivered = st.phase == Some(PromptPhase::Delivered);
         let conversation = st.harness_session_id.clone().filter(|_| delivered);
         let (name, prompt, tag) = (e.name_any(), e.spec.prompt.clone(), delivery_tag(e));
-        Some(FinishedEvent { name, at, prompt, conversation, tag, delivered })
+        Some(FinishedWorkEvent { name, at, prompt, conversation, tag, delivered })
     };
     events.iter().filter_map(finished).collect()
 }
@@ -319,7 +319,7 @@ impl<T: Tmux> Gathering<'_, T> {
         &self,
         ws: &WorkSession,
         status: &WorkSessionStatus,
-        events: &[PendingEvent],
+        events: &[PendingWorkEvent],
         (session, liveness, spawn): (&str, Liveness, Option<&str>),
         home: Option<&Path>,
         config: &Config,
@@ -334,10 +334,10 @@ impl<T: Tmux> Gathering<'_, T> {
         }
         let Some(profile) = profile else { return evidence };
         let initial = initial_prompt_owed(&ws.spec, status);
-        let waiting = events.iter().any(|e| e.phase == EventPhase::Pending) || initial == Some(EventPhase::Pending);
+        let waiting = events.iter().any(|e| e.phase == PromptPhase::Pending) || initial == Some(PromptPhase::Pending);
         // A harness that takes prompts one at a time may get a paste's Enter again, unless its screen is busy.
         let pasted = !profile.queues_prompts && events.iter().any(|e| e.via == Some(crate::api::Via::Pasted));
-        let unconfirmed = pasted && events.iter().any(|e| e.phase == EventPhase::Delivering);
+        let unconfirmed = pasted && events.iter().any(|e| e.phase == PromptPhase::Delivering);
         if liveness == Liveness::Alive && (waiting || unconfirmed) && profile.reads_screen() {
             evidence.screen = tmux.screen(session).await.ok();
         }

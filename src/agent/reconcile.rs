@@ -395,10 +395,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 }
                 Op::Spawn(spawn) => {
                     let handed = match (&spawn.confine, &config.rooms) {
-                        // The workdir becomes the room's before its harness starts there.
-                        (Some(room), Some(rooms)) => {
+                        // Its home closed again and the workdir the room's before its harness starts there.
+                        (Some(room), Some(rooms)) => crate::room::close_home(room.uid, &room.home).and_then(|()| {
                             self.registries.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))
-                        }
+                        }),
                         _ => Ok(()),
                     };
                     let spawned = match handed {
@@ -422,7 +422,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         .await
                         .map_err(|source| ReconcileError::Paste { event: key.clone(), source })?;
                 }
-                Op::Event(update) => {
+                Op::WorkEventStatus(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
                     let old = written.get(update.event.as_str()).or(ev.status.as_ref());
                     let status = queue::apply(old, update, Time(Timestamp::now()));
@@ -430,7 +430,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         .write_event_status(ev, &status)
                         .await
                         .map_err(|source| ReconcileError::WriteEventStatus { event: update.event.clone(), source })?;
-                    if let Some(via) = update.via.filter(|_| update.phase == crate::api::EventPhase::Delivered) {
+                    if let Some(via) = update.via.filter(|_| update.phase == crate::api::PromptPhase::Delivered) {
                         self.metrics.events_delivered.get_or_create(&ViaLabel { via: via.as_str() }).inc();
                     }
                     written.insert(update.event.as_str(), status);

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{EventPhase, WorkSessionSpec, WorkSessionStatus};
-use crate::core::{INITIAL_PROMPT, PendingEvent, initial_prompt_owed};
+use crate::api::{PromptPhase, WorkSessionSpec, WorkSessionStatus};
+use crate::core::{INITIAL_PROMPT, PendingWorkEvent, initial_prompt_owed};
 use crate::harness::Profile;
 use crate::harness::clean_prompt;
 use crate::harness::hooks::{Hooks, Turn};
@@ -27,16 +27,16 @@ pub struct Sent {
 }
 
 /// The prompts `Delivering` now: `initialPrompt` first, then the events.
-pub fn sent(spec: &WorkSessionSpec, status: &WorkSessionStatus, events: &[PendingEvent]) -> Vec<Sent> {
+pub fn sent(spec: &WorkSessionSpec, status: &WorkSessionStatus, events: &[PendingWorkEvent]) -> Vec<Sent> {
     let mut sent: Vec<Sent> = events
         .iter()
-        .filter(|e| e.phase == EventPhase::Delivering)
+        .filter(|e| e.phase == PromptPhase::Delivering)
         .map(|e| {
             let text = crate::api::carried(status, &e.tag, &e.prompt).into_owned();
             Sent { key: e.name.clone(), text, command: e.command, offset: e.offset, at: e.sent }
         })
         .collect();
-    if initial_prompt_owed(spec, status) == Some(EventPhase::Delivering) {
+    if initial_prompt_owed(spec, status) == Some(PromptPhase::Delivering) {
         let text = crate::api::carried(status, INITIAL_PROMPT, spec.initial_prompt.as_deref().unwrap_or_default());
         let text = text.into_owned();
         let offset = status.initial_prompt.as_ref().and_then(|p| p.sent_offset);

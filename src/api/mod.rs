@@ -326,7 +326,7 @@ pub struct WorkSessionStatus {
 #[serde(rename_all = "camelCase")]
 pub struct PromptStatus {
     /// `Pending`, `Delivering` (sent, not yet known delivered), `Delivered`, or `Failed`.
-    pub phase: Option<EventPhase>,
+    pub phase: Option<PromptPhase>,
     /// When it was sent to the pane it is `Delivering` to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_time: Option<Time>,
@@ -537,7 +537,7 @@ pub enum SourceType {
 pub struct WorkEventStatus {
     /// Where the delivery is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<EventPhase>,
+    pub phase: Option<PromptPhase>,
     /// When delivery was known: the harness's hooks reported it, its transcript showed it, or its pane outlived the
     /// settle window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -570,7 +570,7 @@ pub struct WorkEventStatus {
 crate::words::words! {
     /// Where a WorkEvent's delivery is.
     #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-    pub enum EventPhase {
+    pub enum PromptPhase {
         /// Waiting to be delivered.
         Pending,
         /// Sent to a harness, not yet known to have reached a conversation that lives on.

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::github::{BRANCH_PREFIX, Check, Subject};
 use super::{ApiError, Bridge, answer, config, event_name, work_event};
 use crate::api::{
-    CI_PROMPTS_ANNOTATION, ChecksState, EventPhase, EventSource, PULL_REQUEST_STATE_ANNOTATION, PullRequestStatus,
+    CI_PROMPTS_ANNOTATION, ChecksState, EventSource, PULL_REQUEST_STATE_ANNOTATION, PromptPhase, PullRequestStatus,
     WorkEvent,
 };
 use crate::store::Sink;
@@ -57,7 +57,7 @@ pub enum Batching {
 /// Whether `batch` may still be joined at `now`: not yet begun, and its `notBefore` more than the margin ahead.
 pub(super) fn open(batch: &WorkEvent, now: Timestamp, quiet: Duration) -> bool {
     let margin = SignedDuration::try_from(quiet / 2).unwrap_or_default().min(BATCH_MARGIN);
-    let begun = batch.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != EventPhase::Pending);
+    let begun = batch.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != PromptPhase::Pending);
     let ahead = batch.spec.not_before.as_ref().is_some_and(|t| now.checked_add(margin).is_ok_and(|m| m < t.0));
     ahead && !begun
 }

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use super::config::{BridgeConfig, Feedback, ROUTE_LABEL};
 use super::metrics::{BridgeMetrics, GithubLabels};
-use crate::api::{EventPhase, SourceType, WorkEvent};
+use crate::api::{PromptPhase, SourceType, WorkEvent};
 use crate::github::{Github, GithubError};
 
 /// The phase whose feedback was given (`Delivered` or `Failed`): set once the calls succeeded (or were refused for
@@ -66,7 +66,7 @@ impl Target {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owed {
     /// The phase it tells.
-    pub phase: EventPhase,
+    pub phase: PromptPhase,
     /// `owner/name`.
     pub repository: String,
     /// The issue or pull request.
@@ -81,7 +81,7 @@ pub struct Owed {
 /// phase was not given yet.
 pub fn owed(ev: &WorkEvent, mode: Feedback) -> Option<Owed> {
     let source = ev.spec.source.as_ref().filter(|s| s.type_ == SourceType::Github)?;
-    let phase = ev.status.as_ref()?.phase.filter(|p| matches!(p, EventPhase::Delivered | EventPhase::Failed))?;
+    let phase = ev.status.as_ref()?.phase.filter(|p| matches!(p, PromptPhase::Delivered | PromptPhase::Failed))?;
     if mode == Feedback::Off || given(ev) == Some(phase) {
         return None;
     }
@@ -91,7 +91,7 @@ pub fn owed(ev: &WorkEvent, mode: Feedback) -> Option<Owed> {
         (Some("pull_request_review_comment"), Some(id)) => Target::ReviewComment(id),
         _ => Target::Issue(number),
     };
-    let failed = phase == EventPhase::Failed;
+    let failed = phase == PromptPhase::Failed;
     let reaction = (target, if failed { "confused" } else { "eyes" });
     let comment = (failed && mode == Feedback::Comments).then(|| failure_comment(ev));
     Some(Owed { phase, repository, number, reaction, comment })
@@ -110,8 +110,8 @@ pub fn repository_shaped(repository: &str) -> bool {
 }
 
 /// The phase whose feedback was given.
-fn given(ev: &WorkEvent) -> Option<EventPhase> {
-    ev.annotations().get(GIVEN_ANNOTATION).and_then(|p| EventPhase::from_name(p))
+fn given(ev: &WorkEvent) -> Option<PromptPhase> {
+    ev.annotations().get(GIVEN_ANNOTATION).and_then(|p| PromptPhase::from_name(p))
 }
 
 /// The comment on a failure: the event's reason in a line, without the prompt (the comment is public where the
@@ -143,7 +143,7 @@ fn marker(ev: &WorkEvent) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hold {
     /// The phase being told.
-    pub phase: EventPhase,
+    pub phase: PromptPhase,
     /// The bridge process that holds it.
     pub holder: String,
     /// When it was made or last renewed.
@@ -153,7 +153,8 @@ pub struct Hold {
 impl Hold {
     fn parse(value: &str) -> Option<Self> {
         let mut parts = value.split(' ');
-        let (phase, holder, time) = (EventPhase::from_name(parts.next()?)?, parts.next()?, parts.next()?.parse().ok()?);
+        let (phase, holder, time) =
+            (PromptPhase::from_name(parts.next()?)?, parts.next()?, parts.next()?.parse().ok()?);
         Some(Hold { phase, holder: holder.to_string(), time })
     }
 
@@ -164,7 +165,7 @@ impl Hold {
 
 /// Whether `holder` may give the feedback of `phase` now, given the event's hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Turn {
+pub enum Permit {
     /// Yes; `taken_over` when another holder's hold lapsed (it may have made the calls already).
     Ours {
         /// Since when a lapsed hold was held (its comment may exist from then on).
@@ -176,15 +177,15 @@ pub enum Turn {
 
 /// The rule of holds: no hold, one of ours, or one for another phase is ours; another holder's lapses after
 /// [`HOLD_TTL`].
-pub fn turn(hold: Option<&Hold>, phase: EventPhase, holder: &str, now: Timestamp) -> Turn {
-    let Some(hold) = hold.filter(|c| c.phase == phase) else { return Turn::Ours { taken_over: None } };
+pub fn permit(hold: Option<&Hold>, phase: PromptPhase, holder: &str, now: Timestamp) -> Permit {
+    let Some(hold) = hold.filter(|c| c.phase == phase) else { return Permit::Ours { taken_over: None } };
     if hold.holder == holder {
-        return Turn::Ours { taken_over: None };
+        return Permit::Ours { taken_over: None };
     }
     let age = Duration::try_from(now.duration_since(hold.time)).unwrap_or(Duration::ZERO);
     match HOLD_TTL.checked_sub(age) {
-        Some(left) if !left.is_zero() => Turn::Wait(left),
-        _ => Turn::Ours { taken_over: Some(hold.time) },
+        Some(left) if !left.is_zero() => Permit::Wait(left),
+        _ => Permit::Ours { taken_over: Some(hold.time) },
     }
 }
 
@@ -205,7 +206,8 @@ pub fn github_of(api: &super::config::ApiConfig) -> std::io::Result<Github> {
     Github::new(&api.base_url, auth)
 }
 
-struct Ctx {
+/// What every pass of the feedback giver shares.
+struct Giver {
     client: Client,
     github: Arc<Github>,
     config: watch::Receiver<Arc<BridgeConfig>>,
@@ -233,8 +235,15 @@ pub async fn run(
     );
     let reporter = Reporter { controller: "worksession-bridge".into(), instance: Some(holder.clone()) };
     let recorder = Recorder::new(client.clone(), reporter);
-    let ctx =
-        Arc::new(Ctx { client: client.clone(), github, config, metrics, recorder, holder, failures: Mutex::default() });
+    let ctx = Arc::new(Giver {
+        client: client.clone(),
+        github,
+        config,
+        metrics,
+        recorder,
+        holder,
+        failures: Mutex::default(),
+    });
     tracing::info!(event = "feedback.started", "giving GitHub feedback on the bridge's WorkEvents");
     Controller::new(events, watcher::Config::default().labels(ROUTE_LABEL))
         .with_config(kube::runtime::controller::Config::default().concurrency(8))
@@ -259,7 +268,7 @@ pub fn mode_of(config: &BridgeConfig, ev: &WorkEvent) -> Feedback {
         .map_or(Feedback::Off, |r| r.feedback)
 }
 
-async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn give(ev: Arc<WorkEvent>, ctx: Arc<Giver>) -> Result<Action, kube::Error> {
     let mode = mode_of(&ctx.config.borrow(), &ev);
     let Some(owed) = owed(&ev, mode) else { return Ok(Action::await_change()) };
     let hold = ev.annotations().get(HOLD_ANNOTATION).and_then(|c| Hold::parse(c));
@@ -269,11 +278,11 @@ async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> 
     if let Some(next) = next.filter(|next| *next > now) {
         return Ok(Action::requeue(Duration::try_from(next.duration_since(now)).unwrap_or(Duration::ZERO)));
     }
-    let taken_over = match turn(hold.as_ref(), owed.phase, &ctx.holder, now) {
-        Turn::Wait(left) => return Ok(Action::requeue(left)),
+    let taken_over = match permit(hold.as_ref(), owed.phase, &ctx.holder, now) {
+        Permit::Wait(left) => return Ok(Action::requeue(left)),
         // A hold of this phase already there (another's that lapsed, or ours from a try that failed, maybe after
         // GitHub made the comment): its comment is looked for before one is made.
-        Turn::Ours { taken_over } => taken_over.or(hold.as_ref().filter(|h| h.phase == owed.phase).map(|h| h.time)),
+        Permit::Ours { taken_over } => taken_over.or(hold.as_ref().filter(|h| h.phase == owed.phase).map(|h| h.time)),
     };
     let api: Api<WorkEvent> = Api::namespaced(ctx.client.clone(), &ev.namespace().unwrap_or_default());
     // The hold, as a compare-and-swap: of two bridges that saw the change, one writes it; the other's write
@@ -325,7 +334,7 @@ async fn give(ev: Arc<WorkEvent>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> 
 
 /// The calls of `owed`: the reaction (GitHub keeps one per user and content, so a second one changes nothing),
 /// then the comment unless a bridge that held the hold before made it.
-async fn calls(ctx: &Ctx, owed: &Owed, ev: &WorkEvent, taken_over: Option<Timestamp>) -> Result<(), GithubError> {
+async fn calls(ctx: &Giver, owed: &Owed, ev: &WorkEvent, taken_over: Option<Timestamp>) -> Result<(), GithubError> {
     let (target, content) = owed.reaction;
     let path = target.reactions(&owed.repository);
     counted(
@@ -354,7 +363,7 @@ async fn calls(ctx: &Ctx, owed: &Owed, ev: &WorkEvent, taken_over: Option<Timest
 
 /// A call, counted by its outcome.
 async fn counted<T>(
-    ctx: &Ctx,
+    ctx: &Giver,
     call: &'static str,
     result: impl Future<Output = Result<T, GithubError>>,
 ) -> Result<T, GithubError> {
@@ -369,7 +378,7 @@ async fn counted<T>(
 }
 
 /// Records `phase` as given and lets go of the hold.
-async fn given_now(api: &Api<WorkEvent>, ev: &WorkEvent, phase: EventPhase) -> Result<(), kube::Error> {
+async fn given_now(api: &Api<WorkEvent>, ev: &WorkEvent, phase: PromptPhase) -> Result<(), kube::Error> {
     let patch = json!({"metadata": {"annotations": {GIVEN_ANNOTATION: phase.as_str(), HOLD_ANNOTATION: null}}});
     match api.patch(&ev.name_any(), &params(), &Patch::Merge(&patch)).await {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -381,7 +390,7 @@ fn params() -> PatchParams {
     PatchParams { field_manager: Some("worksession-bridge".into()), ..Default::default() }
 }
 
-async fn publish(ctx: &Ctx, ev: &WorkEvent, type_: EventType, reason: &str, note: String) {
+async fn publish(ctx: &Giver, ev: &WorkEvent, type_: EventType, reason: &str, note: String) {
     let event =
         Event { type_, reason: reason.into(), note: Some(note), action: "GitHubFeedback".into(), secondary: None };
     if let Err(e) = ctx.recorder.publish(&event, &ev.object_ref(&())).await {
@@ -389,7 +398,7 @@ async fn publish(ctx: &Ctx, ev: &WorkEvent, type_: EventType, reason: &str, note
     }
 }
 
-fn on_error(ev: Arc<WorkEvent>, error: &kube::Error, _ctx: Arc<Ctx>) -> Action {
+fn on_error(ev: Arc<WorkEvent>, error: &kube::Error, _ctx: Arc<Giver>) -> Action {
     tracing::warn!(event = "feedback.failed", namespace = ev.namespace(), name = ev.name_any(), error = %error, "recording the feedback failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

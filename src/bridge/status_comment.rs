@@ -125,7 +125,8 @@ pub fn issue_of(config: &BridgeConfig, ws: &WorkSession) -> Option<(String, u64)
     (owner_name && routed).then(|| (repository.to_string(), number))
 }
 
-struct Ctx {
+/// What every pass of the status commenter shares.
+struct Commenter {
     client: Client,
     github: Arc<Github>,
     config: watch::Receiver<Arc<BridgeConfig>>,
@@ -145,7 +146,7 @@ pub const RETRY_MAX: Duration = Duration::from_secs(600);
 pub async fn run(client: Client, github: Arc<Github>, config: watch::Receiver<Arc<BridgeConfig>>, interval: Duration) {
     let sessions: Api<WorkSession> = Api::all(client.clone());
     let (written, failures) = (Mutex::default(), Mutex::default());
-    let ctx = Arc::new(Ctx { client, github, config, interval, written, failures });
+    let ctx = Arc::new(Commenter { client, github, config, interval, written, failures });
     tracing::info!(event = "status_comment.started", "keeping the routes' status comments");
     Controller::new(sessions, watcher::Config::default().labels(ROUTE_LABEL))
         .shutdown_on_signal()
@@ -154,7 +155,7 @@ pub async fn run(client: Client, github: Arc<Github>, config: watch::Receiver<Ar
         .await;
 }
 
-async fn reconcile(ws: Arc<WorkSession>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn reconcile(ws: Arc<WorkSession>, ctx: Arc<Commenter>) -> Result<Action, kube::Error> {
     let config = ctx.config.borrow().clone();
     let Some((repository, number)) = issue_of(&config, &ws) else { return Ok(Action::await_change()) };
     let secret = config.github.as_ref().map(|g| g.secret.clone()).unwrap_or_default();
@@ -245,7 +246,7 @@ async fn write(
         .ok_or_else(|| GithubError::Refused { status: 0, message: "GitHub's answer named no comment id".into() })
 }
 
-fn on_error(ws: Arc<WorkSession>, error: &kube::Error, _ctx: Arc<Ctx>) -> Action {
+fn on_error(ws: Arc<WorkSession>, error: &kube::Error, _ctx: Arc<Commenter>) -> Action {
     tracing::warn!(event = "status_comment.failed", namespace = ws.namespace(), name = ws.name_any(), error = %error, "recording the status comment failed; retrying");
     Action::requeue(RETRY)
 }

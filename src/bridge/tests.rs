@@ -152,7 +152,7 @@ impl Sink for Arc<Recorder> {
     async fn set_prompt(&self, event: &WorkEvent, prompt: &str) -> Result<bool, SinkError> {
         let mut events = self.events.lock().unwrap();
         let Some(stored) = events.iter_mut().find(|e| e.metadata.name == event.metadata.name) else { return Ok(false) };
-        let begun = stored.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != crate::api::EventPhase::Pending);
+        let begun = stored.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != crate::api::PromptPhase::Pending);
         if stored.spec != event.spec || begun {
             return Ok(false);
         }

@@ -258,8 +258,8 @@ async fn detail<S: Source>(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Response, Response> {
     let ws = find(&console, &namespace, &name).await?;
-    let (events, notices) =
-        tokio::join!(console.source.events(&namespace, &name), console.source.notices(&namespace, &name));
+    let (events, kube_events) =
+        tokio::join!(console.source.events(&namespace, &name), console.source.kube_events(&namespace, &name));
     let (mut events, events_error) = match events {
         Ok(list) => (list, None),
         Err(why) => (Vec::new(), Some(why)),
@@ -274,7 +274,7 @@ async fn detail<S: Source>(
                         "since": c.last_transition_time.0.to_string()})
         })
         .collect();
-    let notices = match notices {
+    let kube_events = match kube_events {
         Ok(list) => json!(list),
         Err(why) => json!({"error": why}),
     };
@@ -286,7 +286,7 @@ async fn detail<S: Source>(
         "conditions": conditions,
         "events": events.iter().map(event_json).collect::<Vec<_>>(),
         "eventsError": events_error,
-        "notices": notices,
+        "kubeEvents": kube_events,
     }))
     .into_response())
 }

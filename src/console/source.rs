@@ -21,7 +21,7 @@ use crate::store::{Changes, Listing};
 
 /// A Kubernetes Event about a session, as its page shows it.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct Notice {
+pub struct KubeEvent {
     /// When it last happened.
     pub time: String,
     /// `Normal` or `Warning`.
@@ -44,7 +44,11 @@ pub trait Source: Send + Sync + 'static {
     /// The WorkEvents of a session.
     fn events(&self, namespace: &str, session: &str) -> impl Future<Output = Result<Vec<WorkEvent>, String>> + Send;
     /// The Kubernetes Events about a session (none in local mode).
-    fn notices(&self, namespace: &str, session: &str) -> impl Future<Output = Result<Vec<Notice>, String>> + Send;
+    fn kube_events(
+        &self,
+        namespace: &str,
+        session: &str,
+    ) -> impl Future<Output = Result<Vec<KubeEvent>, String>> + Send;
     /// What the session's pane shows now, with its colours (`capture-pane -e`).
     fn screen(&self, ws: &WorkSession, lines: usize) -> impl Future<Output = Result<String, String>> + Send;
 }
@@ -102,7 +106,7 @@ impl Source for Cluster {
         api.list(&params).await.map(|l| l.items).map_err(|e| format!("listing WorkEvents: {e}"))
     }
 
-    async fn notices(&self, namespace: &str, session: &str) -> Result<Vec<Notice>, String> {
+    async fn kube_events(&self, namespace: &str, session: &str) -> Result<Vec<KubeEvent>, String> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let params =
             ListParams::default().fields(&format!("involvedObject.kind=WorkSession,involvedObject.name={session}"));
@@ -112,7 +116,7 @@ impl Source for Cluster {
             .into_iter()
             .map(|e| {
                 let time = e.last_timestamp.map(|t| t.0.to_string()).or_else(|| e.event_time.map(|t| t.0.to_string()));
-                Notice {
+                KubeEvent {
                     time: time.unwrap_or_default(),
                     kind: e.type_.unwrap_or_default(),
                     reason: e.reason.unwrap_or_default(),
@@ -177,7 +181,7 @@ impl<L: Listing + Changes + 'static> Source for Local<L> {
         Ok(all.into_iter().filter(ours).collect())
     }
 
-    async fn notices(&self, _namespace: &str, _session: &str) -> Result<Vec<Notice>, String> {
+    async fn kube_events(&self, _namespace: &str, _session: &str) -> Result<Vec<KubeEvent>, String> {
         Ok(Vec::new()) // local mode records no Events: the agent's log is the record
     }
 

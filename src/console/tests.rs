@@ -27,7 +27,7 @@ impl Source for Arc<Memory> {
     async fn events(&self, _namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
         Ok(self.events.iter().filter(|e| e.spec.session == session).cloned().collect())
     }
-    async fn notices(&self, _namespace: &str, _session: &str) -> Result<Vec<source::Notice>, String> {
+    async fn kube_events(&self, _namespace: &str, _session: &str) -> Result<Vec<source::KubeEvent>, String> {
         Ok(Vec::new())
     }
     async fn screen(&self, _ws: &WorkSession, _lines: usize) -> Result<String, String> {

@@ -12,10 +12,10 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{
-    ActivityReason, Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, PendingEvent,
+    ActivityReason, Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, PendingWorkEvent,
     ReadyReason, Settings, later, until,
 };
-use crate::api::{EventPhase, Phase, Via, WorkSessionSpec, WorkSessionStatus};
+use crate::api::{Phase, PromptPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 use crate::harness::Profile;
 
@@ -97,7 +97,7 @@ pub(super) struct Prompt<'i> {
     /// What its paste tags the tmux session with: a WorkEvent's UID, or [`INITIAL_PROMPT`].
     pub tag: &'i str,
     pub text: &'i str,
-    pub phase: EventPhase,
+    pub phase: PromptPhase,
     pub sent: Option<Timestamp>,
     pub via: Option<Via>,
     pub created: Timestamp,
@@ -134,12 +134,12 @@ fn unrecorded_paste(pasted: &str, prompt: &Prompt<'_>) -> Option<Option<u64>> {
 
 /// The phase of `spec.initialPrompt` while it is owed (from the first start on, until delivered or failed), or
 /// `None` when there is none to send. A session adopted mid-life (respawned before it was tracked) is not sent it.
-pub fn initial_prompt_owed(spec: &WorkSessionSpec, status: &WorkSessionStatus) -> Option<EventPhase> {
+pub fn initial_prompt_owed(spec: &WorkSessionSpec, status: &WorkSessionStatus) -> Option<PromptPhase> {
     spec.initial_prompt.as_ref()?;
     match status.initial_prompt.as_ref().and_then(|p| p.phase) {
-        Some(EventPhase::Delivered | EventPhase::Failed) => None,
+        Some(PromptPhase::Delivered | PromptPhase::Failed) => None,
         Some(phase) => Some(phase),
-        None => status.last_respawn.is_none().then_some(EventPhase::Pending),
+        None => status.last_respawn.is_none().then_some(PromptPhase::Pending),
     }
 }
 
@@ -169,7 +169,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         // An event not due yet (`spec.notBefore`) waits without holding up the others; `held` wakes the decision then.
         let now = input.context.now;
-        let due = |e: &&PendingEvent| e.phase != EventPhase::Pending || e.not_before.is_none_or(|t| t <= now);
+        let due = |e: &&PendingWorkEvent| e.phase != PromptPhase::Pending || e.not_before.is_none_or(|t| t <= now);
         prompts.extend(input.object.events.iter().filter(due).map(|e| Prompt {
             key: &e.name,
             tag: &e.tag,
@@ -186,10 +186,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         prompts
     }
 
-    /// How long until the first event not due yet ([`PendingEvent::not_before`]) is, if one waits.
+    /// How long until the first event not due yet ([`PendingWorkEvent::not_before`]) is, if one waits.
     pub(super) fn held(&self) -> Option<std::time::Duration> {
         let now = self.input.context.now;
-        let waiting = self.input.object.events.iter().filter(|e| e.phase == EventPhase::Pending);
+        let waiting = self.input.object.events.iter().filter(|e| e.phase == PromptPhase::Pending);
         waiting.filter_map(|e| e.not_before).filter(|t| *t > now).min().map(|t| until(now, t))
     }
 
@@ -224,7 +224,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
-                EventPhase::Delivering if proof == Proof::Settle => {
+                PromptPhase::Delivering if proof == Proof::Settle => {
                     // Without a record of the harness's own, a pane that outlived the window that proves it.
                     let sent = prompt.sent.unwrap_or(now);
                     let proven_at =
@@ -235,7 +235,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         self.requeue(until(now, proven_at));
                     }
                 }
-                EventPhase::Delivering => {
+                PromptPhase::Delivering => {
                     // Only the harness's own record says it took it, and only what it wrote after the send.
                     if input.evidence.confirmed.iter().any(|k| k == prompt.key) {
                         self.delivered(&prompt, proof);
@@ -294,7 +294,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     // Pasted by an agent that stopped before recording it (or recorded where this decision's view of
                     // the events does not show it yet): never pasted twice, and confirmed from the paste's mark on.
                     let attempt = mark.map_or(Attempt::Counted, Attempt::SentAt);
-                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
+                    self.set_prompt(prompt.key, PromptPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK);
                     blocked |= one_unconfirmed;
                 }
@@ -334,7 +334,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     // The paste's tag carries its mark, for a decision that does not see the send recorded.
                     let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));
                     self.ops.push(Op::Paste { session, key, tag, text });
-                    self.set_prompt(prompt.key, EventPhase::Delivering, Some(Via::Pasted), attempt, None);
+                    self.set_prompt(prompt.key, PromptPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
                     blocked |= one_unconfirmed;
                 }
@@ -358,7 +358,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         "the harness {shown} within {}s; the prompt was not pasted",
                         input.context.config.ready_timeout.as_secs()
                     );
-                    self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::No, Some(message.clone()));
+                    self.set_prompt(prompt.key, PromptPhase::Failed, None, Attempt::No, Some(message.clone()));
                     self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
                     blocked = false;
                     self.requeue(Duration::ZERO);
@@ -401,12 +401,12 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn resend_or_fail(&mut self, prompt: &Prompt<'i>, said: String, again: Attempt) {
         if prompt.attempts < CONFIRM_ATTEMPTS {
             let message = format!("{said}; it is sent again");
-            self.set_prompt(prompt.key, EventPhase::Pending, None, again, Some(message));
+            self.set_prompt(prompt.key, PromptPhase::Pending, None, again, Some(message));
             self.requeue(Duration::ZERO);
             return;
         }
         let message = format!("{said}, {} attempts; it is not sent again", prompt.attempts);
-        self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::No, Some(message.clone()));
+        self.set_prompt(prompt.key, PromptPhase::Failed, None, Attempt::No, Some(message.clone()));
         self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
     }
 
@@ -417,7 +417,7 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     /// A sent prompt is known delivered, by `proof`.
     fn delivered(&mut self, prompt: &Prompt<'_>, proof: Proof) {
-        self.set_prompt(prompt.key, EventPhase::Delivered, prompt.via, Attempt::No, None);
+        self.set_prompt(prompt.key, PromptPhase::Delivered, prompt.via, Attempt::No, None);
         let via = prompt.via.map(|v| format!(" ({v:?})")).unwrap_or_default();
         let steered = self.input.evidence.steered.iter().any(|k| k == prompt.key);
         let shown = if steered { "the harness's events file, steered into its running turn" } else { proof.said() };
@@ -430,14 +430,14 @@ impl<'a, 'i> Decision<'a, 'i> {
     pub(super) fn return_unconfirmed(&mut self, why: &str) -> Vec<&'i str> {
         let mut failed = Vec::new();
         for prompt in self.prompts() {
-            if prompt.phase == EventPhase::Pending && prompt.offset.is_some() {
+            if prompt.phase == PromptPhase::Pending && prompt.offset.is_some() {
                 // A mark kept for its deadline's second send was the dead harness's: the next one starts afresh.
                 if !self.return_prompt(&prompt, why) {
                     failed.push(prompt.key);
                 }
                 continue;
             }
-            if prompt.phase != EventPhase::Delivering {
+            if prompt.phase != PromptPhase::Delivering {
                 continue;
             }
             if self.input.evidence.confirmed.iter().any(|k| k == prompt.key) {
@@ -455,11 +455,11 @@ impl<'a, 'i> Decision<'a, 'i> {
     pub(super) fn return_prompt(&mut self, prompt: &Prompt<'_>, why: &str) -> bool {
         if prompt.returns + 1 >= RETURN_LIMIT {
             let message = format!("sent to {RETURN_LIMIT} harnesses that each died before it was known delivered");
-            self.set_prompt(prompt.key, EventPhase::Failed, None, Attempt::Returned, Some(message.clone()));
+            self.set_prompt(prompt.key, PromptPhase::Failed, None, Attempt::Returned, Some(message.clone()));
             self.notice(Notice::new(EventReason::DeliveryFailed, format!("{}: {message}", prompt.key)));
             return false;
         }
-        self.set_prompt(prompt.key, EventPhase::Pending, None, Attempt::Returned, Some(why.to_string()));
+        self.set_prompt(prompt.key, PromptPhase::Pending, None, Attempt::Returned, Some(why.to_string()));
         true
     }
 }

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, ResumeReason, candidate};
 use super::{Decision, INITIAL_PROMPT};
-use crate::api::{EventPhase, HANDOFF_DEFAULT_CHARACTERS, HandoffStatus};
+use crate::api::{HANDOFF_DEFAULT_CHARACTERS, HandoffStatus, PromptPhase};
 use crate::harness::Profile;
 
 /// How much of the reason a resume failed goes into a handoff (it may quote a dying screen).
@@ -42,7 +42,7 @@ impl Decision<'_, '_> {
             .collect();
         let initial = input.object.status.initial_prompt.as_ref();
         let initial =
-            initial.filter(|p| p.phase == Some(EventPhase::Delivered) && lost(p.harness_session_id.as_deref()));
+            initial.filter(|p| p.phase == Some(PromptPhase::Delivered) && lost(p.harness_session_id.as_deref()));
         if let (Some(p), Some(text)) = (initial, spec.initial_prompt.as_deref()) {
             // First among those of its second (status times are whole seconds): it is the session's first prompt.
             taken.insert(0, (p.delivered_at.as_ref().map(|t| t.0).unwrap_or_default(), text));
@@ -67,8 +67,8 @@ impl Decision<'_, '_> {
         let Some(uid) = h.prompt_uid.clone() else { return };
         let delivered = if uid == INITIAL_PROMPT {
             match input.object.status.initial_prompt.as_ref().and_then(|p| p.phase) {
-                Some(EventPhase::Delivered) => Some(true),
-                Some(EventPhase::Failed) => Some(false),
+                Some(PromptPhase::Delivered) => Some(true),
+                Some(PromptPhase::Failed) => Some(false),
                 _ => None,
             }
         } else if input.object.events.iter().any(|e| e.tag == uid) {

@@ -19,7 +19,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{self, EventPhase, Phase, PromptStatus, Via, WorkSessionSpec, WorkSessionStatus};
+use crate::api::{self, Phase, PromptPhase, PromptStatus, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 use crate::harness::{ArgvError, Profile};
 
@@ -48,8 +48,8 @@ pub use deliver::{AFTER_MARK_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hook_
 pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
-    Claim, Confinement, Context, EventReason, EventUpdate, Evidence, FinishedEvent, INITIAL_PROMPT, Input, Notice,
-    Object, Observed, Op, PendingEvent, Plan, Record, Room, Severity, Workspace, goes_with_its_session,
+    Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Notice, Object,
+    Observed, Op, PendingWorkEvent, Plan, Record, Room, Severity, WorkEventUpdate, Workspace, goes_with_its_session,
 };
 pub use push::{
     GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, grant_key, push_dir, push_env, push_target,
@@ -237,18 +237,18 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn set_prompt(
         &mut self,
         key: &str,
-        phase: EventPhase,
+        phase: PromptPhase,
         via: Option<Via>,
         attempt: Attempt,
         message: Option<String>,
     ) {
         let now = self.input.context.now;
-        let delivered = phase == EventPhase::Delivered;
+        let delivered = phase == PromptPhase::Delivered;
         if delivered {
             self.status.last_prompt_time = Some(Time(now));
         }
         let harness_session_id = delivered.then(|| self.status.harness_session_id.clone()).flatten();
-        let sent = (phase == EventPhase::Delivering).then_some(now);
+        let sent = (phase == PromptPhase::Delivering).then_some(now);
         // A send: only what the harness records from its mark on confirms it.
         let offset = match attempt {
             Attempt::SentAt(mark) => Some(mark),
@@ -259,7 +259,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let attempt = !matches!(attempt, Attempt::No | Attempt::Again | Attempt::Returned);
         if key != INITIAL_PROMPT {
             let event = key.to_string();
-            let update = EventUpdate {
+            let update = WorkEventUpdate {
                 event,
                 phase,
                 via,
@@ -271,11 +271,11 @@ impl<'a, 'i> Decision<'a, 'i> {
                 returned,
                 message,
             };
-            self.ops.push(Op::Event(update));
+            self.ops.push(Op::WorkEventStatus(update));
             return;
         }
         let old = self.status.initial_prompt.take().unwrap_or_default();
-        let pending = phase == EventPhase::Pending;
+        let pending = phase == PromptPhase::Pending;
         self.status.initial_prompt = Some(PromptStatus {
             phase: Some(phase),
             sent_time: if pending { None } else { sent.map(Time).or(old.sent_time) },
@@ -410,7 +410,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// session handed to `to` (returns true); a busy one goes on until its current prompt is known delivered.
     fn move_when_quiet(&mut self, to: &str) -> bool {
         let busy =
-            self.status.verification.is_some() || self.prompts().iter().any(|p| p.phase == EventPhase::Delivering);
+            self.status.verification.is_some() || self.prompts().iter().any(|p| p.phase == PromptPhase::Delivering);
         if busy && self.input.observed.liveness == Liveness::Alive {
             self.requeue(Duration::from_secs(1));
             return false;

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::ResumeReason;
 use super::deliver::Proof;
 use super::session::{Liveness, SessionView, Spawn, TmuxSession};
-use crate::api::{EventPhase, Via, WorkSessionSpec, WorkSessionStatus};
+use crate::api::{PromptPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 
 /// The key of `spec.initialPrompt` among the prompts (WorkEvents are keyed by name, which is never camelCase), and
@@ -17,7 +17,7 @@ pub const INITIAL_PROMPT: &str = "initialPrompt";
 
 /// An event of the session that is not delivered yet, oldest first.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingEvent {
+pub struct PendingWorkEvent {
     /// The WorkEvent's name.
     pub name: String,
     /// The tag its paste gives the tmux session: its UID (in local mode, one made from its name and creation), so a
@@ -26,7 +26,7 @@ pub struct PendingEvent {
     /// Its prompt.
     pub prompt: String,
     /// `Pending`, or `Delivering` (sent, not yet known delivered).
-    pub phase: EventPhase,
+    pub phase: PromptPhase,
     /// When it was sent, if `Delivering`.
     pub sent: Option<Timestamp>,
     /// How it was sent, if `Delivering`.
@@ -46,10 +46,10 @@ pub struct PendingEvent {
     pub not_before: Option<Timestamp>,
 }
 
-impl PendingEvent {
-    /// A `Pending` event created at `created`, tagged `uid-<name>` (set [`PendingEvent::tag`] to its UID).
+impl PendingWorkEvent {
+    /// A `Pending` event created at `created`, tagged `uid-<name>` (set [`PendingWorkEvent::tag`] to its UID).
     pub fn pending(name: &str, prompt: &str, created: Timestamp) -> Self {
-        let (phase, tag) = (EventPhase::Pending, format!("uid-{name}"));
+        let (phase, tag) = (PromptPhase::Pending, format!("uid-{name}"));
         let (sent, via, offset) = (None, None, None);
         Self {
             name: name.into(),
@@ -108,8 +108,7 @@ pub enum Confinement<'a> {
     Off,
     /// Its own room.
     Room(&'a Room),
-    /// Rooms are on, and this session's room is to be given (none yet, or its home was opened since): the plan gives
-    /// it ([`Op::GiveRoom`]).
+    /// Rooms are on, and this session has no room yet: the plan gives it ([`Op::GiveRoom`]).
     Due,
     /// Rooms are on, and this session has none and can have none: why.
     Unavailable(&'a str),
@@ -117,7 +116,7 @@ pub enum Confinement<'a> {
 
 /// A delivered or failed WorkEvent of the session, which expires `delivery.retentionSeconds` after it finished.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FinishedEvent {
+pub struct FinishedWorkEvent {
     /// The WorkEvent's name.
     pub name: String,
     /// When it was delivered (a failed one: when it was created).
@@ -126,13 +125,13 @@ pub struct FinishedEvent {
     pub prompt: String,
     /// The conversation it reached, if it was delivered and the conversation's id was known then.
     pub conversation: Option<String>,
-    /// Its delivery tag (its UID, as [`PendingEvent::tag`]).
+    /// Its delivery tag (its UID, as [`PendingWorkEvent::tag`]).
     pub tag: String,
     /// `Delivered` (else `Failed`).
     pub delivered: bool,
 }
 
-impl FinishedEvent {
+impl FinishedWorkEvent {
     /// A failed event (no prompt, no conversation), tagged by its name.
     pub fn new(name: &str, at: Timestamp) -> Self {
         Self { name: name.into(), at, prompt: String::new(), conversation: None, tag: name.into(), delivered: false }
@@ -173,9 +172,9 @@ pub struct Object<'a> {
     /// Its `namespace/name`.
     pub owner_name: &'a str,
     /// Undelivered events of this session (`Pending` or `Delivering`), oldest first ([`super::queue::ordered`]).
-    pub events: &'a [PendingEvent],
+    pub events: &'a [PendingWorkEvent],
     /// Its delivered and failed events.
-    pub finished: &'a [FinishedEvent],
+    pub finished: &'a [FinishedWorkEvent],
     /// The node a move asks for (its [`crate::api::MOVE_ANNOTATION`], resolved to a node other than its own).
     pub move_to: Option<&'a str>,
     /// What the bridge recorded of its work item's pull request ([`crate::api::PULL_REQUEST_STATE_ANNOTATION`]).
@@ -339,7 +338,7 @@ pub enum Op {
         session: String,
         /// The prompt's key: a WorkEvent's name, or [`INITIAL_PROMPT`].
         key: String,
-        /// The tag the paste gives the session (see [`PendingEvent::tag`]).
+        /// The tag the paste gives the session (see [`PendingWorkEvent::tag`]).
         tag: String,
         /// The prompt.
         text: String,
@@ -352,7 +351,7 @@ pub enum Op {
         key: String,
     },
     /// Update a WorkEvent's status.
-    Event(EventUpdate),
+    WorkEventStatus(WorkEventUpdate),
     /// Report: a log line named by its event (`session.started`, ...), and a Kubernetes Event.
     Notice(Notice),
     /// Give the session its room (record its uid, make its home and close it to others), before anything is done for
@@ -415,7 +414,7 @@ impl Op {
             Op::Spawn(_) => "spawn",
             Op::Paste { .. } => "paste",
             Op::Submit { .. } => "submit",
-            Op::Event(_) => "event_status",
+            Op::WorkEventStatus(_) => "event_status",
             Op::Notice(_) => "notice",
             Op::GiveRoom => "give_room",
             Op::ReleaseFinalizer { .. } => "release_finalizer",
@@ -432,11 +431,11 @@ impl Op {
 
 /// A WorkEvent status change.
 #[derive(Clone, Debug, PartialEq)]
-pub struct EventUpdate {
+pub struct WorkEventUpdate {
     /// The WorkEvent.
     pub event: String,
     /// Its new phase.
-    pub phase: EventPhase,
+    pub phase: PromptPhase,
     /// How it reached the harness (when delivered).
     pub via: Option<Via>,
     /// The conversation it reaches.

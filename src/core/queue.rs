@@ -1,26 +1,26 @@
 //! The event queue, part of decide: the order prompts are delivered in, which finished WorkEvents expired, and the
-//! status a decision gives one. The executor turns WorkEvents into [`PendingEvent`]s and [`FinishedEvent`]s.
+//! status a decision gives one. The executor turns WorkEvents into [`PendingWorkEvent`]s and [`FinishedWorkEvent`]s.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::{EventUpdate, FinishedEvent, PendingEvent};
-use crate::api::{EventPhase, WorkEventStatus};
+use super::{FinishedWorkEvent, PendingWorkEvent, WorkEventUpdate};
+use crate::api::{PromptPhase, WorkEventStatus};
 
 /// The events still to deliver (`Pending` or `Delivering`), oldest first.
 ///
 /// Creation time has one-second resolution, so ties are broken by the name: something that never changes (the
 /// resourceVersion moves with every status write, so an event going back to `Pending` would change places).
-pub fn ordered(mut events: Vec<PendingEvent>) -> Vec<PendingEvent> {
-    events.retain(|e| matches!(e.phase, EventPhase::Pending | EventPhase::Delivering));
+pub fn ordered(mut events: Vec<PendingWorkEvent>) -> Vec<PendingWorkEvent> {
+    events.retain(|e| matches!(e.phase, PromptPhase::Pending | PromptPhase::Delivering));
     events.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
     events
 }
 
 /// The finished events `retention` old or older, and how long until the next one is.
-pub fn expired(finished: &[FinishedEvent], now: Timestamp, retention: Duration) -> (Vec<&str>, Option<Duration>) {
+pub fn expired(finished: &[FinishedWorkEvent], now: Timestamp, retention: Duration) -> (Vec<&str>, Option<Duration>) {
     let retention = SignedDuration::try_from(retention).unwrap_or(SignedDuration::MAX);
     let (mut due, mut next) = (Vec::new(), None::<Duration>);
     for e in finished {
@@ -33,13 +33,13 @@ pub fn expired(finished: &[FinishedEvent], now: Timestamp, retention: Duration) 
     (due, next)
 }
 
-/// The status an [`EventUpdate`] gives an event whose status was `old`.
-pub fn apply(old: Option<&WorkEventStatus>, update: &EventUpdate, now: Time) -> WorkEventStatus {
+/// The status an [`WorkEventUpdate`] gives an event whose status was `old`.
+pub fn apply(old: Option<&WorkEventStatus>, update: &WorkEventUpdate, now: Time) -> WorkEventStatus {
     let old = old.cloned().unwrap_or_default();
-    let pending = update.phase == EventPhase::Pending;
+    let pending = update.phase == PromptPhase::Pending;
     WorkEventStatus {
         phase: Some(update.phase),
-        delivered_at: (update.phase == EventPhase::Delivered).then_some(now),
+        delivered_at: (update.phase == PromptPhase::Delivered).then_some(now),
         sent_time: if pending { None } else { update.sent.map(Time).or(old.sent_time) },
         sent_offset: if pending && !update.keep_mark { None } else { update.offset.or(old.sent_offset) },
         via: if pending { None } else { update.via.or(old.via) },
@@ -54,25 +54,25 @@ pub fn apply(old: Option<&WorkEventStatus>, update: &EventUpdate, now: Time) -> 
 mod tests {
     use super::*;
 
-    fn event(name: &str, created: i64, phase: EventPhase) -> PendingEvent {
+    fn event(name: &str, created: i64, phase: PromptPhase) -> PendingWorkEvent {
         let created = Timestamp::from_second(created).unwrap();
-        PendingEvent { phase, ..PendingEvent::pending(name, "p", created) }
+        PendingWorkEvent { phase, ..PendingWorkEvent::pending(name, "p", created) }
     }
 
     #[test]
     fn order_is_creation_then_name_and_never_moves() {
-        let names = |events: Vec<PendingEvent>| ordered(events).into_iter().map(|e| e.name).collect::<Vec<_>>();
+        let names = |events: Vec<PendingWorkEvent>| ordered(events).into_iter().map(|e| e.name).collect::<Vec<_>>();
         let before = vec![
-            event("b", 10, EventPhase::Pending),
-            event("a", 10, EventPhase::Pending),
-            event("c", 9, EventPhase::Pending),
+            event("b", 10, PromptPhase::Pending),
+            event("a", 10, PromptPhase::Pending),
+            event("c", 9, PromptPhase::Pending),
         ];
         assert_eq!(names(before), ["c", "a", "b"]);
         // "a" went to Delivering and back to Pending: its place did not move; "c" was delivered and left.
         let after = vec![
-            event("b", 10, EventPhase::Pending),
-            event("a", 10, EventPhase::Delivering),
-            event("c", 9, EventPhase::Delivered),
+            event("b", 10, PromptPhase::Pending),
+            event("a", 10, PromptPhase::Delivering),
+            event("c", 9, PromptPhase::Delivered),
         ];
         assert_eq!(names(after), ["a", "b"]);
     }
@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn a_finished_event_expires_its_retention_after_it_finished() {
         let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
-        let finished = [FinishedEvent::new("old", at(0)), FinishedEvent::new("new", at(50))];
+        let finished = [FinishedWorkEvent::new("old", at(0)), FinishedWorkEvent::new("new", at(50))];
         let (due, next) = expired(&finished, at(100), Duration::from_secs(60));
         assert_eq!((due, next), (vec!["old"], Some(Duration::from_secs(10))));
         let (due, next) = expired(&finished, at(110), Duration::from_secs(60));

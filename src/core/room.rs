@@ -24,11 +24,8 @@ impl Decision<'_, '_> {
                 true
             }
             Confinement::Due => {
+                // Given before anything is done for the session there; the next decision goes on in it.
                 self.ops.push(Op::GiveRoom);
-                // A live harness keeps its prompts coming meanwhile; a spawn waits for the room.
-                if self.input.observed.liveness == Liveness::Alive {
-                    return true;
-                }
                 self.requeue(Duration::ZERO);
                 false
             }

@@ -13,7 +13,7 @@ use super::{
     ARGV_PROMPT_LIMIT, Attempt, Claim, Confinement, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason,
     Settings, later, until,
 };
-use crate::api::{EventPhase, Phase, RestartPolicy, Verification, Via};
+use crate::api::{Phase, PromptPhase, RestartPolicy, Verification, Via};
 use crate::harness::hooks::Launch;
 use crate::harness::{ArgvError, Mode, Profile, clean_prompt};
 
@@ -46,7 +46,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         let mut waiting = self.prompts();
         waiting.retain(|p| !failed.contains(&p.key));
         // Those the transcript showed were just recorded delivered.
-        waiting.retain(|p| !(p.phase == EventPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key)));
+        waiting
+            .retain(|p| !(p.phase == PromptPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key)));
         let reopened = self.status.phase == Some(Phase::Archived) && !input.object.spec.archived;
         // Stopped on purpose (idle, archived), not exited: restartPolicy Never does not keep a prompt from waking it.
         let stopped = matches!(self.status.phase, Some(Phase::Idle | Phase::Archived));
@@ -144,10 +145,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             Some(b) if !fits(&b) => (None, Some(b.0)),
             other => (other, None),
         };
-        if let Some(key) = dropped.filter(|k| self.prompt(k).is_some_and(|p| p.phase == EventPhase::Delivering)) {
+        if let Some(key) = dropped.filter(|k| self.prompt(k).is_some_and(|p| p.phase == PromptPhase::Delivering)) {
             let why = "too long for the command line with its handoff: pasted once the harness is ready";
             // Returned already (by the death or the failed resume that led here): only its place changes.
-            self.set_prompt(key, EventPhase::Pending, None, Attempt::No, Some(why.into()));
+            self.set_prompt(key, PromptPhase::Pending, None, Attempt::No, Some(why.into()));
         }
         if let Some((key, _)) = boot {
             self.claim_handoff(key);
@@ -173,7 +174,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 // Only the prompt can make a hostable profile refuse: this harness cannot take it.
                 self.status.phase = Some(Phase::Pending);
                 let key = boot.map(|(key, _)| key).unwrap_or(INITIAL_PROMPT);
-                self.set_prompt(key, EventPhase::Failed, None, Attempt::Counted, Some(e.to_string()));
+                self.set_prompt(key, PromptPhase::Failed, None, Attempt::Counted, Some(e.to_string()));
                 self.notice(Notice::new(EventReason::DeliveryFailed, format!("{key}: {e}")));
                 self.requeue(Duration::ZERO);
                 return;
@@ -183,9 +184,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         // An initial prompt this command line does not carry (too long, or a resume without `{prompt}`) is recorded
         // as owed before the spawn: once the spawn is on record, an untracked one reads as a session adopted
         // mid-life, which is never sent it.
-        let owed = super::initial_prompt_owed(input.object.spec, &self.status) == Some(EventPhase::Pending);
+        let owed = super::initial_prompt_owed(input.object.spec, &self.status) == Some(PromptPhase::Pending);
         if owed && boot_key != Some(INITIAL_PROMPT) && self.status.initial_prompt.is_none() {
-            self.set_prompt(INITIAL_PROMPT, EventPhase::Pending, None, Attempt::No, None);
+            self.set_prompt(INITIAL_PROMPT, PromptPhase::Pending, None, Attempt::No, None);
         }
         self.claim_for(profile, &v);
         self.status.verification = Some(v);
@@ -202,7 +203,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // After the spawn: nothing waits on an API write between the decision and the harness starting.
         if let Some(key) = boot_key {
             let via = if mode == Mode::Resume { Via::Resumed } else { Via::Fresh };
-            self.set_prompt(key, EventPhase::Delivering, Some(via), Attempt::SentAt(self.mark(Some(via))), None);
+            self.set_prompt(key, PromptPhase::Delivering, Some(via), Attempt::SentAt(self.mark(Some(via))), None);
         }
         self.status.phase = Some(Phase::Verifying);
         self.ready(

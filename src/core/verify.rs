@@ -11,7 +11,7 @@ use super::Liveness;
 use super::resume::{Fresh, ResumeReason};
 use super::spawn::boot_key;
 use super::{Attempt, Decision, EventReason, Notice, ReadyReason, Settings, later, until};
-use crate::api::{EventPhase, Phase, Respawn, Verification, Via};
+use crate::api::{Phase, PromptPhase, Respawn, Verification, Via};
 use crate::harness::Profile;
 
 impl Decision<'_, '_> {
@@ -37,7 +37,7 @@ impl Decision<'_, '_> {
                         let via = if v.resume { Via::Resumed } else { Via::Fresh };
                         self.set_prompt(
                             key,
-                            EventPhase::Delivering,
+                            PromptPhase::Delivering,
                             Some(via),
                             Attempt::SentAt(self.mark(Some(via))),
                             None,
@@ -98,11 +98,11 @@ impl Decision<'_, '_> {
     fn boot_send_unrecorded(&mut self, v: &Verification) -> bool {
         let Some(key) = boot_key(v) else { return false };
         let ran = self.input.observed.view.is_some_and(|t| t.spawn == v.spawn);
-        if !ran || !self.prompt(key).is_some_and(|p| p.phase == EventPhase::Pending && p.created <= v.started.0) {
+        if !ran || !self.prompt(key).is_some_and(|p| p.phase == PromptPhase::Pending && p.created <= v.started.0) {
             return false; // not this spawn's, or an event made after it under the same name
         }
         let via = if v.resume { Via::Resumed } else { Via::Fresh };
-        self.set_prompt(key, EventPhase::Delivering, Some(via), Attempt::Counted, None);
+        self.set_prompt(key, PromptPhase::Delivering, Some(via), Attempt::Counted, None);
         self.status.phase = Some(Phase::Verifying);
         self.requeue(Duration::ZERO);
         true
@@ -176,7 +176,7 @@ impl Decision<'_, '_> {
         // Its send went to a harness that is gone (or never ran): the fresh one gets it with nothing counted, unless
         // it has gone to too many harnesses that died.
         let mut boot = boot;
-        if let Some(p) = boot.and_then(|k| self.prompt(k)).filter(|p| p.phase == EventPhase::Delivering) {
+        if let Some(p) = boot.and_then(|k| self.prompt(k)).filter(|p| p.phase == PromptPhase::Delivering) {
             if p.returns + 1 >= super::deliver::RETURN_LIMIT {
                 boot = None;
             }

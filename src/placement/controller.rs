@@ -40,9 +40,9 @@ pub const ERROR_RECHECK: Duration = Duration::from_secs(5);
 /// For how long after a session was moved off a lost node the events labelled for that node are looked for: a
 /// bridge whose cache had not seen the move yet labels what it writes for the lost node, whose agent (which would
 /// relabel it) is gone. Caches see a move within seconds; this is long past that.
-pub const READDRESS_WINDOW: Duration = Duration::from_secs(600);
+pub const RELABEL_WINDOW: Duration = Duration::from_secs(600);
 /// How often, within that window, they are looked for.
-pub const READDRESS_EVERY: Duration = Duration::from_secs(5);
+pub const RELABEL_EVERY: Duration = Duration::from_secs(5);
 /// How many sessions' writes are in flight at once.
 pub const WRITES_AT_ONCE: usize = 16;
 /// At most one decision per this long: every agent's Lease renewal is a change (1,000 nodes renew 100 times a
@@ -129,14 +129,14 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
                 left.insert(lost.clone(), now);
             }
         }
-        left.retain(|_, moved| now.saturating_duration_since(*moved) < READDRESS_WINDOW);
+        left.retain(|_, moved| now.saturating_duration_since(*moved) < RELABEL_WINDOW);
         for node in left.keys() {
-            if let Err(e) = readdress(&client, &sessions, node, options.namespace.as_deref()).await {
-                tracing::warn!(event = "placement.readdress_failed", node, error = %e, "relabelling the events of a lost node failed; trying again");
+            if let Err(e) = relabel(&client, &sessions, node, options.namespace.as_deref()).await {
+                tracing::warn!(event = "placement.relabel_failed", node, error = %e, "relabelling the events of a lost node failed; trying again");
             }
         }
         if !left.is_empty() {
-            recheck = recheck.min(READDRESS_EVERY);
+            recheck = recheck.min(RELABEL_EVERY);
         }
     }
 }
@@ -381,7 +381,7 @@ async fn ask_to_move(client: &Client, ws: &WorkSession, node: &str) -> Result<()
 
 /// The WorkEvents labelled for the lost `node` whose session is on another node now: each such session's events are
 /// labelled for its node, whose agent then sees and delivers them.
-async fn readdress(
+async fn relabel(
     client: &Client,
     sessions: &reflector::Store<WorkSession>,
     node: &str,
@@ -399,7 +399,7 @@ async fn readdress(
         let Some(now_on) = sessions.get(&key).and_then(|ws| ws.spec.node_name.clone()) else { continue };
         if now_on != node && done.insert(key) {
             tracing::info!(
-                event = "placement.readdressed",
+                event = "placement.relabelled",
                 namespace,
                 session = ev.spec.session,
                 from = node,

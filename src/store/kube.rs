@@ -355,7 +355,7 @@ impl Sink for KubeSink {
     }
 
     async fn set_prompt(&self, event: &WorkEvent, prompt: &str) -> Result<bool, SinkError> {
-        if event.status.as_ref().is_some_and(|s| s.phase.is_some_and(|p| p != crate::api::EventPhase::Pending)) {
+        if event.status.as_ref().is_some_and(|s| s.phase.is_some_and(|p| p != crate::api::PromptPhase::Pending)) {
             return Ok(false);
         }
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(event));

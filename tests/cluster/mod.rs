@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use worksession::api::{EventPhase, Phase, WorkEvent, WorkSession};
+use worksession::api::{Phase, PromptPhase, WorkEvent, WorkSession};
 
 use crate::support::{self, client_for, eventually_within, repo_root, until};
 
@@ -376,7 +376,7 @@ agent:
     pub async fn await_delivered(&self, name: &str) -> worksession::api::WorkEventStatus {
         eventually_within(&format!("{name} to be Delivered"), POD_WAIT, || async {
             let ev = self.events().get(name).await.ok()?;
-            ev.status.filter(|s| s.phase == Some(EventPhase::Delivered))
+            ev.status.filter(|s| s.phase == Some(PromptPhase::Delivered))
         })
         .await
     }

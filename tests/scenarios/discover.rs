@@ -131,7 +131,7 @@ pub async fn a_paste_codex_lost_is_sent_again(rig: &impl Rig) {
     await_value(
         "cd: its initial prompt Delivered",
         || rig.session_status("cd"),
-        |s| super::initial_phase(s) == Some(super::EventPhase::Delivered),
+        |s| super::initial_phase(s) == Some(super::PromptPhase::Delivered),
     )
     .await;
     rig.send("cd", "cd-1", "pasted into codex").await;

@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::{
-    ConditionType, EventPhase, Phase, Rig, WorkSessionStatus, await_delivered, await_phase, await_value,
+    ConditionType, Phase, PromptPhase, Rig, WorkSessionStatus, await_delivered, await_phase, await_value,
     conversation_of,
 };
 use worksession::tmux::{Liveness, Tmux};
@@ -126,7 +126,7 @@ pub async fn an_untagged_session_under_a_victims_name_gets_nothing(rig: &impl Ri
     .await;
     assert!(super::ready_message(&status).contains(&name), "names it: {status:?}");
     let event = rig.event_status("vic-1").await;
-    assert!(event.phase.is_none() || event.phase == Some(EventPhase::Pending), "held, never sent: {event:?}");
+    assert!(event.phase.is_none() || event.phase == Some(PromptPhase::Pending), "held, never sent: {event:?}");
     assert!(!std::fs::read_to_string(&stolen).unwrap_or_default().contains("victim"), "nothing pasted into it");
     let observed = rig.tmux().runner.observe().await.unwrap();
     assert_eq!(observed.liveness(&name), Liveness::Alive, "left alone: not the agent's to stop");

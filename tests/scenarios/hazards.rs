@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use worksession::api::{EventPhase, Phase, Via, WorkSessionStatus};
+use worksession::api::{Phase, PromptPhase, Via, WorkSessionStatus};
 use worksession::core::ConditionType;
 
 use super::{Rig, await_delivered, await_phase, await_value, condition};
@@ -60,7 +60,7 @@ pub async fn a_conversation_busy_elsewhere_waits_and_is_resumed(rig: &impl Rig) 
     assert_eq!(status, "False");
     assert!(message.contains("is running in the background"), "the harness's words: {message}");
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()), "the conversation is kept");
-    assert_ne!(rig.event_status("bz-2").await.phase, Some(EventPhase::Delivered));
+    assert_ne!(rig.event_status("bz-2").await.phase, Some(PromptPhase::Delivered));
     assert!(rig.tmux().prompts().iter().all(|p| p.prompt != "while it is held"), "no other conversation got it");
 
     std::fs::remove_file(held.join(&id)).unwrap();
@@ -96,5 +96,5 @@ pub async fn a_harness_without_a_queue_gets_prompts_between_turns(rig: &impl Rig
     // the record, then read it whole.
     let taken: Vec<String> = rig.tmux().await_prompts(3).await.into_iter().map(|p| p.prompt).collect();
     assert_eq!(taken, ["WORK 20", "after the turn", "and after that one"], "each alone, once, in order");
-    assert_eq!(rig.event_status("gq-1").await.phase, Some(EventPhase::Delivered));
+    assert_eq!(rig.event_status("gq-1").await.phase, Some(PromptPhase::Delivered));
 }

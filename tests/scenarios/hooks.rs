@@ -2,7 +2,7 @@
 //! harness's own hooks, received by this build's `worksession hook`, confirm each prompt, after where the hook file
 //! stood when it was sent, and say what the harness does.
 
-use worksession::api::{EventPhase, Phase, Via, WorkEventStatus};
+use worksession::api::{Phase, PromptPhase, Via, WorkEventStatus};
 use worksession::core::ConditionType;
 
 use super::{Rig, await_delivered, await_phase, await_value, condition, initial_phase};
@@ -15,12 +15,12 @@ pub async fn a_prompt_is_confirmed_only_after_its_send_and_sent_again_at_the_dea
     let st = await_value(
         "yes: its initial prompt Delivered",
         || rig.session_status("yes"),
-        |s| initial_phase(s) == Some(EventPhase::Delivered),
+        |s| initial_phase(s) == Some(PromptPhase::Delivered),
     )
     .await;
     assert_eq!(st.initial_prompt.as_ref().and_then(|p| p.via), Some(Via::Fresh));
     rig.send("yes", "yes-1", "yes").await;
-    let sent = |s: &WorkEventStatus| s.phase == Some(EventPhase::Delivering) && s.attempts == 1;
+    let sent = |s: &WorkEventStatus| s.phase == Some(PromptPhase::Delivering) && s.attempts == 1;
     let first = await_value("yes-1 sent", || rig.event_status("yes-1"), sent).await;
     assert!(first.sent_offset.is_some_and(|at| at > 0), "the mark is where the hook file stood: {first:?}");
     let ev = await_delivered(rig, "yes-1").await;
@@ -49,7 +49,7 @@ pub async fn an_unkind_harness_still_confirms_and_says_what_it_does(rig: &impl R
         |s: &worksession::api::WorkSessionStatus| condition(s, ConditionType::Activity).1 == "WaitingForInput";
     let st = await_value("unk waiting for a person", || rig.session_status("unk"), waiting).await;
     assert_eq!(condition(&st, ConditionType::Activity).2, "Standin needs your permission to use Bash");
-    assert_eq!(rig.event_status("unk-2").await.phase, Some(EventPhase::Delivered));
+    assert_eq!(rig.event_status("unk-2").await.phase, Some(PromptPhase::Delivered));
 }
 
 /// The real CLI runs `UserPromptSubmit` just before it writes the prompt to its transcript, and one killed in between

@@ -13,7 +13,7 @@ pub mod shapes;
 pub mod workspace;
 
 use serde_json::Value;
-use worksession::api::{EventPhase, Phase, Via, WorkEventStatus, WorkSessionStatus};
+use worksession::api::{Phase, PromptPhase, Via, WorkEventStatus, WorkSessionStatus};
 use worksession::core::ConditionType;
 
 use crate::standin::TmuxServer;
@@ -153,7 +153,7 @@ async fn await_phase(rig: &impl Rig, name: &str, phase: Phase) -> WorkSessionSta
 }
 
 async fn await_delivered(rig: &impl Rig, event: &str) -> WorkEventStatus {
-    let delivered = |s: &WorkEventStatus| s.phase == Some(EventPhase::Delivered);
+    let delivered = |s: &WorkEventStatus| s.phase == Some(PromptPhase::Delivered);
     await_value(&format!("{event} Delivered"), || rig.event_status(event), delivered).await
 }
 
@@ -200,7 +200,7 @@ fn resumed(status: &WorkSessionStatus) -> (String, String, String) {
 }
 
 /// The phase of `spec.initialPrompt`'s delivery.
-fn initial_phase(status: &WorkSessionStatus) -> Option<EventPhase> {
+fn initial_phase(status: &WorkSessionStatus) -> Option<PromptPhase> {
     status.initial_prompt.as_ref().and_then(|p| p.phase)
 }
 
@@ -340,7 +340,7 @@ pub async fn without_a_transcript_the_settle_window_confirms(rig: &impl Rig) {
     rig.create_session("eps", serde_json::json!({"harness": "standin-blind", "harnessSessionId": "known-eps"})).await;
     let running = await_phase(rig, "eps", Phase::Running).await;
     let ev = rig.event_status("eps-1").await;
-    assert_eq!((ev.phase, ev.via), (Some(EventPhase::Delivering), Some(Via::Resumed)), "{ev:?}");
+    assert_eq!((ev.phase, ev.via), (Some(PromptPhase::Delivering), Some(Via::Resumed)), "{ev:?}");
     let ev = await_delivered(rig, "eps-1").await;
     let respawned = running.last_respawn.as_ref().unwrap().time.0;
     let settled = respawned + k8s_openapi::jiff::SignedDuration::from_secs(10);
@@ -361,13 +361,13 @@ pub async fn late_resume_failure_loses_nothing(rig: &impl Rig) {
     await_value(
         "kappa-1 pasted into the doomed pane",
         || rig.event_status("kappa-1"),
-        |e| e.phase == Some(EventPhase::Delivering),
+        |e| e.phase == Some(PromptPhase::Delivering),
     )
     .await;
     let st = await_value(
         "kappa fresh after the late failure",
         || rig.session_status("kappa"),
-        |s| initial_phase(s) == Some(EventPhase::Delivered) && s.harness_session_id.as_deref() != Some("ghost"),
+        |s| initial_phase(s) == Some(PromptPhase::Delivered) && s.harness_session_id.as_deref() != Some("ghost"),
     )
     .await;
     let id = id(&st);
@@ -408,7 +408,7 @@ pub async fn adopted_unknown_conversation_starts_fresh_with_the_initial_prompt(r
     let st = await_value(
         "mu's initial prompt delivered",
         || rig.session_status("mu"),
-        |s| initial_phase(s) == Some(EventPhase::Delivered),
+        |s| initial_phase(s) == Some(PromptPhase::Delivered),
     )
     .await;
     let (status, reason, _) = resumed(&st);
@@ -429,7 +429,7 @@ pub async fn a_lost_conversation_is_handed_over_unless_turned_off(rig: &impl Rig
         let st = await_value(
             "the initial prompt delivered",
             || rig.session_status(name),
-            |s| initial_phase(s) == Some(EventPhase::Delivered),
+            |s| initial_phase(s) == Some(PromptPhase::Delivered),
         )
         .await;
         let lost = st.harness_session_id.clone().unwrap();
@@ -497,7 +497,11 @@ pub async fn killed_between_paste_and_status_pastes_once(rig: &mut impl Rig) {
     rig.restart_agent_with(Some(Failpoint::AfterPaste));
     rig.send("xi", "xi-1", "exactly once").await;
     rig.tmux().await_prompts(1).await; // pasted; the agent stops before recording it
-    assert_ne!(rig.event_status("xi-1").await.phase, Some(EventPhase::Delivering), "not recorded by the stopped agent");
+    assert_ne!(
+        rig.event_status("xi-1").await.phase,
+        Some(PromptPhase::Delivering),
+        "not recorded by the stopped agent"
+    );
     rig.restart_agent();
     let ev = await_delivered(rig, "xi-1").await;
     assert_eq!(ev.via, Some(Via::Pasted));
@@ -519,7 +523,7 @@ pub async fn idle_stops_and_an_event_wakes_the_same_conversation(rig: &impl Rig)
     rig.create_session("quiet", serde_json::json!({"harness": "standin-blind", "idle": idle, "initialPrompt": "hi"}))
         .await;
     let st = await_phase(rig, "quiet", Phase::Idle).await;
-    assert_eq!(initial_phase(&st), Some(EventPhase::Delivered));
+    assert_eq!(initial_phase(&st), Some(PromptPhase::Delivered));
     let delivered = st.initial_prompt.as_ref().and_then(|p| p.delivered_at.as_ref()).unwrap().0;
     assert!(st.idle_since.as_ref().unwrap().0 >= delivered, "not stopped while delivering: {st:?}");
     assert_eq!(status_reason(&st, ConditionType::Ready), ("False".into(), "Idle".into()));

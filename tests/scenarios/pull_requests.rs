@@ -7,7 +7,7 @@
 use axum::Router;
 use serde_json::Value;
 use tower::ServiceExt;
-use worksession::api::{ChecksState, EventPhase, PullRequestState};
+use worksession::api::{ChecksState, PromptPhase, PullRequestState};
 
 use super::fixtures;
 use super::{Rig, await_delivered, await_value};
@@ -158,5 +158,5 @@ pub async fn a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issu
     };
     await_value("the pull request shown merged", || rig.session_status(ITEM), merged).await;
     let event = rig.event_status(&batch).await;
-    assert_eq!(event.phase, Some(EventPhase::Delivered));
+    assert_eq!(event.phase, Some(PromptPhase::Delivered));
 }

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{
-    ConditionType, EventPhase, Phase, Rig, WorkSessionStatus, await_delivered, await_value, conversation_of, id,
+    ConditionType, Phase, PromptPhase, Rig, WorkSessionStatus, await_delivered, await_value, conversation_of, id,
     initial_phase, resumed, status_reason as condition,
 };
 
@@ -31,7 +31,7 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
     await_value(
         &format!("{a}: initial prompt Delivered"),
         || rig.session_status(&a),
-        |s| initial_phase(s) == Some(EventPhase::Delivered),
+        |s| initial_phase(s) == Some(PromptPhase::Delivered),
     )
     .await;
     if matches!(shape, "gemini" | "copilot" | "opencode") {

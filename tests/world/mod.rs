@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::standin::{Prompt, TmuxServer};
 use crate::support::{TestNamespace, eventually};
-use worksession::api::{EventPhase, Phase, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use worksession::api::{Phase, PromptPhase, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
 use worksession::config::Config;
 
 pub struct World {
@@ -162,7 +162,7 @@ impl World {
         self.await_session(name, &format!("phase {phase:?}"), |ws| phase_of(ws) == Some(phase)).await
     }
 
-    pub async fn await_event(&self, name: &str, phase: EventPhase) -> WorkEvent {
+    pub async fn await_event(&self, name: &str, phase: PromptPhase) -> WorkEvent {
         let api = self.events();
         crate::support::poll(&format!("event {name} {phase:?}"), crate::support::WAIT, || async {
             let event = api.get(name).await.map_err(|e| e.to_string())?;

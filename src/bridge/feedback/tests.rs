@@ -4,7 +4,7 @@
 use super::*;
 use crate::api::{EventSource, WorkEventSpec, WorkEventStatus};
 
-fn event(kind: &str, comment_id: Option<u64>, phase: Option<EventPhase>) -> WorkEvent {
+fn event(kind: &str, comment_id: Option<u64>, phase: Option<PromptPhase>) -> WorkEvent {
     let mut ev = WorkEvent::new(
         "gh-1",
         WorkEventSpec {
@@ -29,10 +29,10 @@ fn event(kind: &str, comment_id: Option<u64>, phase: Option<EventPhase>) -> Work
 
 #[test]
 fn a_reaction_once_delivered_and_not_before() {
-    for phase in [None, Some(EventPhase::Pending), Some(EventPhase::Delivering)] {
+    for phase in [None, Some(PromptPhase::Pending), Some(PromptPhase::Delivering)] {
         assert_eq!(owed(&event("issue_comment", Some(42), phase), Feedback::Reactions), None, "{phase:?}");
     }
-    let owed = owed(&event("issue_comment", Some(42), Some(EventPhase::Delivered)), Feedback::Comments).unwrap();
+    let owed = owed(&event("issue_comment", Some(42), Some(PromptPhase::Delivered)), Feedback::Comments).unwrap();
     assert_eq!(owed.reaction, (Target::IssueComment(42), "eyes"));
     assert_eq!(owed.comment, None, "a delivery is told by the reaction alone");
     assert_eq!(owed.reaction.0.reactions("octo/hello"), "/repos/octo/hello/issues/comments/42/reactions");
@@ -41,7 +41,7 @@ fn a_reaction_once_delivered_and_not_before() {
 #[test]
 fn each_kind_of_comment_gets_its_own_reaction_and_the_rest_react_on_the_item() {
     let target =
-        |kind, id| owed(&event(kind, id, Some(EventPhase::Delivered)), Feedback::Reactions).unwrap().reaction.0;
+        |kind, id| owed(&event(kind, id, Some(PromptPhase::Delivered)), Feedback::Reactions).unwrap().reaction.0;
     assert_eq!(target("pull_request_review_comment", Some(5)), Target::ReviewComment(5));
     assert_eq!(Target::ReviewComment(5).reactions("o/r"), "/repos/o/r/pulls/comments/5/reactions");
     assert_eq!(target("issues", None), Target::Issue(7), "an opened issue");
@@ -51,7 +51,7 @@ fn each_kind_of_comment_gets_its_own_reaction_and_the_rest_react_on_the_item() {
 
 #[test]
 fn a_failure_gets_a_sign_and_with_comments_one_short_comment_without_the_prompt() {
-    let mut ev = event("issue_comment", Some(42), Some(EventPhase::Failed));
+    let mut ev = event("issue_comment", Some(42), Some(PromptPhase::Failed));
     let reactions = owed(&ev, Feedback::Reactions).unwrap();
     assert_eq!((reactions.reaction.1, reactions.comment), ("confused", None));
     let long = "x".repeat(500);
@@ -71,17 +71,17 @@ fn a_failure_gets_a_sign_and_with_comments_one_short_comment_without_the_prompt(
 
 #[test]
 fn once_per_change_off_or_not_from_github_nothing() {
-    let mut ev = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+    let mut ev = event("issue_comment", Some(42), Some(PromptPhase::Delivered));
     assert_eq!(owed(&ev, Feedback::Off), None, "off");
     ev.metadata.annotations = Some([(GIVEN_ANNOTATION.to_string(), "Delivered".to_string())].into());
     assert_eq!(owed(&ev, Feedback::Reactions), None, "given once: a restart does not repeat it");
-    let mut traversal = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+    let mut traversal = event("issue_comment", Some(42), Some(PromptPhase::Delivered));
     traversal.spec.source.as_mut().unwrap().repository = Some("octo/x/../../other/secret".into());
     assert_eq!(owed(&traversal, Feedback::Reactions), None, "only owner/name goes into a path");
     assert!(
         repository_shaped("octo-org/hello.world_2") && !repository_shaped("octo/..") && !repository_shaped("o/r/x")
     );
-    let mut manual = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+    let mut manual = event("issue_comment", Some(42), Some(PromptPhase::Delivered));
     manual.spec.source.as_mut().unwrap().type_ = SourceType::Manual;
     assert_eq!(owed(&manual, Feedback::Reactions), None, "not a GitHub comment");
 }
@@ -90,16 +90,16 @@ fn once_per_change_off_or_not_from_github_nothing() {
 fn one_holder_at_a_time_and_a_lapsed_claim_is_taken_over() {
     let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
     let at = |s: &str| s.parse::<Timestamp>().unwrap();
-    assert_eq!(turn(None, EventPhase::Delivered, "a", now), Turn::Ours { taken_over: None });
+    assert_eq!(permit(None, PromptPhase::Delivered, "a", now), Permit::Ours { taken_over: None });
     let hold = Hold::parse("Delivered b-1 2026-12-01T11:59:30Z").unwrap();
     assert_eq!(hold.value(), "Delivered b-1 2026-12-01T11:59:30Z", "written as read");
-    assert_eq!(turn(Some(&hold), EventPhase::Delivered, "a", now), Turn::Wait(Duration::from_secs(90)));
-    assert_eq!(turn(Some(&hold), EventPhase::Delivered, "b-1", now), Turn::Ours { taken_over: None }, "its own");
-    assert_eq!(turn(Some(&hold), EventPhase::Failed, "a", now), Turn::Ours { taken_over: None }, "another phase");
+    assert_eq!(permit(Some(&hold), PromptPhase::Delivered, "a", now), Permit::Wait(Duration::from_secs(90)));
+    assert_eq!(permit(Some(&hold), PromptPhase::Delivered, "b-1", now), Permit::Ours { taken_over: None }, "its own");
+    assert_eq!(permit(Some(&hold), PromptPhase::Failed, "a", now), Permit::Ours { taken_over: None }, "another phase");
     let lapsed = Hold { time: at("2026-12-01T11:57:00Z"), ..hold };
     assert_eq!(
-        turn(Some(&lapsed), EventPhase::Delivered, "a", now),
-        Turn::Ours { taken_over: Some(at("2026-12-01T11:57:00Z")) }
+        permit(Some(&lapsed), PromptPhase::Delivered, "a", now),
+        Permit::Ours { taken_over: Some(at("2026-12-01T11:57:00Z")) }
     );
     assert_eq!(Hold::parse("Delivered"), None);
     assert_eq!(Hold::parse("Nonsense b 2026-12-01T11:57:00Z"), None);
@@ -126,7 +126,7 @@ fn a_forged_event_points_the_credentials_at_no_repository_but_its_namespaces_own
     );
     let config = BridgeConfig::parse(&yaml, std::path::Path::new("bridge.yaml")).unwrap();
     let labelled = |namespace: &str, route: &str, repository: &str| {
-        let mut ev = event("issue_comment", Some(42), Some(EventPhase::Delivered));
+        let mut ev = event("issue_comment", Some(42), Some(PromptPhase::Delivered));
         ev.metadata.namespace = Some(namespace.into());
         ev.metadata.labels = Some([(ROUTE_LABEL.to_string(), route.to_string())].into());
         ev.spec.source.as_mut().unwrap().repository = Some(repository.into());

@@ -121,9 +121,9 @@ function sessionPage() {
       return tr;
     }));
     if (d.eventsError) live("WorkEvents: " + d.eventsError);
-    if (d.notices && d.notices.error) live("Events: " + d.notices.error);
-    const notices = Array.isArray(d.notices) ? d.notices : [];
-    setRows($("#notices tbody"), notices.map((n) => {
+    if (d.kubeEvents && d.kubeEvents.error) live("Events: " + d.kubeEvents.error);
+    const kubeEvents = Array.isArray(d.kubeEvents) ? d.kubeEvents : [];
+    setRows($("#kube-events tbody"), kubeEvents.map((n) => {
       const tr = document.createElement("tr");
       tr.append(cell(n.time, "mono"), cell(n.kind), cell(n.reason), cell(n.count), cell(n.note));
       return tr;

@@ -11,7 +11,7 @@ fn first_start() -> Case {
     case
 }
 
-fn initial(plan: &Plan) -> Option<EventPhase> {
+fn initial(plan: &Plan) -> Option<PromptPhase> {
     plan.status.initial_prompt.as_ref().and_then(|p| p.phase)
 }
 
@@ -23,17 +23,17 @@ fn tracked_until_known_the_initial_prompt_like_any_other() {
         spawned(&plan),
         "spawn loop-ns_repo-12 claude --session-id 11111111-2222-4333-8444-555555555555 -- start here"
     );
-    assert_eq!(initial(&plan), Some(EventPhase::Delivering), "sent: recorded in status");
+    assert_eq!(initial(&plan), Some(PromptPhase::Delivering), "sent: recorded in status");
     case.liveness = Liveness::Alive;
     case.now = t(102);
     let plan = case.step();
-    assert_eq!(initial(&plan), Some(EventPhase::Delivering), "alive after the probe is not yet known");
+    assert_eq!(initial(&plan), Some(PromptPhase::Delivering), "alive after the probe is not yet known");
     case.now = t(102 + 60);
     let plan = case.step();
     let st = plan.status.initial_prompt.clone().unwrap();
     assert_eq!(
         (st.phase, st.via, st.harness_session_id.as_deref()),
-        (Some(EventPhase::Delivered), Some(Via::Fresh), Some(NEW))
+        (Some(PromptPhase::Delivered), Some(Via::Fresh), Some(NEW))
     );
     assert_eq!(st.delivered_at, Some(Time(t(162))));
     assert_eq!(plan.status.last_prompt_time, Some(Time(t(162))), "when it last took a prompt");
@@ -75,11 +75,11 @@ fn sent_offsets(plan: &Plan) -> Vec<(String, Option<u64>)> {
         .ops
         .iter()
         .filter_map(|op| match op {
-            Op::Event(u) if u.phase == EventPhase::Delivering => Some((u.event.clone(), u.offset)),
+            Op::WorkEventStatus(u) if u.phase == PromptPhase::Delivering => Some((u.event.clone(), u.offset)),
             _ => None,
         })
         .collect();
-    if let Some(p) = plan.status.initial_prompt.as_ref().filter(|p| p.phase == Some(EventPhase::Delivering)) {
+    if let Some(p) = plan.status.initial_prompt.as_ref().filter(|p| p.phase == Some(PromptPhase::Delivering)) {
         offsets.insert(0, (INITIAL_PROMPT.into(), p.sent_offset));
     }
     offsets
@@ -118,7 +118,7 @@ fn a_prompt_its_harness_never_confirms_is_sent_once_more_then_fails_saying_why()
     let plan = case.step();
     assert_eq!(ops(&plan), ["event e1 Pending"], "at the deadline: back in its place");
     assert_eq!(plan.requeue_after, Some(Duration::ZERO));
-    let Op::Event(update) = &plan.ops[0] else { unreachable!() };
+    let Op::WorkEventStatus(update) = &plan.ops[0] else { unreachable!() };
     assert_eq!(
         update.message.as_deref(),
         Some(
@@ -134,7 +134,7 @@ fn a_prompt_its_harness_never_confirms_is_sent_once_more_then_fails_saying_why()
     case.now = t(100 + 600);
     let plan = case.step();
     assert_eq!(ops(&plan), ["event e1 Failed", "event.failed"]);
-    let Op::Event(update) = &plan.ops[0] else { unreachable!() };
+    let Op::WorkEventStatus(update) = &plan.ops[0] else { unreachable!() };
     assert_eq!(
         update.message.as_deref(),
         Some(
@@ -208,7 +208,7 @@ fn a_prompt_queued_behind_a_turn_waits_for_its_end_and_one_behind_a_failed_turn_
     assert_eq!(case.events[0].attempts, 1, "its second send comes");
     assert_eq!(case.events[0].offset, None, "with a mark of its own: the first send's report came to nothing");
     let message = plan.ops.iter().find_map(|op| match op {
-        Op::Event(u) if u.event == "e1" => u.message.clone(),
+        Op::WorkEventStatus(u) if u.event == "e1" => u.message.clone(),
         _ => None,
     });
     assert!(message.as_deref().is_some_and(|m| m.contains("failed (opencode: APIError 500 boom)")), "{message:?}");
@@ -264,7 +264,7 @@ fn a_busy_screen_holds_pastes_and_the_wait_counts_from_the_last_turn() {
     let plan = case.step();
     assert_eq!(&ops(&plan)[..2], ["event e1 Failed", "event.failed"]);
     let message = plan.ops.iter().find_map(|op| match op {
-        Op::Event(u) => u.message.clone(),
+        Op::WorkEventStatus(u) => u.message.clone(),
         _ => None,
     });
     assert!(message.is_some_and(|m| m.contains("kept showing its busy pattern")));
@@ -276,7 +276,7 @@ fn a_late_death_returns_every_unconfirmed_prompt_in_order_and_the_next_spawn_sen
     case.status = ran_old();
     case.status.phase = Some(Phase::Running);
     case.status.initial_prompt = Some(PromptStatus {
-        phase: Some(EventPhase::Delivering),
+        phase: Some(PromptPhase::Delivering),
         sent_time: Some(Time(t(0))),
         via: Some(Via::Resumed),
         ..Default::default()
@@ -287,7 +287,7 @@ fn a_late_death_returns_every_unconfirmed_prompt_in_order_and_the_next_spawn_sen
     case.now = t(30);
     case.output = "No conversation found with session ID: 0a0b0c0d-old";
     let plan = case.step();
-    assert_eq!(initial(&plan), Some(EventPhase::Pending));
+    assert_eq!(initial(&plan), Some(PromptPhase::Pending));
     assert_eq!(ops(&plan), ["session.resume_failed PaneDiedAfterProbe", "event e1 Pending"]);
     let message = &plan.status.conditions.iter().find(|c| c.type_ == RESUMED.as_str()).unwrap().message;
     assert!(message.contains("No conversation found with session ID: 0a0b0c0d-old"), "quotes the pane: {message}");
@@ -407,7 +407,7 @@ fn crash_safe_a_fresh_spawn_whose_tmux_server_restarted_is_not_run_again() {
     let plan = case.step();
     assert_eq!(spawned(&plan), "", "not run again");
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(NEW), "its conversation is kept");
-    assert_eq!(initial(&plan), Some(EventPhase::Delivered), "the transcript shows the boot prompt");
+    assert_eq!(initial(&plan), Some(PromptPhase::Delivered), "the transcript shows the boot prompt");
     // Without the store's word it is the spawn that never ran, run again the same.
     let mut unknown = with_transcript(first_start());
     unknown.step();
@@ -433,19 +433,19 @@ fn an_initial_prompt_not_on_the_command_line_is_owed_until_pasted() {
     case.spec.initial_prompt = Some(long.clone());
     let plan = case.step();
     assert!(!spawned(&plan).contains('x'), "no prompt on the command line: {}", spawned(&plan));
-    assert_eq!(initial(&plan), Some(EventPhase::Pending), "owed, from the intent on");
+    assert_eq!(initial(&plan), Some(PromptPhase::Pending), "owed, from the intent on");
     case.liveness = Liveness::Alive;
     case.screen = Some("booting");
     case.now = t(102);
     let plan = case.step();
-    assert_eq!(initial(&plan), Some(EventPhase::Pending), "survived, not yet ready: still owed");
+    assert_eq!(initial(&plan), Some(PromptPhase::Pending), "survived, not yet ready: still owed");
     case.now = t(103);
-    assert_eq!(initial(&case.step()), Some(EventPhase::Pending), "and after its spawn is recorded");
+    assert_eq!(initial(&case.step()), Some(PromptPhase::Pending), "and after its spawn is recorded");
     case.screen = Some(CLAUDE_READY);
     case.now = t(104);
     let plan = case.step();
     assert_eq!(ops(&plan)[0], format!("paste {INITIAL_PROMPT} into loop-ns_repo-12: {long}"));
-    assert_eq!(initial(&plan), Some(EventPhase::Delivering));
+    assert_eq!(initial(&plan), Some(PromptPhase::Delivering));
 }
 
 /// Gemini CLI's hazard: a harness that takes no prompt while it works (`queuesPrompts: false`) is given prompts
@@ -571,8 +571,8 @@ fn an_unconfirmed_paste_to_a_harness_that_takes_one_at_a_time_gets_its_enter_aga
     assert_eq!(ops(&case.step()), Vec::<String>::new(), "no more");
 
     // Sent at t(100) by `via`, at the hook file's mark 700.
-    let sent = |via| PendingEvent {
-        phase: EventPhase::Delivering,
+    let sent = |via| PendingWorkEvent {
+        phase: PromptPhase::Delivering,
         sent: Some(t(100)),
         via: Some(via),
         offset: Some(700),
@@ -635,7 +635,7 @@ fn an_event_not_due_yet_waits_without_holding_up_the_others_and_wakes_the_decisi
     let mut case = Case::new(ran_old());
     case.liveness = Liveness::Alive;
     case.tmux = Some(SessionView { alive: true, ..ours() });
-    let batch = PendingEvent { not_before: Some(t(130)), ..ev("ci", "CI failed") };
+    let batch = PendingWorkEvent { not_before: Some(t(130)), ..ev("ci", "CI failed") };
     case.events = vec![batch, ev("e2", "a comment")];
     let plan = case.step();
     assert_eq!(ops(&plan), ["paste e2 into loop-ns_repo-12: a comment", "event e2 Delivering via Pasted"]);
@@ -649,7 +649,7 @@ fn an_event_not_due_yet_waits_without_holding_up_the_others_and_wakes_the_decisi
     assert_eq!(ops(&case.step()), ["paste ci into loop-ns_repo-12: CI failed", "event ci Delivering via Pasted"]);
     // A dead pane is not respawned for an event that is not due: nothing waits to be delivered yet.
     let mut dead = Case::new(ran_old());
-    dead.events = vec![PendingEvent { not_before: Some(t(130)), ..ev("ci", "CI failed") }];
+    dead.events = vec![PendingWorkEvent { not_before: Some(t(130)), ..ev("ci", "CI failed") }];
     let plan = dead.step();
     assert_eq!(spawned(&plan), "", "no spawn before the event is due");
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(30)), "woken when it is due");
@@ -675,7 +675,7 @@ fn a_boot_prompt_whose_send_was_not_recorded_is_never_sent_twice() {
         let sent: Vec<String> = ops(&plan).into_iter().filter(|o| o.starts_with("paste")).collect();
         assert!(sent.is_empty(), "never pasted again at t({now}): {:?}", ops(&plan));
     }
-    assert_eq!(case.events[0].phase, EventPhase::Delivering, "recorded as sent");
+    assert_eq!(case.events[0].phase, PromptPhase::Delivering, "recorded as sent");
     case.confirmed = vec!["e1".into()];
     case.now = t(201);
     let plan = case.step();
@@ -715,7 +715,7 @@ fn a_prompt_returned_by_five_dying_harnesses_fails() {
     case.found = Some(true);
     (case.liveness, case.tmux) = (Liveness::Alive, Some(SessionView { alive: true, ..ours() }));
     case.status.phase = Some(Phase::Running);
-    case.events = vec![PendingEvent { returns: RETURN_LIMIT - 2, ..ev("e1", "please fix the bug") }];
+    case.events = vec![PendingWorkEvent { returns: RETURN_LIMIT - 2, ..ev("e1", "please fix the bug") }];
     case.step(); // pasted
     (case.liveness, case.tmux, case.now) = (Liveness::Dead, None, t(110));
     let plan = case.step();
@@ -727,7 +727,8 @@ fn a_prompt_returned_by_five_dying_harnesses_fails() {
     case.status.phase = Some(Phase::Running);
     let plan = case.step();
     assert!(ops(&plan).contains(&"event e1 Failed".to_string()), "{:?}", ops(&plan));
-    let Some(Op::Event(update)) = plan.ops.iter().find(|o| matches!(o, Op::Event(u) if u.phase == EventPhase::Failed))
+    let Some(Op::WorkEventStatus(update)) =
+        plan.ops.iter().find(|o| matches!(o, Op::WorkEventStatus(u) if u.phase == PromptPhase::Failed))
     else {
         unreachable!()
     };

@@ -41,7 +41,7 @@ fn a_prompt_the_harness_would_take_as_a_command_goes_as_text_on_its_command_line
 #[test]
 fn a_hand_made_command_goes_as_it_is_and_never_rides_on_the_command_line() {
     let mut case = Case::new(ran_old());
-    case.events = vec![PendingEvent { command: true, ..ev("e1", "/compact") }];
+    case.events = vec![PendingWorkEvent { command: true, ..ev("e1", "/compact") }];
     assert_eq!(spawned(&case.step()), "spawn loop-ns_repo-12 claude --resume 0a0b0c0d-old");
     case.liveness = Liveness::Alive;
     case.now = t(103);
@@ -75,7 +75,7 @@ fn a_paste_is_recognised_by_the_events_uid_not_its_name() {
     case.tmux = Some(SessionView { alive: true, pasted: "uid-e1/1/4096".into(), ..ours() });
     let plan = case.decide();
     assert_eq!(ops(&plan), ["event e1 Delivering via Pasted"]);
-    let Op::Event(update) = &plan.ops[0] else { unreachable!() };
+    let Op::WorkEventStatus(update) = &plan.ops[0] else { unreachable!() };
     assert_eq!((update.offset, update.attempt), (Some(4096), true), "the paste counted, at its mark");
     // A tag an older release wrote, without a mark.
     case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..ours() });

@@ -7,11 +7,11 @@ use super::*;
 fn lost_with_prompts() -> Case {
     let mut case = Case::new(ran_old());
     case.found = Some(false);
-    let delivered = |name: &str, at, prompt: &str, to: &str| FinishedEvent {
+    let delivered = |name: &str, at, prompt: &str, to: &str| FinishedWorkEvent {
         prompt: prompt.into(),
         conversation: Some(to.into()),
         delivered: true,
-        ..FinishedEvent::new(name, t(at))
+        ..FinishedWorkEvent::new(name, t(at))
     };
     case.finished = vec![
         delivered("e0", 10, "add the feature", OLD),
@@ -109,13 +109,13 @@ fn a_dead_resumes_long_boot_prompt_waits_again_for_the_fallback_to_paste_it() {
     case.events = vec![ev("e1", &long)];
     let plan = case.step();
     assert!(spawned(&plan).contains("--resume"), "resumed with it on its command line");
-    assert_eq!(case.events[0].phase, EventPhase::Delivering);
+    assert_eq!(case.events[0].phase, PromptPhase::Delivering);
     // The resumed pane dies within its probe: a fresh conversation, whose command line cannot hold both.
     (case.liveness, case.now) = (Liveness::Dead, t(101));
     case.output = "No conversation found with session ID: 0a0b0c0d-old";
     let plan = case.step();
     assert!(!spawned(&plan).contains("zzz"), "not on the fallback's command line");
-    assert_eq!((case.events[0].phase, case.events[0].attempts), (EventPhase::Pending, 0), "waits again");
+    assert_eq!((case.events[0].phase, case.events[0].attempts), (PromptPhase::Pending, 0), "waits again");
     (case.liveness, case.now) = (Liveness::Alive, t(200));
     let plan = case.step();
     let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e1")).expect("pasted once ready");
@@ -132,18 +132,18 @@ fn a_delivered_handoff_never_rides_again_not_even_on_an_event_of_the_same_name()
     // e1 is delivered to the new conversation.
     let fresh = plan.status.verification.as_ref().unwrap().harness_session_id.clone();
     case.events.clear();
-    case.finished.push(FinishedEvent {
+    case.finished.push(FinishedWorkEvent {
         prompt: "please fix the bug".into(),
         conversation: Some(fresh),
         delivered: true,
         tag: "uid-e1".into(),
-        ..FinishedEvent::new("e1", t(150))
+        ..FinishedWorkEvent::new("e1", t(150))
     });
     (case.liveness, case.now) = (Liveness::Alive, t(150));
     let plan = case.step();
     assert!(plan.status.handoff.as_ref().unwrap().delivered, "done");
     // A new event of that name.
-    case.events = vec![PendingEvent { tag: "another-uid".into(), ..ev("e1", "again") }];
+    case.events = vec![PendingWorkEvent { tag: "another-uid".into(), ..ev("e1", "again") }];
     case.now = t(160);
     let plan = case.step();
     let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e1")).expect("pasted");
@@ -158,7 +158,7 @@ fn a_handoff_whose_prompt_failed_rides_on_the_next_one() {
     case.step();
     // e1 failed (its harness never confirmed it); e2 comes.
     case.events = vec![ev("e2", "the next one")];
-    case.finished.push(FinishedEvent { tag: "uid-e1".into(), ..FinishedEvent::new("e1", t(120)) });
+    case.finished.push(FinishedWorkEvent { tag: "uid-e1".into(), ..FinishedWorkEvent::new("e1", t(120)) });
     (case.liveness, case.now) = (Liveness::Alive, t(500));
     let plan = case.step();
     let paste = ops(&plan).into_iter().find(|o| o.starts_with("paste e2")).expect("pasted");

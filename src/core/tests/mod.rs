@@ -65,13 +65,13 @@ fn ran_old() -> WorkSessionStatus {
     }
 }
 
-fn ev(name: &str, prompt: &str) -> PendingEvent {
-    PendingEvent::pending(name, prompt, t(-10))
+fn ev(name: &str, prompt: &str) -> PendingWorkEvent {
+    PendingWorkEvent::pending(name, prompt, t(-10))
 }
 
 /// An event sent at t(-1) and not yet known delivered.
-fn delivering(name: &str, prompt: &str, via: Via) -> PendingEvent {
-    PendingEvent { phase: EventPhase::Delivering, sent: Some(t(-1)), via: Some(via), ..ev(name, prompt) }
+fn delivering(name: &str, prompt: &str, via: Via) -> PendingWorkEvent {
+    PendingWorkEvent { phase: PromptPhase::Delivering, sent: Some(t(-1)), via: Some(via), ..ev(name, prompt) }
 }
 
 /// One decision's inputs, with defaults: a dead session, event `e1` pending, at t(100).
@@ -79,7 +79,7 @@ fn delivering(name: &str, prompt: &str, via: Via) -> PendingEvent {
 struct Case {
     spec: WorkSessionSpec,
     status: WorkSessionStatus,
-    events: Vec<PendingEvent>,
+    events: Vec<PendingWorkEvent>,
     liveness: Liveness,
     output: &'static str,
     spawn_failure: Option<&'static str>,
@@ -110,7 +110,7 @@ struct Case {
     /// Rooms on, and the session's room is to be given (wins over `room`).
     room_due: bool,
     finalized: bool,
-    finished: Vec<FinishedEvent>,
+    finished: Vec<FinishedWorkEvent>,
     /// The node a move asks for.
     move_to: Option<&'static str>,
     pull_request: Option<String>,
@@ -247,14 +247,14 @@ impl Case {
                         view.pasted = tag.clone();
                     }
                 }
-                Op::Event(u) => {
-                    if matches!(u.phase, EventPhase::Delivered | EventPhase::Failed) {
+                Op::WorkEventStatus(u) => {
+                    if matches!(u.phase, PromptPhase::Delivered | PromptPhase::Failed) {
                         self.events.retain(|e| e.name != u.event);
                     } else if let Some(e) = self.events.iter_mut().find(|e| e.name == u.event) {
                         e.phase = u.phase;
-                        e.sent = if u.phase == EventPhase::Pending { None } else { u.sent.or(e.sent) };
-                        e.via = if u.phase == EventPhase::Pending { None } else { u.via.or(e.via) };
-                        let forget = u.phase == EventPhase::Pending && !u.keep_mark;
+                        e.sent = if u.phase == PromptPhase::Pending { None } else { u.sent.or(e.sent) };
+                        e.via = if u.phase == PromptPhase::Pending { None } else { u.via.or(e.via) };
+                        let forget = u.phase == PromptPhase::Pending && !u.keep_mark;
                         e.offset = if forget { None } else { u.offset.or(e.offset) };
                         e.attempts = if u.returned { 0 } else { e.attempts + u32::from(u.attempt) };
                         e.returns += u32::from(u.returned);
@@ -283,7 +283,7 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::Spawn(s) => format!("spawn {} {} {}", s.session, s.binary, s.argv.join(" ")),
             Op::Paste { session, key, text, .. } => format!("paste {key} into {session}: {text}"),
             Op::Submit { session, key } => format!("press Enter for {key} in {session}"),
-            Op::Event(u) => {
+            Op::WorkEventStatus(u) => {
                 format!("event {} {:?}{}", u.event, u.phase, u.via.map(|v| format!(" via {v:?}")).unwrap_or_default())
             }
             Op::Notice(n) => match (n.resumed, n.row) {

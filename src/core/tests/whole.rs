@@ -42,7 +42,7 @@ fn finished_events_expire_their_retention_after_they_finished_first_in_the_plan(
     case.liveness = Liveness::Alive;
     case.tmux = Some(ours());
     case.config.event_retention = Some(Duration::from_secs(60));
-    case.finished = vec![FinishedEvent::new("done-long-ago", t(0)), FinishedEvent::new("done-lately", t(90))];
+    case.finished = vec![FinishedWorkEvent::new("done-long-ago", t(0)), FinishedWorkEvent::new("done-lately", t(90))];
     let plan = case.decide();
     assert_eq!(ops(&plan)[..2], ["expire done-long-ago", "paste e1 into loop-ns_repo-12: please fix the bug"]);
     assert!(plan.requeue_after.is_some_and(|d| d <= Duration::from_secs(50)), "wakes for the next: {plan:?}");

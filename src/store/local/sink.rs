@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::{LocalStore, StoreError, create_exclusive, lock, manifest, write_atomic};
-use crate::api::{EventPhase, WorkEvent, WorkSession};
+use crate::api::{PromptPhase, WorkEvent, WorkSession};
 use crate::store::{Archived, Sink, SinkError};
 
 impl Sink for std::sync::Arc<LocalStore> {
@@ -133,7 +133,7 @@ impl Sink for std::sync::Arc<LocalStore> {
         let Some(path) = self.event_path(&name).map_err(unavailable)? else { return Ok(false) };
         // As it is now: a delivery begun since it was read (its status written) keeps the prompt it took.
         let now = self.index().map_err(unavailable)?.events(None).into_iter().find(|(p, _)| *p == path);
-        let begun = |e: &WorkEvent| e.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != EventPhase::Pending);
+        let begun = |e: &WorkEvent| e.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != PromptPhase::Pending);
         if now.is_none_or(|(_, e)| begun(&e) || e.spec != event.spec) {
             return Ok(false);
         }
