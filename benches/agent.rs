@@ -563,7 +563,7 @@ async fn bench_memory() {
     let _ = agent.kill();
     let _ = agent.wait();
     println!(
-        "(d) agent resident memory with {count} WorkSessions ({live} live tmux sessions, all Running after {:.1} s): {:.1} MB (goal < 50 MB at 1,000)",
+        "(d) agent resident memory with {count} WorkSessions ({live} live tmux sessions, all Running after {:.1} s): {:.1} MB (goal < 40 MB at 1,000)",
         settled.as_secs_f64(),
         rss as f64 / 1024.0
     );

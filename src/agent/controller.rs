@@ -59,20 +59,22 @@ pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, opt
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
     let misaddressed = left_behind.clone();
-    let controller =
-        Controller::for_stream(reflector(writer, watcher(sessions, mine)).applied_objects(), cache.clone())
-            .watches(events, addressed_here, move |ev: WorkEvent| {
-                let session = ObjectRef::new(&ev.spec.session).within(&ev.namespace()?);
-                let addressed = known.get(&session).is_some();
-                notices.get_or_create(&AddressedLabel { addressed: if addressed { "true" } else { "false" } }).inc();
-                if !addressed {
-                    let _ = misaddressed.unbounded_send((session.namespace.clone()?, session.name.clone()));
-                }
-                Some(session)
-            })
-            .reconcile_on(poked)
-            .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
-            .shutdown_on_signal();
+    // The cache keeps what a decision or a wake reads, not the objects' bookkeeping: every session's managedFields
+    // (two managers' worth of status fields) would be most of what the agent holds at a thousand sessions.
+    let watched = watcher(sessions, mine).modify(crate::api::slim);
+    let controller = Controller::for_stream(reflector(writer, watched).applied_objects(), cache.clone())
+        .watches(events, addressed_here, move |ev: WorkEvent| {
+            let session = ObjectRef::new(&ev.spec.session).within(&ev.namespace()?);
+            let addressed = known.get(&session).is_some();
+            notices.get_or_create(&AddressedLabel { addressed: if addressed { "true" } else { "false" } }).inc();
+            if !addressed {
+                let _ = misaddressed.unbounded_send((session.namespace.clone()?, session.name.clone()));
+            }
+            Some(session)
+        })
+        .reconcile_on(poked)
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
+        .shutdown_on_signal();
 
     tracing::info!(event = "agent.started", node, "reconciling the WorkSessions of this node");
     let run = controller.run(reconcile, error_policy, ctx.clone()).for_each(|result| async move {

@@ -57,6 +57,13 @@ pub const LIFECYCLE_AT_ANNOTATION: &str = "worksession.dev/lifecycle-at";
 /// The [`MOVE_REQUEST_ANNOTATION`] value that lets the controller choose the node.
 pub const ANY_NODE: &str = "*";
 
+/// Drops from an object what no reader of a cache needs: its managedFields and a client-side apply's copy of it
+/// (`kubectl.kubernetes.io/last-applied-configuration`), which together can outweigh the rest of it.
+pub fn slim<K: kube::ResourceExt>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+    obj.annotations_mut().remove("kubectl.kubernetes.io/last-applied-configuration");
+}
+
 /// `namespace/name`: an object as people name it, in tmux tags, and (for a WorkSession) in its tmux session's name.
 pub fn identity(obj: &impl kube::ResourceExt) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
@@ -657,6 +664,25 @@ pub fn crds_yaml() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache keeps an object's spec, status, labels and other annotations, not its bookkeeping.
+    #[test]
+    fn a_slim_object_keeps_all_but_its_managed_fields_and_last_applied_copy() {
+        use kube::ResourceExt;
+        let mut ws: WorkSession = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "labels": {"l": "1"}, "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{}", MOVE_ANNOTATION: "node-b"},
+                "managedFields": [{"manager": "worksession-agent", "operation": "Apply"}]},
+            "spec": {"workItem": "a", "harness": "claude", "workdir": "/w"},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let before = ws.clone();
+        slim(&mut ws);
+        assert!(ws.metadata.managed_fields.as_ref().is_none_or(Vec::is_empty));
+        assert_eq!(ws.annotations().keys().collect::<Vec<_>>(), [MOVE_ANNOTATION]);
+        assert_eq!((&ws.spec, &ws.status, ws.labels()), (&before.spec, &before.status, before.labels()));
+    }
 
     #[test]
     fn crds_carry_only_formats_the_api_server_knows() {

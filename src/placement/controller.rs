@@ -71,8 +71,16 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let session_changes = reflector::reflector(sessions_writer, watcher(watched, Default::default()));
-    let node_changes = reflector::reflector(nodes_writer, watcher(Api::all(client.clone()), Default::default()));
+    // The caches keep what a decision reads, not the objects' bookkeeping (nor a Node's list of images).
+    let session_changes =
+        reflector::reflector(sessions_writer, watcher(watched, Default::default()).modify(crate::api::slim));
+    let node_stream = watcher(Api::all(client.clone()), Default::default()).modify(|n: &mut KubeNode| {
+        crate::api::slim(n);
+        if let Some(status) = n.status.as_mut() {
+            status.images = None;
+        }
+    });
+    let node_changes = reflector::reflector(nodes_writer, node_stream);
     let agents = watcher::Config::default().labels(&format!("{LEASE_LABEL}=true"));
     let lease_changes =
         reflector::reflector(leases_writer, watcher(Api::namespaced(client.clone(), &options.lease_namespace), agents));

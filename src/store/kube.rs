@@ -188,7 +188,8 @@ impl KubeSink {
     pub fn new(client: Client) -> Self {
         let (sessions, writer) = reflector::store();
         let synced = Arc::new(AtomicBool::new(false));
-        let stream = reflector(writer, watcher(Api::<WorkSession>::all(client.clone()), watcher::Config::default()));
+        let watched = watcher(Api::<WorkSession>::all(client.clone()), watcher::Config::default());
+        let stream = reflector(writer, watched.modify(crate::api::slim));
         tokio::spawn(stream.default_backoff().for_each(|_| std::future::ready(())));
         tokio::spawn({
             let (sessions, synced) = (sessions.clone(), synced.clone());
