@@ -5,6 +5,7 @@
 
 pub mod controller;
 pub mod discovery;
+pub mod error;
 pub mod evidence;
 pub mod lease;
 pub mod metrics;
@@ -28,9 +29,10 @@ use crate::store::Store;
 use crate::telemetry::Admin;
 use crate::tmux::TmuxRunner;
 pub use controller::run;
+pub use error::ReconcileError;
 pub use metrics::AgentMetrics;
 pub use on_changes::run_on_changes;
-pub use reconcile::{Failpoint, Observer, ReconcileError, Reconciler};
+pub use reconcile::{Failpoint, Observer, Reconciler};
 
 /// Where the sessions whose events are labelled for this node but that are on another go (namespace, name): the
 /// cluster driver relabels those events for that node.

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
 use tracing::Instrument;
 
+use super::error::ReconcileError;
 use super::evidence::{self, Gathering, agent_dirs};
 use super::metrics::{AgentMetrics, CategoryLabel, IdleLabel, ReasonLabel, ResumedLabel, ViaLabel};
 use super::registries::Registries;
@@ -28,78 +29,6 @@ pub enum Failpoint {
     AfterIntent,
     /// After a paste, before its status is written.
     AfterPaste,
-}
-
-/// A reconcile that failed, naming the step that failed, with its source.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// Reading the WorkSession or its WorkEvents.
-    #[error("reading the session and its events: {0}")]
-    Read(#[source] StoreError),
-    /// Observing tmux.
-    #[error("observing tmux: {0}")]
-    Observe(#[source] TmuxError),
-    /// Adding the agent's finalizer.
-    #[error("adding the finalizer: {0}")]
-    AddFinalizer(#[source] StoreError),
-    /// Releasing the agent's finalizer.
-    #[error("releasing the finalizer: {0}")]
-    ReleaseFinalizer(#[source] StoreError),
-    /// Deleting a WorkEvent whose retention ran out.
-    #[error("expiring event {event}: {source}")]
-    ExpireEvent {
-        /// The WorkEvent.
-        event: String,
-        /// Why.
-        source: StoreError,
-    },
-    /// Recording the intent before a spawn.
-    #[error("writing the intent: {0}")]
-    WriteIntent(#[source] StoreError),
-    /// Stopping the tmux session.
-    #[error("stopping the tmux session: {0}")]
-    Stop(#[source] TmuxError),
-    /// Pasting a prompt into the live pane.
-    #[error("pasting event {event}: {source}")]
-    Paste {
-        /// The WorkEvent.
-        event: String,
-        /// Why.
-        source: TmuxError,
-    },
-    /// Recording a WorkEvent's status.
-    #[error("writing the status of event {event}: {source}")]
-    WriteEventStatus {
-        /// The WorkEvent.
-        event: String,
-        /// Why.
-        source: StoreError,
-    },
-    /// Recording the session's status.
-    #[error("writing status: {0}")]
-    WriteStatus(#[source] StoreError),
-    /// Giving the session its room (its record, its home).
-    #[error("giving the room: {0}")]
-    GiveRoom(String),
-    /// Freeing the session's room.
-    #[error("freeing the room: {0}")]
-    ReleaseRoom(String),
-    /// Handing the session to another node.
-    #[error("handing the session to another node: {0}")]
-    Move(#[source] StoreError),
-}
-
-impl ReconcileError {
-    /// A short stable category for metrics: the kind of source (never an object name).
-    pub fn category(&self) -> crate::words::ErrorCategory {
-        use ReconcileError::*;
-        match self {
-            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) | Move(e) => e.category(),
-            ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
-            Observe(e) | Stop(e) | Paste { source: e, .. } => e.category(),
-            GiveRoom(_) | ReleaseRoom(_) => crate::words::ErrorCategory::Room,
-        }
-    }
 }
 
 /// tmux observations shared by concurrent reconciles: a reconcile gets an observation taken after it started,
@@ -394,18 +323,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     tracing::info!(event = "session.moved", node, "handed to another node");
                 }
                 Op::Spawn(spawn) => {
-                    let handed = match (&spawn.confine, &config.rooms) {
-                        // Its home closed again and the workdir the room's before its harness starts there.
-                        (Some(room), Some(rooms)) => crate::room::close_home(room.uid, &room.home).and_then(|()| {
-                            self.registries.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))
-                        }),
-                        _ => Ok(()),
-                    };
-                    let spawned = match handed {
-                        Ok(()) => tmux.spawn(spawn).await.map_err(|e| e.to_string()),
-                        Err(e) => Err(e),
-                    };
-                    if let Err(message) = spawned {
+                    if let Err(message) = self.spawn(spawn, config).await {
                         // The recorded intent is the status the next decision starts from; it is told why.
                         self.registries.spawn_failures.put(owner_name, &spawn.tag, message);
                         return Ok(Executed::SpawnRefused);
@@ -425,31 +343,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::WorkEventStatus(update) => {
                     let Some(ev) = events.iter().find(|e| e.name_any() == update.event) else { continue };
                     let old = written.get(update.event.as_str()).or(ev.status.as_ref());
-                    let status = queue::apply(old, update, Time(Timestamp::now()));
-                    self.store
-                        .write_event_status(ev, &status)
-                        .await
-                        .map_err(|source| ReconcileError::WriteEventStatus { event: update.event.clone(), source })?;
-                    if let Some(via) = update.via.filter(|_| update.phase == crate::api::PromptPhase::Delivered) {
-                        self.metrics.events_delivered.get_or_create(&ViaLabel { via: via.as_str() }).inc();
-                    }
-                    written.insert(update.event.as_str(), status);
+                    written.insert(update.event.as_str(), self.write_event_status(ev, old, update).await?);
                 }
-                Op::GrantPush { repository, host, home, dir, owner } => {
-                    let Some(push) = &config.workspaces.push else { continue };
-                    let granted =
-                        self.registries.push.grant(push, owner_name, (repository, host), (home, dir), *owner).await;
-                    match granted {
-                        Ok(expires) => {
-                            tracing::info!(event = "workspace.push_token", repository, %expires, "push token handed out");
-                        }
-                        // Once per run of failures; the next decision tries again.
-                        Err((why, false)) => {
-                            self.report(ws, &core::Notice::new(EventReason::PushTokenFailed, why)).await
-                        }
-                        Err((why, true)) => tracing::debug!(event = "workspace.push_token_failed", why, "again"),
-                    }
-                }
+                Op::GrantPush { .. } => self.grant_push(ws, owner_name, op, config).await,
                 Op::Notice(notice) => self.report(ws, notice).await,
                 Op::PrepareWorkspace => self.registries.workspaces.start(owner_name, ws, config),
                 Op::MarkPrepared => {
@@ -459,63 +355,130 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                         tracing::error!(event = "rooms.record_failed", error = %e, "the checkout will not be handed over");
                     }
                 }
-                Op::RemoveWorkspace => match self.registries.workspaces.remove(owner_name, ws, config).await {
-                    crate::workspace::Removal::Removed => {
-                        tracing::info!(event = "workspace.removed", workdir = ws.spec.workdir, "removed the checkout");
-                    }
-                    crate::workspace::Removal::Kept(why) => {
-                        self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
-                    }
-                },
-                Op::GiveRoom => {
-                    let Some(rooms) = &config.rooms else { continue };
-                    let workdir = std::path::Path::new(&ws.spec.workdir);
-                    let given = self.registries.rooms.give(rooms, owner_name, workdir, &agent_dirs(config));
-                    let room = given.map_err(ReconcileError::GiveRoom)?;
-                    tracing::debug!(event = "rooms.given", uid = room.uid, "the session's room is ready");
-                }
-                Op::ReleaseRoom => {
-                    let Some(rooms) = &config.rooms else { continue };
-                    let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { continue };
-                    let confine = crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
-                    // Nothing of the uid may outlive the session (a harness's child that left its tmux session).
-                    tmux.evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
-                    // The finalizer stays on failure: the room is freed on the next try, never given out half-cleared.
-                    let kept = self.registries.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
-                    if let Some(to) = kept {
-                        let why = format!(
-                            "{} was its harness's: moved aside to {} (the agent's alone; no room reaches it)",
-                            ws.spec.workdir,
-                            to.display()
-                        );
-                        self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
-                    }
-                }
+                Op::RemoveWorkspace => self.remove_workspace(ws, owner_name, config).await,
+                Op::GiveRoom => self.give_room(ws, owner_name, config)?,
+                Op::ReleaseRoom => self.release_room(ws, owner_name, config).await?,
                 Op::Forget => {
                     self.registries.spawn_failures.settle(owner_name, None);
                     self.registries.push.forget(owner_name);
                 }
                 Op::ReleaseFinalizer { deleting_since } => {
-                    // The finalizer stays until those that go with it are gone.
-                    let namespace = ws.namespace().unwrap_or_default();
-                    let events = self.store.events(&namespace, &ws.name_any()).await.map_err(ReconcileError::Read)?;
-                    let goes = |ev: &&WorkEvent| {
-                        let made = ev.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                        core::goes_with_its_session(made, *deleting_since)
-                    };
-                    for ev in events.iter().filter(goes) {
-                        self.store.delete_event(ev).await.map_err(ReconcileError::ReleaseFinalizer)?;
-                    }
-                    self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
-                    self.registries.push.forget(owner_name);
-                    if let (None, Some(home)) = (&config.rooms, &config.harness_home) {
-                        // A room's home goes with its room; the shared HOME keeps no token of a session gone.
-                        let _ = std::fs::remove_dir_all(crate::core::push_dir(home, owner_name));
-                    }
+                    self.release_finalizer(ws, owner_name, *deleting_since, config).await?;
                 }
             }
         }
         Ok(Executed::All)
+    }
+
+    /// Starts the harness: in a room, its home closed again and the workdir the room's first. What tmux or the room
+    /// said when it refused.
+    async fn spawn(&self, spawn: &core::Spawn, config: &Config) -> Result<(), String> {
+        if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
+            crate::room::close_home(room.uid, &room.home)?;
+            self.registries.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))?;
+        }
+        self.observer.tmux().spawn(spawn).await.map_err(|e| e.to_string())
+    }
+
+    /// Writes `update` over a WorkEvent's status (`old`: as this plan last wrote it, or as read); the status written.
+    async fn write_event_status(
+        &self,
+        ev: &WorkEvent,
+        old: Option<&crate::api::WorkEventStatus>,
+        update: &core::WorkEventUpdate,
+    ) -> Result<crate::api::WorkEventStatus, ReconcileError> {
+        let status = queue::apply(old, update, Time(Timestamp::now()));
+        self.store
+            .write_event_status(ev, &status)
+            .await
+            .map_err(|source| ReconcileError::WriteEventStatus { event: update.event.clone(), source })?;
+        if let Some(via) = update.via.filter(|_| update.phase == crate::api::PromptPhase::Delivered) {
+            self.metrics.events_delivered.get_or_create(&ViaLabel { via: via.as_str() }).inc();
+        }
+        Ok(status)
+    }
+
+    /// Hands the harness its push token ([`Op::GrantPush`]); a failure is said once per run of failures, and the
+    /// next decision tries again.
+    async fn grant_push(&self, ws: &WorkSession, owner_name: &str, op: &Op, config: &Config) {
+        let (Op::GrantPush { repository, host, home, dir, owner }, Some(push)) = (op, &config.workspaces.push) else {
+            return;
+        };
+        match self.registries.push.grant(push, owner_name, (repository, host), (home, dir), *owner).await {
+            Ok(expires) => {
+                tracing::info!(event = "workspace.push_token", repository, %expires, "push token handed out")
+            }
+            Err((why, false)) => self.report(ws, &core::Notice::new(EventReason::PushTokenFailed, why)).await,
+            Err((why, true)) => tracing::debug!(event = "workspace.push_token_failed", why, "again"),
+        }
+    }
+
+    /// Removes the session's checkout, or says why it is kept.
+    async fn remove_workspace(&self, ws: &WorkSession, owner_name: &str, config: &Config) {
+        match self.registries.workspaces.remove(owner_name, ws, config).await {
+            crate::workspace::Removal::Removed => {
+                tracing::info!(event = "workspace.removed", workdir = ws.spec.workdir, "removed the checkout");
+            }
+            crate::workspace::Removal::Kept(why) => {
+                self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
+            }
+        }
+    }
+
+    /// Gives the session its room.
+    fn give_room(&self, ws: &WorkSession, owner_name: &str, config: &Config) -> Result<(), ReconcileError> {
+        let Some(rooms) = &config.rooms else { return Ok(()) };
+        let workdir = std::path::Path::new(&ws.spec.workdir);
+        let given = self.registries.rooms.give(rooms, owner_name, workdir, &agent_dirs(config));
+        let room = given.map_err(ReconcileError::GiveRoom)?;
+        tracing::debug!(event = "rooms.given", uid = room.uid, "the session's room is ready");
+        Ok(())
+    }
+
+    /// Frees the session's room once nothing of its uid runs (a harness's child that left its tmux session
+    /// included); its workdir goes aside where it was its harness's. On failure the finalizer stays: the room is
+    /// freed on the next try, never given out half-cleared.
+    async fn release_room(&self, ws: &WorkSession, owner_name: &str, config: &Config) -> Result<(), ReconcileError> {
+        let Some(rooms) = &config.rooms else { return Ok(()) };
+        let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(()) };
+        let confine = crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
+        self.observer.tmux().evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
+        let kept = self.registries.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
+        if let Some(to) = kept {
+            let why = format!(
+                "{} was its harness's: moved aside to {} (the agent's alone; no room reaches it)",
+                ws.spec.workdir,
+                to.display()
+            );
+            self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
+        }
+        Ok(())
+    }
+
+    /// Deletes the WorkEvents that go with the deleted session, read fresh (one written since this reconcile read
+    /// them too), then drops the finalizer: it stays until they are gone.
+    async fn release_finalizer(
+        &self,
+        ws: &WorkSession,
+        owner_name: &str,
+        deleting_since: Timestamp,
+        config: &Config,
+    ) -> Result<(), ReconcileError> {
+        let namespace = ws.namespace().unwrap_or_default();
+        let events = self.store.events(&namespace, &ws.name_any()).await.map_err(ReconcileError::Read)?;
+        let goes = |ev: &&WorkEvent| {
+            core::goes_with_its_session(ev.metadata.creation_timestamp.as_ref().map(|t| t.0), deleting_since)
+        };
+        for ev in events.iter().filter(goes) {
+            self.store.delete_event(ev).await.map_err(ReconcileError::ReleaseFinalizer)?;
+        }
+        self.store.set_finalizer(ws, false).await.map_err(ReconcileError::ReleaseFinalizer)?;
+        self.registries.push.forget(owner_name);
+        if let (None, Some(home)) = (&config.rooms, &config.harness_home) {
+            // A room's home goes with its room; the shared HOME keeps no token of a session gone.
+            let _ = std::fs::remove_dir_all(crate::core::push_dir(home, owner_name));
+        }
+        Ok(())
     }
 
     /// Logs `notice` (counting it where a metric counts it) and records it as a Kubernetes Event.
