@@ -542,6 +542,8 @@ async fn bench_memory() {
         .arg(&config_path)
         .env("KUBECONFIG", &support::control_plane().kubeconfig)
         .env("RUST_LOG", "warn")
+        // As the chart runs it; `MALLOC_ARENA_MAX=0` measures glibc's own default.
+        .env("MALLOC_ARENA_MAX", std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "1".into()))
         .spawn()
         .unwrap();
     let api: Api<WorkSession> = ns.api();
