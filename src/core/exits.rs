@@ -16,17 +16,22 @@ use crate::harness::Profile;
 
 impl Decision<'_, '_> {
     /// A resumed pane that dies within the settle window: its prompts go back to `Pending`, and when its last lines
-    /// say the harness cannot find the conversation, the next spawn is fresh.
+    /// say the harness cannot find the conversation, the next spawn is fresh. So does one whose last lines say so
+    /// later, before it ran long enough to be healthy: a CLI slowed by a loaded node says it after the settle window
+    /// (Gemini CLI 13 s after its start, measured beside a build), and resuming it again would fail the same way for
+    /// ever.
     pub(super) fn resumed_pane_died_while_settling(&mut self, profile: &Profile, settings: Settings) -> bool {
         let input = self.input;
         let Some(r) = self.status.last_respawn.clone() else { return false };
-        let within = input.context.now < later(r.time.0, Duration::from_secs(settings.settle.into()));
-        if !(r.resumed && within && input.observed.liveness == Liveness::Dead) {
+        let now = input.context.now;
+        let within = now < later(r.time.0, Duration::from_secs(settings.settle.into()));
+        let unresumable = profile.resume_failed(input.observed.last_output.trim());
+        let said_early = unresumable && now < later(r.time.0, HEALTHY_AFTER);
+        if !(r.resumed && (within || said_early) && input.observed.liveness == Liveness::Dead) {
             return false;
         }
-        let mut message =
-            format!("resumed conversation {} died after the probe, within {}s", r.harness_session_id, settings.settle);
-        let unresumable = profile.resume_failed(input.observed.last_output.trim());
+        let after = if within { format!("within {}s", settings.settle) } else { "before it was healthy".into() };
+        let mut message = format!("resumed conversation {} died after the probe, {after}", r.harness_session_id);
         if unresumable {
             message.push_str("; the harness cannot find it, so the next spawn is fresh");
         }

@@ -478,6 +478,15 @@ fn step5_resumed_pane_dying_within_settle() {
     case.events.clear();
     case.now = t(61);
     assert_eq!(ops(&case.step()), ["session.exited"]);
+
+    // After the settle window, but saying it cannot find the conversation before it ran long enough to be healthy (a
+    // CLI slowed by a loaded node): the same late failure, and the next spawn is fresh, not the same resume for ever.
+    let mut case = Case::new(resumed_at_0());
+    case.events = vec![delivering("e1", "please fix the bug", Via::Resumed)];
+    case.now = t(75);
+    case.output = "No conversation found with session ID: 0a0b0c0d-old";
+    assert_eq!(ops(&case.step()), ["session.resume_failed PaneDiedAfterProbe", "event e1 Pending"]);
+    assert_eq!(spawned(&case.step()), FRESH_E1);
 }
 
 #[test]
