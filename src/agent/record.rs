@@ -9,7 +9,7 @@ use std::path::Path;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{PromptPhase, WorkSessionSpec, WorkSessionStatus};
-use crate::core::{INITIAL_PROMPT, PendingWorkEvent, initial_prompt_owed};
+use crate::core::{INITIAL_PROMPT, PendingWorkEvent, PromptKey, initial_prompt_owed};
 use crate::harness::Profile;
 use crate::harness::clean_prompt;
 use crate::harness::hooks::{Hooks, Turn};
@@ -41,7 +41,7 @@ pub fn sent(spec: &WorkSessionSpec, status: &WorkSessionStatus, events: &[Pendin
         let text = text.into_owned();
         let offset = status.initial_prompt.as_ref().and_then(|p| p.sent_offset);
         let at = status.initial_prompt.as_ref().and_then(|p| p.sent_time.as_ref()).map(|t| t.0);
-        sent.insert(0, Sent { key: INITIAL_PROMPT.into(), text, command: false, offset, at });
+        sent.insert(0, Sent { key: PromptKey::Initial.to_string(), text, command: false, offset, at });
     }
     sent
 }

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::{
     ActivityReason, Attempt, Decision, EventReason, HEALTHY_AFTER, INITIAL_PROMPT, Notice, Op, PendingWorkEvent,
-    ReadyReason, Settings, later, until,
+    PromptKey, ReadyReason, Settings, later, until,
 };
 use crate::api::{Phase, PromptPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
@@ -92,8 +92,8 @@ pub fn hook_args(
 /// One prompt not yet known delivered.
 #[derive(Clone, Debug)]
 pub(super) struct Prompt<'i> {
-    /// A WorkEvent's name, or [`INITIAL_PROMPT`].
-    pub key: &'i str,
+    /// Which prompt.
+    pub key: PromptKey<'i>,
     /// What its paste tags the tmux session with: a WorkEvent's UID, or [`INITIAL_PROMPT`].
     pub tag: &'i str,
     pub text: &'i str,
@@ -154,7 +154,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         {
             let recorded = input.object.status.initial_prompt.as_ref();
             prompts.push(Prompt {
-                key: INITIAL_PROMPT,
+                key: PromptKey::Initial,
                 tag: INITIAL_PROMPT,
                 text,
                 phase,
@@ -171,7 +171,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let now = input.context.now;
         let due = |e: &&PendingWorkEvent| e.phase != PromptPhase::Pending || e.not_before.is_none_or(|t| t <= now);
         prompts.extend(input.object.events.iter().filter(due).map(|e| Prompt {
-            key: &e.name,
+            key: PromptKey::Event(&e.name),
             tag: &e.tag,
             text: &e.prompt,
             phase: e.phase,
@@ -237,12 +237,12 @@ impl<'a, 'i> Decision<'a, 'i> {
                 }
                 PromptPhase::Delivering => {
                     // Only the harness's own record says it took it, and only what it wrote after the send.
-                    if input.evidence.confirmed.iter().any(|k| k == prompt.key) {
+                    if input.evidence.confirmed.iter().any(|k| k == prompt.key.as_str()) {
                         self.delivered(&prompt, proof);
                         continue;
                     }
                     let deadline = later(prompt.sent.unwrap_or(now), input.context.config.confirm_timeout);
-                    if input.evidence.dropped.iter().any(|k| k == prompt.key) {
+                    if input.evidence.dropped.iter().any(|k| k == prompt.key.as_str()) {
                         // Taken behind a turn that failed for good, and never sent to the model (opencode): sent
                         // again, now the harness is idle, as a prompt that went nowhere is, with a mark of its own
                         // (the report of the first send speaks of a take that came to nothing).
@@ -255,7 +255,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         self.resend_or_fail(&prompt, said, Attempt::No);
                         continue;
                     }
-                    if input.evidence.queued.iter().any(|k| k == prompt.key) {
+                    if input.evidence.queued.iter().any(|k| k == prompt.key.as_str()) {
                         // Taken behind a running turn: known delivered once that turn ends well (its hooks wake the
                         // session; a death returns it). While the harness says it works, however long its retries
                         // take, it waits; past the deadline with the harness no longer working, its hook's word is
@@ -332,7 +332,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         text.push(' ');
                     }
                     // The paste's tag carries its mark, for a decision that does not see the send recorded.
-                    let (session, key, tag) = (self.session.clone(), prompt.key.into(), paste_tag(&prompt, mark));
+                    let (session, key, tag) = (self.session.clone(), prompt.key.to_string(), paste_tag(&prompt, mark));
                     self.ops.push(Op::Paste { session, key, tag, text });
                     self.set_prompt(prompt.key, PromptPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
@@ -390,7 +390,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.requeue(until(now, due));
         } else if now < last {
             if ready && !self.ops.iter().any(|op| matches!(op, Op::Submit { .. })) {
-                self.ops.push(Op::Submit { session: self.session.clone(), key: prompt.key.into() });
+                self.ops.push(Op::Submit { session: self.session.clone(), key: prompt.key.to_string() });
             }
             self.requeue(SUBMIT_AGAIN_AFTER);
         }
@@ -411,7 +411,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     }
 
     /// The prompt `key`, if it is not yet known delivered.
-    pub(super) fn prompt(&self, key: &str) -> Option<Prompt<'i>> {
+    pub(super) fn prompt(&self, key: PromptKey<'_>) -> Option<Prompt<'i>> {
         self.prompts().into_iter().find(|p| p.key == key)
     }
 
@@ -419,7 +419,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn delivered(&mut self, prompt: &Prompt<'_>, proof: Proof) {
         self.set_prompt(prompt.key, PromptPhase::Delivered, prompt.via, Attempt::No, None);
         let via = prompt.via.map(|v| format!(" ({v:?})")).unwrap_or_default();
-        let steered = self.input.evidence.steered.iter().any(|k| k == prompt.key);
+        let steered = self.input.evidence.steered.iter().any(|k| k == prompt.key.as_str());
         let shown = if steered { "the harness's events file, steered into its running turn" } else { proof.said() };
         let message = format!("{} reached the conversation{via}, shown by {shown}", prompt.key);
         self.notice(Notice::new(EventReason::Delivered, message));
@@ -427,7 +427,7 @@ impl<'a, 'i> Decision<'a, 'i> {
 
     /// The pane is gone: a prompt its transcript already shows was delivered all the same; every other prompt sent to
     /// it goes back to `Pending`, in its place.
-    pub(super) fn return_unconfirmed(&mut self, why: &str) -> Vec<&'i str> {
+    pub(super) fn return_unconfirmed(&mut self, why: &str) -> Vec<PromptKey<'i>> {
         let mut failed = Vec::new();
         for prompt in self.prompts() {
             if prompt.phase == PromptPhase::Pending && prompt.offset.is_some() {
@@ -440,7 +440,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             if prompt.phase != PromptPhase::Delivering {
                 continue;
             }
-            if self.input.evidence.confirmed.iter().any(|k| k == prompt.key) {
+            if self.input.evidence.confirmed.iter().any(|k| k == prompt.key.as_str()) {
                 self.delivered(&prompt, self.input.evidence.record.proof);
             } else if !self.return_prompt(&prompt, why) {
                 failed.push(prompt.key);

@@ -8,7 +8,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resume::{Fresh, ResumeReason, candidate};
-use super::{Decision, INITIAL_PROMPT};
+use super::{Decision, INITIAL_PROMPT, PromptKey};
 use crate::api::{HANDOFF_DEFAULT_CHARACTERS, HandoffStatus, PromptPhase};
 use crate::harness::Profile;
 
@@ -85,7 +85,7 @@ impl Decision<'_, '_> {
     }
 
     /// Sending `key` (not a harness command): it claims the handoff when one is owed and unclaimed; whether it did.
-    pub(super) fn claim_handoff(&mut self, key: &str) -> bool {
+    pub(super) fn claim_handoff(&mut self, key: PromptKey<'_>) -> bool {
         let tag = self.prompt(key).map(|p| p.tag.to_string());
         let Some(h) = self.status.handoff.as_mut().filter(|h| !h.delivered && h.prompt.is_none()) else {
             return false;
@@ -95,8 +95,8 @@ impl Decision<'_, '_> {
     }
 
     /// How long `key`'s text is as sent, with the handoff it would carry.
-    pub(super) fn carried_len(&self, key: &str, text: &str) -> usize {
-        let mine = |h: &&HandoffStatus| !h.delivered && h.prompt.as_deref().is_none_or(|p| p == key);
+    pub(super) fn carried_len(&self, key: PromptKey<'_>, text: &str) -> usize {
+        let mine = |h: &&HandoffStatus| !h.delivered && h.prompt.as_deref().is_none_or(|p| p == key.as_str());
         self.status.handoff.as_ref().filter(mine).map_or(0, |h| h.text.len() + 2) + text.len()
     }
 }

@@ -49,7 +49,8 @@ pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
     Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Notice, Object,
-    Observed, Op, PendingWorkEvent, Plan, Record, Room, Severity, WorkEventUpdate, Workspace, goes_with_its_session,
+    Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Room, Severity, WorkEventUpdate, Workspace,
+    goes_with_its_session,
 };
 pub use push::{
     GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, grant_key, push_dir, push_env, push_target,
@@ -236,7 +237,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// Moves the prompt `key` to `phase`: a WorkEvent by an op, `initialPrompt` in status.
     fn set_prompt(
         &mut self,
-        key: &str,
+        key: PromptKey<'_>,
         phase: PromptPhase,
         via: Option<Via>,
         attempt: Attempt,
@@ -257,8 +258,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         let keep_mark = attempt == Attempt::Again;
         let returned = attempt == Attempt::Returned;
         let attempt = !matches!(attempt, Attempt::No | Attempt::Again | Attempt::Returned);
-        if key != INITIAL_PROMPT {
-            let event = key.to_string();
+        if let PromptKey::Event(event) = key {
+            let event = event.to_string();
             let update = WorkEventUpdate {
                 event,
                 phase,

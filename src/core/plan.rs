@@ -11,9 +11,34 @@ use super::session::{Liveness, SessionView, Spawn, TmuxSession};
 use crate::api::{PromptPhase, Via, WorkSessionSpec, WorkSessionStatus};
 use crate::config::Config;
 
-/// The key of `spec.initialPrompt` among the prompts (WorkEvents are keyed by name, which is never camelCase), and
-/// the tag its paste gives the tmux session (a WorkEvent's is its UID).
+/// How [`PromptKey::Initial`] is written where a prompt's key is a word (a paste's tag, a status's carried prompt,
+/// a log line): a WorkEvent's name is never camelCase, so it never reads as one.
 pub const INITIAL_PROMPT: &str = "initialPrompt";
+
+/// Which prompt: the session's `spec.initialPrompt`, or a WorkEvent by its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PromptKey<'a> {
+    /// `spec.initialPrompt`.
+    Initial,
+    /// The WorkEvent of this name.
+    Event(&'a str),
+}
+
+impl<'a> PromptKey<'a> {
+    /// The key as a word: a WorkEvent's name, or [`INITIAL_PROMPT`].
+    pub fn as_str(&self) -> &'a str {
+        match self {
+            Self::Initial => INITIAL_PROMPT,
+            Self::Event(name) => name,
+        }
+    }
+}
+
+impl std::fmt::Display for PromptKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// An event of the session that is not delivered yet, oldest first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,7 +361,7 @@ pub enum Op {
     Paste {
         /// The tmux session.
         session: String,
-        /// The prompt's key: a WorkEvent's name, or [`INITIAL_PROMPT`].
+        /// The prompt's key as a word ([`PromptKey::as_str`]).
         key: String,
         /// The tag the paste gives the session (see [`PendingWorkEvent::tag`]).
         tag: String,

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::resume::{Fresh, ResumeReason, try_resume};
 use super::session::{Liveness, Spawn};
 use super::{
-    ARGV_PROMPT_LIMIT, Attempt, Claim, Confinement, Decision, EventReason, INITIAL_PROMPT, Notice, Op, ReadyReason,
+    ARGV_PROMPT_LIMIT, Attempt, Claim, Confinement, Decision, EventReason, Notice, Op, PromptKey, ReadyReason,
     Settings, later, until,
 };
 use crate::api::{Phase, PromptPhase, RestartPolicy, Verification, Via};
@@ -24,7 +24,7 @@ pub(super) struct SpawnRequest<'p> {
     /// The conversation id: the recorded one to resume, or the new one.
     pub id: String,
     /// The boot prompt's key and text, riding on the command line.
-    pub boot: Option<(&'p str, &'p str)>,
+    pub boot: Option<(PromptKey<'p>, &'p str)>,
     /// Why it is fresh (a row of the resume table), when it is.
     pub fresh: Option<Fresh>,
 }
@@ -46,8 +46,9 @@ impl<'a, 'i> Decision<'a, 'i> {
         let mut waiting = self.prompts();
         waiting.retain(|p| !failed.contains(&p.key));
         // Those the transcript showed were just recorded delivered.
-        waiting
-            .retain(|p| !(p.phase == PromptPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key)));
+        waiting.retain(|p| {
+            !(p.phase == PromptPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key.as_str()))
+        });
         let reopened = self.status.phase == Some(Phase::Archived) && !input.object.spec.archived;
         // Stopped on purpose (idle, archived), not exited: restartPolicy Never does not keep a prompt from waking it.
         let stopped = matches!(self.status.phase, Some(Phase::Idle | Phase::Archived));
@@ -105,7 +106,13 @@ impl<'a, 'i> Decision<'a, 'i> {
     }
 
     /// A fresh spawn after a failed resume, with the same boot prompt.
-    pub(super) fn respawn_fresh(&mut self, profile: &Profile, settings: Settings, boot: Option<&str>, fresh: Fresh) {
+    pub(super) fn respawn_fresh(
+        &mut self,
+        profile: &Profile,
+        settings: Settings,
+        boot: Option<PromptKey<'_>>,
+        fresh: Fresh,
+    ) {
         let input = self.input;
         let boot = boot.and_then(|key| self.prompt(key)).filter(|_| profile.takes_prompt(Mode::Fresh));
         let boot = boot.map(|p| (p.key, p.text));
@@ -140,12 +147,13 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         // A boot prompt rides on the command line with the handoff it claims when both fit; else it is pasted once
         // the harness is ready (one a dead resume was given waits again, with nothing counted).
-        let fits = |(key, text): &(&str, &str)| self.carried_len(key, &clean_prompt(text)) <= ARGV_PROMPT_LIMIT;
+        let fits =
+            |(key, text): &(PromptKey<'_>, &str)| self.carried_len(*key, &clean_prompt(text)) <= ARGV_PROMPT_LIMIT;
         let (boot, dropped) = match boot {
             Some(b) if !fits(&b) => (None, Some(b.0)),
             other => (other, None),
         };
-        if let Some(key) = dropped.filter(|k| self.prompt(k).is_some_and(|p| p.phase == PromptPhase::Delivering)) {
+        if let Some(key) = dropped.filter(|k| self.prompt(*k).is_some_and(|p| p.phase == PromptPhase::Delivering)) {
             let why = "too long for the command line with its handoff: pasted once the harness is ready";
             // Returned already (by the death or the failed resume that led here): only its place changes.
             self.set_prompt(key, PromptPhase::Pending, None, Attempt::No, Some(why.into()));
@@ -162,10 +170,13 @@ impl<'a, 'i> Decision<'a, 'i> {
             deadline: Time(later(now, Duration::from_secs(settings.probe.into()))),
             resume: mode == Mode::Resume,
             harness_session_id: id,
-            event: boot.map(|(key, _)| key.to_string()).filter(|key| key != INITIAL_PROMPT),
+            event: boot.and_then(|(key, _)| match key {
+                PromptKey::Event(name) => Some(name.to_string()),
+                PromptKey::Initial => None,
+            }),
             fresh_reason,
             fresh_message,
-            initial_prompt: boot.is_some_and(|(key, _)| key == INITIAL_PROMPT),
+            initial_prompt: boot.is_some_and(|(key, _)| key == PromptKey::Initial),
             spawn: input.context.new_session_id.to_string(),
         };
         let op = match self.spawn_op(profile, &v, boot.map(|(_, text)| text)) {
@@ -173,7 +184,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             Err(e) => {
                 // Only the prompt can make a hostable profile refuse: this harness cannot take it.
                 self.status.phase = Some(Phase::Pending);
-                let key = boot.map(|(key, _)| key).unwrap_or(INITIAL_PROMPT);
+                let key = boot.map_or(PromptKey::Initial, |(key, _)| key);
                 self.set_prompt(key, PromptPhase::Failed, None, Attempt::Counted, Some(e.to_string()));
                 self.notice(Notice::new(EventReason::DeliveryFailed, format!("{key}: {e}")));
                 self.requeue(Duration::ZERO);
@@ -185,8 +196,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         // as owed before the spawn: once the spawn is on record, an untracked one reads as a session adopted
         // mid-life, which is never sent it.
         let owed = super::initial_prompt_owed(input.object.spec, &self.status) == Some(PromptPhase::Pending);
-        if owed && boot_key != Some(INITIAL_PROMPT) && self.status.initial_prompt.is_none() {
-            self.set_prompt(INITIAL_PROMPT, PromptPhase::Pending, None, Attempt::No, None);
+        if owed && boot_key != Some(PromptKey::Initial) && self.status.initial_prompt.is_none() {
+            self.set_prompt(PromptKey::Initial, PromptPhase::Pending, None, Attempt::No, None);
         }
         self.claim_for(profile, &v);
         self.status.verification = Some(v);
@@ -306,6 +317,6 @@ impl<'a, 'i> Decision<'a, 'i> {
 }
 
 /// The key of a verification's boot prompt.
-pub(super) fn boot_key(v: &Verification) -> Option<&str> {
-    if v.initial_prompt { Some(INITIAL_PROMPT) } else { v.event.as_deref() }
+pub(super) fn boot_key(v: &Verification) -> Option<PromptKey<'_>> {
+    if v.initial_prompt { Some(PromptKey::Initial) } else { v.event.as_deref().map(PromptKey::Event) }
 }

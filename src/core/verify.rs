@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::Liveness;
 use super::resume::{Fresh, ResumeReason};
 use super::spawn::boot_key;
-use super::{Attempt, Decision, EventReason, Notice, ReadyReason, Settings, later, until};
+use super::{Attempt, Decision, EventReason, Notice, PromptKey, ReadyReason, Settings, later, until};
 use crate::api::{Phase, PromptPhase, Respawn, Verification, Via};
 use crate::harness::Profile;
 
@@ -167,7 +167,7 @@ impl Decision<'_, '_> {
         &mut self,
         profile: &Profile,
         settings: Settings,
-        boot: Option<&str>,
+        boot: Option<PromptKey<'_>>,
         why: ResumeReason,
         message: String,
     ) {
