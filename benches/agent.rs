@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use worksession::api::{Phase, PromptPhase, WorkEvent, WorkSession};
 use worksession::config::Config;
-use worksession::tmux::{Tmux, TmuxRunner};
+use worksession::node::tmux::{Tmux, TmuxRunner};
 
 /// The agent's debug spans as they close: each step of a reconcile, named by its session.
 #[derive(Clone, Default)]
@@ -169,7 +169,7 @@ async fn bench_observe() {
     for _ in 0..support::bench_size(30, 3) {
         let t = Instant::now();
         // The same format the agent asks for: what is compared is the agent's own work around one tmux call.
-        let format = worksession::tmux::observe_format("bench");
+        let format = worksession::node::tmux::observe_format("bench");
         let out = server.tmux().args(["list-panes", "-a", "-F", &format]).output().unwrap();
         assert!(out.status.success());
         raw.push(t.elapsed());
@@ -299,8 +299,8 @@ fn pane_dead(server: &Server, session: &str) -> bool {
 }
 
 /// The runner's spawn of the marker harness as session `id`, owned by the bench.
-fn marker_spawn(id: &str, script: &str, workdir: &Path, clear: bool) -> worksession::tmux::Spawn {
-    worksession::tmux::Spawn {
+fn marker_spawn(id: &str, script: &str, workdir: &Path, clear: bool) -> worksession::node::tmux::Spawn {
+    worksession::node::tmux::Spawn {
         session: id.into(),
         workdir: workdir.into(),
         binary: "/bin/sh".into(),
@@ -372,7 +372,11 @@ async fn bench_respawn(spans: &Spans) {
         let target = format!("={id}:");
         server.tmux().args(["set-option", "-w", "-t", &target, "remain-on-exit", "on"]).status().unwrap();
         // Tagged as the runner's spawn below tags it: the runner clears only a session of its own owner.
-        server.tmux().args(["set-option", "-t", &target, worksession::tmux::OWNER_TAG, "bench"]).status().unwrap();
+        server
+            .tmux()
+            .args(["set-option", "-t", &target, worksession::node::tmux::OWNER_TAG, "bench"])
+            .status()
+            .unwrap();
     }
     // The tmux side alone: the runner's spawn over a dead session of that name (an owner-checked clearing first).
     let runner = TmuxRunner::new(Some(server.socket()));

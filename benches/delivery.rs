@@ -71,7 +71,7 @@ async fn live_paste(profile: &str) {
 
 /// Claude Code's transcripts of the world's workdir, as (file, text).
 fn transcripts(w: &World) -> Vec<(PathBuf, String)> {
-    let slug = worksession::transcript::cwd_slug(&w.tmux.workdir().display().to_string());
+    let slug = worksession::node::transcript::cwd_slug(&w.tmux.workdir().display().to_string());
     let dir = w.tmux.state().join(".claude/projects").join(slug);
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries.flatten().map(|e| (e.path(), std::fs::read_to_string(e.path()).unwrap_or_default())).collect()

@@ -60,13 +60,14 @@ async fn main() {
         let lease_name = worksession::agent::lease::lease_name(name);
         leases.patch(&lease_name, &PatchParams::apply("bench").force(), &Patch::Apply(&lease)).await.unwrap();
     }
-    let options = worksession::placement::controller::Options {
+    let options = worksession::controller::placement::controller::Options {
         lease_namespace: ns.name.clone(),
         grace: Duration::from_secs(300),
         namespace: Some(ns.name.clone()),
     };
     let ready = Arc::new(AtomicBool::new(false));
-    let controller = tokio::spawn(worksession::placement::controller::run(client.clone(), options, ready.clone()));
+    let controller =
+        tokio::spawn(worksession::controller::placement::controller::run(client.clone(), options, ready.clone()));
     while !ready.load(std::sync::atomic::Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -91,7 +91,7 @@ enum Command {
         all_namespaces: bool,
         /// Output format.
         #[arg(short, long, value_enum)]
-        output: Option<worksession::get::Output>,
+        output: Option<worksession::cli::get::Output>,
         /// After the list, print a row for every change until interrupted.
         #[arg(short, long)]
         watch: bool,
@@ -253,15 +253,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Room { uid, home, workdir, command } = &cli.command {
         // Before any thread exists: the process becomes the room's user and execs, or says why it could not.
-        let e = worksession::room::enter(*uid, home, workdir, command);
+        let e = worksession::node::room::enter(*uid, home, workdir, command);
         eprintln!("worksession room: {e}");
         return ExitCode::from(126);
     }
     if let Command::Hook { out, spawn, event, payload } = &cli.command {
         // Run by a harness for each of its hooks: one line appended, nothing else, and quickly.
         let received = match payload {
-            Some(payload) => worksession::hook::receive(out, event, spawn, payload.as_bytes()),
-            None => worksession::hook::receive(out, event, spawn, std::io::stdin().lock()),
+            Some(payload) => worksession::node::hook::receive(out, event, spawn, payload.as_bytes()),
+            None => worksession::node::hook::receive(out, event, spawn, std::io::stdin().lock()),
         };
         return match received {
             Ok(()) => ExitCode::SUCCESS,
@@ -272,11 +272,11 @@ fn main() -> ExitCode {
         };
     }
     if let Command::HookExec { style, out, spawn, command } = &cli.command {
-        let Some(style) = worksession::hook::Hooks::from_name(style) else {
+        let Some(style) = worksession::node::hook::Hooks::from_name(style) else {
             eprintln!("worksession hook-exec: unknown style {style:?} (known: gemini, copilot, opencode)");
             return ExitCode::FAILURE;
         };
-        let e = worksession::hook::exec_through(style, out, spawn, command);
+        let e = worksession::node::hook::exec_through(style, out, spawn, command);
         eprintln!("worksession hook-exec: {}: {e}", out.display());
         return ExitCode::FAILURE;
     }
@@ -342,7 +342,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Controller { admin_addr, lease_namespace, node_lost_grace_seconds, no_placement, namespace } => {
             worksession::telemetry::init_tracing(cli.log_json);
             let grace = Duration::from_secs(node_lost_grace_seconds.max(1));
-            let placement = (!no_placement).then_some(worksession::placement::controller::Options {
+            let placement = (!no_placement).then_some(worksession::controller::placement::controller::Options {
                 lease_namespace,
                 grace,
                 namespace,
@@ -390,11 +390,11 @@ async fn get(
     mut args: Vec<String>,
     namespace: Option<String>,
     all_namespaces: bool,
-    output: Option<worksession::get::Output>,
+    output: Option<worksession::cli::get::Output>,
     watch: bool,
     local: Option<PathBuf>,
 ) -> ExitCode {
-    use worksession::get::{Backend, Query, Resource, Scope};
+    use worksession::cli::get::{Backend, Query, Resource, Scope};
     let kind = match args.first().and_then(|a| Resource::parse(a)) {
         Some(kind) => {
             args.remove(0);
@@ -420,7 +420,7 @@ async fn get(
     };
     let scope = if all_namespaces { Scope::All } else { Scope::One(namespace.unwrap_or(context_namespace)) };
     let query = Query { kind, names: args, scope, output };
-    match worksession::get::run(&source, &query, watch).await {
+    match worksession::cli::get::run(&source, &query, watch).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
@@ -428,7 +428,7 @@ async fn get(
 
 /// `peek` (with `lines`) or `attach` (without).
 async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
-    use worksession::terminal::{attach_args, kubectl_tmux, local_tmux, peek_args, session_of};
+    use worksession::cli::terminal::{attach_args, kubectl_tmux, local_tmux, peek_args, session_of};
     let tmux_args = |session: &str| match lines {
         Some(n) => peek_args(session, n),
         None => attach_args(session),
@@ -469,7 +469,7 @@ async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
             let Some(node) = ws.spec.node_name.as_deref() else {
                 return fail(&format!("{name} is not placed on a node yet (see its Placed condition)"));
             };
-            let (pod_namespace, pod) = match worksession::terminal::agent_pod(&client, node).await {
+            let (pod_namespace, pod) = match worksession::cli::terminal::agent_pod(&client, node).await {
                 Ok(p) => p,
                 Err(e) => return fail(&e),
             };

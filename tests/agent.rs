@@ -12,7 +12,7 @@ use serde_json::json;
 use standin::seed_conversation;
 use support::eventually;
 use worksession::api::{Phase, PromptPhase, Via, WorkEvent, WorkSession};
-use worksession::tmux::{Liveness, Tmux};
+use worksession::node::tmux::{Liveness, Tmux};
 use world::{World, condition, recorded_id};
 
 // The scenarios shared with local mode (tests/scenarios), registered from their one list.

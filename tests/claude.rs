@@ -65,7 +65,8 @@ async fn a_real_turn_ends_at_its_stop_and_the_idle_stop_counts_from_there() {
     // Status times are whole seconds: the period is 2 s, so at least 1 s after the turn's end, whatever the rounding.
     assert!(idle_since >= turn_end + std::time::Duration::from_secs(1), "{idle_since} after {turn_end}");
     // The CLI's own word for the turn's end: its Stop, before the stop by at least the period (whole seconds).
-    let hooks = std::fs::read_to_string(worksession::hook::file_of(&w.tmux.state(), &format!("{}/rt", w.ns.name)));
+    let hooks =
+        std::fs::read_to_string(worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/rt", w.ns.name)));
     let stopped: Vec<k8s_openapi::jiff::Timestamp> = hooks
         .unwrap()
         .lines()
@@ -136,7 +137,7 @@ async fn compaction_by_a_person_or_by_the_cli_keeps_the_recorded_conversation() 
     w.type_in(&session, "/compact");
     let compactions = || model.prompts().iter().filter(|p| p.contains("Respond with TEXT ONLY")).count();
     support::until("the person's compaction asked of the model", || async { compactions() > 0 }).await;
-    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
+    let hooks = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
     let compacted = |n: usize| {
         let hooks = hooks.clone();
         move || {
@@ -221,7 +222,7 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
     w.type_in(&session, "the person's own instruction");
     let (home, workdir) = (w.tmux.state(), w.tmux.workdir());
     support::eventually("the instruction in the new conversation", || async {
-        let path = worksession::transcript::locate(
+        let path = worksession::node::transcript::locate(
             &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
             &home,
             &workdir.display().to_string(),
@@ -237,7 +238,7 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
     assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(new.as_str())));
     await_in_transcript(&w, &new, "after the crash").await; // resumed where the person was
     // The conversation they cleared (idle, it never wrote a transcript) did not get it.
-    let cleared = worksession::transcript::locate(
+    let cleared = worksession::node::transcript::locate(
         &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
         &home,
         &workdir.display().to_string(),
@@ -252,14 +253,14 @@ async fn a_persons_clear_moves_the_recorded_id_and_a_crash_resumes_where_they_we
 async fn await_in_transcript(w: &World, id: &str, text: &str) {
     support::eventually(&format!("{text:?} in the transcript of {id}"), || async {
         let path = transcript_dir(w, id).join(format!("{id}.jsonl"));
-        std::fs::read_to_string(path).ok().filter(|t| worksession::transcript::contains(t, text)).map(|_| ())
+        std::fs::read_to_string(path).ok().filter(|t| worksession::node::transcript::contains(t, text)).map(|_| ())
     })
     .await;
 }
 
 /// Claude Code's transcript of conversation `id` run in `workdir`, under `home`.
 fn transcript(home: &Path, workdir: &Path, id: &str) -> String {
-    let path = worksession::transcript::locate(
+    let path = worksession::node::transcript::locate(
         &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
         home,
         &workdir.display().to_string(),
@@ -356,11 +357,11 @@ async fn a_webhook_clear_or_shell_line_is_a_prompt_to_the_real_cli() {
     let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
     let prompts = [format!("Prompt: {touch}"), "Prompt: /clear".into(), "Prompt: /clear everything".into()];
     for prompt in prompts.into_iter().chain(["the next prompt".to_string()]) {
-        assert!(worksession::transcript::contains(&text, &prompt), "{prompt:?} in the recorded conversation");
+        assert!(worksession::node::transcript::contains(&text, &prompt), "{prompt:?} in the recorded conversation");
     }
     assert!(!marker.exists(), "no shell command ran");
     // The CLI's own word: one conversation in this workdir, and its live process runs the recorded one.
-    let project = worksession::transcript::locate(
+    let project = worksession::node::transcript::locate(
         &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
         &w.tmux.state(),
         &w.tmux.workdir().display().to_string(),
@@ -450,7 +451,7 @@ async fn a_conversation_held_by_a_background_session_waits_and_is_resumed_not_re
 
 /// The folder of Claude Code's transcripts for the world's workdir.
 fn transcript_dir(w: &World, id: &str) -> PathBuf {
-    let path = worksession::transcript::locate(
+    let path = worksession::node::transcript::locate(
         &worksession::harness::builtin()["claude"].conversation_path.clone().unwrap(),
         &w.tmux.state(),
         &w.tmux.workdir().display().to_string(),
@@ -526,7 +527,7 @@ async fn a_handoff_too_long_for_the_command_line_is_pasted_whole() {
     })
     .await;
     // The CLI wraps a long paste (`<pasted_content id=...>`, measured with 2.1.332): its words are the text's.
-    let words = worksession::transcript::words;
+    let words = worksession::node::transcript::words;
     let sent = words(&sent);
     assert!(sent.starts_with(&format!("[worksession] This work item was in conversation {lost}")), "{sent:.300}");
     assert!(sent.contains("[1] first prompt: build the feature"));
@@ -554,7 +555,8 @@ async fn a_rate_limited_turn_is_recorded_as_an_api_error_and_the_next_prompt_goe
     .await;
     let asked = model.prompts().iter().filter(|p| p.contains("limited: the first prompt")).count();
     assert_eq!(asked, 1, "not retried by the CLI");
-    let hooks = std::fs::read_to_string(worksession::hook::file_of(&w.tmux.state(), &format!("{}/rl", w.ns.name)));
+    let hooks =
+        std::fs::read_to_string(worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/rl", w.ns.name)));
     assert!(!hooks.unwrap_or_default().contains("\"Stop\""), "no Stop after an API error");
 
     model.on("after the limit", Reply::text("Back at work."));
@@ -594,7 +596,7 @@ async fn a_review_comment_lands_in_the_conversation_that_took_the_issue() {
     await_in_transcript(&w, &id, "I replaced the unwrap.").await;
     let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
     for said in ["please fix the parser", "I fixed the parser on the branch.", "this unwrap can panic"] {
-        assert!(worksession::transcript::contains(&text, said), "{said:?} in the conversation");
+        assert!(worksession::node::transcript::contains(&text, said), "{said:?} in the conversation");
     }
     let asks = |r: &support::model::Request| r.prompt.as_deref().is_some_and(|p| p.contains("this unwrap can panic"));
     let asked = model.requests().into_iter().find(asks).expect("asked");

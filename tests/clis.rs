@@ -88,7 +88,7 @@ async fn gemini_through_the_agent_its_hooks_confirm_the_prompt() {
             && model.prompts().iter().any(|p| p.contains("hello from the tests"))
     })
     .await;
-    let hooks = std::fs::read_to_string(worksession::hook::file_of(&home, &format!("{}/gh", w.ns.name))).unwrap();
+    let hooks = std::fs::read_to_string(worksession::node::hook::file_of(&home, &format!("{}/gh", w.ns.name))).unwrap();
     assert!(hooks.contains("\"UserPromptSubmit\"") && hooks.contains("hello from the tests"), "BeforeAgent: {hooks}");
     assert!(hooks.contains("\"source\":\"startup\""), "SessionStart at its start: {hooks}");
 }
@@ -111,8 +111,8 @@ async fn an_unknown_conversation_falls_back_to_a_fresh_one_that_stays_alive(name
     assert_eq!(reason, "PaneDiedAfterProbe", "{message}");
     assert!(worksession::harness::builtin()[name].resume_failed(&message), "{message}");
     assert_ne!(recorded_id(&ws), unknown, "a fresh conversation under a new id");
-    let observed = worksession::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
-    assert_eq!(observed.liveness(&w.tmux_session(name)), worksession::tmux::Liveness::Alive);
+    let observed = worksession::node::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
+    assert_eq!(observed.liveness(&w.tmux_session(name)), worksession::node::tmux::Liveness::Alive);
 }
 
 #[tokio::test]
@@ -138,8 +138,8 @@ async fn copilot_through_the_agent_an_unknown_conversation_falls_back_to_a_fresh
         if store.is_dir() { Ok(()) } else { Err(format!("{} missing", store.display())) }
     })
     .await;
-    let observed = worksession::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
-    assert_eq!(observed.liveness(&w.tmux_session("copilot")), worksession::tmux::Liveness::Alive);
+    let observed = worksession::node::tmux::Tmux::observe(&w.tmux.runner).await.unwrap();
+    assert_eq!(observed.liveness(&w.tmux_session("copilot")), worksession::node::tmux::Liveness::Alive);
 }
 
 /// opencode takes no id at start: the agent finds it in opencode's own log (a line saying it created a session in the
@@ -189,7 +189,7 @@ async fn opencode_through_the_agent_its_hooks_confirm_the_prompt_and_name_the_co
     let w = scripted_world("opencode", &model, 60).await;
     w.create_session("oc", json!({"harness": "opencode", "initialPrompt": "hello from the tests"})).await;
     w.await_session("oc", "the initial prompt Delivered", |ws| initial_prompt_is(ws, PromptPhase::Delivered)).await;
-    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/oc", w.ns.name));
+    let hooks = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/oc", w.ns.name));
     let said = std::fs::read_to_string(&hooks).unwrap();
     assert!(said.contains("\"UserPromptSubmit\"") && said.contains("hello from the tests"), "chat.message: {said}");
     let ws = w
@@ -273,7 +273,7 @@ async fn copilot_through_the_agent_a_prompt_it_throws_away_is_never_delivered() 
     // A person leaves it (Ctrl-C, pressed again until it goes: it asks for a second one): its plugin's sessionEnd
     // runs the receiver.
     let session = w.tmux_session("cp");
-    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
+    let hooks = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/cp", w.ns.name));
     support::poll("its sessionEnd", support::WAIT, || async {
         let said = std::fs::read_to_string(&hooks).unwrap_or_default();
         if said.contains("\"SessionEnd\"") {
@@ -310,7 +310,7 @@ async fn copilot_a_prompt_steered_into_a_retrying_turn_is_delivered_once() {
     let ev = w.await_event("cs-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!((ev.attempts, ev.via), (1, Some(Via::Pasted)), "{ev:?}");
     w.await_session("cs", "the turn over", |ws| condition(ws, "Activity").is_some_and(|c| c.1 == "Idle")).await;
-    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/cs", w.ns.name));
+    let hooks = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/cs", w.ns.name));
     let said = std::fs::read_to_string(&hooks).unwrap();
     assert!(!said.contains("steered into it"), "no hook reported it (else this proves nothing): {said}");
     let prompts = model.prompts();

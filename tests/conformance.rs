@@ -74,7 +74,7 @@ fn version_of(name: &str) -> String {
 
 /// The distinct hooks the session's hook file holds, in the order first seen.
 fn hooks_seen(w: &World, session: &str) -> Vec<String> {
-    let file = worksession::hook::file_of(&w.tmux.state(), &format!("{}/{session}", w.ns.name));
+    let file = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/{session}", w.ns.name));
     let mut seen: Vec<String> = Vec::new();
     for line in std::fs::read_to_string(file).unwrap_or_default().lines() {
         let hook =
@@ -88,7 +88,7 @@ fn hooks_seen(w: &World, session: &str) -> Vec<String> {
 
 /// The session ids the CLI's own hooks named (`SessionStart` and others carry one).
 fn ids_in_hooks(w: &World, session: &str) -> Vec<String> {
-    let file = worksession::hook::file_of(&w.tmux.state(), &format!("{}/{session}", w.ns.name));
+    let file = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/{session}", w.ns.name));
     let text = std::fs::read_to_string(file).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -362,7 +362,7 @@ async fn a_persons_clear(w: &World, model: &Model, name: &str, turns: bool, firs
     // A person types once the CLI is done with its turn.
     idle_screen(w).await;
     let session = w.tmux_session("c");
-    let hooks = worksession::hook::file_of(&w.tmux.state(), &format!("{}/c", w.ns.name));
+    let hooks = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/c", w.ns.name));
     let said_before = std::fs::read_to_string(&hooks).unwrap_or_default().len();
     w.type_in(&session, clear);
     if name == "gemini" {

@@ -7,7 +7,7 @@ mod repos;
 
 use repos::origin;
 use worksession::api::WorkspaceSpec;
-use worksession::workspace::{Git, Locks, WorkspacesConfig};
+use worksession::node::workspace::{Git, Locks, WorkspacesConfig};
 
 /// `file://` reads any repository on the node (another work item's unpushed branches in its clone included): refused
 /// unless the config lists the transport, as the tests' own configs do.

@@ -291,7 +291,7 @@ async fn closing_an_issue_archives_its_session_and_a_comment_or_reopening_wakes_
     // Quiet already (the stand-in printed its answer and waits): stopped within the minute, the conversation kept.
     let archived = w.await_phase(session, Phase::Archived).await;
     assert_eq!(world::recorded_id(&archived), conversation);
-    w.tmux.await_liveness(&w.tmux_session(session), worksession::tmux::Liveness::Absent).await; // the harness stopped
+    w.tmux.await_liveness(&w.tmux_session(session), worksession::node::tmux::Liveness::Absent).await; // the harness stopped
 
     // A comment on the closed issue: delivered into the same conversation, never lost to the archive.
     assert_eq!(deliver(bridge.addr, "issue_comment", "life-2", &comment(31, 802, "one more thing")).await.0, 201);

@@ -1,5 +1,5 @@
 //! The layers, kept by a test rather than by discipline: no two modules of `src/` use each other,
-//! directly or around a circle. A module is a file (`src/tmux.rs` is `tmux`, `src/agent/reconcile.rs` is
+//! directly or around a circle. A module is a file (`src/node/tmux.rs` is `node::tmux`, `src/agent/reconcile.rs` is
 //! `agent::reconcile`, a `mod.rs` its directory); its uses are every `crate::...` and `super::...` path outside its
 //! `#[cfg(test)]` tests, each followed through the `pub use` re-exports to the module that defines what it names (a
 //! child's `super::Reconciler` uses `agent::reconcile`, not its parent). A child naming what its parent defines is how
@@ -201,4 +201,45 @@ fn only_main_names_a_backend() {
         .map(|(module, _)| module)
         .collect();
     assert_eq!(naming, BTreeSet::from([String::new()]), "`` is main.rs (and lib.rs)");
+}
+
+/// The tree's top level, by layer, lowest first: each layer uses only the layers below it (and itself), and every
+/// top-level module is in one.
+const LAYERS: [(&str, &[&str]); 4] = [
+    ("the pure parts", &["api", "config", "core", "harness", "words"]),
+    ("beside them: storage, GitHub's API, telemetry, signals", &["github", "signal", "store", "telemetry"]),
+    ("the node's edges", &["node"]),
+    ("the processes", &["agent", "bridge", "cli", "console", "controller"]),
+];
+
+fn layer_index(module: &str) -> Option<usize> {
+    let top = module.split("::").next().unwrap_or_default();
+    LAYERS.iter().position(|(_, modules)| modules.contains(&top))
+}
+
+#[test]
+fn the_tree_shows_the_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let tops: BTreeSet<String> = all
+        .iter()
+        .map(|f| module_of(&src, f))
+        .filter(|m| !m.is_empty())
+        .map(|m| m.split("::").next().unwrap().into())
+        .collect();
+    let unplaced: Vec<&String> = tops.iter().filter(|m| layer_index(m).is_none()).collect();
+    assert!(unplaced.is_empty(), "top-level modules in no layer: {unplaced:?}");
+    let mut upward = Vec::new();
+    for (module, used) in uses() {
+        let Some(from) = layer_index(&module) else { continue }; // lib.rs and main.rs
+        for target in used.iter().filter(|t| layer_index(t).is_some_and(|to| to > from)) {
+            upward.push(format!(
+                "{module} ({}) uses {target} ({})",
+                LAYERS[from].0,
+                LAYERS[layer_index(target).unwrap()].0
+            ));
+        }
+    }
+    assert!(upward.is_empty(), "uses of a higher layer:\n{}", upward.join("\n"));
 }

@@ -16,7 +16,7 @@ use standin::{TmuxServer, seed_conversation};
 use support::until;
 use worksession::api::{WorkEventStatus, WorkSessionStatus};
 use worksession::config::Config;
-use worksession::tmux::{Liveness, Tmux};
+use worksession::node::tmux::{Liveness, Tmux};
 
 struct Local {
     tmux: TmuxServer,

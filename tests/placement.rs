@@ -17,7 +17,7 @@ use serde_json::json;
 use standin::TmuxServer;
 use support::{TestNamespace, eventually};
 use worksession::api::{Phase, PromptPhase, WorkEvent, WorkSession};
-use worksession::tmux::{Liveness, Tmux};
+use worksession::node::tmux::{Liveness, Tmux};
 
 /// Lease and grace short for a test, long enough for an API server under the whole suite's load: an agent fences
 /// itself after 2 + 3 s without a renewal, the controller moves a session 2 + 6 s after it last saw one.
@@ -526,7 +526,7 @@ async fn a_move_with_the_real_claude_cli_resumes_the_same_transcript_on_the_new_
     let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
     let transcript = || {
         let profile = worksession::harness::builtin()["claude"].conversation_path.clone().unwrap();
-        let path = worksession::transcript::locate(
+        let path = worksession::node::transcript::locate(
             &profile,
             &c.shared.state(),
             &c.shared.workdir().display().to_string(),
@@ -534,7 +534,7 @@ async fn a_move_with_the_real_claude_cli_resumes_the_same_transcript_on_the_new_
         );
         std::fs::read_to_string(path).unwrap_or_default()
     };
-    assert!(worksession::transcript::contains(&transcript(), "the first words"));
+    assert!(worksession::node::transcript::contains(&transcript(), "the first words"));
 
     move_cli(&c, "item", Some(&b));
     c.await_session("item", "on b", |ws| node_of(ws).as_deref() == Some(b.as_str())).await;
@@ -549,7 +549,7 @@ async fn a_move_with_the_real_claude_cli_resumes_the_same_transcript_on_the_new_
         c.await_session("item", "resumed on b", |ws| condition(ws, "Resumed").is_some_and(|r| r.0 == "True")).await;
     assert_eq!(condition(&ws, "Resumed").unwrap().1, "Resumed");
     support::eventually("the event in the same transcript", || async {
-        worksession::transcript::contains(&transcript(), "after the move").then_some(())
+        worksession::node::transcript::contains(&transcript(), "after the move").then_some(())
     })
     .await;
     let on_a = c.node("a").tmux.runner.observe().await.unwrap();
@@ -637,7 +637,7 @@ async fn a_binding_decided_from_a_stale_read_binds_nothing() {
     let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": "stale"}, "spec": spec})).unwrap();
     sessions.create(&PostParams::default(), &ws).await.unwrap();
     let read = sessions.get("stale").await.unwrap();
-    let bind = |node| worksession::placement::controller::bind(&ns.client, &read, node, None);
+    let bind = |node| worksession::controller::placement::controller::bind(&ns.client, &read, node, None);
     assert!(bind("node-a").await.unwrap().is_some(), "bound from the version read");
     assert_eq!(bind("node-b").await.unwrap(), None, "the same read again: the session left that version");
     let ws = sessions.get("stale").await.unwrap();
@@ -650,7 +650,7 @@ async fn a_binding_decided_from_a_stale_read_binds_nothing() {
 /// later write of either keeps them.
 #[tokio::test]
 async fn the_controllers_status_survives_its_own_later_writes_and_the_agents() {
-    use worksession::placement::{Lost, controller::bind};
+    use worksession::controller::placement::{Lost, controller::bind};
     use worksession::store::Store;
     let ns = TestNamespace::new().await;
     support::install_crds(ns.client.clone()).await;

@@ -7,7 +7,7 @@ mod support;
 
 use standin::{TmuxServer, seed_conversation};
 use worksession::harness::Mode;
-use worksession::tmux::{Liveness, Tmux};
+use worksession::node::tmux::{Liveness, Tmux};
 
 #[tokio::test]
 async fn slow_resume_failure_and_crash_after() {
@@ -87,7 +87,7 @@ async fn the_standin_opens_the_summary_picker_and_refuses_a_held_conversation() 
 
     std::fs::File::options().write(true).open(&old).unwrap().set_modified(two_hours_ago).unwrap();
     let env = worksession::harness::builtin()["claude"].env.clone();
-    let kept = worksession::tmux::Spawn {
+    let kept = worksession::node::tmux::Spawn {
         env,
         ..tmux.spawn_of("loop-kept", Mode::Resume, "old-and-large", None, &["--summary-picker"])
     };

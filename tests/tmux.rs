@@ -7,7 +7,7 @@ use standin::{TmuxServer, seed_conversation};
 use support::until;
 use worksession::agent::Observer;
 use worksession::harness::Mode;
-use worksession::tmux::{Liveness, Tmux, TmuxRunner};
+use worksession::node::tmux::{Liveness, Tmux, TmuxRunner};
 
 #[tokio::test]
 async fn no_server_means_every_session_is_absent() {
@@ -69,7 +69,7 @@ async fn a_spawn_told_of_no_session_still_meets_one_as_a_clearing_spawn_would() 
     let tmux = TmuxServer::new();
     tmux.runner.spawn(&tmux.spawn_of("loop-c", Mode::Resume, "no-such-conv", None, &[])).await.unwrap();
     tmux.await_liveness("loop-c", Liveness::Dead).await;
-    let blind = |owner: &str, id: &str| worksession::tmux::Spawn {
+    let blind = |owner: &str, id: &str| worksession::node::tmux::Spawn {
         clear: false,
         owner: owner.into(),
         ..tmux.spawn_of("loop-c", Mode::Fresh, id, None, &[])
@@ -223,7 +223,7 @@ async fn stop_and_spawn_leave_another_owners_session_alone() {
     let pid = tmux.pane_pid("loop-shared");
     // Another object's stop, and another object's spawn (which clears a stale session first), change nothing.
     tmux.runner.stop("loop-shared", "another-owner").await.unwrap();
-    let theirs = worksession::tmux::Spawn {
+    let theirs = worksession::node::tmux::Spawn {
         owner: "another-owner".into(),
         ..tmux.spawn_of("loop-shared", Mode::Fresh, "conv-b", None, &[])
     };
@@ -347,7 +347,7 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
                   grep CapEff /proc/self/status; } > report; sleep 60";
     let mut spawn = tmux.spawn_of("loop-room", Mode::Fresh, "conv-room", None, &[]);
     (spawn.workdir, spawn.binary, spawn.argv) = (workdir.clone(), "/bin/sh".into(), vec!["-c".into(), script.into()]);
-    spawn.confine = Some(worksession::tmux::Confine {
+    spawn.confine = Some(worksession::node::tmux::Confine {
         helper: env!("CARGO_BIN_EXE_worksession").into(),
         uid: 4_000_123,
         home: home.clone(),

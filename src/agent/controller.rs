@@ -17,8 +17,8 @@ use kube::{Api, Client, ResourceExt};
 use super::metrics::AddressedLabel;
 use super::{Options, ReconcileError, Reconciler, poll};
 use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
+use crate::node::tmux::{Tmux, TmuxRunner};
 use crate::store::Store;
-use crate::tmux::{Tmux, TmuxRunner};
 
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.

@@ -15,7 +15,7 @@ use crate::api::WorkSessionStatus;
 use crate::core::Claim;
 use crate::core::discover::{discovering, discovering_since};
 use crate::harness::{Discover, SESSION_ID, WORKDIR};
-use crate::transcript::{CWD_SLUG, HOME, cwd_slug};
+use crate::node::transcript::{CWD_SLUG, HOME, cwd_slug};
 
 /// The discoveries of one agent.
 #[derive(Default)]
@@ -139,9 +139,9 @@ impl Discoveries {
 }
 
 /// The conversations a log announces since `since` (seconds since the epoch), with their time; only its last MiB is
-/// read (a log grows for the life of the harness), and only as [`crate::transcript::open`] opens a harness's file.
+/// read (a log grows for the life of the harness), and only as [`crate::node::transcript::open`] opens a harness's file.
 fn announced(home: &Path, path: &Path, pattern: &Regex, since: i64) -> Vec<(i64, String)> {
-    let Some(text) = crate::transcript::read_tail(home, path, 1 << 20) else { return Vec::new() };
+    let Some(text) = crate::node::transcript::read_tail(home, path, 1 << 20) else { return Vec::new() };
     text.lines()
         .filter_map(|line| {
             let caps = pattern.captures(line)?;
@@ -161,7 +161,7 @@ fn modified(path: &Path) -> i64 {
 /// Whether the file's first line names `workdir` as its `cwd` (Codex CLI's `session_meta`).
 fn names_workdir(home: &Path, path: &Path, workdir: &str) -> bool {
     use std::io::{BufRead, Read};
-    let Some(file) = crate::transcript::open(home, path) else { return false };
+    let Some(file) = crate::node::transcript::open(home, path) else { return false };
     let mut first = String::new();
     if std::io::BufReader::new(file.take(64 * 1024)).read_line(&mut first).is_err() {
         return false;

@@ -1,7 +1,7 @@
 //! What a reconcile that failed says: the step that failed, with its source, and a short category for the metrics.
 
+use crate::node::tmux::TmuxError;
 use crate::store::StoreError;
-use crate::tmux::TmuxError;
 
 /// A reconcile that failed, naming the step that failed, with its source.
 #[derive(Debug, thiserror::Error)]

@@ -19,9 +19,9 @@ use crate::core::{
     TmuxSession, initial_prompt_owed, queue, resume,
 };
 use crate::harness::hooks::Turn;
+use crate::node::tmux::{Liveness, Observation, Tmux};
+use crate::node::transcript;
 use crate::store::FINALIZER;
-use crate::tmux::{Liveness, Observation, Tmux};
-use crate::transcript;
 
 /// Lines of a dead pane's output kept for conditions and messages.
 const LAST_LINES: usize = 20;
@@ -205,7 +205,7 @@ fn delivery_tag(ev: &WorkEvent) -> String {
 /// `namespace/name` for people.
 pub fn owner_tags(ws: &WorkSession) -> (String, String) {
     let name = crate::api::identity(ws);
-    let uid = ws.metadata.uid.clone().filter(|u| crate::tmux::is_tag(u) && !u.is_empty());
+    let uid = ws.metadata.uid.clone().filter(|u| crate::node::tmux::is_tag(u) && !u.is_empty());
     (uid.unwrap_or_else(|| name.clone()), name)
 }
 
@@ -243,7 +243,7 @@ pub fn hook_len(registries: &Registries, ws: &WorkSession, config: &Config) -> O
         Some(rooms) => registries.rooms.existing(rooms, &identity)?.home,
         None => config.harness_home.clone()?,
     };
-    Some(crate::hook::length(&home, &identity).unwrap_or(0))
+    Some(crate::node::hook::length(&home, &identity).unwrap_or(0))
 }
 
 impl<T: Tmux> Gathering<'_, T> {
@@ -304,7 +304,7 @@ impl<T: Tmux> Gathering<'_, T> {
                 .and_then(|v| self.registries.spawn_failures.of(&owner.1, &v.spawn)),
             // Read only while a spawn may come: what a handoff tells a fresh conversation.
             checkout: (ws.spec.workspace.is_some() && liveness != Liveness::Alive)
-                .then(|| crate::workspace::head_of(Path::new(&ws.spec.workdir)))
+                .then(|| crate::node::workspace::head_of(Path::new(&ws.spec.workdir)))
                 .flatten(),
             push: self.registries.push.of(&owner.1),
             now: Timestamp::now(),

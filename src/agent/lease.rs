@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::config::{Config, PlacementConfig};
-use crate::tmux::Tmux;
+use crate::node::tmux::Tmux;
 
 /// The label every agent's Lease carries, which the controller's watch selects.
 pub const LEASE_LABEL: &str = "worksession.dev/agent-lease";

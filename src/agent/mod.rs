@@ -1,6 +1,6 @@
 //! The node agent: observe (one shared tmux call) → decide (the pure [`crate::core`]) → execute → status, for
 //! every WorkSession of its node. [`reconcile`] is one pass for one session, generic over the [`Store`] and
-//! [`crate::tmux::Tmux`] edges; two drivers run it: [`controller`] on Kubernetes (kube-runtime, woken by watches,
+//! [`crate::node::tmux::Tmux`] edges; two drivers run it: [`controller`] on Kubernetes (kube-runtime, woken by watches,
 //! requeues and the [`poll`]) and [`on_changes`] on a store that reports its changes (local mode).
 
 pub mod controller;
@@ -25,9 +25,9 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::node::tmux::TmuxRunner;
 use crate::store::Store;
 use crate::telemetry::Admin;
-use crate::tmux::TmuxRunner;
 pub use controller::run;
 pub use error::ReconcileError;
 pub use metrics::AgentMetrics;

@@ -13,8 +13,8 @@ use kube::runtime::reflector::ObjectRef;
 use super::Reconciler;
 use crate::api::{Phase, WorkSession};
 use crate::config::Config;
+use crate::node::tmux::{Liveness, Observation, Tmux};
 use crate::store::Store;
-use crate::tmux::{Liveness, Observation, Tmux};
 
 /// How often tmux is polled for panes that died.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);

@@ -19,8 +19,8 @@ use crate::api::{WorkEvent, WorkSession};
 use crate::config::Config;
 use crate::core::queue;
 use crate::core::{self, EventReason, Op, Plan};
+use crate::node::tmux::{Observation, Tmux, TmuxError};
 use crate::store::{Store, StoreError};
-use crate::tmux::{Observation, Tmux, TmuxError};
 
 /// A point where a reconcile can be made to stop forever, as if the agent were killed there (crash tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub struct Reconciler<S, T> {
     /// What the agent holds in memory for its node's sessions between reconciles.
     pub registries: Registries,
     /// The agent config's `rooms` at start, which a reload does not change.
-    pub rooms_at_start: Option<crate::room::RoomsConfig>,
+    pub rooms_at_start: Option<crate::node::room::RoomsConfig>,
     /// A reload's change of `rooms` was refused (and said so once).
     pub rooms_reload_refused: std::sync::atomic::AtomicBool,
     /// The agent's Lease renewals (on a cluster; `None` in local mode, where nothing else can run its sessions):
@@ -374,7 +374,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     /// said when it refused.
     async fn spawn(&self, spawn: &core::Spawn, config: &Config) -> Result<(), String> {
         if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
-            crate::room::close_home(room.uid, &room.home)?;
+            crate::node::room::close_home(room.uid, &room.home)?;
             self.registries.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))?;
         }
         self.observer.tmux().spawn(spawn).await.map_err(|e| e.to_string())
@@ -416,10 +416,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     /// Removes the session's checkout, or says why it is kept.
     async fn remove_workspace(&self, ws: &WorkSession, owner_name: &str, config: &Config) {
         match self.registries.workspaces.remove(owner_name, ws, config).await {
-            crate::workspace::Removal::Removed => {
+            crate::node::workspace::Removal::Removed => {
                 tracing::info!(event = "workspace.removed", workdir = ws.spec.workdir, "removed the checkout");
             }
-            crate::workspace::Removal::Kept(why) => {
+            crate::node::workspace::Removal::Kept(why) => {
                 self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
             }
         }
@@ -441,7 +441,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     async fn release_room(&self, ws: &WorkSession, owner_name: &str, config: &Config) -> Result<(), ReconcileError> {
         let Some(rooms) = &config.rooms else { return Ok(()) };
         let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(()) };
-        let confine = crate::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
+        let confine = crate::node::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
         self.observer.tmux().evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
         let kept = self.registries.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
         if let Some(to) = kept {

@@ -13,8 +13,8 @@ use crate::core::{INITIAL_PROMPT, PendingWorkEvent, PromptKey, initial_prompt_ow
 use crate::harness::Profile;
 use crate::harness::clean_prompt;
 use crate::harness::hooks::{Hooks, Turn};
-use crate::hook::{Taken, TurnEnd};
-use crate::transcript::{self, AFTER_MARK_LIMIT, words};
+use crate::node::hook::{Taken, TurnEnd};
+use crate::node::transcript::{self, AFTER_MARK_LIMIT, words};
 
 /// A prompt sent and not yet known delivered.
 #[derive(Clone, Debug)]
@@ -105,10 +105,10 @@ fn forms(sent: &Sent, profile: &Profile) -> [String; 2] {
 
 /// The hook file: the live spawn's latest move and turn event, and its `UserPromptSubmit` prompts after each mark.
 pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said {
-    let len = crate::hook::length(place.home, place.identity).unwrap_or(0);
+    let len = crate::node::hook::length(place.home, place.identity).unwrap_or(0);
     let (home, identity, spawn) = (place.home.to_path_buf(), place.identity.to_string(), place.spawn.map(String::from));
     let from = earliest(sent, len);
-    let read = move || crate::hook::hear(&home, &identity, spawn.as_deref(), from);
+    let read = move || crate::node::hook::hear(&home, &identity, spawn.as_deref(), from);
     let Some(heard) = tokio::task::spawn_blocking(read).await.ok().flatten() else {
         return Said { len, ..Said::default() };
     };

@@ -6,7 +6,7 @@
 use super::discovery::Discoveries;
 use super::push::PushGrants;
 use super::workspaces::Workspaces;
-use crate::room::Rooms;
+use crate::node::room::Rooms;
 
 /// The node's registries.
 #[derive(Default)]

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use crate::api::WorkSession;
 use crate::config::Config;
 use crate::core::{Workspace, WorkspaceReason};
-use crate::workspace::{Git, Locks, Prepared, Removal};
+use crate::node::workspace::{Git, Locks, Prepared, Removal};
 
 /// A workspace as a reconcile finds it; [`Found::as_input`] is what the core takes.
 #[derive(Debug)]

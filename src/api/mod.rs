@@ -24,6 +24,8 @@ pub const GROUP: &str = "worksession.dev";
 pub const SESSION_LABEL: &str = "worksession.dev/session";
 /// Label on a WorkEvent naming the node of its WorkSession.
 pub const NODE_LABEL: &str = "worksession.dev/node";
+/// Label on a WorkSession (and WorkEvent) the bridge created, naming the route that created it.
+pub const ROUTE_LABEL: &str = "worksession.dev/route";
 
 /// The annotation a person sets to ask for a move (`worksession move`): a node's name, or [`ANY_NODE`] for the
 /// controller to choose one. The controller checks that the node fits (a live agent that serves the namespace and has

@@ -214,8 +214,7 @@ pub struct Route {
 /// The default `deleteAfterSeconds`: a week.
 pub const DEFAULT_DELETE_AFTER_SECONDS: u64 = 7 * 24 * 3600;
 
-/// The label on a WorkSession the bridge created, naming the route that created it (see [`Route::id`]).
-pub const ROUTE_LABEL: &str = "worksession.dev/route";
+pub use crate::api::ROUTE_LABEL;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! `rooms` in the agent config: how the agent gives each session a room of its own ([`crate::room`]).
+//! `rooms` in the agent config: how the agent gives each session a room of its own ([`crate::node::room`]).
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
 //! `workspaces` in the agent config: where and how the agent prepares `spec.workspace` checkouts
-//! ([`crate::workspace`]), and which repositories a namespace may check out.
+//! ([`crate::node::workspace`]), and which repositories a namespace may check out.
 
 use std::path::PathBuf;
 use std::time::Duration;

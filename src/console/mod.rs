@@ -107,9 +107,9 @@ pub fn row(ws: &WorkSession, now: Timestamp) -> Row {
         conversation: st.harness_session_id.clone().unwrap_or_default(),
         node: ws.spec.node_name.clone().unwrap_or_default(),
         harness: ws.spec.harness.clone(),
-        age: crate::get::age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
+        age: crate::cli::get::age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
         failure,
-        pull_request: st.pull_request.as_ref().map(crate::get::pull_request_words).unwrap_or_default(),
+        pull_request: st.pull_request.as_ref().map(crate::cli::get::pull_request_words).unwrap_or_default(),
     }
 }
 

@@ -129,10 +129,10 @@ impl Source for Cluster {
 
     async fn screen(&self, ws: &WorkSession, lines: usize) -> Result<String, String> {
         let node = ws.spec.node_name.as_deref().ok_or("not placed on a node yet")?;
-        let (namespace, pod) = crate::terminal::agent_pod(&self.client, node).await?;
-        let session = crate::terminal::session_of(ws, &Config::default());
-        let args = crate::terminal::screen_args(&session, lines);
-        output(crate::terminal::kubectl_tmux(&namespace, &pod, &args, false)).await
+        let (namespace, pod) = crate::cli::terminal::agent_pod(&self.client, node).await?;
+        let session = crate::cli::terminal::session_of(ws, &Config::default());
+        let args = crate::cli::terminal::screen_args(&session, lines);
+        output(crate::cli::terminal::kubectl_tmux(&namespace, &pod, &args, false)).await
     }
 }
 
@@ -186,9 +186,9 @@ impl<L: Listing + Changes + 'static> Source for Local<L> {
     }
 
     async fn screen(&self, ws: &WorkSession, lines: usize) -> Result<String, String> {
-        let session = crate::terminal::session_of(ws, &self.config);
-        let args = crate::terminal::screen_args(&session, lines);
-        output(crate::terminal::local_tmux(self.config.tmux.socket.as_deref(), &args)).await
+        let session = crate::cli::terminal::session_of(ws, &self.config);
+        let args = crate::cli::terminal::screen_args(&session, lines);
+        output(crate::cli::terminal::local_tmux(self.config.tmux.socket.as_deref(), &args)).await
     }
 }
 

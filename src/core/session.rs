@@ -24,11 +24,11 @@ pub enum Liveness {
 pub struct SessionView {
     /// A pane is not dead.
     pub alive: bool,
-    /// The tag of the spawn that made it ([`crate::tmux::SPAWN_TAG`]).
+    /// The tag of the spawn that made it ([`crate::node::tmux::SPAWN_TAG`]).
     pub spawn: String,
-    /// The key of the last prompt pasted into it ([`crate::tmux::PASTE_TAG`]).
+    /// The key of the last prompt pasted into it ([`crate::node::tmux::PASTE_TAG`]).
     pub pasted: String,
-    /// The UID of the object that owns it ([`crate::tmux::OWNER_TAG`]; empty: spawned before owners were tagged).
+    /// The UID of the object that owns it ([`crate::node::tmux::OWNER_TAG`]; empty: spawned before owners were tagged).
     pub owner: String,
     /// That object's `namespace/name`.
     pub owner_name: String,
@@ -57,11 +57,11 @@ pub struct Spawn {
     pub argv: Vec<String>,
     /// Environment variables it starts with (the profile's `env`), each given to tmux as one `-e NAME=VALUE` word.
     pub env: Vec<(String, String)>,
-    /// Tagged on the session as [`crate::tmux::SPAWN_TAG`] in the same tmux call (letters, digits and `-` only).
+    /// Tagged on the session as [`crate::node::tmux::SPAWN_TAG`] in the same tmux call (letters, digits and `-` only).
     pub tag: String,
-    /// The owner's UID, tagged as [`crate::tmux::OWNER_TAG`] in the same call (letters, digits and `-` only).
+    /// The owner's UID, tagged as [`crate::node::tmux::OWNER_TAG`] in the same call (letters, digits and `-` only).
     pub owner: String,
-    /// The owner's `namespace/name`, tagged as [`crate::tmux::OWNER_NAME_TAG`].
+    /// The owner's `namespace/name`, tagged as [`crate::node::tmux::OWNER_NAME_TAG`].
     pub owner_name: String,
     /// The room the harness runs in (`worksession room`), if rooms are on.
     pub confine: Option<Confine>,

@@ -1,5 +1,5 @@
 //! A profile's hooks, as the core uses them: which events a hook-backed harness reports, where its reports go, and the
-//! arguments that make it run the receiver (`worksession hook`, [`crate::hook`]) on them: Claude Code's per-run
+//! arguments that make it run the receiver (`worksession hook`, [`crate::node::hook`]) on them: Claude Code's per-run
 //! `--settings` (a command hook per event), Codex CLI's `-c notify=[...]` (a program at the end of each turn), or, for
 //! the harnesses that take hooks only from files (Gemini CLI, Copilot CLI, opencode), `worksession hook-exec`, which
 //! writes them ([`super::through`]) and becomes the harness.

@@ -54,7 +54,7 @@ pub struct Profile {
     /// it shows.
     pub busy_pattern: Option<Regex>,
     /// Where the harness keeps a conversation: a template of `{home}`, `{cwdSlug}` and `{sessionId}`
-    /// (see [`crate::transcript`]). A recorded id whose file is missing is not resumed, and a prompt the file
+    /// (see [`crate::node::transcript`]). A recorded id whose file is missing is not resumed, and a prompt the file
     /// contains is known delivered.
     pub conversation_path: Option<String>,
     /// Where the harness keeps a conversation (a file or a directory), only to tell whether it exists before a resume

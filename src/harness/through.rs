@@ -1,5 +1,5 @@
 //! What `worksession hook-exec` prepares for a harness that takes its hooks only from files, before it becomes that
-//! harness ([`crate::hook::exec_through`]): Gemini CLI's settings file, Copilot CLI's plugin directory, opencode's
+//! harness ([`crate::node::hook::exec_through`]): Gemini CLI's settings file, Copilot CLI's plugin directory, opencode's
 //! plugin. Each is written beside the session's hook file (in the session's own 0700 folder, as the harness's own user)
 //! and names the receiver with plain words only; the harness is told of it by its environment or a flag in front of its
 //! argv. Pure: what to write and how to run, no file touched here.

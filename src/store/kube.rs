@@ -396,7 +396,7 @@ impl Sink for KubeSink {
             let at = ws.annotations().get(DELETE_AT_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok());
             // Only a session a route made, stopped as archived (not one a comment woke, working on it).
             let stopped = ws.status.as_ref().and_then(|s| s.phase) == Some(crate::api::Phase::Archived);
-            let routed = ws.labels().contains_key(crate::bridge::config::ROUTE_LABEL);
+            let routed = ws.labels().contains_key(crate::api::ROUTE_LABEL);
             ws.spec.archived
                 && stopped
                 && routed

@@ -8,7 +8,7 @@ use super::{
     ConditionType, Phase, PromptPhase, Rig, WorkSessionStatus, await_delivered, await_phase, await_value,
     conversation_of,
 };
-use worksession::tmux::{Liveness, Tmux};
+use worksession::node::tmux::{Liveness, Tmux};
 
 fn recorded(status: &WorkSessionStatus) -> String {
     status.harness_session_id.as_deref().expect("a recorded id").to_string()

@@ -63,7 +63,7 @@ pub async fn a_prompt_reported_but_never_written_is_sent_again(rig: &impl Rig) {
     let id = st.harness_session_id.expect("an id given at start");
     rig.send("lt", "lt-1", "write this down").await;
     let identity = format!("{}/lt", rig.namespace());
-    let hooks = worksession::hook::file_of(&rig.tmux().state(), &identity);
+    let hooks = worksession::node::hook::file_of(&rig.tmux().state(), &identity);
     crate::support::eventually("the hook reported lt-1", || async {
         std::fs::read_to_string(&hooks).ok().filter(|h| h.contains("write this down")).map(|_| ())
     })

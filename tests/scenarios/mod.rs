@@ -19,7 +19,7 @@ use worksession::core::ConditionType;
 use crate::standin::TmuxServer;
 use crate::support::{WAIT, poll};
 use worksession::agent::Failpoint;
-use worksession::tmux::{Liveness, Tmux};
+use worksession::node::tmux::{Liveness, Tmux};
 
 /// Registers every scenario shared by both modes, once for each, as a `#[tokio::test]` named `shared_...`: on a rig
 /// made by `$rig` (an expression, `.await` allowed), then `$after(&rig, "shared_...")`, a mode's own checks after a

@@ -47,7 +47,7 @@ pub async fn spawn_resume_and_fall_back(rig: &impl Rig, shape: &str) {
         // is a child): never the conversation's, never its id.
         rig.send(&a, &format!("{a}-task"), "TASK look around").await;
         await_delivered(rig, &format!("{a}-task")).await;
-        let hooks = worksession::hook::file_of(&rig.tmux().state(), &format!("{}/{a}", rig.namespace()));
+        let hooks = worksession::node::hook::file_of(&rig.tmux().state(), &format!("{}/{a}", rig.namespace()));
         let said = await_value(
             &format!("{a}: the task's turn over in its hooks"),
             || async { std::fs::read_to_string(&hooks).unwrap_or_default() },

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{
     ConditionType, Phase, Rig, WorkSessionStatus, await_delivered, await_gone, await_phase, await_value, condition,
 };
-use worksession::tmux::{Liveness, Tmux};
+use worksession::node::tmux::{Liveness, Tmux};
 
 #[path = "../fixtures/repos.rs"]
 mod repos;

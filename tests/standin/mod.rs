@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::support::{WAIT, poll, until};
 use worksession::harness::{Mode, Profile};
-use worksession::tmux::{Liveness, Spawn, Tmux, TmuxRunner};
+use worksession::node::tmux::{Liveness, Spawn, Tmux, TmuxRunner};
 
 /// A tmux server on a socket of its own, killed when dropped.
 pub struct TmuxServer {

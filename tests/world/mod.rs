@@ -181,7 +181,7 @@ impl World {
             let screen = self.screen(session);
             eprintln!("--- the screen of {session}:\n{}", last_lines(&screen, 20));
             let name = session.rsplit_once('_').map_or(session, |(_, name)| name);
-            let hooks = worksession::hook::file_of(&self.tmux.state(), &format!("{}/{name}", self.ns.name));
+            let hooks = worksession::node::hook::file_of(&self.tmux.state(), &format!("{}/{name}", self.ns.name));
             if let Ok(said) = std::fs::read_to_string(hooks) {
                 eprintln!("--- its hook file:\n{}", last_lines(&said, 6));
             }

@@ -98,7 +98,7 @@ fn room() -> Room {
 }
 
 fn rooms_on(case: &mut Case) {
-    case.config.rooms = Some(crate::room::RoomsConfig {
+    case.config.rooms = Some(crate::node::room::RoomsConfig {
         root: "/srv/ws/.rooms".into(),
         first_uid: 200_000,
         count: 10,

@@ -73,7 +73,7 @@ fn a_checkout_the_agent_prepared_is_marked_for_the_room_before_the_spawn() {
     case.spec.workspace = Some(crate::api::WorkspaceSpec { url: "https://example.com/o/r.git".into(), r#ref: None });
     case.workspace = prepared;
     case.room = Some(Ok(Room { uid: 200_001, home: "/srv/ws/.rooms/200001".into() }));
-    case.config.rooms = Some(crate::room::RoomsConfig {
+    case.config.rooms = Some(crate::node::room::RoomsConfig {
         root: "/srv/ws/.rooms".into(),
         first_uid: 200_000,
         count: 10,

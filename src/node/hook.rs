@@ -1,8 +1,8 @@
 //! The receiver of a harness's hooks, and the agent's reading of what it appended: an edge of the executor like
-//! [`crate::transcript`]. A profile with `hooks` ([`crate::harness::hooks`]) makes its harness run `worksession hook`
+//! [`crate::node::transcript`]. A profile with `hooks` ([`crate::harness::hooks`]) makes its harness run `worksession hook`
 //! on its events ([`receive`]), which appends one JSON line per event to a file of the session's own in the harness's
 //! `HOME` (with rooms, the room's: the harness can write it, no other session can). The agent reads it back ([`read`])
-//! through [`crate::transcript::open`]; the core only sees what it says.
+//! through [`crate::node::transcript::open`]; the core only sees what it says.
 //!
 //! Measured with the real Claude Code CLI offline (hooks given per run with `--settings`): `SessionStart` fires at the
 //! start (`source: "startup"`) and after `/clear` (`"clear"`, with the **new** `session_id`); `UserPromptSubmit` fires
@@ -203,15 +203,15 @@ pub enum TurnEnd {
 pub const TURN_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification"];
 
 /// Reads what the hooks of the spawn tagged `spawn` said in the hook file of `identity` under `home` (through
-/// [`crate::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end (none when
+/// [`crate::node::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end (none when
 /// the spawn is not known: its tmux session is gone); and from `mark` on (at most
-/// [`crate::transcript::AFTER_MARK_LIMIT`]), the prompts taken, by whichever spawn of the session took them: only the
+/// [`crate::node::transcript::AFTER_MARK_LIMIT`]), the prompts taken, by whichever spawn of the session took them: only the
 /// one a prompt was sent to could report it after its mark, and the session's tmux session may be gone meanwhile (a
 /// tmux server restarted) while what its harness took must still count.
 pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>) -> Option<Heard> {
-    use crate::transcript::{AFTER_MARK_LIMIT, lines, read_from};
+    use crate::node::transcript::{AFTER_MARK_LIMIT, lines, read_from};
     let path = file_of(home, identity);
-    let len = crate::transcript::length(home, &path)?;
+    let len = crate::node::transcript::length(home, &path)?;
     let tail_start = len.saturating_sub(READ_LIMIT);
     let (tail, len) = read_from(home, &path, tail_start, READ_LIMIT)?;
     let said = |line| said(line, spawn?);
@@ -285,10 +285,10 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>)
     Some(heard)
 }
 
-/// How long the hook file of `identity` under `home` is (opened as [`crate::transcript::open`] does: below `home`,
+/// How long the hook file of `identity` under `home` is (opened as [`crate::node::transcript::open`] does: below `home`,
 /// through no link), to tell that it grew.
 pub fn length(home: &Path, identity: &str) -> Option<u64> {
-    crate::transcript::length(home, &file_of(home, identity))
+    crate::node::transcript::length(home, &file_of(home, identity))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Workspaces, an edge of the executor like [`crate::tmux`]: real `git` preparing a work item's checkout from
+//! Workspaces, an edge of the executor like [`crate::node::tmux`]: real `git` preparing a work item's checkout from
 //! `spec.workspace` (one bare clone per repository per node, the agent's alone, fetched into and reused; and a
 //! repository of its own per work item, on its own branch, which its harness writes), and removing it when its
 //! WorkSession goes, only when it holds nothing a removal would lose.
@@ -32,7 +32,7 @@ pub fn head_of(workdir: &Path) -> Option<(String, String)> {
     let read = |path: &str| {
         use std::io::Read;
         let mut text = String::new();
-        crate::transcript::open(workdir, &workdir.join(path))?.take(64 << 10).read_to_string(&mut text).ok()?;
+        crate::node::transcript::open(workdir, &workdir.join(path))?.take(64 << 10).read_to_string(&mut text).ok()?;
         Some(text)
     };
     let head = read(".git/HEAD")?;

@@ -1,4 +1,4 @@
-//! Rooms, an edge of the executor like [`crate::tmux`] and [`crate::workspace`]: each WorkSession's harness runs as a
+//! Rooms, an edge of the executor like [`crate::node::tmux`] and [`crate::node::workspace`]: each WorkSession's harness runs as a
 //! Unix user of its own (a *room*), so what one prompted harness can do stops at its own files and processes.
 //!
 //! A room is a uid from the configured range, a `HOME` of its own (`<root>/<uid>`, mode 0700, owned by the uid) and

@@ -1,6 +1,6 @@
-//! The `worksession controller` process, beside the pipeline: the [`crate::labeler`] (a WorkEvent made by hand gets
-//! its session's node) and, unless turned off, the [`crate::placement`] controller (sessions placed on nodes, and
-//! placed again when a node is lost), with `/metrics`, `/livez` and `/readyz`.
+//! The `worksession controller` process, beside the pipeline: the [`labeler`] (a WorkEvent made by hand gets its
+//! session's node) and, unless turned off, the [`placement`] controller (sessions placed on nodes, and placed again
+//! when a node is lost), with `/metrics`, `/livez` and `/readyz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,9 +10,11 @@ use std::time::Duration;
 use kube::Client;
 use prometheus_client::registry::Registry;
 
-use crate::labeler::{self, LabelerMetrics};
-use crate::placement;
 use crate::telemetry::Admin;
+use labeler::LabelerMetrics;
+
+pub mod labeler;
+pub mod placement;
 
 /// Runs until the process is asked to stop; serves the admin endpoints on `admin_addr`, ready once WorkEvents can
 /// be listed and the placement's caches are filled.
