@@ -292,8 +292,8 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Get { args, namespace, all_namespaces, output, watch, local } => {
             get(args, namespace, all_namespaces, output, watch, local).await
         }
-        Command::Peek { name, lines, at } => terminal(&name, at, Some(lines)).await,
-        Command::Attach { name, at } => terminal(&name, at, None).await,
+        Command::Peek { name, lines, at } => peek(&name, at, lines).await,
+        Command::Attach { name, at } => attach(&name, at).await,
         Command::Move { name, to, namespace } => move_session(&name, to, namespace).await,
         Command::Console { listen, namespace, local, config } => console(listen, namespace, local, config).await,
         Command::Crd => {
@@ -394,7 +394,7 @@ async fn get(
     watch: bool,
     local: Option<PathBuf>,
 ) -> ExitCode {
-    use worksession::cli::get::{Backend, Query, Resource, Scope};
+    use worksession::cli::get::{Query, Resource, Scope, run};
     let kind = match args.first().and_then(|a| Resource::parse(a)) {
         Some(kind) => {
             args.remove(0);
@@ -402,37 +402,103 @@ async fn get(
         }
         None => Resource::WorkSessions,
     };
-    let (source, context_namespace) = match local {
-        Some(dir) => match LocalStore::new(dir) {
-            Ok(store) => (Backend::Local(Box::new(store)), "default".to_string()),
-            Err(e) => return fail(&e),
-        },
+    use worksession::cli::read::{Cluster, Local};
+    let result = match local {
+        Some(dir) => {
+            // Notifications only for a watch: a plain listing reads the directory once.
+            let store = if watch { LocalStore::watching(dir) } else { LocalStore::new(dir) };
+            let store = match store {
+                Ok(store) => store,
+                Err(e) => return fail(&e),
+            };
+            let scope = if all_namespaces { Scope::All } else { Scope::One(namespace.unwrap_or("default".into())) };
+            let query = Query { kind, names: args, scope, output };
+            run(&Local::new(store, Config::default()), &query, watch).await
+        }
         None => match kube::Config::infer().await {
             Ok(config) => {
-                let namespace = config.default_namespace.clone();
-                match kube::Client::try_from(config) {
-                    Ok(client) => (Backend::Cluster(client), namespace),
+                let context_namespace = config.default_namespace.clone();
+                let client = match kube::Client::try_from(config) {
+                    Ok(client) => client,
                     Err(e) => return fail(&e),
-                }
+                };
+                let scope =
+                    if all_namespaces { Scope::All } else { Scope::One(namespace.unwrap_or(context_namespace)) };
+                let watched = match &scope {
+                    Scope::All => None,
+                    Scope::One(ns) => Some(ns.clone()),
+                };
+                let query = Query { kind, names: args, scope, output };
+                run(&Cluster::new(client, watched), &query, watch).await
             }
             Err(e) => return fail(&e),
         },
     };
-    let scope = if all_namespaces { Scope::All } else { Scope::One(namespace.unwrap_or(context_namespace)) };
-    let query = Query { kind, names: args, scope, output };
-    match worksession::cli::get::run(&source, &query, watch).await {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
 }
 
-/// `peek` (with `lines`) or `attach` (without).
-async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
-    use worksession::cli::terminal::{attach_args, kubectl_tmux, local_tmux, peek_args, session_of};
-    let tmux_args = |session: &str| match lines {
-        Some(n) => peek_args(session, n),
-        None => attach_args(session),
+/// `peek`: the pane's last `lines` lines, read as the console reads its screen.
+async fn peek(name: &str, at: Where, lines: usize) -> ExitCode {
+    use worksession::cli::read::{Cluster, Local};
+    match at.local {
+        Some(dir) => {
+            let config = match at.config.as_deref().map(Config::load).transpose() {
+                Ok(config) => config.unwrap_or_default(),
+                Err(e) => return fail(&e),
+            };
+            let store = match LocalStore::new(dir) {
+                Ok(store) => store,
+                Err(e) => return fail(&e),
+            };
+            let namespace = at.namespace.unwrap_or_else(|| "default".into());
+            print_screen(&Local::new(store, config), &namespace, name, lines).await
+        }
+        None => {
+            let config = match kube::Config::infer().await {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let namespace = at.namespace.unwrap_or_else(|| config.default_namespace.clone());
+            match kube::Client::try_from(config) {
+                Ok(client) => {
+                    print_screen(&Cluster::new(client, Some(namespace.clone())), &namespace, name, lines).await
+                }
+                Err(e) => fail(&e),
+            }
+        }
+    }
+}
+
+async fn print_screen<S: worksession::cli::read::Source>(
+    source: &S,
+    namespace: &str,
+    name: &str,
+    lines: usize,
+) -> ExitCode {
+    use kube::ResourceExt;
+    let sessions = match source.sessions().await {
+        Ok(sessions) => sessions,
+        Err(e) => return fail(&e),
     };
+    let ours = |ws: &worksession::api::WorkSession| {
+        ws.name_any() == name && ws.namespace().as_deref().unwrap_or("default") == namespace
+    };
+    let Some(ws) = sessions.into_iter().find(ours) else { return fail(&format!("worksession {name:?} not found")) };
+    match source.screen(&ws, lines, false).await {
+        Ok(screen) => {
+            print!("{screen}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `attach`: the user's terminal on the session's pane, until they detach.
+async fn attach(name: &str, at: Where) -> ExitCode {
+    use worksession::cli::terminal::{attach_args, kubectl_tmux, local_tmux, session_of};
     let mut cmd = match at.local {
         Some(dir) => {
             let config = match at.config.as_deref().map(Config::load).transpose() {
@@ -449,7 +515,7 @@ async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
                 ws.name_any() == name && ws.namespace().as_deref().unwrap_or("default") == namespace
             });
             let Some(ws) = found else { return fail(&format!("worksession {name:?} not found")) };
-            local_tmux(config.tmux.socket.as_deref(), &tmux_args(&session_of(&ws, &config)))
+            local_tmux(config.tmux.socket.as_deref(), &attach_args(&session_of(&ws, &config)))
         }
         None => {
             let config = match kube::Config::infer().await {
@@ -473,7 +539,7 @@ async fn terminal(name: &str, at: Where, lines: Option<usize>) -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return fail(&e),
             };
-            kubectl_tmux(&pod_namespace, &pod, &tmux_args(&session_of(&ws, &Config::default())), lines.is_none())
+            kubectl_tmux(&pod_namespace, &pod, &attach_args(&session_of(&ws, &Config::default())), true)
         }
     };
     match cmd.status() {
@@ -490,7 +556,8 @@ async fn console(
     local: Option<PathBuf>,
     config: Option<PathBuf>,
 ) -> ExitCode {
-    use worksession::console::{self, source};
+    use worksession::cli::read::{Cluster, Local};
+    use worksession::console;
     let result = match local {
         Some(dir) => {
             let config = match config.as_deref().map(Config::load).transpose() {
@@ -498,12 +565,12 @@ async fn console(
                 Err(e) => return fail(&e),
             };
             match LocalStore::watching(dir) {
-                Ok(store) => console::serve(source::Local::new(store, config), listen).await,
+                Ok(store) => console::serve(Local::new(store, config), listen).await,
                 Err(e) => return fail(&e),
             }
         }
         None => match kube::Client::try_default().await {
-            Ok(client) => console::serve(source::Cluster::new(client, namespace), listen).await,
+            Ok(client) => console::serve(Cluster::new(client, namespace), listen).await,
             Err(e) => return fail(&e),
         },
     };

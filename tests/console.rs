@@ -27,7 +27,7 @@ use worksession::console;
 const TOKEN: &str = "console-test-token";
 
 /// Serves the console's router for `source` on a free loopback port.
-async fn serve<S: console::Source>(source: S) -> SocketAddr {
+async fn serve<S: worksession::cli::read::Source>(source: S) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = console::router(source, console::hosts_for(addr), TOKEN.into());
@@ -102,7 +102,7 @@ async fn in_local_mode_a_person_sees_the_list_a_live_phase_change_and_the_screen
     };
     write(&dir, "fix-parser", &session(false));
     let store = worksession::store::local::LocalStore::watching(dir.clone()).unwrap();
-    let addr = serve(console::source::Local::new(store, config)).await;
+    let addr = serve(worksession::cli::read::Local::new(store, config)).await;
     let b = Browser::start().await;
 
     b.open(&format!("http://{addr}/?token={TOKEN}")).await; // as the console prints it; a cookie after
@@ -181,7 +181,7 @@ async fn on_the_test_control_plane_a_person_sees_the_list_a_live_phase_change_an
     w.await_phase("api-review", Phase::Running).await;
     w.send("api-review", "api-review-1", "and the docs").await;
     w.await_event("api-review-1", PromptPhase::Delivered).await;
-    let addr = serve(console::source::Cluster::new(w.ns.client.clone(), Some(w.ns.name.clone()))).await;
+    let addr = serve(worksession::cli::read::Cluster::new(w.ns.client.clone(), Some(w.ns.name.clone()))).await;
     let b = Browser::start().await;
     let key = format!("{}/api-review", w.ns.name);
 

@@ -211,6 +211,34 @@ async fn local_bridge_writes_events_once_and_get_lists_sessions() {
     assert_eq!(list["items"][0]["status"]["harnessSessionId"], "delta-conv");
 }
 
+/// `get -w` in local mode: the table, then a row per change, told by the directory's notifications as the console
+/// is; the watch ends with the test (dropped, it is killed), whether the test passes or not.
+#[tokio::test]
+async fn get_watch_in_local_mode_prints_a_row_per_change() {
+    use tokio::io::AsyncBufReadExt;
+    let l = Local::new();
+    let mut watch = tokio::process::Command::new(env!("CARGO_BIN_EXE_worksession"))
+        .args(["get", "-w", "--local"])
+        .arg(&l.dir)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    assert!(lines.next_line().await.unwrap().is_some_and(|l| l.starts_with("NAME")), "the table's header first");
+    l.create_session("watched", serde_json::json!({})).await;
+    let running = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("watched ") && line.contains("Running") {
+                return true;
+            }
+        }
+        false
+    };
+    let seen = tokio::time::timeout(support::WAIT, running).await;
+    assert!(matches!(seen, Ok(true)), "a Running row for the new session: {seen:?}");
+}
+
 /// The README's first command runs and shows what it promises.
 #[test]
 fn quick_start_runs_and_shows_resume_and_fallback() {

@@ -1,19 +1,16 @@
 //! `worksession get`: WorkSessions (or WorkEvents) the way `kubectl get` shows them, from the cluster or from a local
-//! directory: `-n NS`, `-A` (with a NAMESPACE column), the kubeconfig context's namespace by default (`default` in
+//! directory, through the same [`read`](super::read) side as the console: `-n NS`, `-A` (with a NAMESPACE column), the kubeconfig context's namespace by default (`default` in
 //! local mode), `NAME` arguments, `-o wide|json|yaml`, and `-w` to keep printing a row per change.
 
-use crate::core::ConditionType;
 use std::collections::HashMap;
-use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::ResourceExt;
 use serde::Serialize;
 
+use super::read::Source;
 use crate::api::{WorkEvent, WorkSession};
-use crate::store::Listing;
+use crate::core::ConditionType;
 
 /// How to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -233,136 +230,62 @@ pub fn render_events(items: &[WorkEvent], query: &Query, now: Timestamp) -> Stri
     table(&rows)
 }
 
-/// Where `get` reads.
-pub enum Backend {
-    /// The cluster of the kubeconfig.
-    Cluster(Client),
-    /// A local-mode directory (`main.rs` opens it).
-    Local(Box<dyn Listing>),
-}
-
-/// Prints what the query selects; with `watch`, then a row per change until interrupted.
-pub async fn run(source: &Backend, query: &Query, watch: bool) -> Result<(), String> {
-    let now = Timestamp::now;
-    let printed = match (source, query.kind) {
-        (Backend::Cluster(client), Resource::WorkSessions) => {
-            render_sessions(&query.select(list::<WorkSession>(client, query).await?)?, query, now())
+/// Prints what the query selects from `source` (the [`read`](super::read) side the console reads too); with
+/// `watch`, then a row per object that changes, at each change the source reports, until interrupted.
+pub async fn run<S: Source>(source: &S, query: &Query, watch: bool) -> Result<(), String> {
+    let mut changes = source.changes();
+    changes.borrow_and_update();
+    let now = Timestamp::now();
+    let (printed, mut seen) = match query.kind {
+        Resource::WorkSessions => {
+            let items = query.select(source.sessions().await?)?;
+            (render_sessions(&items, query, now), states(&items, query, session_row).0)
         }
-        (Backend::Cluster(client), Resource::WorkEvents) => {
-            render_events(&query.select(list::<WorkEvent>(client, query).await?)?, query, now())
-        }
-        (Backend::Local(store), Resource::WorkSessions) => {
-            let items = store.listed_sessions().map_err(|e| e.to_string())?;
-            render_sessions(&query.select(items)?, query, now())
-        }
-        (Backend::Local(store), Resource::WorkEvents) => {
-            let items = store.listed_events().map_err(|e| e.to_string())?;
-            render_events(&query.select(items)?, query, now())
+        Resource::WorkEvents => {
+            let items = query.select(source.work_events().await?)?;
+            (render_events(&items, query, now), states(&items, query, event_row).0)
         }
     };
     print!("{printed}");
-    if let Backend::Local(store) = source {
-        // A misspelt field must not make an object vanish from the listing without a word.
-        for (file, why) in store.skipped().map_err(|e| e.to_string())? {
-            eprintln!("worksession: skipped {}: {why}", file.display());
-        }
+    // A misspelt field must not make an object vanish from the listing without a word.
+    for (file, why) in source.skipped() {
+        eprintln!("worksession: skipped {}: {why}", file.display());
     }
     if !watch {
         return Ok(());
     }
-    match source {
-        Backend::Cluster(client) => watch_cluster(client, query).await,
-        Backend::Local(store) => watch_local(store.as_ref(), query).await,
-    }
-}
-
-/// The objects of kind `K` in the query's namespaces.
-fn api<K>(client: &Client, query: &Query) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match &query.scope {
-        Scope::All => Api::all(client.clone()),
-        Scope::One(ns) => Api::namespaced(client.clone(), ns),
-    }
-}
-
-async fn list<K>(client: &Client, query: &Query) -> Result<Vec<K>, String>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    Ok(api::<K>(client, query).list(&Default::default()).await.map_err(|e| e.to_string())?.items)
-}
-
-/// A row per change, from a watch.
-async fn watch_cluster(client: &Client, query: &Query) -> Result<(), String> {
-    match query.kind {
-        Resource::WorkSessions => watch_rows(api::<WorkSession>(client, query), query, session_row).await,
-        Resource::WorkEvents => watch_rows(api::<WorkEvent>(client, query), query, event_row).await,
-    }
-}
-
-async fn watch_rows<K>(api: Api<K>, query: &Query, row: fn(&K, &Query, Timestamp) -> Vec<String>) -> Result<(), String>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    let mut changes = watcher(api, watcher::Config::default()).applied_objects().boxed();
-    while let Some(obj) = changes.try_next().await.map_err(|e| e.to_string())? {
-        if query.names.is_empty() || query.names.contains(&obj.name_any()) {
-            print!("{}", table(&[row(&obj, query, Timestamp::now())]));
-        }
-    }
-    Ok(())
-}
-
-/// A row per change, from a scan of the directory every 250 ms.
-async fn watch_local(store: &dyn Listing, query: &Query) -> Result<(), String> {
-    let mut seen: HashMap<String, String> = HashMap::new();
-    let mut first = true;
     loop {
-        let rows: Vec<(String, String, Vec<String>)> = match query.kind {
+        changes.changed().await.map_err(|_| "the watch ended".to_string())?;
+        // A name asked for that is gone is no row, not an error: the watch goes on.
+        let (current, rows) = match query.kind {
             Resource::WorkSessions => {
-                let items = query.select(store.listed_sessions().map_err(|e| e.to_string())?).unwrap_or_default();
-                items
-                    .iter()
-                    .map(|ws| {
-                        (
-                            ws.name_any(),
-                            serde_json::to_string(&ws.status).unwrap_or_default(),
-                            session_row(ws, query, Timestamp::now()),
-                        )
-                    })
-                    .collect()
+                states(&query.select(source.sessions().await?).unwrap_or_default(), query, session_row)
             }
             Resource::WorkEvents => {
-                let items = store.listed_events().map_err(|e| e.to_string())?;
-                let items = query.select(items).unwrap_or_default();
-                items
-                    .iter()
-                    .map(|ev| {
-                        (
-                            ev.name_any(),
-                            serde_json::to_string(&ev.status).unwrap_or_default(),
-                            event_row(ev, query, Timestamp::now()),
-                        )
-                    })
-                    .collect()
+                states(&query.select(source.work_events().await?).unwrap_or_default(), query, event_row)
             }
         };
-        for (name, state, row) in rows {
-            if seen.get(&name) != Some(&state) {
-                if !first {
-                    print!("{}", table(&[row]));
-                }
-                seen.insert(name, state);
+        for (key, state) in current {
+            if seen.get(&key) != Some(&state) {
+                print!("{}", table(&[rows[&key].clone()]));
+                seen.insert(key, state);
             }
         }
-        first = false;
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Each object's `namespace/name` with what it is now (the whole object: any change is a row, as `kubectl get -w`
+/// prints one per change), and its row.
+fn states<K: ResourceExt + Serialize>(
+    items: &[K],
+    query: &Query,
+    row: fn(&K, &Query, Timestamp) -> Vec<String>,
+) -> (HashMap<String, String>, HashMap<String, Vec<String>>) {
+    let now = Timestamp::now();
+    let key = |o: &K| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+    let states = items.iter().map(|o| (key(o), serde_json::to_string(o).unwrap_or_default())).collect();
+    let rows = items.iter().map(|o| (key(o), row(o, query, now))).collect();
+    (states, rows)
 }
 
 #[cfg(test)]

@@ -3,4 +3,5 @@
 //! `src/main.rs` parses the arguments and calls in here.
 
 pub mod get;
+pub mod read;
 pub mod terminal;

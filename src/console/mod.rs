@@ -1,12 +1,11 @@
 //! `worksession console`: a read-only web page for people, beside the pipeline (it reads what status says, as `get`
-//! and `peek` do). Every WorkSession with what it is doing, kept current by the watch ([`source::Source::changed`]
-//! pushed as server-sent events: no polling of the API server); one session's page with its live screen (read as
-//! `peek` reads it, colours as [`ansi`] runs), its conditions, its WorkEvents and its Kubernetes Events. The page and
+//! and `peek` do). Every WorkSession with what it is doing, kept current by the watch ([`Source::changes`]
+//! pushed as server-sent events: no polling of the API server); one session's page with its live screen (read by the same [`crate::cli::read`] as
+//! `get` and `peek`, colours as [`ansi`] runs), its conditions, its WorkEvents and its Kubernetes Events. The page and
 //! its script are in the binary; it is served on loopback with the user's own credentials, answers only `GET`, only
 //! for its own `Host` (a page elsewhere cannot reach it by DNS rebinding), and every text it shows is set as text.
 
 pub mod ansi;
-pub mod source;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -26,8 +25,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::api::{WorkEvent, WorkSession};
+use crate::cli::read::Source;
 use crate::core::ConditionType;
-pub use source::Source;
 
 /// How many lines of the screen a session's page shows.
 pub const SCREEN_LINES: usize = 60;
@@ -296,7 +295,7 @@ async fn screen<S: Source>(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Response, Response> {
     let ws = find(&console, &namespace, &name).await?;
-    Ok(match console.source.screen(&ws, SCREEN_LINES).await {
+    Ok(match console.source.screen(&ws, SCREEN_LINES, true).await {
         Ok(text) => axum::Json(json!({"runs": ansi::runs(text.trim_end())})).into_response(),
         Err(why) => axum::Json(json!({"error": why})).into_response(),
     })

@@ -10,6 +10,7 @@ use tower::ServiceExt;
 
 use super::*;
 use crate::api::{EventSource, SourceType, WorkEventSpec, WorkSessionSpec, WorkSessionStatus};
+use crate::cli::read::KubeEvent;
 
 #[derive(Default)]
 struct Memory {
@@ -21,16 +22,16 @@ impl Source for Arc<Memory> {
     async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
         Ok(self.sessions.lock().unwrap().clone())
     }
+    async fn work_events(&self) -> Result<Vec<WorkEvent>, String> {
+        Ok(self.events.clone())
+    }
     fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         tokio::sync::watch::channel(0).1
     }
-    async fn events(&self, _namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
-        Ok(self.events.iter().filter(|e| e.spec.session == session).cloned().collect())
-    }
-    async fn kube_events(&self, _namespace: &str, _session: &str) -> Result<Vec<source::KubeEvent>, String> {
+    async fn kube_events(&self, _namespace: &str, _session: &str) -> Result<Vec<KubeEvent>, String> {
         Ok(Vec::new())
     }
-    async fn screen(&self, _ws: &WorkSession, _lines: usize) -> Result<String, String> {
+    async fn screen(&self, _ws: &WorkSession, _lines: usize, _colours: bool) -> Result<String, String> {
         Ok("\u{1b}[32mready>\u{1b}[0m <b>hi</b>\n".into())
     }
 }
