@@ -1,8 +1,8 @@
 //! The harness's own record of the prompts it took, read for the core's [`crate::core::Evidence`]: with hooks, its
 //! hook file (the `UserPromptSubmit` lines of the live spawn, the latest turn event, a move to another conversation);
-//! else its transcript. Only what the harness wrote after a prompt's mark (where the record stood when it was sent)
+//! else its transcript. Only what the harness wrote after a prompt's offset (where the record stood when it was sent)
 //! confirms that prompt, and the prompt is compared by its words (a harness may alter its whitespace). Reads run off
-//! the runtime's threads, and never more than [`transcript::AFTER_MARK_LIMIT`] past the earliest mark.
+//! the runtime's threads, and never more than [`transcript::AFTER_OFFSET_LIMIT`] past the earliest offset.
 
 use std::path::Path;
 
@@ -14,7 +14,7 @@ use crate::harness::Profile;
 use crate::harness::clean_prompt;
 use crate::harness::hooks::{Hooks, Turn};
 use crate::node::hook::{Taken, TurnEnd};
-use crate::node::transcript::{self, AFTER_MARK_LIMIT, words};
+use crate::node::transcript::{self, AFTER_OFFSET_LIMIT, words};
 
 /// A prompt sent and not yet known delivered.
 #[derive(Clone, Debug)]
@@ -65,7 +65,7 @@ pub struct Place<'a> {
 pub struct Said {
     /// How long the record is.
     pub len: u64,
-    /// Keys of the sent prompts it shows taken after their marks.
+    /// Keys of the sent prompts it shows taken after their offsets.
     pub confirmed: Vec<String>,
     /// Keys of the sent prompts its hooks reported taken whose transcript does not show them yet (written just after
     /// the hook: looked at again soon).
@@ -88,14 +88,14 @@ pub struct Said {
     pub turn: Option<Turn>,
 }
 
-/// Where reading starts for `sent`: the earliest mark, or (for a prompt sent before marks were kept) the end of the
-/// record less what is read past a mark.
+/// Where reading starts for `sent`: the earliest offset, or (for a prompt sent before offsets were kept) the end of the
+/// record less what is read past an offset.
 fn earliest(sent: &[Sent], len: u64) -> Option<u64> {
-    sent.iter().map(|s| mark(s, len)).min()
+    sent.iter().map(|s| offset_of(s, len)).min()
 }
 
-fn mark(sent: &Sent, len: u64) -> u64 {
-    sent.offset.unwrap_or(len.saturating_sub(AFTER_MARK_LIMIT))
+fn offset_of(sent: &Sent, len: u64) -> u64 {
+    sent.offset.unwrap_or(len.saturating_sub(AFTER_OFFSET_LIMIT))
 }
 
 /// The words `sent` may be recorded with: as typed (cleaned), or as sent (a literal mark in front).
@@ -103,7 +103,7 @@ fn forms(sent: &Sent, profile: &Profile) -> [String; 2] {
     [words(&clean_prompt(&sent.text)), words(&profile.as_sent(&sent.text, sent.command))]
 }
 
-/// The hook file: the live spawn's latest move and turn event, and its `UserPromptSubmit` prompts after each mark.
+/// The hook file: the live spawn's latest move and turn event, and its `UserPromptSubmit` prompts after each offset.
 pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said {
     let len = crate::node::hook::length(place.home, place.identity).unwrap_or(0);
     let (home, identity, spawn) = (place.home.to_path_buf(), place.identity.to_string(), place.spawn.map(String::from));
@@ -112,12 +112,12 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
     let Some(heard) = tokio::task::spawn_blocking(read).await.ok().flatten() else {
         return Said { len, ..Said::default() };
     };
-    // The report of each sent prompt, after its mark, by its words: each report one prompt's, in order (two events
+    // The report of each sent prompt, after its offset, by its words: each report one prompt's, in order (two events
     // of the same words, one of them lost, are not both confirmed by the other's report).
     let mut used = vec![false; heard.prompts.len()];
     let (mut taken, mut queued, mut dropped): (Vec<(String, Taken)>, _, _) = (Vec::new(), Vec::new(), Vec::new());
     for s in sent {
-        let (at, forms) = (mark(s, heard.len), forms(s, profile));
+        let (at, forms) = (offset_of(s, heard.len), forms(s, profile));
         let report = heard
             .prompts
             .iter()
@@ -283,7 +283,7 @@ async fn steered(place: &Place<'_>, profile: &Profile, unheard: Vec<Sent>) -> Op
 }
 
 /// The transcript of the conversation the harness runs (or a resume would take): its length, and the sent prompts it
-/// holds after their marks.
+/// holds after their offsets.
 pub async fn transcript(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said {
     let id = place.conversation;
     let Some(template) = &profile.conversation_path else { return Said::default() };
@@ -295,15 +295,19 @@ pub async fn transcript(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> 
     let read = move || {
         let len = transcript::length(&home, &path).unwrap_or(0);
         let mut confirmed: Vec<String> = Vec::new();
-        let Some(from) = wanted.iter().map(|(s, _)| mark(s, len)).min() else { return Said { len, ..Said::default() } };
-        let Some((bytes, len)) = transcript::read_from(&home, &path, from, AFTER_MARK_LIMIT) else {
+        let Some(from) = wanted.iter().map(|(s, _)| offset_of(s, len)).min() else {
+            return Said { len, ..Said::default() };
+        };
+        let Some((bytes, len)) = transcript::read_from(&home, &path, from, AFTER_OFFSET_LIMIT) else {
             return Said { len, ..Said::default() };
         };
         for (at, line) in transcript::lines(&bytes, from, false) {
             // A line shows one prompt: the first sent before it and not yet shown (two of the same words, one lost,
             // are not both confirmed by the other's line).
             let shows = |(s, forms): &&(Sent, [String; 2])| {
-                !confirmed.contains(&s.key) && at >= mark(s, len) && forms.iter().any(|f| transcript::holds(line, f))
+                !confirmed.contains(&s.key)
+                    && at >= offset_of(s, len)
+                    && forms.iter().any(|f| transcript::holds(line, f))
             };
             if let Some((s, _)) = wanted.iter().find(shows) {
                 confirmed.push(s.key.clone());

@@ -111,23 +111,23 @@ pub(super) struct Prompt<'i> {
     pub offset: Option<u64>,
 }
 
-/// How much of a harness's record is read after a mark (where it stood when a prompt was sent): the harness writes
+/// How much of a harness's record is read after an offset (where it stood when a prompt was sent): the harness writes
 /// the prompt within its next few lines.
-pub const AFTER_MARK_LIMIT: u64 = 4 << 20;
+pub const AFTER_OFFSET_LIMIT: u64 = 4 << 20;
 
-/// The tag a paste gives its tmux session: the prompt's, its attempt, and the mark it was sent at.
-fn paste_tag(prompt: &Prompt<'_>, mark: u64) -> String {
-    format!("{}/{}/{mark}", prompt.tag, prompt.attempts + 1)
+/// The tag a paste gives its tmux session: the prompt's, its attempt, and the offset it was sent at.
+fn paste_tag(prompt: &Prompt<'_>, offset: u64) -> String {
+    format!("{}/{}/{offset}", prompt.tag, prompt.attempts + 1)
 }
 
-/// The mark of a paste of `prompt` not yet recorded, when `pasted` (a tmux session's paste tag) is that paste's
+/// The offset of a paste of `prompt` not yet recorded, when `pasted` (a tmux session's paste tag) is that paste's
 /// ([`paste_tag`]): `Some(None)` for a tag an older release wrote (the prompt's tag alone). A tag of an attempt
 /// already recorded (a prompt sent again after its deadline) is not.
 fn unrecorded_paste(pasted: &str, prompt: &Prompt<'_>) -> Option<Option<u64>> {
     let mut parts = pasted.rsplitn(3, '/');
-    let (mark, attempt, of) = (parts.next()?, parts.next(), parts.next());
+    let (offset, attempt, of) = (parts.next()?, parts.next(), parts.next());
     match (of, attempt.and_then(|a| a.parse::<u32>().ok())) {
-        (Some(of), Some(attempt)) if of == prompt.tag => (attempt > prompt.attempts).then(|| mark.parse().ok()),
+        (Some(of), Some(attempt)) if of == prompt.tag => (attempt > prompt.attempts).then(|| offset.parse().ok()),
         _ => (pasted == prompt.tag && prompt.attempts == 0).then_some(None),
     }
 }
@@ -244,7 +244,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     let deadline = later(prompt.sent.unwrap_or(now), input.context.config.confirm_timeout);
                     if input.evidence.dropped.iter().any(|k| k == prompt.key.as_str()) {
                         // Taken behind a turn that failed for good, and never sent to the model (opencode): sent
-                        // again, now the harness is idle, as a prompt that went nowhere is, with a mark of its own
+                        // again, now the harness is idle, as a prompt that went nowhere is, with an offset of its own
                         // (the report of the first send speaks of a take that came to nothing).
                         let failed = input.evidence.turn.filter(|t| t.hook == "StopFailure");
                         let why = failed.and_then(|t| t.message.clone()).unwrap_or_else(|| "an error".into());
@@ -282,7 +282,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     }
                     let waited = input.context.config.confirm_timeout.as_secs();
                     // The paste may have gone nowhere (a TUI that dropped it): sent again, in its place. Its send's
-                    // mark stays: a harness that took that send late (a slow start) says so after it.
+                    // offset stays: a harness that took that send late (a slow start) says so after it.
                     blocked |= prompt.attempts < CONFIRM_ATTEMPTS;
                     // A transcript that is not JSON lines confirms nothing: the message says what it must hold.
                     let must = if proof == Proof::Transcript { TRANSCRIPT_HOLDS } else { "" };
@@ -290,10 +290,10 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.resend_or_fail(&prompt, said, Attempt::Again);
                 }
                 _ if blocked => {}
-                _ if let Some(mark) = input.observed.view.and_then(|t| unrecorded_paste(&t.pasted, &prompt)) => {
+                _ if let Some(offset) = input.observed.view.and_then(|t| unrecorded_paste(&t.pasted, &prompt)) => {
                     // Pasted by an agent that stopped before recording it (or recorded where this decision's view of
-                    // the events does not show it yet): never pasted twice, and confirmed from the paste's mark on.
-                    let attempt = mark.map_or(Attempt::Counted, Attempt::SentAt);
+                    // the events does not show it yet): never pasted twice, and confirmed from the paste's offset on.
+                    let attempt = offset.map_or(Attempt::Counted, Attempt::SentAt);
                     self.set_prompt(prompt.key, PromptPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK);
                     blocked |= one_unconfirmed;
@@ -304,16 +304,16 @@ impl<'a, 'i> Decision<'a, 'i> {
                     blocked = true;
                 }
                 _ if ready => {
-                    // A prompt its deadline sends again keeps the mark of its send (only such a `Pending` one has one),
-                    // while what the harness recorded since is within what is read past a mark.
+                    // A prompt its deadline sends again keeps the offset of its send (only such a `Pending` one has one),
+                    // while what the harness recorded since is within what is read past an offset.
                     let record = input.evidence.record.len;
-                    let (mark, attempt) = match prompt.offset {
-                        Some(sent_at) if record.saturating_sub(sent_at) < AFTER_MARK_LIMIT => {
+                    let (offset, attempt) = match prompt.offset {
+                        Some(sent_at) if record.saturating_sub(sent_at) < AFTER_OFFSET_LIMIT => {
                             (sent_at, Attempt::Counted)
                         }
                         _ => {
-                            let mark = self.mark(Some(Via::Pasted));
-                            (mark, Attempt::SentAt(mark))
+                            let offset = self.offset_now(Some(Via::Pasted));
+                            (offset, Attempt::SentAt(offset))
                         }
                     };
                     // Text, unless a person made it a command: even a bracketed paste of `!touch x` runs in Claude
@@ -331,8 +331,9 @@ impl<'a, 'i> Decision<'a, 'i> {
                     if !prompt.command && text.split_whitespace().last().is_some_and(|w| w.starts_with('@')) {
                         text.push(' ');
                     }
-                    // The paste's tag carries its mark, for a decision that does not see the send recorded.
-                    let (session, key, tag) = (self.session.clone(), prompt.key.to_string(), paste_tag(&prompt, mark));
+                    // The paste's tag carries its offset, for a decision that does not see the send recorded.
+                    let (session, key, tag) =
+                        (self.session.clone(), prompt.key.to_string(), paste_tag(&prompt, offset));
                     self.ops.push(Op::Paste { session, key, tag, text });
                     self.set_prompt(prompt.key, PromptPhase::Delivering, Some(Via::Pasted), attempt, None);
                     self.requeue(DELIVERY_RECHECK.min(Duration::from_secs(settings.probe.into())));
@@ -379,8 +380,8 @@ impl<'a, 'i> Decision<'a, 'i> {
     fn submit_again(&mut self, prompt: &Prompt<'i>, ready: bool) {
         let evidence = &self.input.evidence;
         let idle = evidence.turn.is_some_and(|t| matches!(t.hook.as_str(), "Stop" | "SessionStart"));
-        let Some((sent, mark)) = prompt.sent.zip(prompt.offset) else { return };
-        let silent = evidence.record.len <= mark;
+        let Some((sent, offset)) = prompt.sent.zip(prompt.offset) else { return };
+        let silent = evidence.record.len <= offset;
         if prompt.via != Some(Via::Pasted) || !idle || !silent {
             return;
         }
@@ -397,7 +398,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     }
 
     /// A sent prompt the harness did not take (`said`, why): sent again in its place, up to [`CONFIRM_ATTEMPTS`]
-    /// sends, then `Failed`; `again` says whether its send's mark stays ([`Attempt::Again`]) or goes ([`Attempt::No`]).
+    /// sends, then `Failed`; `again` says whether its send's offset stays ([`Attempt::Again`]) or goes ([`Attempt::No`]).
     fn resend_or_fail(&mut self, prompt: &Prompt<'i>, said: String, again: Attempt) {
         if prompt.attempts < CONFIRM_ATTEMPTS {
             let message = format!("{said}; it is sent again");
@@ -431,7 +432,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         let mut failed = Vec::new();
         for prompt in self.prompts() {
             if prompt.phase == PromptPhase::Pending && prompt.offset.is_some() {
-                // A mark kept for its deadline's second send was the dead harness's: the next one starts afresh.
+                // An offset kept for its deadline's second send was the dead harness's: the next one starts afresh.
                 if !self.return_prompt(&prompt, why) {
                     failed.push(prompt.key);
                 }

@@ -44,7 +44,7 @@ pub use conditions::{
     ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, NodeLostReason, PlacedReason, ReadyReason, Reason,
     WorkspaceReason, condition, find, has_reason, set_condition,
 };
-pub use deliver::{AFTER_MARK_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hook_args, initial_prompt_owed};
+pub use deliver::{AFTER_OFFSET_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
@@ -81,10 +81,10 @@ enum Attempt {
     No,
     /// It does: a send that was refused.
     Counted,
-    /// It does: a send, made when the harness's record stood at this mark.
+    /// It does: a send, made when the harness's record stood at this offset.
     SentAt(u64),
-    /// It does not (no send now), and the mark of its last send stays for the next: a prompt its deadline sends
-    /// again, which a harness that took the first send late (a slow start) says it took after that mark.
+    /// It does not (no send now), and the offset of its last send stays for the next: a prompt its deadline sends
+    /// again, which a harness that took the first send late (a slow start) says it took after that offset.
     Again,
     /// The harness it was sent to is gone: it waits again with no send counted, so the next harness gets it, and a
     /// second send at its confirm deadline, like any prompt.
@@ -250,12 +250,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         let harness_session_id = delivered.then(|| self.status.harness_session_id.clone()).flatten();
         let sent = (phase == PromptPhase::Delivering).then_some(now);
-        // A send: only what the harness records from its mark on confirms it.
+        // A send: only what the harness records from its offset on confirms it.
         let offset = match attempt {
-            Attempt::SentAt(mark) => Some(mark),
+            Attempt::SentAt(offset) => Some(offset),
             Attempt::No | Attempt::Counted | Attempt::Again | Attempt::Returned => None,
         };
-        let keep_mark = attempt == Attempt::Again;
+        let keep_offset = attempt == Attempt::Again;
         let returned = attempt == Attempt::Returned;
         let attempt = !matches!(attempt, Attempt::No | Attempt::Again | Attempt::Returned);
         if let PromptKey::Event(event) = key {
@@ -267,7 +267,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 harness_session_id,
                 sent,
                 offset,
-                keep_mark,
+                keep_offset,
                 attempt,
                 returned,
                 message,
@@ -280,7 +280,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.status.initial_prompt = Some(PromptStatus {
             phase: Some(phase),
             sent_time: if pending { None } else { sent.map(Time).or(old.sent_time) },
-            sent_offset: if pending && !keep_mark { None } else { offset.or(old.sent_offset) },
+            sent_offset: if pending && !keep_offset { None } else { offset.or(old.sent_offset) },
             attempts: if returned { 0 } else { old.attempts + u32::from(attempt) },
             returns: old.returns + u32::from(returned),
             delivered_at: delivered.then_some(Time(now)),
@@ -291,7 +291,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     }
 
     /// Where the harness's record stands for a prompt sent now `via`: a fresh conversation's transcript starts empty.
-    fn mark(&self, via: Option<Via>) -> u64 {
+    fn offset_now(&self, via: Option<Via>) -> u64 {
         let record = self.input.evidence.record;
         if via == Some(Via::Fresh) && record.proof == Proof::Transcript { 0 } else { record.len }
     }

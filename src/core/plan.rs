@@ -469,8 +469,8 @@ pub struct WorkEventUpdate {
     pub sent: Option<Timestamp>,
     /// Where the harness's record stood when it was sent (for `Delivering`).
     pub offset: Option<u64>,
-    /// Keep the mark of its last send though it goes back to `Pending` (its deadline sends it again).
-    pub keep_mark: bool,
+    /// Keep the offset of its last send though it goes back to `Pending` (its deadline sends it again).
+    pub keep_offset: bool,
     /// Count one more delivery attempt.
     pub attempt: bool,
     /// Its harness is gone: its count of sends starts again (the next harness gets a second send at its deadline).

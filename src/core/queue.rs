@@ -41,7 +41,7 @@ pub fn apply(old: Option<&WorkEventStatus>, update: &WorkEventUpdate, now: Time)
         phase: Some(update.phase),
         delivered_at: (update.phase == PromptPhase::Delivered).then_some(now),
         sent_time: if pending { None } else { update.sent.map(Time).or(old.sent_time) },
-        sent_offset: if pending && !update.keep_mark { None } else { update.offset.or(old.sent_offset) },
+        sent_offset: if pending && !update.keep_offset { None } else { update.offset.or(old.sent_offset) },
         via: if pending { None } else { update.via.or(old.via) },
         harness_session_id: update.harness_session_id.clone().or(old.harness_session_id),
         attempts: if update.returned { 0 } else { old.attempts + u32::from(update.attempt) },

@@ -214,7 +214,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // After the spawn: nothing waits on an API write between the decision and the harness starting.
         if let Some(key) = boot_key {
             let via = if mode == Mode::Resume { Via::Resumed } else { Via::Fresh };
-            self.set_prompt(key, PromptPhase::Delivering, Some(via), Attempt::SentAt(self.mark(Some(via))), None);
+            self.set_prompt(key, PromptPhase::Delivering, Some(via), Attempt::SentAt(self.offset_now(Some(via))), None);
         }
         self.status.phase = Some(Phase::Verifying);
         self.ready(

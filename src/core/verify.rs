@@ -39,7 +39,7 @@ impl Decision<'_, '_> {
                             key,
                             PromptPhase::Delivering,
                             Some(via),
-                            Attempt::SentAt(self.mark(Some(via))),
+                            Attempt::SentAt(self.offset_now(Some(via))),
                             None,
                         );
                     }

@@ -165,7 +165,7 @@ pub struct Heard {
     pub named: Vec<String>,
     /// Its latest turn event ([`TURN_EVENTS`]).
     pub turn: Option<Turn>,
-    /// The prompts it reported taking (`UserPromptSubmit`) from the mark asked for on.
+    /// The prompts it reported taking (`UserPromptSubmit`) from the offset asked for on.
     pub prompts: Vec<Taken>,
     /// How long the file was.
     pub len: u64,
@@ -204,12 +204,12 @@ pub const TURN_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "
 
 /// Reads what the hooks of the spawn tagged `spawn` said in the hook file of `identity` under `home` (through
 /// [`crate::node::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end (none when
-/// the spawn is not known: its tmux session is gone); and from `mark` on (at most
-/// [`crate::node::transcript::AFTER_MARK_LIMIT`]), the prompts taken, by whichever spawn of the session took them: only the
-/// one a prompt was sent to could report it after its mark, and the session's tmux session may be gone meanwhile (a
+/// the spawn is not known: its tmux session is gone); and from `offset` on (at most
+/// [`crate::node::transcript::AFTER_OFFSET_LIMIT`]), the prompts taken, by whichever spawn of the session took them: only the
+/// one a prompt was sent to could report it after its offset, and the session's tmux session may be gone meanwhile (a
 /// tmux server restarted) while what its harness took must still count.
-pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>) -> Option<Heard> {
-    use crate::node::transcript::{AFTER_MARK_LIMIT, lines, read_from};
+pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, offset: Option<u64>) -> Option<Heard> {
+    use crate::node::transcript::{AFTER_OFFSET_LIMIT, lines, read_from};
     let path = file_of(home, identity);
     let len = crate::node::transcript::length(home, &path)?;
     let tail_start = len.saturating_sub(READ_LIMIT);
@@ -244,13 +244,13 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, mark: Option<u64>)
             heard.turn = Some(Turn { hook: s.hook.into_owned(), at, message, kind: data.notification_type });
         }
     }
-    let Some(mark) = mark else { return Some(heard) };
+    let Some(offset) = offset else { return Some(heard) };
     let far;
-    let after: Vec<(u64, &str)> = if mark >= tail_start {
-        tail_lines.into_iter().filter(|(at, _)| *at >= mark).collect()
+    let after: Vec<(u64, &str)> = if offset >= tail_start {
+        tail_lines.into_iter().filter(|(at, _)| *at >= offset).collect()
     } else {
-        far = read_from(home, &path, mark, AFTER_MARK_LIMIT)?.0;
-        lines(&far, mark, false).collect()
+        far = read_from(home, &path, offset, AFTER_OFFSET_LIMIT)?.0;
+        lines(&far, offset, false).collect()
     };
     let said: Vec<(u64, Fields)> = after
         .into_iter()
@@ -328,12 +328,12 @@ mod tests {
         std::fs::OpenOptions::new().append(true).open(&out).unwrap().write_all(padding.as_bytes()).unwrap();
         assert_eq!(started("spawn-1").as_deref(), Some("abc"));
         assert!(length(home.path(), "agents/repo-12").unwrap() > len, "it grew");
-        // The latest turn event, and the prompts taken from a mark on.
+        // The latest turn event, and the prompts taken from an offset on.
         let heard = hear(home.path(), "agents/repo-12", Some("spawn-1"), Some(0)).unwrap();
         assert_eq!(heard.turn.as_ref().map(|t| t.hook.as_str()), Some("UserPromptSubmit"), "padding is no turn");
         assert!(heard.turn.unwrap().at.is_some(), "the receiver's time");
         assert!(heard.prompts.is_empty(), "a prompt that was not JSON is none");
-        let mark = length(home.path(), "agents/repo-12").unwrap();
+        let offset = length(home.path(), "agents/repo-12").unwrap();
         receive(&out, "UserPromptSubmit", "spawn-1", &br#"{"prompt":"yes"}"#[..]).unwrap();
         let second = length(home.path(), "agents/repo-12").unwrap();
         receive(&out, "UserPromptSubmit", "spawn-2", &br#"{"prompt":"another spawn's","prompt_id":"p2"}"#[..]).unwrap();
@@ -344,7 +344,7 @@ mod tests {
             &br#"{"message":"Claude needs\u001b[2J your permission","notification_type":"permission_prompt"}"#[..],
         )
         .unwrap();
-        let heard = hear(home.path(), "agents/repo-12", Some("spawn-1"), Some(mark)).unwrap();
+        let heard = hear(home.path(), "agents/repo-12", Some("spawn-1"), Some(offset)).unwrap();
         let taken = |at, prompt: &str, id: Option<&str>| Taken {
             at,
             prompt: prompt.into(),
@@ -353,15 +353,15 @@ mod tests {
             queued: false,
             ended: None,
         };
-        // Taken after the mark by any spawn of the session (its tmux session may be gone); the turn is the spawn's.
-        assert_eq!(heard.prompts, [taken(mark, "yes", None), taken(second, "another spawn's", Some("p2"))]);
+        // Taken after the offset by any spawn of the session (its tmux session may be gone); the turn is the spawn's.
+        assert_eq!(heard.prompts, [taken(offset, "yes", None), taken(second, "another spawn's", Some("p2"))]);
         let turn = heard.turn.unwrap();
         assert_eq!((turn.hook.as_str(), turn.kind.as_deref()), ("Notification", Some("permission_prompt")));
         assert_eq!(turn.message.as_deref(), Some("Claude needs [2J your permission"), "no terminal control kept");
-        let gone = hear(home.path(), "agents/repo-12", None, Some(mark)).unwrap();
+        let gone = hear(home.path(), "agents/repo-12", None, Some(offset)).unwrap();
         assert_eq!((gone.prompts.len(), gone.turn), (2, None), "no spawn known: what was taken, and no turn");
         let later = hear(home.path(), "agents/repo-12", Some("spawn-1"), Some(second + 1)).unwrap();
-        assert!(later.prompts.is_empty(), "only what comes from the mark on");
+        assert!(later.prompts.is_empty(), "only what comes from the offset on");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::metadata(out.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);

@@ -81,7 +81,7 @@ pub fn find_in_tail(home: &Path, path: &Path, tail: u64, needles: &[&str]) -> Op
     }
 }
 
-pub use crate::core::AFTER_MARK_LIMIT;
+pub use crate::core::AFTER_OFFSET_LIMIT;
 
 /// At most `limit` bytes of a file a harness wrote ([`open`]) from `start`, and how long the file is.
 pub fn read_from(home: &Path, path: &Path, start: u64, limit: u64) -> Option<(Vec<u8>, u64)> {

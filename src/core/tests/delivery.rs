@@ -206,7 +206,7 @@ fn a_prompt_queued_behind_a_turn_waits_for_its_end_and_one_behind_a_failed_turn_
     let plan = case.step();
     assert!(ops(&plan).contains(&"event e1 Pending".to_string()), "sent again at once: {:?}", ops(&plan));
     assert_eq!(case.events[0].attempts, 1, "its second send comes");
-    assert_eq!(case.events[0].offset, None, "with a mark of its own: the first send's report came to nothing");
+    assert_eq!(case.events[0].offset, None, "with an offset of its own: the first send's report came to nothing");
     let message = plan.ops.iter().find_map(|op| match op {
         Op::WorkEventStatus(u) if u.event == "e1" => u.message.clone(),
         _ => None,
@@ -570,7 +570,7 @@ fn an_unconfirmed_paste_to_a_harness_that_takes_one_at_a_time_gets_its_enter_aga
     case.now = t(109);
     assert_eq!(ops(&case.step()), Vec::<String>::new(), "no more");
 
-    // Sent at t(100) by `via`, at the hook file's mark 700.
+    // Sent at t(100) by `via`, at the hook file's offset 700.
     let sent = |via| PendingWorkEvent {
         phase: PromptPhase::Delivering,
         sent: Some(t(100)),
@@ -599,7 +599,7 @@ fn an_unconfirmed_paste_to_a_harness_that_takes_one_at_a_time_gets_its_enter_aga
     assert_eq!(ops(&queues.step()), Vec::<String>::new(), "a harness that queues");
 }
 
-/// A prompt its deadline sends again keeps the mark of its first send (a harness that took that send late, a slow
+/// A prompt its deadline sends again keeps the offset of its first send (a harness that took that send late, a slow
 /// start, says so after it, and the prompt is not failed though taken); a death forgets it (the next harness's record
 /// starts afresh).
 #[test]
@@ -613,10 +613,10 @@ fn a_prompt_sent_again_at_its_deadline_keeps_its_first_mark_until_a_death() {
     case.tmux = Some(SessionView { alive: true, ..ours() });
     let plan = case.step();
     assert_eq!(ops(&plan), ["paste e1 into loop-ns_repo-12: please fix the bug", "event e1 Delivering via Pasted"]);
-    assert_eq!((case.events[0].offset, case.events[0].attempts), (Some(4096), 2), "from the first send's mark on");
+    assert_eq!((case.events[0].offset, case.events[0].attempts), (Some(4096), 2), "from the first send's offset on");
     let Some(Op::Paste { tag, .. }) = plan.ops.first() else { unreachable!() };
     assert!(tag.ends_with("/2/4096"), "its tag says the same, for an agent that restarts: {tag}");
-    // At its second deadline, then a death before the third look: the mark goes with the harness.
+    // At its second deadline, then a death before the third look: the offset goes with the harness.
     case.now = t(100 + 700);
     assert_eq!(ops(&case.step()), ["event e1 Failed", "event.failed"]);
     let mut died = with_transcript(Case::new(ran_old()));
@@ -627,7 +627,7 @@ fn a_prompt_sent_again_at_its_deadline_keeps_its_first_mark_until_a_death() {
     (died.liveness, died.now, died.record_len) = (Liveness::Dead, t(100 + 301), 5000);
     let plan = died.step();
     assert!(ops(&plan).contains(&"event e1 Pending".to_string()), "forgotten with the dead harness: {:?}", ops(&plan));
-    assert_eq!(died.events[0].offset, Some(5000), "its resume's own mark, not the kept one");
+    assert_eq!(died.events[0].offset, Some(5000), "its resume's own offset, not the kept one");
 }
 
 #[test]

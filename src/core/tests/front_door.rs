@@ -69,15 +69,15 @@ fn a_paste_is_recognised_by_the_events_uid_not_its_name() {
         Op::Paste { tag, .. } => Some(tag.clone()),
         _ => None,
     });
-    assert_eq!(tagged.as_deref(), Some("uid-e1/1/0"), "the event's UID, the attempt, and its mark");
+    assert_eq!(tagged.as_deref(), Some("uid-e1/1/0"), "the event's UID, the attempt, and its offset");
     // Its own UID on the session: pasted before the agent stopped, so recorded, not pasted again, and confirmed only
-    // from the paste's mark on.
+    // from the paste's offset on.
     case.tmux = Some(SessionView { alive: true, pasted: "uid-e1/1/4096".into(), ..ours() });
     let plan = case.decide();
     assert_eq!(ops(&plan), ["event e1 Delivering via Pasted"]);
     let Op::WorkEventStatus(update) = &plan.ops[0] else { unreachable!() };
-    assert_eq!((update.offset, update.attempt), (Some(4096), true), "the paste counted, at its mark");
-    // A tag an older release wrote, without a mark.
+    assert_eq!((update.offset, update.attempt), (Some(4096), true), "the paste counted, at its offset");
+    // A tag an older release wrote, without an offset.
     case.tmux = Some(SessionView { alive: true, pasted: "uid-e1".into(), ..ours() });
     assert_eq!(ops(&case.decide()), ["event e1 Delivering via Pasted"]);
     case.tmux = Some(SessionView { alive: true, pasted: "uid-e10/1/4096".into(), ..ours() });

@@ -254,7 +254,7 @@ impl Case {
                         e.phase = u.phase;
                         e.sent = if u.phase == PromptPhase::Pending { None } else { u.sent.or(e.sent) };
                         e.via = if u.phase == PromptPhase::Pending { None } else { u.via.or(e.via) };
-                        let forget = u.phase == PromptPhase::Pending && !u.keep_mark;
+                        let forget = u.phase == PromptPhase::Pending && !u.keep_offset;
                         e.offset = if forget { None } else { u.offset.or(e.offset) };
                         e.attempts = if u.returned { 0 } else { e.attempts + u32::from(u.attempt) };
                         e.returns += u32::from(u.returned);
