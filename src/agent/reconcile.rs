@@ -15,7 +15,7 @@ use super::error::ReconcileError;
 use super::evidence::{self, Gathering, agent_dirs};
 use super::metrics::{AgentMetrics, CategoryLabel, IdleLabel, ReasonLabel, ResumedLabel, ViaLabel};
 use super::registries::Registries;
-use crate::api::{WorkEvent, WorkSession};
+use crate::api::{WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::queue;
 use crate::core::{self, EventReason, Op, Plan};
@@ -147,15 +147,18 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         let sessions = self.store.sessions().await?;
         let mine = sessions.iter().filter(|ws| self.serves(ws));
         let config = self.config.borrow().clone();
-        for ws in mine {
-            // What each records: the conversation it runs, and its workdir while a fresh harness discovers its id.
-            let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
-            let owner = evidence::owner_tags(ws).1;
-            if let Some(status) = &ws.status {
-                self.registries.discoveries.recorded(&ws.spec.workdir, &owner, Some(status), discovers);
-            }
+        for ws in mine.filter(|ws| ws.status.is_some()) {
+            self.claims_follow(ws, &evidence::owner_tags(ws).1, ws.status.as_ref(), &config);
         }
         Ok(())
+    }
+
+    /// Keeps the node's claims in step with the status a session records (`None`: it is gone): the conversation it
+    /// runs, and its workdir while a fresh harness discovers its id. Every status the agent reads at its start or
+    /// records (an intent, a plan's status) goes through here, so the claims are what the statuses say.
+    fn claims_follow(&self, ws: &WorkSession, owner_name: &str, status: Option<&WorkSessionStatus>, config: &Config) {
+        let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
+        self.registries.discoveries.recorded(&ws.spec.workdir, owner_name, status, discovers);
     }
 
     /// Reconciles the WorkSession `namespace/name`; returns when to look again (`None`: on the next change).
@@ -236,9 +239,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             // Read again at once: the change decides (a session that left the node is no longer served).
             Executed::Stale => return Ok(Some(Duration::ZERO)),
         }
-        let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         let gone = plan.releases();
-        self.registries.discoveries.recorded(&ws.spec.workdir, owner.1, (!gone).then_some(&plan.status), discovers);
+        self.claims_follow(&ws, owner.1, (!gone).then_some(&plan.status), &config);
         // A refused spawn is told until a recorded status no longer waits on it.
         let verifying = plan.status.verification.as_ref().map(|v| v.spawn.as_str()).filter(|_| !gone);
         self.registries.spawn_failures.settle(owner.1, verifying);
@@ -282,7 +284,6 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         config: &Config,
     ) -> Result<Executed, ReconcileError> {
         let tmux = self.observer.tmux();
-        let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         // What this plan wrote of each event so far: a second update of one event (returned by a death, then sent
         // again by the respawn, in one decision) applies to the first's result, not to the status read before.
         let mut written: std::collections::HashMap<&str, crate::api::WorkEventStatus> = Default::default();
@@ -310,7 +311,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     }
                 }
                 Op::RecordIntent(intent) => {
-                    self.registries.discoveries.recorded(&ws.spec.workdir, owner_name, Some(intent), discovers);
+                    // Claimed before it is written: a spawn of another session never starts on what this one takes.
+                    self.claims_follow(ws, owner_name, Some(intent), config);
                     if !self.store.write_intent(ws, intent).await.map_err(ReconcileError::WriteIntent)? {
                         tracing::info!(event = "intent.stale", "the session changed since it was read: decided again");
                         return Ok(Executed::Stale);
