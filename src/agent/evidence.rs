@@ -10,15 +10,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::registries::Registries;
-use super::workspaces::Found;
 use crate::api::{Phase, PromptPhase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::discover::discovering;
 use crate::core::{
-    Confinement, Context, Evidence, FinishedWorkEvent, Input, Object, Observed, PendingWorkEvent, Proof, Record, Room,
+    Confinement, Context, Evidence, FinishedWorkEvent, Input, Object, Observed, PendingWorkEvent, Proof, Record,
     TmuxSession, initial_prompt_owed, queue, resume,
 };
-use crate::harness::hooks::Turn;
 use crate::node::tmux::{Liveness, Observation, Tmux};
 use crate::node::transcript;
 use crate::store::FINALIZER;
@@ -43,39 +41,8 @@ pub struct Gathered {
     pub last_output: String,
     /// A live pane's visible text.
     pub screen: Option<String>,
-    /// Keys of sent prompts the harness's record shows it took.
-    pub confirmed: Vec<String>,
-    /// Keys of sent prompts its hooks report queued behind a turn that still runs.
-    pub queued: Vec<String>,
-    /// Keys of sent prompts its hooks report queued behind a turn that failed for good.
-    pub dropped: Vec<String>,
-    /// Keys among `confirmed` steered into a running turn, as the harness's events file records them.
-    pub steered: Vec<String>,
-    /// That record.
-    pub record: Record,
-    /// The live spawn's latest turn event.
-    pub turn: Option<Turn>,
-    /// Whether the conversation a respawn would resume (while a fresh spawn is verified: the one it made) is in the
-    /// harness's store.
-    pub conversation_found: Option<bool>,
-    /// The id a live harness shows for the conversation being discovered, once it shows it.
-    pub discovered: Option<String>,
-    /// The conversation the live harness's hooks say it runs, when no other session holds it.
-    pub hooked: Option<String>,
-    /// The workspace.
-    pub workspace: Found,
-    /// Its room: `None` with rooms off, `Ok(None)` when one is to be given, `Err(why)` when it has none.
-    pub room: Option<Result<Option<Room>, String>>,
-    /// Another session that holds its workdir while discovering.
-    pub discovering_here: Option<String>,
-    /// Another session that holds the conversation it would adopt.
-    pub id_taken_by: Option<String>,
-    /// Its last plan's spawn failed, with this message.
-    pub spawn_failure: Option<String>,
-    /// The agent's checkout's branch and last commit, while no harness runs.
-    pub checkout: Option<(String, String)>,
-    /// The push token last handed to its harness.
-    pub push: crate::core::PushGrant,
+    /// What was read beyond tmux, as the core takes it.
+    pub evidence: Evidence,
     /// The clock, read once.
     pub now: Timestamp,
     /// A fresh uuid, for a fresh conversation.
@@ -114,29 +81,7 @@ impl Gathered {
                 last_output: &self.last_output,
                 screen: self.screen.as_deref(),
             },
-            evidence: Evidence {
-                confirmed: &self.confirmed,
-                queued: &self.queued,
-                dropped: &self.dropped,
-                steered: &self.steered,
-                record: self.record,
-                turn: self.turn.as_ref(),
-                conversation_found: self.conversation_found,
-                discovered: self.discovered.as_deref(),
-                hooked: self.hooked.as_deref(),
-                workspace: self.workspace.as_input(),
-                room: match &self.room {
-                    None => Confinement::Off,
-                    Some(Ok(Some(room))) => Confinement::Room(room),
-                    Some(Ok(None)) => Confinement::Due,
-                    Some(Err(why)) => Confinement::Unavailable(why),
-                },
-                discovering_here: self.discovering_here.as_deref(),
-                id_taken_by: self.id_taken_by.as_deref(),
-                spawn_failure: self.spawn_failure.as_deref(),
-                checkout: self.checkout.as_ref().map(|(branch, commit)| (branch.as_str(), commit.as_str())),
-                push: self.push,
-            },
+            evidence: &self.evidence,
             context: Context { config, now: self.now, new_session_id: &self.new_session_id },
         }
     }
@@ -209,20 +154,12 @@ pub fn owner_tags(ws: &WorkSession) -> (String, String) {
     (uid.unwrap_or_else(|| name.clone()), name)
 }
 
-/// What was read of the harness's side.
+/// What was read of the harness's side: its pane's, and the evidence of its files.
 #[derive(Debug, Default)]
 struct Reads {
-    hooked: Option<String>,
-    turn: Option<Turn>,
-    record: Record,
     last_output: String,
     screen: Option<String>,
-    confirmed: Vec<String>,
-    queued: Vec<String>,
-    dropped: Vec<String>,
-    steered: Vec<String>,
-    conversation_found: Option<bool>,
-    discovered: Option<String>,
+    evidence: Evidence,
 }
 
 /// What gathering reads beyond the objects and the observation: this node's registries, and tmux (a pane's last
@@ -279,34 +216,35 @@ impl<T: Tmux> Gathering<'_, T> {
         let read = self.read(ws, &status, &pending, (&session.current, liveness, spawn), home, config).await;
         // A conversation to adopt that another session of this node holds is never taken over.
         let adopting = ws.spec.harness_session_id.as_deref().filter(|_| status.harness_session_id.is_none());
+        let discoveries = &self.registries.discoveries;
         Gathered {
             pending,
             finished: finished_events(events),
             liveness,
             last_output: read.last_output,
             screen: read.screen,
-            confirmed: read.confirmed,
-            queued: read.queued,
-            dropped: read.dropped,
-            steered: read.steered,
-            record: read.record,
-            turn: read.turn,
-            conversation_found: read.conversation_found,
-            discovered: read.discovered,
-            hooked: read.hooked.filter(|id| self.registries.discoveries.conversation_holder(id, &owner.1).is_none()),
-            workspace: self.registries.workspaces.state(&owner.1, ws, config),
-            room,
-            discovering_here: self.registries.discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
-            id_taken_by: adopting.and_then(|id| self.registries.discoveries.conversation_holder(id, &owner.1)),
-            spawn_failure: status
-                .verification
-                .as_ref()
-                .and_then(|v| self.registries.spawn_failures.of(&owner.1, &v.spawn)),
-            // Read only while a spawn may come: what a handoff tells a fresh conversation.
-            checkout: (ws.spec.workspace.is_some() && liveness != Liveness::Alive)
-                .then(|| crate::node::workspace::head_of(Path::new(&ws.spec.workdir)))
-                .flatten(),
-            push: self.registries.push.of(&owner.1),
+            evidence: Evidence {
+                hooked: read.evidence.hooked.filter(|id| discoveries.conversation_holder(id, &owner.1).is_none()),
+                workspace: self.registries.workspaces.state(&owner.1, ws, config),
+                room: match room {
+                    None => Confinement::Off,
+                    Some(Ok(Some(room))) => Confinement::Room(room),
+                    Some(Ok(None)) => Confinement::Due,
+                    Some(Err(why)) => Confinement::Unavailable(why),
+                },
+                discovering_here: discoveries.workdir_holder(&ws.spec.workdir, &owner.1),
+                id_taken_by: adopting.and_then(|id| discoveries.conversation_holder(id, &owner.1)),
+                spawn_failure: status
+                    .verification
+                    .as_ref()
+                    .and_then(|v| self.registries.spawn_failures.of(&owner.1, &v.spawn)),
+                // Read only while a spawn may come: what a handoff tells a fresh conversation.
+                checkout: (ws.spec.workspace.is_some() && liveness != Liveness::Alive)
+                    .then(|| crate::node::workspace::head_of(Path::new(&ws.spec.workdir)))
+                    .flatten(),
+                push: self.registries.push.of(&owner.1),
+                ..read.evidence
+            },
             now: Timestamp::now(),
             new_session_id: uuid::Uuid::new_v4().to_string(),
             session,
@@ -326,20 +264,20 @@ impl<T: Tmux> Gathering<'_, T> {
     ) -> Reads {
         let tmux = self.tmux;
         let profile = config.harnesses.get(&ws.spec.harness);
-        let mut evidence = Reads::default();
+        let mut reads = Reads::default();
         // A dead pane's last lines matter only for a death not yet recorded (Running) or a spawn being verified.
         let unexplained = status.verification.is_some() || status.phase == Some(Phase::Running);
         if liveness == Liveness::Dead && unexplained {
-            evidence.last_output = tmux.last_lines(session, LAST_LINES).await.unwrap_or_default();
+            reads.last_output = tmux.last_lines(session, LAST_LINES).await.unwrap_or_default();
         }
-        let Some(profile) = profile else { return evidence };
+        let Some(profile) = profile else { return reads };
         let initial = initial_prompt_owed(&ws.spec, status);
         let waiting = events.iter().any(|e| e.phase == PromptPhase::Pending) || initial == Some(PromptPhase::Pending);
         // A harness that takes prompts one at a time may get a paste's Enter again, unless its screen is busy.
         let pasted = !profile.queues_prompts && events.iter().any(|e| e.via == Some(crate::api::Via::Pasted));
         let unconfirmed = pasted && events.iter().any(|e| e.phase == PromptPhase::Delivering);
         if liveness == Liveness::Alive && (waiting || unconfirmed) && profile.reads_screen() {
-            evidence.screen = tmux.screen(session).await.ok();
+            reads.screen = tmux.screen(session).await.ok();
         }
         let identity = owner_tags(ws).1;
         // Given hooks that name its conversation (Codex's notify, opencode's prompts), a harness's id is what they say,
@@ -350,15 +288,15 @@ impl<T: Tmux> Gathering<'_, T> {
         // A harness that shows its id after the start: looked for only while its status waits for it.
         let scan = liveness == Liveness::Alive && discovering(status);
         if let Some(d) = profile.discover.as_ref().filter(|_| scan) {
-            let screen = match (&d.screen_pattern, &evidence.screen) {
+            let screen = match (&d.screen_pattern, &reads.screen) {
                 (Some(_), None) => tmux.screen(session).await.ok(),
-                _ => evidence.screen.clone(),
+                _ => reads.screen.clone(),
             };
             let (_, owner) = owner_tags(ws);
             let place = (home, ws.spec.workdir.as_str());
-            evidence.discovered = self.registries.discoveries.find(d, status, place, screen.as_deref(), &owner);
+            reads.evidence.discovered = self.registries.discoveries.find(d, status, place, screen.as_deref(), &owner);
         }
-        let Some(home) = home else { return evidence };
+        let Some(home) = home else { return reads };
         let workdir = &ws.spec.workdir;
         // The conversation a respawn would resume; while a fresh spawn is verified, the one it made (if it is in the
         // store, the spawn ran, whatever tmux shows: a restarted tmux server has no session of it).
@@ -371,7 +309,7 @@ impl<T: Tmux> Gathering<'_, T> {
         if liveness != Liveness::Alive
             && let (Some(store), Some(id)) = (store, recorded.filter(|id| crate::api::is_valid_session_id(id)))
         {
-            evidence.conversation_found = Some(transcript::locate(store, home, workdir, id).exists());
+            reads.evidence.conversation_found = Some(transcript::locate(store, home, workdir, id).exists());
         }
         // What the harness's own record says of the prompts sent to it.
         let sent = super::record::sent(&ws.spec, status, events);
@@ -400,20 +338,21 @@ impl<T: Tmux> Gathering<'_, T> {
             let free = |id: &&String| self.registries.discoveries.conversation_holder(id, &identity).is_none();
             let named = named.iter().filter(|id| kept(id)).find(free).or_else(|| named.iter().find(free)).cloned();
             if discovering(status) && named.is_some() {
-                evidence.discovered = named.clone();
+                reads.evidence.discovered = named.clone();
             }
-            evidence.hooked = named.filter(|id| status.harness_session_id.as_ref().is_some_and(|r| r != id));
+            reads.evidence.hooked = named.filter(|id| status.harness_session_id.as_ref().is_some_and(|r| r != id));
         }
         let said = match proof {
             Proof::Hooks => super::record::hooks(&place, &sent, profile).await,
             Proof::Transcript => super::record::transcript(&place, &sent, profile).await,
             Proof::Settle => super::record::Said::default(),
         };
-        evidence.record =
+        reads.evidence.record =
             Record { proof, len: said.len, awaits_transcript: !said.reported.is_empty() || said.settling };
-        evidence.hooked = evidence.hooked.or(said.moved_to);
-        (evidence.confirmed, evidence.turn) = (said.confirmed, said.turn);
-        (evidence.queued, evidence.dropped, evidence.steered) = (said.queued, said.dropped, said.steered);
-        evidence
+        reads.evidence.hooked = reads.evidence.hooked.or(said.moved_to);
+        (reads.evidence.confirmed, reads.evidence.turn) = (said.confirmed, said.turn);
+        (reads.evidence.queued, reads.evidence.dropped, reads.evidence.steered) =
+            (said.queued, said.dropped, said.steered);
+        reads
     }
 }

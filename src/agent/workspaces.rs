@@ -14,37 +14,6 @@ use crate::config::Config;
 use crate::core::{Workspace, WorkspaceReason};
 use crate::node::workspace::{Git, Locks, Prepared, Removal};
 
-/// A workspace as a reconcile finds it; [`Found::as_input`] is what the core takes.
-#[derive(Debug)]
-pub enum Found {
-    /// Nothing to prepare.
-    Ready,
-    /// Prepared just now.
-    Prepared(Prepared),
-    /// A task runs.
-    Preparing,
-    /// Not prepared, no task.
-    Missing,
-    /// Failed just now, with what git printed.
-    Failed(String),
-    /// Nothing to prepare, and the workdir is not a directory.
-    NoWorkdir,
-}
-
-impl Found {
-    /// The core's view.
-    pub fn as_input(&self) -> Workspace<'_> {
-        match self {
-            Found::Ready => Workspace::Ready,
-            Found::Prepared(p) => Workspace::Prepared { branch: &p.branch, commit: &p.commit, adopted: p.adopted },
-            Found::Preparing => Workspace::Preparing,
-            Found::Missing => Workspace::Missing,
-            Found::Failed(output) => Workspace::Failed(output),
-            Found::NoWorkdir => Workspace::NoWorkdir,
-        }
-    }
-}
-
 /// The preparations running, by session (`namespace/name`).
 #[derive(Default)]
 pub struct Workspaces {
@@ -64,27 +33,33 @@ impl Workspaces {
     /// The workspace of `ws` (`key`: its `namespace/name`): a checkout prepared before counts as ready while its
     /// directory holds a `.git`.
     /// A workdir without a workspace is looked at only where the agent sees it as the harness does.
-    pub fn state(&self, key: &str, ws: &WorkSession, config: &Config) -> Found {
+    pub fn state(&self, key: &str, ws: &WorkSession, config: &Config) -> Workspace {
         if ws.spec.workspace.is_none() {
             let workdir = Path::new(&ws.spec.workdir);
             let missing = config.sees_workdir(workdir) && !workdir.is_dir();
-            return if missing { Found::NoWorkdir } else { Found::Ready };
+            return if missing { Workspace::NoWorkdir } else { Workspace::Ready };
         }
         let mut tasks = self.tasks();
         if tasks.get(key).is_some_and(|task| !task.is_finished()) {
-            return Found::Preparing;
+            return Workspace::Preparing;
         }
         if let Some(task) = tasks.remove(key) {
             return match task.now_or_never() {
-                Some(Ok(Ok(prepared))) => Found::Prepared(prepared),
-                Some(Ok(Err(output))) => Found::Failed(output),
-                Some(Err(e)) => Found::Failed(format!("the preparation stopped: {e}")),
-                None => Found::Preparing,
+                Some(Ok(Ok(prepared))) => {
+                    Workspace::Prepared { branch: prepared.branch, commit: prepared.commit, adopted: prepared.adopted }
+                }
+                Some(Ok(Err(output))) => Workspace::Failed(output),
+                Some(Err(e)) => Workspace::Failed(format!("the preparation stopped: {e}")),
+                None => Workspace::Preparing,
             };
         }
         let conditions = ws.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
         let prepared = crate::core::condition::<WorkspaceReason>(conditions).is_some_and(|(ok, _)| ok);
-        if prepared && Path::new(&ws.spec.workdir).join(".git").exists() { Found::Ready } else { Found::Missing }
+        if prepared && Path::new(&ws.spec.workdir).join(".git").exists() {
+            Workspace::Ready
+        } else {
+            Workspace::Missing
+        }
     }
 
     /// Starts preparing the workspace of `ws` (one task per session at a time).

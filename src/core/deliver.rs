@@ -218,7 +218,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // two pastes and their Enters together (a busy machine) may join them in its input box and submit neither
         // (measured with Claude Code 2.1.332). Without such a record there is no word to wait for.
         let one_unconfirmed = proof != Proof::Settle;
-        let busy = input.evidence.turn.is_some_and(|t| {
+        let busy = input.evidence.turn.as_ref().is_some_and(|t| {
             matches!(super::hooks::activity(t).0, ActivityReason::Working | ActivityReason::WaitingForInput)
         });
         let mut blocked = false;
@@ -246,7 +246,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         // Taken behind a turn that failed for good, and never sent to the model (opencode): sent
                         // again, now the harness is idle, as a prompt that went nowhere is, with an offset of its own
                         // (the report of the first send speaks of a take that came to nothing).
-                        let failed = input.evidence.turn.filter(|t| t.hook == "StopFailure");
+                        let failed = input.evidence.turn.as_ref().filter(|t| t.hook == "StopFailure");
                         let why = failed.and_then(|t| t.message.clone()).unwrap_or_else(|| "an error".into());
                         let said = format!(
                             "the harness took it behind a turn that failed ({why}), and its model never got it"
@@ -260,7 +260,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                         // session; a death returns it). While the harness says it works, however long its retries
                         // take, it waits; past the deadline with the harness no longer working, its hook's word is
                         // taken.
-                        let working = input.evidence.turn.is_some_and(|t| t.hook == "UserPromptSubmit");
+                        let working = input.evidence.turn.as_ref().is_some_and(|t| t.hook == "UserPromptSubmit");
                         if now >= deadline && !working {
                             self.delivered(&prompt, proof);
                         } else {
@@ -343,7 +343,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     blocked = true; // later prompts keep their place behind this one
                     // Counted from the harness's start, the prompt's creation or its latest turn event, whichever
                     // is last: a prompt that waited behind a long turn gets the whole wait once it is over.
-                    let turn_at = input.evidence.turn.and_then(|t| t.at);
+                    let turn_at = input.evidence.turn.as_ref().and_then(|t| t.at);
                     let since = [started, turn_at].into_iter().flatten().fold(prompt.created, Timestamp::max);
                     let deadline = later(since, input.context.config.ready_timeout);
                     if now < deadline {
@@ -379,7 +379,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// that turn). A screen showing the busy pattern is let be, and looked at again.
     fn submit_again(&mut self, prompt: &Prompt<'i>, ready: bool) {
         let evidence = &self.input.evidence;
-        let idle = evidence.turn.is_some_and(|t| matches!(t.hook.as_str(), "Stop" | "SessionStart"));
+        let idle = evidence.turn.as_ref().is_some_and(|t| matches!(t.hook.as_str(), "Stop" | "SessionStart"));
         let Some((sent, offset)) = prompt.sent.zip(prompt.offset) else { return };
         let silent = evidence.record.len <= offset;
         if prompt.via != Some(Via::Pasted) || !idle || !silent {

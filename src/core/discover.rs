@@ -56,7 +56,7 @@ impl Decision<'_, '_> {
         if !discovering(&self.status) {
             return;
         }
-        match self.input.evidence.discovered.filter(|id| is_valid_session_id(id)) {
+        match self.input.evidence.discovered.as_deref().filter(|id| is_valid_session_id(id)) {
             Some(id) => {
                 self.status.harness_session_id = Some(id.to_string());
                 self.status.discovering_since = None;
@@ -72,7 +72,9 @@ impl Decision<'_, '_> {
     /// Before a fresh spawn of a discovering harness: whether another session of the workdir is still discovering
     /// (then this one waits, so neither can take the other's id).
     pub(super) fn waits_for_discovery(&mut self, profile: &Profile) -> bool {
-        let Some(other) = self.input.evidence.discovering_here.filter(|_| profile.discovers()) else { return false };
+        let Some(other) = self.input.evidence.discovering_here.as_deref().filter(|_| profile.discovers()) else {
+            return false;
+        };
         self.status.phase = Some(Phase::Pending);
         let message = format!(
             "WorkSession {other} in the same workdir is still discovering its conversation's id; starting now could \

@@ -53,7 +53,13 @@ impl Decision<'_, '_> {
             self.status.handoff = None;
             return; // nothing to hand over: the fresh conversation gets the prompt alone
         }
-        let text = handoff_text(&from, fresh, &prompts, input.evidence.checkout, budget as usize);
+        let text = handoff_text(
+            &from,
+            fresh,
+            &prompts,
+            input.evidence.checkout.as_ref().map(|(b, c)| (b.as_str(), c.as_str())),
+            budget as usize,
+        );
         let time = Time(input.context.now);
         self.status.handoff =
             Some(HandoffStatus { from, time, prompt: None, prompt_uid: None, delivered: false, text });

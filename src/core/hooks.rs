@@ -45,7 +45,7 @@ impl Decision<'_, '_> {
 
     /// A live harness whose hooks name another conversation than the recorded one: record it.
     pub(super) fn follow_the_conversation(&mut self) {
-        let Some(id) = self.input.evidence.hooked.filter(|id| is_valid_session_id(id)) else { return };
+        let Some(id) = self.input.evidence.hooked.as_deref().filter(|id| is_valid_session_id(id)) else { return };
         if self.status.verification.is_some() || self.status.harness_session_id.as_deref() == Some(id) {
             return;
         }
@@ -59,7 +59,7 @@ impl Decision<'_, '_> {
     /// A live harness with hooks: the `Activity` condition from its latest turn event, and an Event when it begins to
     /// wait for a person.
     pub(super) fn follow_the_activity(&mut self) {
-        let Some(turn) = self.input.evidence.turn else { return };
+        let Some(turn) = self.input.evidence.turn.as_ref() else { return };
         let (reason, message) = activity(turn);
         if !self.condition(reason, reason == ActivityReason::Working, message.clone()) {
             return; // said already

@@ -37,7 +37,7 @@ impl Decision<'_, '_> {
         };
         // With hooks, the harness's own word: never while it works on a turn (a long tool call prints nothing), and
         // quiet since its turn ended at the earliest.
-        let quiet_since = match input.evidence.turn.map(super::hooks::quiet_since) {
+        let quiet_since = match input.evidence.turn.as_ref().map(super::hooks::quiet_since) {
             Some(None) => return,
             Some(Some(ended)) => ended.map_or(screen_quiet, |t| t.max(screen_quiet)),
             None => screen_quiet,

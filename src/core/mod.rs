@@ -201,7 +201,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         self.grant_push(&mut rest);
         let mut ops = Vec::new();
         let evidence = &self.input.evidence;
-        if let (Workspace::Prepared { adopted: false, .. }, Confinement::Room(_)) = (evidence.workspace, evidence.room)
+        if let (Workspace::Prepared { adopted: false, .. }, Confinement::Room(_)) =
+            (&evidence.workspace, &evidence.room)
         {
             // Whatever this decision does, and before anything that can fail: the preparation's result is read once,
             // and only a checkout the agent made for this very session is ever handed to its room.
@@ -380,7 +381,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             return self.plan();
         }
         let settings = Settings::of(input.object.spec, input.context.config);
-        if let Some(failure) = input.evidence.spawn_failure
+        if let Some(failure) = input.evidence.spawn_failure.as_deref()
             && let Some(v) = self.status.verification.take()
         {
             self.tmux_refused_spawn(profile, settings, v, failure);
@@ -458,7 +459,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                 format!("namespace {namespace} may not check out {} (workspaces.repositories)", w.url),
             ));
         }
-        if let (Some(other), Some(id)) = (self.input.evidence.id_taken_by, &spec.harness_session_id) {
+        if let (Some(other), Some(id)) = (self.input.evidence.id_taken_by.as_deref(), &spec.harness_session_id) {
             // Two processes on one conversation write one transcript; and a tenant must not adopt another's.
             return Err((
                 ReadyReason::SessionIdTaken,

@@ -94,16 +94,17 @@ impl PendingWorkEvent {
 }
 
 /// The work item's checkout (`spec.workspace`), as the executor finds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Workspace<'a> {
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Workspace {
     /// Nothing to prepare: no `spec.workspace`, or a checkout prepared before (its directory is there).
+    #[default]
     Ready,
     /// A preparation finished just now.
     Prepared {
         /// The branch checked out.
-        branch: &'a str,
+        branch: String,
         /// The commit checked out.
-        commit: &'a str,
+        commit: String,
         /// An existing checkout was taken as it was.
         adopted: bool,
     },
@@ -112,7 +113,7 @@ pub enum Workspace<'a> {
     /// Not prepared, and nothing is preparing it.
     Missing,
     /// A preparation failed just now, with what git printed.
-    Failed(&'a str),
+    Failed(String),
     /// Nothing to prepare, and `spec.workdir` is not a directory on the node.
     NoWorkdir,
 }
@@ -127,16 +128,17 @@ pub struct Room {
 }
 
 /// Where the harness runs (agent config `rooms`), as the executor finds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Confinement<'a> {
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Confinement {
     /// Rooms are off: the harness runs as the tmux server's user, with its `HOME`.
+    #[default]
     Off,
     /// Its own room.
-    Room(&'a Room),
+    Room(Room),
     /// Rooms are on, and this session has no room yet: the plan gives it ([`Op::GiveRoom`]).
     Due,
     /// Rooms are on, and this session has none and can have none: why.
-    Unavailable(&'a str),
+    Unavailable(String),
 }
 
 /// A delivered or failed WorkEvent of the session, which expires `delivery.retentionSeconds` after it finished.
@@ -172,7 +174,7 @@ pub struct Input<'a> {
     /// What the shared tmux observation saw of its session.
     pub observed: Observed<'a>,
     /// What the executor read beyond tmux: the harness's files, the workspace, the room and the node's claims.
-    pub evidence: Evidence<'a>,
+    pub evidence: &'a Evidence,
     /// The agent config, the clock, and fresh values a decision may use.
     pub context: Context<'a>,
 }
@@ -238,43 +240,43 @@ pub struct Record {
 }
 
 /// What the executor read beyond tmux.
-#[derive(Clone, Debug)]
-pub struct Evidence<'a> {
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
     /// Keys of the sent prompts the harness's record ([`Record`]) shows it took, after where it stood when each was sent.
-    pub confirmed: &'a [String],
+    pub confirmed: Vec<String>,
     /// Keys of the sent prompts the harness's hooks report taken while it worked on a turn, which it sends to its
     /// model once that turn is over: that turn still runs.
-    pub queued: &'a [String],
+    pub queued: Vec<String>,
     /// Keys of the sent prompts the harness's hooks report taken behind a turn that then failed for good: the harness
     /// never sent them to its model.
-    pub dropped: &'a [String],
+    pub dropped: Vec<String>,
     /// Keys among `confirmed` the harness's record shows steered into a turn that ran (Copilot's events file): taken
     /// without the hook that confirms the others.
-    pub steered: &'a [String],
+    pub steered: Vec<String>,
     /// The harness's record of what it took.
     pub record: Record,
     /// The live spawn's latest turn event, as its hooks said it.
-    pub turn: Option<&'a crate::harness::hooks::Turn>,
+    pub turn: Option<crate::harness::hooks::Turn>,
     /// Whether the conversation a resume would take exists in the harness's store (`None`: the profile names no
     /// store, or there is nothing to resume).
     pub conversation_found: Option<bool>,
     /// The id the harness shows for the conversation being discovered, once the executor found it.
-    pub discovered: Option<&'a str>,
+    pub discovered: Option<String>,
     /// The conversation the live harness says it runs (its hooks' latest `SessionStart` of this spawn), when no other
     /// session of the node holds that id.
-    pub hooked: Option<&'a str>,
+    pub hooked: Option<String>,
     /// The workspace's state.
-    pub workspace: Workspace<'a>,
+    pub workspace: Workspace,
     /// Where its harness runs.
-    pub room: Confinement<'a>,
+    pub room: Confinement,
     /// Another session (`namespace/name`) that holds this workdir while it discovers its conversation's id.
-    pub discovering_here: Option<&'a str>,
+    pub discovering_here: Option<String>,
     /// Another WorkSession of this node (`namespace/name`) that holds the conversation `spec.harnessSessionId` names.
-    pub id_taken_by: Option<&'a str>,
+    pub id_taken_by: Option<String>,
     /// The spawn of this session's last plan failed, with this message (told by the executor once).
-    pub spawn_failure: Option<&'a str>,
+    pub spawn_failure: Option<String>,
     /// The branch the agent's checkout (`spec.workspace`) is on and its last commit, read while no harness runs.
-    pub checkout: Option<(&'a str, &'a str)>,
+    pub checkout: Option<(String, String)>,
     /// The harness's push token, as the executor last handed it out (`workspaces.push`).
     pub push: super::push::PushGrant,
 }

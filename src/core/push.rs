@@ -129,7 +129,7 @@ impl Decision<'_, '_> {
             return None;
         }
         let target = push_target(url, &push.host)?;
-        let (home, owner) = match input.evidence.room {
+        let (home, owner) = match &input.evidence.room {
             Confinement::Room(room) => (room.home.clone(), Some(room.uid)),
             Confinement::Off => (input.context.config.harness_home.clone()?, None),
             Confinement::Due | Confinement::Unavailable(_) => return None,

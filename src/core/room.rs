@@ -11,7 +11,7 @@ use crate::api::Phase;
 impl Decision<'_, '_> {
     /// Records where the harness runs; false when it cannot start (rooms are on and it has none).
     pub(super) fn room_ready(&mut self) -> bool {
-        match self.input.evidence.room {
+        match &self.input.evidence.room {
             Confinement::Off => {
                 let message = "rooms are off in the agent config: the harness runs as the tmux server's user, with \
                                its HOME, beside every other session of the node";
@@ -45,7 +45,7 @@ impl Decision<'_, '_> {
 
     /// How a spawn enters the session's room, if it has one.
     pub(super) fn confine(&self) -> Option<Confine> {
-        let (Confinement::Room(room), Some(rooms)) = (self.input.evidence.room, &self.input.context.config.rooms)
+        let (Confinement::Room(room), Some(rooms)) = (&self.input.evidence.room, &self.input.context.config.rooms)
         else {
             return None;
         };

@@ -287,7 +287,7 @@ impl<'a, 'i> Decision<'a, 'i> {
     /// (`None`: the profile has none, no receiver is configured, or the harness has no known `HOME`).
     fn hook_args(&self, profile: &Profile, spawn: &str) -> Option<Launch> {
         let config = self.input.context.config;
-        let home = match self.input.evidence.room {
+        let home = match &self.input.evidence.room {
             Confinement::Room(room) => Some(room.home.as_path()),
             Confinement::Off => config.harness_home.as_deref(),
             Confinement::Due | Confinement::Unavailable(_) => None,

@@ -21,12 +21,12 @@ impl Decision<'_, '_> {
     pub(super) fn workspace_ready(&mut self) -> bool {
         let input = self.input;
         let Some(spec) = &input.object.spec.workspace else { return true };
-        match input.evidence.workspace {
+        match &input.evidence.workspace {
             // A workdir a preparation makes is never missing: only a session without one is told so (workdir_ready).
             Workspace::Ready | Workspace::NoWorkdir => true,
             Workspace::Prepared { branch, commit, adopted } => {
                 (self.status.failure_count, self.status.next_retry_time) = (0, None);
-                let how = if adopted { "adopted the checkout" } else { "prepared a checkout" };
+                let how = if *adopted { "adopted the checkout" } else { "prepared a checkout" };
                 let message = format!("{how} {} on branch {branch} at {commit}", input.object.spec.workdir);
                 self.condition(WorkspaceReason::Prepared, true, message.clone());
                 self.notice(Notice::new(EventReason::WorkspacePrepared, message));

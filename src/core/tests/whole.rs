@@ -68,10 +68,11 @@ fn a_spawn_claims_what_it_needs_of_the_node_before_its_intent() {
 
 #[test]
 fn a_checkout_the_agent_prepared_is_marked_for_the_room_before_the_spawn() {
-    let prepared = Workspace::Prepared { branch: "worksession/repo-12", commit: "0123abc", adopted: false };
+    let prepared =
+        Workspace::Prepared { branch: "worksession/repo-12".into(), commit: "0123abc".into(), adopted: false };
     let mut case = Case::new(ran_old());
     case.spec.workspace = Some(crate::api::WorkspaceSpec { url: "https://example.com/o/r.git".into(), r#ref: None });
-    case.workspace = prepared;
+    case.workspace = prepared.clone();
     case.room = Some(Ok(Room { uid: 200_001, home: "/srv/ws/.rooms/200001".into() }));
     case.config.rooms = Some(crate::node::room::RoomsConfig {
         root: "/srv/ws/.rooms".into(),
@@ -86,7 +87,7 @@ fn a_checkout_the_agent_prepared_is_marked_for_the_room_before_the_spawn() {
     case.spec.suspend = true;
     assert_eq!(ops(&case.decide())[0], "mark prepared");
     case.spec.suspend = false;
-    let Workspace::Prepared { branch, commit, .. } = prepared else { unreachable!() };
+    let Workspace::Prepared { branch, commit, .. } = prepared.clone() else { unreachable!() };
     case.workspace = Workspace::Prepared { branch, commit, adopted: true };
     assert!(!ops(&case.decide()).contains(&"mark prepared".to_string()), "an adopted checkout is never handed over");
     case.workspace = prepared;

@@ -6,7 +6,7 @@ use super::*;
 use crate::api::WorkspaceSpec;
 
 /// A first start of a session with a workspace, its event waiting.
-fn with_workspace(workspace: Workspace<'static>) -> Case {
+fn with_workspace(workspace: Workspace) -> Case {
     let mut case = Case::new(WorkSessionStatus::default());
     case.spec.workspace = Some(WorkspaceSpec { url: "https://github.com/octo/api.git".into(), r#ref: None });
     case.liveness = Liveness::Absent;
@@ -36,7 +36,8 @@ fn while_it_prepares_the_session_waits_and_looks_again() {
 
 #[test]
 fn prepared_the_condition_names_the_commit_and_the_harness_spawns_with_the_event() {
-    let prepared = Workspace::Prepared { branch: "worksession/repo-12", commit: "0123abc", adopted: false };
+    let prepared =
+        Workspace::Prepared { branch: "worksession/repo-12".into(), commit: "0123abc".into(), adopted: false };
     let mut case = with_workspace(prepared);
     case.status.failure_count = 2; // earlier failed preparations
     let plan = case.step();
@@ -79,7 +80,8 @@ fn prepared_before_a_respawn_goes_ahead_without_git() {
 
 #[test]
 fn a_failure_says_what_git_printed_and_backs_off_then_tries_again() {
-    let mut case = with_workspace(Workspace::Failed("fatal: repository 'https://github.com/octo/api.git/' not found"));
+    let mut case =
+        with_workspace(Workspace::Failed("fatal: repository 'https://github.com/octo/api.git/' not found".into()));
     let plan = case.step();
     assert_eq!(ops(&plan), ["workspace.failed"]);
     assert_eq!(plan.status.phase, Some(Phase::BackOff));
