@@ -106,6 +106,8 @@ pub(super) struct Index {
     gone: HashMap<PathBuf, Stamp>,
     /// Whether the three maps above are behind `files`.
     stale: bool,
+    /// Whether a session's manifest went since the last call of [`Index::take_went`].
+    went: bool,
     /// Files read (and parsed) so far: once per change.
     pub(super) reads: usize,
     /// Sessions touched by a change since [`Index::take_touched`]: anyone's, the agent's own writes included, as a
@@ -129,6 +131,7 @@ impl Index {
         self.touched.extend(old.iter().chain(&new).filter_map(|f| f.content.session()));
         if let (Some(File { stamp, content: Content::Manifest(Manifest::Session(_)) }), None) = (&old, &new) {
             self.gone.insert(path.to_path_buf(), *stamp);
+            self.went = true;
         }
         if let Some(file) = new {
             self.files.insert(path.to_path_buf(), file);
@@ -150,6 +153,12 @@ impl Index {
             self.reload(path);
         }
         Ok(())
+    }
+
+    /// Whether a session's manifest went since the last call: it may have been renamed, and the notification of its
+    /// new path may not have come yet.
+    pub(super) fn take_went(&mut self) -> bool {
+        std::mem::take(&mut self.went)
     }
 
     /// The sessions touched since the last call.

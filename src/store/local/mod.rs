@@ -132,7 +132,9 @@ impl LocalStore {
                         index.reload(&path);
                     }
                 }
-                due
+                // A rename can be told in two notifications; it is atomic, so when its old path is seen gone its new
+                // one is there: read the directory, or the session would look deleted until the second comes.
+                due || index.take_went()
             }
         };
         if rescan {
@@ -375,6 +377,27 @@ mod tests {
         assert!(deleting.metadata.deletion_timestamp.is_some() && deleting.finalizers() == [FINALIZER]);
         store.set_finalizer(&deleting, false).await.unwrap();
         assert!(Store::session(&store, NAMESPACE, "a").await.unwrap().is_none());
+    }
+
+    /// A rename told by halves (the notification of the old path first, the new path's not yet): the session is
+    /// not taken for deleted meanwhile.
+    #[tokio::test]
+    async fn a_rename_told_by_halves_is_not_a_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LocalStore::new(dir.path()).unwrap();
+        // Notifications only as this test gives them.
+        let dirty = Arc::new(Mutex::new(Dirty { paths: HashSet::new(), rescan: true, last_rescan: Instant::now() }));
+        let silent = notify::recommended_watcher(|_: notify::Result<notify::Event>| {}).unwrap();
+        store.watch = Some(Watch { _watcher: silent, dirty: dirty.clone(), changed: Default::default() });
+        write(dir.path(), "a.yaml", &session("a"));
+        let ws = Store::session(&store, NAMESPACE, "a").await.unwrap().unwrap();
+        let status = WorkSessionStatus { harness_session_id: Some("abc".into()), ..Default::default() };
+        store.write_status(&ws, &status).await.unwrap();
+        std::fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).unwrap();
+        lock(&dirty).paths.insert(dir.path().join("a.yaml"));
+        let moved = Store::session(&store, NAMESPACE, "a").await.unwrap().unwrap();
+        assert!(moved.metadata.deletion_timestamp.is_none(), "not deleted");
+        assert_eq!(moved.status.and_then(|s| s.harness_session_id).as_deref(), Some("abc"), "the status followed");
     }
 
     /// A manifest moved to another path takes its status along (the same file: its stamp, or its creation), even
