@@ -258,7 +258,7 @@ async fn dead_sessions(client: &Client, ns: &str, node: &str, names: &[String], 
 }
 
 fn spawn_agent(client: Client, node: &str, config: Arc<Config>) -> tokio::task::JoinHandle<()> {
-    let options = worksession::agent::Options {
+    let options = worksession::agent::AgentOptions {
         config: tokio::sync::watch::channel(config).1,
         admin_addr: None,
         admin_listening: None,

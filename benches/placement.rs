@@ -60,7 +60,7 @@ async fn main() {
         let lease_name = worksession::agent::lease::lease_name(name);
         leases.patch(&lease_name, &PatchParams::apply("bench").force(), &Patch::Apply(&lease)).await.unwrap();
     }
-    let options = worksession::controller::placement::controller::Options {
+    let options = worksession::controller::placement::controller::PlacementOptions {
         lease_namespace: ns.name.clone(),
         grace: Duration::from_secs(300),
         namespace: Some(ns.name.clone()),

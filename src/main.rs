@@ -313,7 +313,7 @@ async fn run(cli: Cli) -> ExitCode {
                 },
                 None => (None, tokio::sync::watch::channel(Arc::new(Config::default())).1),
             };
-            let options = worksession::agent::Options {
+            let options = worksession::agent::AgentOptions {
                 config,
                 admin_addr: Some(admin_addr),
                 admin_listening: None,
@@ -342,11 +342,12 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Controller { admin_addr, lease_namespace, node_lost_grace_seconds, no_placement, namespace } => {
             worksession::telemetry::init_tracing(cli.log_json);
             let grace = Duration::from_secs(node_lost_grace_seconds.max(1));
-            let placement = (!no_placement).then_some(worksession::controller::placement::controller::Options {
-                lease_namespace,
-                grace,
-                namespace,
-            });
+            let placement =
+                (!no_placement).then_some(worksession::controller::placement::controller::PlacementOptions {
+                    lease_namespace,
+                    grace,
+                    namespace,
+                });
             let result = match kube::Client::try_default().await {
                 Ok(client) => worksession::controller::run(client, Some(admin_addr), placement).await,
                 Err(e) => return fail(&e),
@@ -363,8 +364,12 @@ async fn run(cli: Cli) -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(&e),
             };
-            let mut options =
-                bridge::Options { config: reloader.config(), listen, admin_addr: Some(admin_addr), feedback: None };
+            let mut options = bridge::BridgeOptions {
+                config: reloader.config(),
+                listen,
+                admin_addr: Some(admin_addr),
+                feedback: None,
+            };
             let result = match local {
                 Some(dir) => match LocalStore::new(dir) {
                     Ok(store) => bridge::run(Arc::new(store), options).await,

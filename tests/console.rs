@@ -85,7 +85,7 @@ async fn in_local_mode_a_person_sees_the_list_a_live_phase_change_and_the_screen
         let (dir, config) = (dir.clone(), Arc::new(config.clone()));
         tokio::spawn(async move {
             let store = worksession::store::local::LocalStore::watching(dir).unwrap();
-            let options = worksession::agent::Options {
+            let options = worksession::agent::AgentOptions {
                 config: tokio::sync::watch::channel(config).1,
                 admin_addr: None,
                 admin_listening: None,

@@ -42,7 +42,7 @@ impl Local {
         let dir = dir.to_path_buf();
         tokio::spawn(async move {
             let store = worksession::store::local::LocalStore::watching(dir).unwrap();
-            let options = worksession::agent::Options {
+            let options = worksession::agent::AgentOptions {
                 config: tokio::sync::watch::channel(config).1,
                 admin_addr: None,
                 admin_listening: None,

@@ -15,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::metrics::AddressedLabel;
-use super::{Options, ReconcileError, Reconciler, poll};
+use super::{AgentOptions, ReconcileError, Reconciler, poll};
 use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
 use crate::node::tmux::{Tmux, TmuxRunner};
 use crate::store::Store;
@@ -31,7 +31,12 @@ type Agent<S> = Reconciler<S, TmuxRunner>;
 
 /// Runs the agent of `node` until the process is asked to stop (SIGTERM or Ctrl-C): `client` watches the
 /// WorkSessions and WorkEvents, `store` reads and writes them.
-pub async fn run<S: Store + 'static>(client: Client, node: String, store: S, options: Options) -> std::io::Result<()> {
+pub async fn run<S: Store + 'static>(
+    client: Client,
+    node: String,
+    store: S,
+    options: AgentOptions,
+) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let (left_behind, to_relabel) = futures::channel::mpsc::unbounded();
     let mut reconciler = super::reconciler(store, Some(node.clone()), options, ready.clone()).await?;

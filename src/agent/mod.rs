@@ -39,7 +39,7 @@ pub use reconcile::{Failpoint, Observer, Reconciler};
 pub type LeftBehind = futures::channel::mpsc::UnboundedSender<(String, String)>;
 
 /// How to run the agent.
-pub struct Options {
+pub struct AgentOptions {
     /// The config, kept current by a [`crate::config::Reloader`] (or fixed).
     pub config: watch::Receiver<Arc<Config>>,
     /// Where to serve `/metrics`, `/livez`, `/readyz` (`None`: not served).
@@ -54,7 +54,7 @@ pub struct Options {
 async fn reconciler<S: Store>(
     store: S,
     node: Option<String>,
-    options: Options,
+    options: AgentOptions,
     ready: Arc<AtomicBool>,
 ) -> std::io::Result<Reconciler<S, TmuxRunner>> {
     let mut registry = Registry::with_prefix("worksession_agent");

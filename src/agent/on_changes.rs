@@ -12,14 +12,14 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use tokio::time::Instant;
 
-use super::Options;
+use super::AgentOptions;
 use super::controller::{ERROR_REQUEUE, RECONCILE_CONCURRENCY};
 use super::poll::{POLL_INTERVAL, Wakes};
 use crate::store::Changes;
 use crate::store::DEFAULT_NAMESPACE as NAMESPACE;
 
 /// Runs the agent over every session of `store` until the process is asked to stop.
-pub async fn run_on_changes<S: Changes>(store: S, options: Options) -> std::io::Result<()> {
+pub async fn run_on_changes<S: Changes>(store: S, options: AgentOptions) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(true));
     let ctx = super::reconciler(store, None, options, ready).await?;
     if let Err(e) = ctx.seed_claims().await {

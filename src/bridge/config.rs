@@ -218,7 +218,7 @@ pub use crate::api::ROUTE_LABEL;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct File {
+struct BridgeFile {
     max_body_bytes: Option<usize>,
     github: Option<GithubFile>,
     generic: Option<GenericFile>,
@@ -249,15 +249,7 @@ struct GithubFile {
 struct ApiFile {
     base_url: Option<String>,
     token_file: Option<PathBuf>,
-    app: Option<AppFile>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AppFile {
-    id: u64,
-    private_key_file: PathBuf,
-    installation_id: Option<u64>,
+    app: Option<crate::config::workspaces::AppFile>,
 }
 
 #[derive(Deserialize)]
@@ -375,7 +367,7 @@ fn api(path: &Path, a: ApiFile) -> Result<ApiConfig, ConfigError> {
 impl BridgeConfig {
     /// Parses and validates bridge config YAML, reading the secrets it names.
     pub fn parse(yaml: &str, path: &Path) -> Result<Self, ConfigError> {
-        let file: File = serde_yaml_ng::from_str(if yaml.trim().is_empty() { "{}" } else { yaml })
+        let file: BridgeFile = serde_yaml_ng::from_str(if yaml.trim().is_empty() { "{}" } else { yaml })
             .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         let invalid = |key: String, problem: String| ConfigError::Invalid { path: path.into(), key, problem };
         let github = match file.github {

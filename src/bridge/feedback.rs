@@ -42,7 +42,7 @@ const REASON_CHARS: usize = 200;
 
 /// What a reaction is given to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum Reactable {
     /// An issue's (or pull request's) comment.
     IssueComment(u64),
     /// A pull request's review comment.
@@ -51,13 +51,13 @@ pub enum Target {
     Issue(u64),
 }
 
-impl Target {
+impl Reactable {
     /// The API path of its reactions.
     pub fn reactions(self, repository: &str) -> String {
         match self {
-            Target::IssueComment(id) => format!("/repos/{repository}/issues/comments/{id}/reactions"),
-            Target::ReviewComment(id) => format!("/repos/{repository}/pulls/comments/{id}/reactions"),
-            Target::Issue(number) => format!("/repos/{repository}/issues/{number}/reactions"),
+            Reactable::IssueComment(id) => format!("/repos/{repository}/issues/comments/{id}/reactions"),
+            Reactable::ReviewComment(id) => format!("/repos/{repository}/pulls/comments/{id}/reactions"),
+            Reactable::Issue(number) => format!("/repos/{repository}/issues/{number}/reactions"),
         }
     }
 }
@@ -72,7 +72,7 @@ pub struct Owed {
     /// The issue or pull request.
     pub number: u64,
     /// The reaction, and where.
-    pub reaction: (Target, &'static str),
+    pub reaction: (Reactable, &'static str),
     /// A comment on the issue or pull request (a failure, with `feedback: Comments`).
     pub comment: Option<String>,
 }
@@ -87,9 +87,9 @@ pub fn owed(ev: &WorkEvent, mode: Feedback) -> Option<Owed> {
     }
     let (repository, number) = (source.repository.clone().filter(|r| repository_shaped(r))?, source.number?);
     let target = match (source.event.as_deref(), source.comment_id) {
-        (Some("issue_comment"), Some(id)) => Target::IssueComment(id),
-        (Some("pull_request_review_comment"), Some(id)) => Target::ReviewComment(id),
-        _ => Target::Issue(number),
+        (Some("issue_comment"), Some(id)) => Reactable::IssueComment(id),
+        (Some("pull_request_review_comment"), Some(id)) => Reactable::ReviewComment(id),
+        _ => Reactable::Issue(number),
     };
     let failed = phase == PromptPhase::Failed;
     let reaction = (target, if failed { "confused" } else { "eyes" });

@@ -357,7 +357,7 @@ async fn generic<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respon
 }
 
 /// How to run the bridge.
-pub struct Options {
+pub struct BridgeOptions {
     /// The config, kept current by a reloader.
     pub config: watch::Receiver<Arc<BridgeConfig>>,
     /// Where webhooks are received.
@@ -373,7 +373,7 @@ pub struct Options {
 pub const DELETE_SWEEP: Duration = Duration::from_secs(60);
 
 /// Runs the bridge, writing to `sink`, until the process is asked to stop.
-pub async fn run<S: Sink + Clone>(sink: S, options: Options) -> std::io::Result<()> {
+pub async fn run<S: Sink + Clone>(sink: S, options: BridgeOptions) -> std::io::Result<()> {
     let mut registry = Registry::with_prefix("worksession_bridge");
     let metrics = BridgeMetrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));

@@ -24,7 +24,7 @@ const MAX_PAGES: usize = 20;
 
 /// One attempt of a delivery, as GitHub lists them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attempt {
+pub struct DeliveryAttempt {
     /// The attempt's id: what a redelivery names.
     pub id: u64,
     /// The delivery's id (`X-GitHub-Delivery`), the same for its every attempt.
@@ -37,7 +37,7 @@ pub struct Attempt {
     pub redelivery: bool,
 }
 
-impl Attempt {
+impl DeliveryAttempt {
     fn of(v: &Value) -> Option<Self> {
         Some(Self {
             id: v.get("id")?.as_u64()?,
@@ -71,13 +71,13 @@ pub const ASKED_WAIT: SignedDuration = SignedDuration::from_mins(5);
 /// Which deliveries to ask again as of `now`: those whose newest attempt failed at least `settle` ago, and that this
 /// bridge did not ask for since (`asked`, by delivery id) unless that was [`ASKED_WAIT`] ago.
 pub fn due(
-    attempts: &[Attempt],
+    attempts: &[DeliveryAttempt],
     now: Timestamp,
     settle: Duration,
     asked: &std::collections::HashMap<String, Timestamp>,
 ) -> Due {
     let settle = SignedDuration::try_from(settle).unwrap_or(SignedDuration::MAX);
-    let mut by_guid: std::collections::BTreeMap<&str, Vec<&Attempt>> = Default::default();
+    let mut by_guid: std::collections::BTreeMap<&str, Vec<&DeliveryAttempt>> = Default::default();
     for a in attempts {
         by_guid.entry(&a.guid).or_default().push(a);
     }
@@ -134,7 +134,8 @@ async fn sweep(
         let got = github.page(repository.as_deref(), &page).await;
         count(metrics, "deliveries", &got);
         let got = got?;
-        let listed: Vec<Attempt> = got.items.as_array().into_iter().flatten().filter_map(Attempt::of).collect();
+        let listed: Vec<DeliveryAttempt> =
+            got.items.as_array().into_iter().flatten().filter_map(DeliveryAttempt::of).collect();
         // Newest first: a page reaching past the lookback is the last one read.
         let older = listed.iter().any(|a| a.at < since);
         attempts.extend(listed.into_iter().filter(|a| a.at >= since));
@@ -218,9 +219,9 @@ pub async fn run(github: Arc<Github>, mut config: watch::Receiver<Arc<BridgeConf
 mod tests {
     use super::*;
 
-    fn attempt(id: u64, guid: &str, status_code: u16, secs_ago: i64) -> Attempt {
+    fn attempt(id: u64, guid: &str, status_code: u16, secs_ago: i64) -> DeliveryAttempt {
         let at = Timestamp::from_second(1_800_000_000 - secs_ago).unwrap();
-        Attempt { id, guid: guid.into(), status_code, at, redelivery: false }
+        DeliveryAttempt { id, guid: guid.into(), status_code, at, redelivery: false }
     }
 
     #[test]
@@ -250,8 +251,8 @@ mod tests {
     #[test]
     fn a_delivery_that_keeps_failing_is_given_up() {
         let now = Timestamp::from_second(1_800_000_000).unwrap();
-        let attempts: Vec<Attempt> = (1..=5)
-            .map(|i| Attempt { redelivery: i > 1, ..attempt(i, "hopeless", 503, 600 - i as i64 * 60) })
+        let attempts: Vec<DeliveryAttempt> = (1..=5)
+            .map(|i| DeliveryAttempt { redelivery: i > 1, ..attempt(i, "hopeless", 503, 600 - i as i64 * 60) })
             .collect();
         let (settle, none) = (Duration::from_secs(30), Default::default());
         assert_eq!(due(&attempts, now, settle, &none), Due { redeliver: vec![], given_up: vec!["hopeless".into()] });
@@ -264,8 +265,8 @@ mod tests {
     fn what_github_lists_is_read_as_attempts() {
         let listed = serde_json::json!({"id": 12, "guid": "0b989ba4", "delivered_at": "2026-12-01T10:00:00Z",
             "redelivery": false, "status": "Invalid HTTP Response: 503", "status_code": 503, "event": "issue_comment"});
-        let a = Attempt::of(&listed).unwrap();
+        let a = DeliveryAttempt::of(&listed).unwrap();
         assert_eq!((a.id, a.guid.as_str(), a.status_code), (12, "0b989ba4", 503));
-        assert!(Attempt::of(&serde_json::json!({"id": 1})).is_none());
+        assert!(DeliveryAttempt::of(&serde_json::json!({"id": 1})).is_none());
     }
 }

@@ -173,7 +173,7 @@ pub enum ConfigError {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct File {
+struct ConfigFile {
     #[serde(default)]
     tmux: TmuxFile,
     #[serde(default)]
@@ -222,8 +222,8 @@ impl Config {
     /// Parses and validates config YAML; `path` only names the source in errors.
     pub fn parse(yaml: &str, path: &Path) -> Result<Self, ConfigError> {
         let invalid = |key: String, problem: String| ConfigError::Invalid { path: path.into(), key, problem };
-        let file: File = if yaml.trim().is_empty() {
-            File::default()
+        let file: ConfigFile = if yaml.trim().is_empty() {
+            ConfigFile::default()
         } else {
             serde_yaml_ng::from_str(yaml)
                 .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?

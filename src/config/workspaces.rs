@@ -129,12 +129,13 @@ struct PushFile {
     app: AppFile,
 }
 
+/// A GitHub App's credentials as a config file writes them (`app:` here and in the bridge's `github:`).
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AppFile {
-    id: u64,
-    private_key_file: PathBuf,
-    installation_id: Option<u64>,
+pub(crate) struct AppFile {
+    pub(crate) id: u64,
+    pub(crate) private_key_file: PathBuf,
+    pub(crate) installation_id: Option<u64>,
 }
 
 #[derive(serde::Deserialize, Default)]

@@ -21,7 +21,7 @@ pub mod placement;
 pub async fn run(
     client: Client,
     admin_addr: Option<SocketAddr>,
-    placement: Option<placement::controller::Options>,
+    placement: Option<placement::controller::PlacementOptions>,
 ) -> std::io::Result<()> {
     // The labeler's prefix names the process's metrics, as before the placement joined it.
     let mut registry = Registry::with_prefix("worksession_labeler");

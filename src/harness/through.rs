@@ -10,7 +10,7 @@ use super::hooks::Hooks;
 
 /// What to write and how to start the harness so that it finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Prepared {
+pub struct HookFiles {
     /// Files to write, each `0600` (their folders `0700`), never through a link.
     pub files: Vec<(PathBuf, String)>,
     /// Environment variables to set for the harness.
@@ -67,7 +67,7 @@ pub fn prepare(
     out: &Path,
     spawn: &str,
     config: Option<&str>,
-) -> Result<Prepared, Unprepared> {
+) -> Result<HookFiles, Unprepared> {
     let (helper, out, spawn) = super::hooks::plain_words(helper, out, spawn).ok_or(Unprepared::NotPlain)?;
     let receiver = |event: &str| format!("{helper} hook --out {out} --spawn {spawn} --event {event}");
     // Each beside the hook file: a plain word with another ending.
@@ -84,7 +84,7 @@ pub fn prepare(
                 .collect();
             let settings = beside("settings.json");
             let files = vec![(PathBuf::from(&settings), serde_json::json!({ "hooks": hooks }).to_string())];
-            Ok(Prepared {
+            Ok(HookFiles {
                 files,
                 env: vec![("GEMINI_CLI_SYSTEM_SETTINGS_PATH", settings)],
                 before: vec![],
@@ -109,7 +109,7 @@ pub fn prepare(
                 (dir.join("hooks.json"), serde_json::json!({"version": 1, "hooks": hooks}).to_string()),
             ];
             let before = vec!["--plugin-dir".into(), dir.display().to_string()];
-            Ok(Prepared { files, env: vec![], before, fresh: vec![dir] })
+            Ok(HookFiles { files, env: vec![], before, fresh: vec![dir] })
         }
         Hooks::Opencode => {
             let plugin = beside("opencode.js");
@@ -130,7 +130,7 @@ pub fn prepare(
                 Some(_) => return Err(Unprepared::OpencodeConfig),
             }
             let env = vec![(OPENCODE_CONFIG, content.to_string())];
-            Ok(Prepared { files: vec![(PathBuf::from(plugin), code)], env, before: vec![], fresh: vec![] })
+            Ok(HookFiles { files: vec![(PathBuf::from(plugin), code)], env, before: vec![], fresh: vec![] })
         }
     }
 }
@@ -278,7 +278,7 @@ mod tests {
         let words = r#"["/usr/local/bin/worksession","hook","--out","/h/.worksession/hooks/a_b.jsonl","--spawn","spawn-1","--event"]"#;
         assert!(plugin.contains(&format!("const receiver = {words};")), "{plugin}");
         assert!(!plugin.contains("RECEIVER_WORDS"));
-        let config = |p: &Prepared| serde_json::from_str::<serde_json::Value>(&p.env[0].1).unwrap();
+        let config = |p: &HookFiles| serde_json::from_str::<serde_json::Value>(&p.env[0].1).unwrap();
         assert_eq!(p.env[0].0, OPENCODE_CONFIG);
         assert_eq!(config(&p)["plugin"], serde_json::json!(["file:///h/.worksession/hooks/a_b.opencode.js"]));
         let own = r#"{"plugin":["file:///opt/theirs.js"],"model":"m"}"#;

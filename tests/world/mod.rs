@@ -97,7 +97,7 @@ impl World {
         failpoint: Option<worksession::agent::Failpoint>,
     ) {
         let (admin_addr, admin_listening) = admin.unzip();
-        let options = worksession::agent::Options {
+        let options = worksession::agent::AgentOptions {
             config: tokio::sync::watch::channel(self.config.clone()).1,
             admin_addr,
             admin_listening,

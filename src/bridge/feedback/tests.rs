@@ -33,7 +33,7 @@ fn a_reaction_once_delivered_and_not_before() {
         assert_eq!(owed(&event("issue_comment", Some(42), phase), Feedback::Reactions), None, "{phase:?}");
     }
     let owed = owed(&event("issue_comment", Some(42), Some(PromptPhase::Delivered)), Feedback::Comments).unwrap();
-    assert_eq!(owed.reaction, (Target::IssueComment(42), "eyes"));
+    assert_eq!(owed.reaction, (Reactable::IssueComment(42), "eyes"));
     assert_eq!(owed.comment, None, "a delivery is told by the reaction alone");
     assert_eq!(owed.reaction.0.reactions("octo/hello"), "/repos/octo/hello/issues/comments/42/reactions");
 }
@@ -42,11 +42,11 @@ fn a_reaction_once_delivered_and_not_before() {
 fn each_kind_of_comment_gets_its_own_reaction_and_the_rest_react_on_the_item() {
     let target =
         |kind, id| owed(&event(kind, id, Some(PromptPhase::Delivered)), Feedback::Reactions).unwrap().reaction.0;
-    assert_eq!(target("pull_request_review_comment", Some(5)), Target::ReviewComment(5));
-    assert_eq!(Target::ReviewComment(5).reactions("o/r"), "/repos/o/r/pulls/comments/5/reactions");
-    assert_eq!(target("issues", None), Target::Issue(7), "an opened issue");
-    assert_eq!(target("pull_request_review", None), Target::Issue(7), "GitHub has no reactions on reviews");
-    assert_eq!(Target::Issue(7).reactions("o/r"), "/repos/o/r/issues/7/reactions");
+    assert_eq!(target("pull_request_review_comment", Some(5)), Reactable::ReviewComment(5));
+    assert_eq!(Reactable::ReviewComment(5).reactions("o/r"), "/repos/o/r/pulls/comments/5/reactions");
+    assert_eq!(target("issues", None), Reactable::Issue(7), "an opened issue");
+    assert_eq!(target("pull_request_review", None), Reactable::Issue(7), "GitHub has no reactions on reviews");
+    assert_eq!(Reactable::Issue(7).reactions("o/r"), "/repos/o/r/issues/7/reactions");
 }
 
 #[test]

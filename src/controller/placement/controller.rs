@@ -26,7 +26,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::{Agent, Decision, Lost, Node, Session, World, decide};
+use super::{Action, Agent, Lost, Node, Session, World, decide};
 use crate::agent::lease::{LEASE_LABEL, MAX_SESSIONS_ANNOTATION, NAMESPACES_ANNOTATION};
 use crate::api::{MovedFrom, NODE_LABEL, WorkEvent, WorkSession, node_label_value};
 use crate::core::{ConditionType, NodeLostReason, PlacedReason, Reason, set_condition};
@@ -51,7 +51,7 @@ pub const DECISION_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How to run the placement.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub struct PlacementOptions {
     /// Where the agents' Leases are (`--lease-namespace`, the agents' `placement.leaseNamespace`).
     pub lease_namespace: String,
     /// How long after its agent's Lease ran out a NotReady or deleted node is lost (`--node-lost-grace-seconds`, the
@@ -63,7 +63,7 @@ pub struct Options {
 
 /// Places sessions and moves those of lost nodes until the process is asked to stop; sets `ready` once the caches
 /// are filled.
-pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
+pub async fn run(client: Client, options: PlacementOptions, ready: Arc<AtomicBool>) {
     let (sessions, sessions_writer) = reflector::store::<WorkSession>();
     let (nodes, nodes_writer) = reflector::store::<KubeNode>();
     let (leases, leases_writer) = reflector::store::<Lease>();
@@ -133,7 +133,7 @@ pub async fn run(client: Client, options: Options, ready: Arc<AtomicBool>) {
             left.extend(plan.lost.iter().map(|n| (n.clone(), now)));
         }
         for (_, decision) in &plan.decisions {
-            if let Decision::Bind { from: Some((lost, _)), .. } = decision {
+            if let Action::Bind { from: Some((lost, _)), .. } = decision {
                 left.insert(lost.clone(), now);
             }
         }
@@ -175,7 +175,7 @@ fn observe(
     leases: &Store<Lease>,
     renewals: &mut Renewals,
     bound: &mut Bound,
-    options: &Options,
+    options: &PlacementOptions,
     started: Instant,
     now: Instant,
 ) -> World {
@@ -247,7 +247,7 @@ fn observe(
 async fn execute(
     client: &Client,
     cache: &Store<WorkSession>,
-    decisions: &[((String, String), Decision)],
+    decisions: &[((String, String), Action)],
     bound: &mut Bound,
 ) -> bool {
     // Sessions are independent: their writes go out a few at a time, as the agent's reconciles do. Each write owns
@@ -273,31 +273,31 @@ type Binding = ((String, String), (Vec<String>, String));
 async fn one(
     client: Client,
     cache: Store<WorkSession>,
-    ((namespace, name), decision): ((String, String), Decision),
+    ((namespace, name), decision): ((String, String), Action),
 ) -> Option<Result<Option<Binding>, ()>> {
     let client = &client;
     let ws = cache.get(&reflector::ObjectRef::new(&name).within(&namespace))?;
     let result = match &decision {
-        Decision::Bind { node, from } => match bind(client, &ws, node, from.as_ref()).await {
+        Action::Bind { node, from } => match bind(client, &ws, node, from.as_ref()).await {
             Ok(Some(version)) => {
                 let versions = ws.resource_version().into_iter().chain([version]).collect();
                 return Some(Ok(Some(((namespace, name), (versions, node.clone())))));
             }
             result => result.map(drop),
         },
-        Decision::NoFit { why, lost } => {
+        Action::NoFit { why, lost } => {
             let mut conditions = vec![condition(PlacedReason::NoNodeFits, false, why)];
             if let Some((node, lost)) = lost {
                 conditions.push(lost_condition(node, lost, &format!("; {why}")));
             }
             write_status(client, &ws, conditions, None).await.map(drop)
         }
-        Decision::Move { node } => ask_to_move(client, &ws, node).await,
-        Decision::Returned { node } => {
+        Action::Move { node } => ask_to_move(client, &ws, node).await,
+        Action::Returned { node } => {
             let back = condition(NodeLostReason::NodeReturned, false, &format!("node {node} is back"));
             write_status(client, &ws, vec![back], None).await.map(drop)
         }
-        Decision::Waits { node, lost } => {
+        Action::Waits { node, lost } => {
             let waits = lost_condition(node, lost, "; waiting for it to return (onNodeLost: Wait)");
             write_status(client, &ws, vec![waits], None).await.map(drop)
         }

@@ -97,7 +97,7 @@ pub enum Lost {
 
 /// What to do with one session.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub enum Action {
     /// Record `node` in `spec.nodeName`; `from` names the lost node it leaves.
     Bind {
         /// The chosen node.
@@ -135,9 +135,9 @@ pub enum Decision {
 /// The plan for the whole fleet: a decision for each session that needs one (a session placed on a live node
 /// needs none), and when to look again if nothing changes (the next moment a node may become lost).
 #[derive(Debug, Default)]
-pub struct Plan {
+pub struct FleetPlan {
     /// `(namespace, name)` → decision, in the sessions' order.
-    pub decisions: Vec<((String, String), Decision)>,
+    pub decisions: Vec<((String, String), Action)>,
     /// When to decide again without a change.
     pub recheck_after: Option<Duration>,
     /// The nodes lost now, of the agents and the sessions known, by name.
@@ -148,14 +148,14 @@ pub struct Plan {
 pub const WHY_NODES: usize = 8;
 
 /// The placement rule.
-pub fn decide(world: &World, now: Instant) -> Plan {
+pub fn decide(world: &World, now: Instant) -> FleetPlan {
     let mut load: HashMap<String, u32> = HashMap::new();
     for s in &world.sessions {
         if let Some(node) = &s.node {
             *load.entry(node.clone()).or_default() += 1;
         }
     }
-    let mut plan = Plan::default();
+    let mut plan = FleetPlan::default();
     let mut recheck = |d: Duration| plan.recheck_after = Some(plan.recheck_after.map_or(d, |r: Duration| r.min(d)));
     let mut decisions = Vec::new();
     for s in &world.sessions {
@@ -169,7 +169,7 @@ pub fn decide(world: &World, now: Instant) -> Plan {
                         recheck(wait);
                     }
                     if s.said_lost {
-                        decisions.push((key.clone(), Decision::Returned { node: node.clone() }));
+                        decisions.push((key.clone(), Action::Returned { node: node.clone() }));
                     }
                     // On a live node: moved only when asked (a person's request, or a cordon), once decided by
                     // nobody else (a decided move is its agent's to make).
@@ -180,9 +180,9 @@ pub fn decide(world: &World, now: Instant) -> Plan {
                         match choose_among(world, s, &load, now, only) {
                             Ok(to) => {
                                 *load.entry(to.to_string()).or_default() += 1;
-                                decisions.push((key, Decision::Move { node: to.to_string() }));
+                                decisions.push((key, Action::Move { node: to.to_string() }));
                             }
-                            Err(why) => decisions.push((key, Decision::NoFit { why, lost: None })),
+                            Err(why) => decisions.push((key, Action::NoFit { why, lost: None })),
                         }
                     }
                     continue;
@@ -192,7 +192,7 @@ pub fn decide(world: &World, now: Instant) -> Plan {
         if let Some((node, why)) = &lost
             && s.on_node_lost == NodeLostPolicy::Wait
         {
-            decisions.push((key, Decision::Waits { node: node.clone(), lost: why.clone() }));
+            decisions.push((key, Action::Waits { node: node.clone(), lost: why.clone() }));
             continue;
         }
         match choose(world, s, &load, now) {
@@ -201,9 +201,9 @@ pub fn decide(world: &World, now: Instant) -> Plan {
                     load.entry(from.clone()).and_modify(|n| *n = n.saturating_sub(1));
                 }
                 *load.entry(node.to_string()).or_default() += 1;
-                decisions.push((key, Decision::Bind { node: node.to_string(), from: lost }));
+                decisions.push((key, Action::Bind { node: node.to_string(), from: lost }));
             }
-            Err(why) => decisions.push((key, Decision::NoFit { why, lost })),
+            Err(why) => decisions.push((key, Action::NoFit { why, lost })),
         }
     }
     plan.decisions = decisions;

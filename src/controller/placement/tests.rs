@@ -51,13 +51,13 @@ impl Fleet {
         self
     }
 
-    fn decide(&self) -> Vec<(String, Decision)> {
+    fn decide(&self) -> Vec<(String, Action)> {
         decide(&self.world, self.now).decisions.into_iter().map(|((_, name), d)| (name, d)).collect()
     }
 }
 
-fn bind(node: &str) -> Decision {
-    Decision::Bind { node: node.into(), from: None }
+fn bind(node: &str) -> Action {
+    Action::Bind { node: node.into(), from: None }
 }
 
 const NOW: Duration = Duration::ZERO;
@@ -88,7 +88,7 @@ fn the_node_selector_and_the_capacity_are_honoured() {
     });
     let decided = fleet.decide();
     assert_eq!(decided[0], ("one".into(), bind("gpu")));
-    let Decision::NoFit { why, lost: None } = &decided[1].1 else { panic!("{decided:?}") };
+    let Action::NoFit { why, lost: None } = &decided[1].1 else { panic!("{decided:?}") };
     assert_eq!(why, "no node fits: cpu: does not match nodeSelector; gpu: full (maxSessions)");
 }
 
@@ -99,7 +99,7 @@ fn a_cordoned_node_a_notready_node_and_a_silent_agent_take_nothing() {
         w.nodes.get_mut("cordoned").unwrap().unschedulable = true;
         w.nodes.get_mut("down").unwrap().ready = false;
     });
-    let Decision::NoFit { why, .. } = &fleet.decide()[0].1 else { panic!() };
+    let Action::NoFit { why, .. } = &fleet.decide()[0].1 else { panic!() };
     assert_eq!(why, "no node fits: cordoned: cordoned; down: NotReady; silent: its agent's Lease ran out");
 }
 
@@ -108,14 +108,14 @@ fn an_agent_that_does_not_serve_the_namespace_takes_none_of_it() {
     let fleet = Fleet::new().node("theirs", &[], None, NOW).session("s", None).with(|w| {
         w.agents.get_mut("theirs").unwrap().namespaces = vec!["other-team".into()];
     });
-    let Decision::NoFit { why, .. } = &fleet.decide()[0].1 else { panic!() };
+    let Action::NoFit { why, .. } = &fleet.decide()[0].1 else { panic!() };
     assert!(why.contains("does not serve this namespace"), "{why}");
 }
 
 #[test]
 fn no_agent_at_all_says_so() {
     let fleet = Fleet::new().session("s", None);
-    assert_eq!(fleet.decide()[0].1, Decision::NoFit { why: "no node runs a worksession agent".into(), lost: None });
+    assert_eq!(fleet.decide()[0].1, Action::NoFit { why: "no node runs a worksession agent".into(), lost: None });
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn a_node_notready_whose_agent_is_silent_past_the_grace_is_lost_and_its_session_
     let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).node("b", &[], None, NOW);
     let fleet = fleet.session("s", Some("gone")).with(|w| w.nodes.get_mut("gone").unwrap().ready = false);
     let from = Some(("gone".to_string(), Lost::NodeNotReady));
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Bind { node: "b".into(), from })]);
+    assert_eq!(fleet.decide(), [("s".into(), Action::Bind { node: "b".into(), from })]);
 }
 
 #[test]
@@ -156,7 +156,7 @@ fn a_deleted_node_is_lost_once_its_agent_is_silent_past_the_grace() {
     let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).node("b", &[], None, NOW);
     let fleet = fleet.session("s", Some("gone")).with(|w| drop(w.nodes.remove("gone")));
     let from = Some(("gone".to_string(), Lost::NodeDeleted));
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Bind { node: "b".into(), from })]);
+    assert_eq!(fleet.decide(), [("s".into(), Action::Bind { node: "b".into(), from })]);
 }
 
 #[test]
@@ -166,7 +166,7 @@ fn a_session_on_a_node_whose_agent_was_never_seen_counts_from_the_controllers_st
     assert!(fleet.decide().is_empty(), "half the grace since the start: not yet");
     let fleet = fleet.with(|w| w.started -= GRACE);
     let from = Some(("never".to_string(), Lost::NodeDeleted));
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Bind { node: "b".into(), from })]);
+    assert_eq!(fleet.decide(), [("s".into(), Action::Bind { node: "b".into(), from })]);
 }
 
 #[test]
@@ -176,14 +176,14 @@ fn a_session_whose_policy_is_wait_stays_on_its_lost_node() {
         w.nodes.get_mut("gone").unwrap().ready = false;
         w.sessions[0].on_node_lost = NodeLostPolicy::Wait;
     });
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Waits { node: "gone".into(), lost: Lost::NodeNotReady })]);
+    assert_eq!(fleet.decide(), [("s".into(), Action::Waits { node: "gone".into(), lost: Lost::NodeNotReady })]);
 }
 
 #[test]
 fn a_lost_nodes_session_that_fits_nowhere_says_both() {
     let fleet = Fleet::new().node("gone", &[], None, LEASE + GRACE).session("s", Some("gone"));
     let fleet = fleet.with(|w| w.nodes.get_mut("gone").unwrap().ready = false);
-    let Decision::NoFit { why, lost } = &fleet.decide()[0].1 else { panic!() };
+    let Action::NoFit { why, lost } = &fleet.decide()[0].1 else { panic!() };
     assert_eq!(lost, &Some(("gone".into(), Lost::NodeNotReady)));
     assert!(why.contains("gone: its agent's Lease ran out"), "{why}");
 }
@@ -192,21 +192,21 @@ fn a_lost_nodes_session_that_fits_nowhere_says_both() {
 fn a_move_to_any_node_chooses_one_other_than_its_own() {
     let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("s", Some("a"));
     let fleet = fleet.with(|w| w.sessions[0].move_request = Some(crate::api::ANY_NODE.into()));
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Move { node: "b".into() })]);
+    assert_eq!(fleet.decide(), [("s".into(), Action::Move { node: "b".into() })]);
 }
 
 #[test]
 fn a_move_to_a_named_node_goes_there_only_if_it_fits() {
     let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).node("c", &[], None, NOW);
     let fleet = fleet.session("s", Some("a")).with(|w| w.sessions[0].move_request = Some("c".into()));
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Move { node: "c".into() })], "not b, the least loaded");
+    assert_eq!(fleet.decide(), [("s".into(), Action::Move { node: "c".into() })], "not b, the least loaded");
     let full = fleet.with(|w| w.agents.get_mut("c").unwrap().max_sessions = Some(0));
     assert_eq!(
         full.decide(),
-        [("s".into(), Decision::NoFit { why: "no node fits: c: full (maxSessions)".into(), lost: None })]
+        [("s".into(), Action::NoFit { why: "no node fits: c: full (maxSessions)".into(), lost: None })]
     );
     let nowhere = full.with(|w| w.sessions[0].move_request = Some("x".into()));
-    let Decision::NoFit { why, .. } = &nowhere.decide()[0].1 else { panic!() };
+    let Action::NoFit { why, .. } = &nowhere.decide()[0].1 else { panic!() };
     assert_eq!(why, "no node fits: x: no worksession agent runs there");
 }
 
@@ -224,14 +224,14 @@ fn a_cordoned_nodes_sessions_move_off_it_unless_they_wait() {
         w.nodes.get_mut("a").unwrap().unschedulable = true;
         w.sessions[1].on_node_lost = NodeLostPolicy::Wait;
     });
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Move { node: "b".into() })]);
+    assert_eq!(fleet.decide(), [("s".into(), Action::Move { node: "b".into() })]);
 }
 
 #[test]
 fn a_move_that_fits_nowhere_says_why() {
     let fleet = Fleet::new().node("a", &[], None, NOW).session("s", Some("a"));
     let fleet = fleet.with(|w| w.sessions[0].move_request = Some(crate::api::ANY_NODE.into()));
-    let Decision::NoFit { why, lost: None } = &fleet.decide()[0].1 else { panic!() };
+    let Action::NoFit { why, lost: None } = &fleet.decide()[0].1 else { panic!() };
     assert_eq!(why, "no node fits: a: its own node");
 }
 
@@ -241,7 +241,7 @@ fn why_nothing_fits_names_a_few_nodes_and_counts_the_rest() {
     for i in 0..20 {
         fleet = fleet.node(&format!("n{i:02}"), &[], Some(0), NOW);
     }
-    let Decision::NoFit { why, .. } = &fleet.session("s", None).decide()[0].1 else { panic!() };
+    let Action::NoFit { why, .. } = &fleet.session("s", None).decide()[0].1 else { panic!() };
     assert!(why.starts_with("no node fits: n00: full (maxSessions); n01:"), "{why}");
     assert!(why.ends_with("n07: full (maxSessions); and 12 more nodes"), "{why}");
 }
@@ -250,5 +250,5 @@ fn why_nothing_fits_names_a_few_nodes_and_counts_the_rest() {
 fn a_node_said_lost_that_is_back_is_said_back() {
     let fleet = Fleet::new().node("a", &[], None, NOW).session("s", Some("a"));
     let fleet = fleet.with(|w| w.sessions[0].said_lost = true);
-    assert_eq!(fleet.decide(), [("s".into(), Decision::Returned { node: "a".into() })]);
+    assert_eq!(fleet.decide(), [("s".into(), Action::Returned { node: "a".into() })]);
 }

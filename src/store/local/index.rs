@@ -81,7 +81,7 @@ impl Content {
     }
 }
 
-struct File {
+struct Indexed {
     stamp: Stamp,
     content: Content,
 }
@@ -89,7 +89,7 @@ struct File {
 /// Every `.yaml` file of the directory, parsed.
 #[derive(Default)]
 pub(super) struct Index {
-    files: BTreeMap<PathBuf, File>,
+    files: BTreeMap<PathBuf, Indexed>,
     /// Session name to its manifest's path (for a deleted session, the path its status file belongs to). The first
     /// manifest in path order wins a name two of them claim.
     sessions: HashMap<String, PathBuf>,
@@ -126,10 +126,10 @@ impl Index {
         let new = now.and_then(|stamp| {
             let text = std::fs::read_to_string(path).ok()?; // gone meanwhile
             self.reads += 1;
-            Some(File { stamp, content: read(path, &text) })
+            Some(Indexed { stamp, content: read(path, &text) })
         });
         self.touched.extend(old.iter().chain(&new).filter_map(|f| f.content.session()));
-        if let (Some(File { stamp, content: Content::Manifest(Manifest::Session(_)) }), None) = (&old, &new) {
+        if let (Some(Indexed { stamp, content: Content::Manifest(Manifest::Session(_)) }), None) = (&old, &new) {
             self.gone.insert(path.to_path_buf(), *stamp);
             self.went = true;
         }
@@ -247,7 +247,7 @@ impl Index {
             // The same file under another name: its stamp when it went, or (the agent restarted since) its birth.
             let went = self.gone.get(&manifest_of(&status));
             let made_then = |path: &PathBuf| match self.files.get(path) {
-                Some(File { stamp, content: Content::Manifest(Manifest::Session(ws)) }) => {
+                Some(Indexed { stamp, content: Content::Manifest(Manifest::Session(ws)) }) => {
                     // A status records its creation to the second, as the API server does.
                     let second = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_second());
                     went == Some(stamp) || second(&ws.metadata.creation_timestamp) == second(&created)
