@@ -483,15 +483,10 @@ async fn print_screen<S: worksession::cli::read::Source>(
     name: &str,
     lines: usize,
 ) -> ExitCode {
-    use kube::ResourceExt;
-    let sessions = match source.sessions().await {
-        Ok(sessions) => sessions,
+    let ws = match source.session(namespace, name).await {
+        Ok(ws) => ws,
         Err(e) => return fail(&e),
     };
-    let ours = |ws: &worksession::api::WorkSession| {
-        ws.name_any() == name && ws.namespace().as_deref().unwrap_or("default") == namespace
-    };
-    let Some(ws) = sessions.into_iter().find(ours) else { return fail(&format!("worksession {name:?} not found")) };
     match source.screen(&ws, lines, false).await {
         Ok(screen) => {
             print!("{screen}");

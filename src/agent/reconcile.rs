@@ -85,28 +85,28 @@ impl<T: Tmux> Observer<T> {
 /// Everything a reconcile needs.
 pub struct Reconciler<S, T> {
     /// The object store.
-    pub store: S,
+    pub(super) store: S,
     /// Shared tmux observations (and the tmux edge).
-    pub observer: Observer<T>,
+    pub(super) observer: Observer<T>,
     /// This agent's node; `None` (local mode): every session in the store is this agent's.
-    pub node: Option<String>,
+    pub(super) node: Option<String>,
     /// The current config (hot-reloaded).
-    pub config: watch::Receiver<Arc<Config>>,
+    pub(super) config: watch::Receiver<Arc<Config>>,
     /// Metrics.
-    pub metrics: AgentMetrics,
+    pub(super) metrics: AgentMetrics,
     /// Where to stop forever, for crash tests (`None` in production).
-    pub failpoint: Option<Failpoint>,
+    pub(super) failpoint: Option<Failpoint>,
     /// What the agent holds in memory for its node's sessions between reconciles.
-    pub registries: Registries,
+    pub(super) registries: Registries,
     /// The agent config's `rooms` at start, which a reload does not change.
-    pub rooms_at_start: Option<crate::node::room::RoomsConfig>,
+    pub(super) rooms_at_start: Option<crate::node::room::RoomsConfig>,
     /// A reload's change of `rooms` was refused (and said so once).
-    pub rooms_reload_refused: std::sync::atomic::AtomicBool,
+    pub(super) rooms_reload_refused: std::sync::atomic::AtomicBool,
     /// The agent's Lease renewals (on a cluster; `None` in local mode, where nothing else can run its sessions):
     /// nothing is done while the fence does not hold.
-    pub fence: Option<super::lease::Fence>,
+    pub(super) fence: Option<super::lease::Fence>,
     /// Where a session read on another node goes, for the events still addressed here (on a cluster).
-    pub left_behind: Option<super::LeftBehind>,
+    pub(super) left_behind: Option<super::LeftBehind>,
 }
 
 /// How far a plan ran.

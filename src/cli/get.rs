@@ -2,7 +2,7 @@
 //! directory, through the same [`read`](super::read) side as the console: `-n NS`, `-A` (with a NAMESPACE column), the kubeconfig context's namespace by default (`default` in
 //! local mode), `NAME` arguments, `-o wide|json|yaml`, and `-w` to keep printing a row per change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -68,19 +68,28 @@ pub struct Query {
 impl Query {
     /// The objects the query selects, in the order given (names) or listed; a missing name is an error, as kubectl's.
     pub fn select<K: ResourceExt>(&self, items: Vec<K>) -> Result<Vec<K>, String> {
-        let items: Vec<K> = items
-            .into_iter()
-            .filter(|o| match &self.scope {
-                Scope::All => true,
-                Scope::One(ns) => o.namespace().as_deref().unwrap_or("default") == ns,
-            })
-            .collect();
+        let items = self.keep(items);
         if self.names.is_empty() {
             return Ok(items);
         }
         let mut by_name: HashMap<String, K> = items.into_iter().map(|o| (o.name_any(), o)).collect();
         let what = if self.kind == Resource::WorkSessions { "worksession" } else { "workevent" };
         self.names.iter().map(|n| by_name.remove(n).ok_or_else(|| format!("{what} {n:?} not found"))).collect()
+    }
+
+    /// The objects in the query's namespaces with the names asked for (every name: none asked for), ordered by
+    /// namespace and name as `kubectl get` orders them; a name asked for that is not there is simply not among them.
+    pub fn keep<K: ResourceExt>(&self, items: Vec<K>) -> Vec<K> {
+        let mut items: Vec<K> = items
+            .into_iter()
+            .filter(|o| match &self.scope {
+                Scope::All => true,
+                Scope::One(ns) => o.namespace().as_deref().unwrap_or("default") == ns,
+            })
+            .filter(|o| self.names.is_empty() || self.names.contains(&o.name_any()))
+            .collect();
+        items.sort_by_key(|o| (o.namespace(), o.name_any()));
+        items
     }
 
     fn all_namespaces(&self) -> bool {
@@ -233,8 +242,8 @@ pub fn render_events(items: &[WorkEvent], query: &Query, now: Timestamp) -> Stri
 /// Prints what the query selects from `source` (the [`read`](super::read) side the console reads too); with
 /// `watch`, then a row per object that changes, at each change the source reports, until interrupted.
 pub async fn run<S: Source>(source: &S, query: &Query, watch: bool) -> Result<(), String> {
-    let mut changes = source.changes();
-    changes.borrow_and_update();
+    // Subscribed before the first read, so a change after it is a row; only a watch asks (it needs the right to).
+    let mut changes = watch.then(|| source.changes());
     let now = Timestamp::now();
     let (printed, mut seen) = match query.kind {
         Resource::WorkSessions => {
@@ -248,22 +257,26 @@ pub async fn run<S: Source>(source: &S, query: &Query, watch: bool) -> Result<()
     };
     print!("{printed}");
     // A misspelt field must not make an object vanish from the listing without a word.
-    for (file, why) in source.skipped() {
+    for (file, why) in source.skipped()? {
         eprintln!("worksession: skipped {}: {why}", file.display());
     }
-    if !watch {
-        return Ok(());
-    }
+    let Some(changes) = changes.as_mut() else { return Ok(()) };
+    let mut trouble = None;
     loop {
         changes.changed().await.map_err(|_| "the watch ended".to_string())?;
-        // A name asked for that is gone is no row, not an error: the watch goes on.
+        // The watch retries on its own; a person is told while it fails, and when it is back.
+        let now_trouble = source.trouble();
+        if now_trouble != trouble {
+            match &now_trouble {
+                Some(why) => eprintln!("worksession: the watch fails, retrying: {why}"),
+                None => eprintln!("worksession: the watch is back"),
+            }
+            trouble = now_trouble;
+        }
+        // A name asked for that is gone is no row, not an error: the watch goes on for the others.
         let (current, rows) = match query.kind {
-            Resource::WorkSessions => {
-                states(&query.select(source.sessions().await?).unwrap_or_default(), query, session_row)
-            }
-            Resource::WorkEvents => {
-                states(&query.select(source.work_events().await?).unwrap_or_default(), query, event_row)
-            }
+            Resource::WorkSessions => states(&query.keep(source.sessions().await?), query, session_row),
+            Resource::WorkEvents => states(&query.keep(source.work_events().await?), query, event_row),
         };
         for (key, state) in current {
             if seen.get(&key) != Some(&state) {
@@ -275,12 +288,12 @@ pub async fn run<S: Source>(source: &S, query: &Query, watch: bool) -> Result<()
 }
 
 /// Each object's `namespace/name` with what it is now (the whole object: any change is a row, as `kubectl get -w`
-/// prints one per change), and its row.
+/// prints one per change), and its row; in that order.
 fn states<K: ResourceExt + Serialize>(
     items: &[K],
     query: &Query,
     row: fn(&K, &Query, Timestamp) -> Vec<String>,
-) -> (HashMap<String, String>, HashMap<String, Vec<String>>) {
+) -> (BTreeMap<String, String>, BTreeMap<String, Vec<String>>) {
     let now = Timestamp::now();
     let key = |o: &K| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
     let states = items.iter().map(|o| (key(o), serde_json::to_string(o).unwrap_or_default())).collect();
@@ -384,7 +397,10 @@ mod tests {
             v.iter().map(|w| format!("{}/{}", w.namespace().unwrap(), w.name_any())).collect::<Vec<_>>()
         };
         assert_eq!(names(query(Scope::One("a".into()), &[], None).select(items.clone()).unwrap()), ["a/x", "a/y"]);
-        assert_eq!(names(query(Scope::All, &[], None).select(items.clone()).unwrap()).len(), 3);
+        // Ordered by namespace and name, whatever order the source gave (a watched cache gives none).
+        assert_eq!(names(query(Scope::All, &[], None).select(items.clone()).unwrap()), ["a/x", "a/y", "b/x"]);
+        // A watch keeps what is there of the names asked for: one gone is no error for the others.
+        assert_eq!(names(query(Scope::One("a".into()), &["y", "z"], None).keep(items.clone())), ["a/y"]);
         assert_eq!(
             names(query(Scope::One("a".into()), &["y", "x"], None).select(items.clone()).unwrap()),
             ["a/y", "a/x"]

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -55,9 +55,25 @@ pub trait Source: Send + Sync + 'static {
             Ok(self.work_events().await?.into_iter().filter(ours).collect())
         }
     }
-    /// The files that hold no object it could read, with why (a directory's; none on a cluster).
-    fn skipped(&self) -> Vec<(PathBuf, String)> {
-        Vec::new()
+    /// The WorkSession `namespace/name`, or why there is none to show.
+    fn session(&self, namespace: &str, name: &str) -> impl Future<Output = Result<WorkSession, String>> + Send {
+        async move {
+            let ours = |ws: &WorkSession| {
+                ws.name_any() == name
+                    && ws.namespace().as_deref().unwrap_or(crate::store::DEFAULT_NAMESPACE) == namespace
+            };
+            let found = self.sessions().await?.into_iter().find(ours);
+            found.ok_or_else(|| format!("worksession {name:?} not found"))
+        }
+    }
+    /// The files that hold no object it could read, with why (a directory's; none on a cluster); an error when the
+    /// directory cannot be read.
+    fn skipped(&self) -> Result<Vec<(PathBuf, String)>, String> {
+        Ok(Vec::new())
+    }
+    /// Why the changes stopped coming, while they do (a watch's error after it listed); `None` while they come.
+    fn trouble(&self) -> Option<String> {
+        None
     }
     /// The Kubernetes Events about a session (none in local mode).
     fn kube_events(
@@ -74,87 +90,140 @@ pub trait Source: Send + Sync + 'static {
     ) -> impl Future<Output = Result<String, String>> + Send;
 }
 
-/// The API server, as the user's kubeconfig reaches it.
+/// The API server, as the user's kubeconfig reaches it. A reader that asks for [`Source::changes`] (the console,
+/// `get -w`) is served from watched caches, each watch started at its kind's first read; any other (`get`, `peek`)
+/// reads with one call each, so it needs no right to watch.
 pub struct Cluster {
     client: Client,
-    sessions: Watched<WorkSession>,
-    events: Watched<WorkEvent>,
-    changes: watch::Receiver<u64>,
+    namespace: Option<String>,
+    changes: watch::Sender<u64>,
+    watching: std::sync::atomic::AtomicBool,
+    sessions: OnceLock<Watched<WorkSession>>,
+    events: OnceLock<Watched<WorkEvent>>,
 }
 
-/// A watched cache, and the watch's last error (a user who may not list every namespace sees why).
+/// A watched cache, and the watch's last error (a user who may not list every namespace sees why); the watch ends
+/// with it.
 struct Watched<K: kube::Resource<DynamicType = ()> + 'static> {
     cache: reflector::Store<K>,
     failing: Arc<Mutex<Option<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<K: kube::Resource<DynamicType = ()> + 'static> Drop for Watched<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// How long a screen may take (a `kubectl exec` that hangs is a screen not shown, its process killed).
 pub const SCREEN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a watched cache may take to list before a read says why it has nothing.
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Cluster {
-    /// Watches the WorkSessions and WorkEvents of `namespace` (every namespace: `None`).
+    /// Reads the WorkSessions and WorkEvents of `namespace` (every namespace: `None`).
     pub fn new(client: Client, namespace: Option<String>) -> Self {
-        let (tx, changes) = watch::channel(0u64);
-        let sessions = watched(&client, namespace.as_deref(), &tx);
-        let events = watched(&client, namespace.as_deref(), &tx);
-        Self { client, sessions, events, changes }
+        let changes = watch::channel(0u64).0;
+        let (sessions, events) = (OnceLock::new(), OnceLock::new());
+        Self { client, namespace, changes, watching: Default::default(), sessions, events }
     }
 
-    /// The cache once listed, or why it is not.
-    async fn listed<K>(watched: &Watched<K>, what: &str) -> Result<Vec<K>, String>
+    fn api<K>(&self) -> Api<K>
     where
-        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
-        let cache = &watched.cache;
-        let ready = tokio::time::timeout(Duration::from_secs(5), cache.wait_until_ready()).await;
+        match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    /// The objects of kind `K` in scope: from the watched cache once someone listens for changes (started at the
+    /// first read), else by one list call.
+    async fn read<K>(&self, cache: &OnceLock<Watched<K>>, what: &str) -> Result<Vec<K>, String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        if !self.watching.load(std::sync::atomic::Ordering::Relaxed) {
+            let list = self.api::<K>().list(&ListParams::default()).await;
+            return list.map(|l| l.items).map_err(|e| format!("listing {what}: {e}"));
+        }
+        let watched = cache.get_or_init(|| watched(self.api(), &self.changes));
+        let ready = tokio::time::timeout(LIST_TIMEOUT, watched.cache.wait_until_ready()).await;
         if !matches!(ready, Ok(Ok(()))) {
             let why = watched.failing.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            return Err(why.unwrap_or_else(|| format!("the API server has not listed the {what} yet")));
+            return Err(format!("listing {what}: {}", why.unwrap_or_else(|| "no answer yet".into())));
         }
-        Ok(cache.state().iter().map(|o| (**o).clone()).collect())
+        Ok(watched.cache.state().iter().map(|o| (**o).clone()).collect())
+    }
+
+    /// The last error of a watch that has listed before (an API server gone, credentials expired): the cache then
+    /// holds what it last saw.
+    pub fn trouble(&self) -> Option<String> {
+        let sessions = self.sessions.get().map(|w| w.failing.clone());
+        let events = self.events.get().map(|w| w.failing.clone());
+        [sessions, events].into_iter().flatten().find_map(|f| f.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 }
 
-/// A cache of the objects of kind `K` in `namespace` (every one: `None`), kept by a watch that counts each change on
-/// `tx`.
-fn watched<K>(client: &Client, namespace: Option<&str>, tx: &watch::Sender<u64>) -> Watched<K>
+/// A cache of what `api` reaches, kept by a watch that counts each change on `tx`.
+fn watched<K>(api: Api<K>, tx: &watch::Sender<u64>) -> Watched<K>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let api: Api<K> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     let (cache, writer) = reflector::store();
     let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     let tx = tx.clone();
     let failing = Arc::new(Mutex::new(None));
     let seen = failing.clone();
-    tokio::spawn(stream.for_each(move |event| {
+    let task = tokio::spawn(stream.for_each(move |event| {
         *seen.lock().unwrap_or_else(|p| p.into_inner()) = event.err().map(|e| e.to_string());
         tx.send_modify(|n| *n += 1);
         std::future::ready(())
     }));
-    Watched { cache, failing }
+    Watched { cache, failing, task }
 }
 
 impl Source for Cluster {
     async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
-        Self::listed(&self.sessions, "WorkSessions").await
+        self.read(&self.sessions, "WorkSessions").await
     }
 
     async fn work_events(&self) -> Result<Vec<WorkEvent>, String> {
-        Self::listed(&self.events, "WorkEvents").await
+        self.read(&self.events, "WorkEvents").await
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.clone()
+        self.watching.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.changes.subscribe()
+    }
+
+    async fn session(&self, namespace: &str, name: &str) -> Result<WorkSession, String> {
+        let api: Api<WorkSession> = Api::namespaced(self.client.clone(), namespace);
+        match api.get_opt(name).await {
+            Ok(Some(ws)) => Ok(ws),
+            Ok(None) => Err(format!("worksession {name:?} not found")),
+            Err(e) => Err(format!("reading worksession {name:?}: {e}")),
+        }
+    }
+
+    async fn events(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, String> {
+        // One field-selected list in the session's namespace: a page needs no right to watch WorkEvents.
+        let api: Api<WorkEvent> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default().fields(&format!("spec.session={session}"));
+        api.list(&params).await.map(|l| l.items).map_err(|e| format!("listing WorkEvents: {e}"))
+    }
+
+    fn trouble(&self) -> Option<String> {
+        Cluster::trouble(self)
     }
 
     async fn kube_events(&self, namespace: &str, session: &str) -> Result<Vec<KubeEvent>, String> {
@@ -228,8 +297,8 @@ impl<L: Listing + Changes + 'static> Source for Local<L> {
         self.changes.clone()
     }
 
-    fn skipped(&self) -> Vec<(PathBuf, String)> {
-        self.store.skipped().unwrap_or_else(|e| vec![(PathBuf::from("."), e.to_string())])
+    fn skipped(&self) -> Result<Vec<(PathBuf, String)>, String> {
+        self.store.skipped().map_err(|e| e.to_string())
     }
 
     async fn kube_events(&self, _namespace: &str, _session: &str) -> Result<Vec<KubeEvent>, String> {

@@ -8,7 +8,7 @@ use worksession::core::ConditionType;
 use super::{Rig, await_delivered, await_phase, await_value, condition, initial_phase};
 
 /// A prompt the harness took before says nothing of the same words sent later: the stand-in loses the paste of a
-/// second "yes", which stays `Delivering` (its hook file already holds a "yes", before the mark), and at the deadline
+/// second "yes", which stays `Delivering` (its hook file already holds a "yes", before the offset), and at the deadline
 /// (15 s in tests) it is sent again, taken, and confirmed: two attempts, and the harness got "yes" twice, never thrice.
 pub async fn a_prompt_is_confirmed_only_after_its_send_and_sent_again_at_the_deadline(rig: &impl Rig) {
     rig.create_session("yes", serde_json::json!({"harness": "standin-deaf", "initialPrompt": "yes"})).await;

@@ -132,13 +132,15 @@ impl LocalStore {
                         index.reload(&path);
                     }
                 }
-                // A rename can be told in two notifications; it is atomic, so when its old path is seen gone its new
-                // one is there: read the directory, or the session would look deleted until the second comes.
-                due || index.take_went()
+                due
             }
         };
-        if rescan {
+        // A rename can be told in two notifications; it is atomic, so when its old path is seen gone its new one is
+        // there: read the directory, or the session would look deleted until the second comes.
+        let went = index.take_went();
+        if rescan || went {
             index.rescan(&self.dir).map_err(local_err)?;
+            index.take_went(); // what this rescan saw go is read already
         }
         Ok(index)
     }
