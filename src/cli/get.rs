@@ -264,12 +264,12 @@ pub async fn run<S: Source>(source: &S, query: &Query, watch: bool) -> Result<()
     let mut trouble = None;
     loop {
         changes.changed().await.map_err(|_| "the watch ended".to_string())?;
-        // The watch retries on its own; a person is told while it fails, and when it is back.
+        // The watch retries on its own; a person is told each new way it fails (rows may be missing meanwhile). A
+        // watch that is back is not told: it only shows in the rows of the next change.
         let now_trouble = source.trouble();
         if now_trouble != trouble {
-            match &now_trouble {
-                Some(why) => eprintln!("worksession: the watch fails, retrying: {why}"),
-                None => eprintln!("worksession: the watch is back"),
+            if let Some(why) = &now_trouble {
+                eprintln!("worksession: the watch fails, retrying: {why}");
             }
             trouble = now_trouble;
         }

@@ -1,7 +1,8 @@
 //! The read side for people: what `worksession get`, `peek` and the console read, with the user's own rights. The
-//! API server (watched caches of the WorkSessions and WorkEvents in scope through the user's kubeconfig; Kubernetes
-//! Events read when a session's page asks; the screen by `kubectl exec` into the agent pod) or a local directory (its
-//! manifests, its file-system notifications, tmux on this machine). Read only: nothing here writes.
+//! API server through the user's kubeconfig (one list or get per read; for a reader that listens for changes,
+//! `get -w` and the console's list, watched caches; Kubernetes Events and a session's WorkEvents read when a page
+//! asks; the screen by `kubectl exec` into the agent pod) or a local directory (its manifests, its file-system
+//! notifications, tmux on this machine). Read only: nothing here writes.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -165,8 +166,8 @@ impl Cluster {
         Ok(watched.cache.state().iter().map(|o| (**o).clone()).collect())
     }
 
-    /// The last error of a watch that has listed before (an API server gone, credentials expired): the cache then
-    /// holds what it last saw.
+    /// A watch's last error, until its next event (an API server gone, credentials expired): the cache holds what
+    /// it last saw. A watch that comes back without a change says nothing, so this may outlast the trouble.
     pub fn trouble(&self) -> Option<String> {
         let sessions = self.sessions.get().map(|w| w.failing.clone());
         let events = self.events.get().map(|w| w.failing.clone());
