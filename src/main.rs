@@ -498,23 +498,23 @@ async fn print_screen<S: worksession::cli::read::Source>(
 
 /// `attach`: the user's terminal on the session's pane, until they detach.
 async fn attach(name: &str, at: Where) -> ExitCode {
-    use worksession::cli::terminal::{attach_args, kubectl_tmux, local_tmux, session_of};
+    use worksession::cli::read::{Cluster, Local, Source};
+    use worksession::cli::terminal::{attach_args, kubectl_tmux, local_tmux, node_of, session_of};
     let mut cmd = match at.local {
         Some(dir) => {
             let config = match at.config.as_deref().map(Config::load).transpose() {
                 Ok(config) => config.unwrap_or_default(),
                 Err(e) => return fail(&e),
             };
-            let namespace = at.namespace.unwrap_or_else(|| "default".into());
-            let sessions = match LocalStore::new(dir).and_then(|s| s.session_files().map_err(std::io::Error::other)) {
-                Ok(list) => list,
+            let store = match LocalStore::new(dir) {
+                Ok(store) => store,
                 Err(e) => return fail(&e),
             };
-            let found = sessions.into_iter().map(|(_, ws)| ws).find(|ws| {
-                use kube::ResourceExt;
-                ws.name_any() == name && ws.namespace().as_deref().unwrap_or("default") == namespace
-            });
-            let Some(ws) = found else { return fail(&format!("worksession {name:?} not found")) };
+            let namespace = at.namespace.unwrap_or_else(|| "default".into());
+            let ws = match Local::new(store, config.clone()).session(&namespace, name).await {
+                Ok(ws) => ws,
+                Err(e) => return fail(&e),
+            };
             local_tmux(config.tmux.socket.as_deref(), &attach_args(&session_of(&ws, &config)))
         }
         None => {
@@ -527,13 +527,13 @@ async fn attach(name: &str, at: Where) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
-            let api: kube::Api<worksession::api::WorkSession> = kube::Api::namespaced(client.clone(), &namespace);
-            let ws = match api.get(name).await {
+            let ws = match Cluster::new(client.clone(), Some(namespace.clone())).session(&namespace, name).await {
                 Ok(ws) => ws,
                 Err(e) => return fail(&e),
             };
-            let Some(node) = ws.spec.node_name.as_deref() else {
-                return fail(&format!("{name} is not placed on a node yet (see its Placed condition)"));
+            let node = match node_of(&ws) {
+                Ok(node) => node,
+                Err(e) => return fail(&e),
             };
             let (pod_namespace, pod) = match worksession::cli::terminal::agent_pod(&client, node).await {
                 Ok(p) => p,

@@ -1,6 +1,7 @@
 //! `worksession get`: WorkSessions (or WorkEvents) the way `kubectl get` shows them, from the cluster or from a local
-//! directory, through the same [`read`](super::read) side as the console: `-n NS`, `-A` (with a NAMESPACE column), the kubeconfig context's namespace by default (`default` in
-//! local mode), `NAME` arguments, `-o wide|json|yaml`, and `-w` to keep printing a row per change.
+//! directory, through the same [`read`](super::read) side as the console: `-n NS`, `-A` (with a NAMESPACE column),
+//! the kubeconfig context's namespace by default (`default` in local mode), `NAME` arguments, `-o wide|json|yaml`,
+//! and `-w` to keep printing a row per change.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -66,7 +67,8 @@ pub struct Query {
 }
 
 impl Query {
-    /// The objects the query selects, in the order given (names) or listed; a missing name is an error, as kubectl's.
+    /// The objects the query selects, in the order of the names given, else as [`Query::keep`] orders them; a missing
+    /// name is an error, as kubectl's.
     pub fn select<K: ResourceExt>(&self, items: Vec<K>) -> Result<Vec<K>, String> {
         let items = self.keep(items);
         if self.names.is_empty() {
@@ -84,7 +86,7 @@ impl Query {
             .into_iter()
             .filter(|o| match &self.scope {
                 Scope::All => true,
-                Scope::One(ns) => o.namespace().as_deref().unwrap_or("default") == ns,
+                Scope::One(ns) => super::read::in_namespace(o, ns),
             })
             .filter(|o| self.names.is_empty() || self.names.contains(&o.name_any()))
             .collect();

@@ -49,20 +49,14 @@ pub trait Source: Send + Sync + 'static {
     /// The WorkEvents of a session.
     fn events(&self, namespace: &str, session: &str) -> impl Future<Output = Result<Vec<WorkEvent>, String>> + Send {
         async move {
-            let ours = |ev: &WorkEvent| {
-                ev.spec.session == session
-                    && ev.namespace().as_deref().unwrap_or(crate::store::DEFAULT_NAMESPACE) == namespace
-            };
+            let ours = |ev: &WorkEvent| ev.spec.session == session && in_namespace(ev, namespace);
             Ok(self.work_events().await?.into_iter().filter(ours).collect())
         }
     }
     /// The WorkSession `namespace/name`, or why there is none to show.
     fn session(&self, namespace: &str, name: &str) -> impl Future<Output = Result<WorkSession, String>> + Send {
         async move {
-            let ours = |ws: &WorkSession| {
-                ws.name_any() == name
-                    && ws.namespace().as_deref().unwrap_or(crate::store::DEFAULT_NAMESPACE) == namespace
-            };
+            let ours = |ws: &WorkSession| ws.name_any() == name && in_namespace(ws, namespace);
             let found = self.sessions().await?.into_iter().find(ours);
             found.ok_or_else(|| format!("worksession {name:?} not found"))
         }
@@ -89,6 +83,12 @@ pub trait Source: Send + Sync + 'static {
         lines: usize,
         colours: bool,
     ) -> impl Future<Output = Result<String, String>> + Send;
+}
+
+/// Whether `object` is in `namespace` (a local manifest without one is in the default namespace, as `kubectl apply`
+/// puts it).
+pub fn in_namespace(object: &impl ResourceExt, namespace: &str) -> bool {
+    object.namespace().as_deref().unwrap_or(crate::store::DEFAULT_NAMESPACE) == namespace
 }
 
 /// The API server, as the user's kubeconfig reaches it. A reader that asks for [`Source::changes`] (the console,
@@ -165,14 +165,6 @@ impl Cluster {
         }
         Ok(watched.cache.state().iter().map(|o| (**o).clone()).collect())
     }
-
-    /// A watch's last error, until its next event (an API server gone, credentials expired): the cache holds what
-    /// it last saw. A watch that comes back without a change says nothing, so this may outlast the trouble.
-    pub fn trouble(&self) -> Option<String> {
-        let sessions = self.sessions.get().map(|w| w.failing.clone());
-        let events = self.events.get().map(|w| w.failing.clone());
-        [sessions, events].into_iter().flatten().find_map(|f| f.lock().unwrap_or_else(|p| p.into_inner()).clone())
-    }
 }
 
 /// A cache of what `api` reaches, kept by a watch that counts each change on `tx`.
@@ -223,8 +215,12 @@ impl Source for Cluster {
         api.list(&params).await.map(|l| l.items).map_err(|e| format!("listing WorkEvents: {e}"))
     }
 
+    /// A watch's last error, until its next event (an API server gone, credentials expired): the cache holds what
+    /// it last saw. A watch that comes back without a change says nothing, so this may outlast the trouble.
     fn trouble(&self) -> Option<String> {
-        Cluster::trouble(self)
+        let sessions = self.sessions.get().map(|w| w.failing.clone());
+        let events = self.events.get().map(|w| w.failing.clone());
+        [sessions, events].into_iter().flatten().find_map(|f| f.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 
     async fn kube_events(&self, namespace: &str, session: &str) -> Result<Vec<KubeEvent>, String> {
@@ -249,11 +245,8 @@ impl Source for Cluster {
     }
 
     async fn screen(&self, ws: &WorkSession, lines: usize, colours: bool) -> Result<String, String> {
-        let node = ws.spec.node_name.as_deref();
-        let node =
-            node.ok_or_else(|| format!("{} is not placed on a node yet (see its Placed condition)", ws.name_any()))?;
-        let (namespace, pod) = terminal::agent_pod(&self.client, node).await?;
-        let args = screen_args(&terminal::session_of(ws, &Config::default()), lines, colours);
+        let (namespace, pod) = terminal::agent_pod(&self.client, terminal::node_of(ws)?).await?;
+        let args = terminal::capture_args(&terminal::session_of(ws, &Config::default()), lines, colours);
         output(terminal::kubectl_tmux(&namespace, &pod, &args, false)).await
     }
 }
@@ -307,13 +300,9 @@ impl<L: Listing + Changes + 'static> Source for Local<L> {
     }
 
     async fn screen(&self, ws: &WorkSession, lines: usize, colours: bool) -> Result<String, String> {
-        let args = screen_args(&terminal::session_of(ws, &self.config), lines, colours);
+        let args = terminal::capture_args(&terminal::session_of(ws, &self.config), lines, colours);
         output(terminal::local_tmux(self.config.tmux.socket.as_deref(), &args)).await
     }
-}
-
-fn screen_args(session: &str, lines: usize, colours: bool) -> Vec<String> {
-    if colours { terminal::screen_args(session, lines) } else { terminal::peek_args(session, lines) }
 }
 
 /// A command's standard output, or its error words; killed when it takes over [`SCREEN_TIMEOUT`] or its page went.

@@ -23,17 +23,13 @@ pub fn session_of(ws: &WorkSession, config: &Config) -> String {
     crate::core::tmux_session(ws, config, |_| true).current
 }
 
-/// The tmux arguments that print the last `lines` lines of `session`'s pane.
-pub fn peek_args(session: &str, lines: usize) -> Vec<String> {
-    ["capture-pane", "-p", "-J", "-S", &format!("-{lines}"), "-t", &format!("={session}:")].map(String::from).to_vec()
-}
-
-/// The tmux arguments that print the last `lines` lines of `session`'s pane with their colours (SGR escapes), for the
-/// console.
-pub fn screen_args(session: &str, lines: usize) -> Vec<String> {
-    ["capture-pane", "-p", "-e", "-J", "-S", &format!("-{lines}"), "-t", &format!("={session}:")]
-        .map(String::from)
-        .to_vec()
+/// The tmux arguments that print the last `lines` lines of `session`'s pane, with their colours (SGR escapes, for the
+/// console) when `colours`.
+pub fn capture_args(session: &str, lines: usize, colours: bool) -> Vec<String> {
+    let (start, target) = (format!("-{lines}"), format!("={session}:"));
+    let colours = colours.then_some("-e");
+    let args = ["capture-pane", "-p"].into_iter().chain(colours).chain(["-J", "-S", &start, "-t", &target]);
+    args.map(String::from).collect()
 }
 
 /// The tmux arguments that attach the terminal to `session`.
@@ -63,6 +59,12 @@ pub fn kubectl_tmux(namespace: &str, pod: &str, args: &[String], interactive: bo
     cmd
 }
 
+/// The node a session's harness runs on, or why it has none yet.
+pub fn node_of(ws: &WorkSession) -> Result<&str, String> {
+    let not_placed = || format!("{} is not placed on a node yet (see its Placed condition)", ws.name_any());
+    ws.spec.node_name.as_deref().ok_or_else(not_placed)
+}
+
 /// The agent pod (`namespace`, `name`) on `node`, found with the user's own credentials.
 pub async fn agent_pod(client: &Client, node: &str) -> Result<(String, String), String> {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::all(client.clone());
@@ -78,7 +80,8 @@ mod tests {
 
     #[test]
     fn commands_name_the_session_exactly_and_never_start_a_server() {
-        assert_eq!(peek_args("loop-a", 40), ["capture-pane", "-p", "-J", "-S", "-40", "-t", "=loop-a:"]);
+        assert_eq!(capture_args("loop-a", 40, false), ["capture-pane", "-p", "-J", "-S", "-40", "-t", "=loop-a:"]);
+        assert_eq!(capture_args("loop-a", 9, true), ["capture-pane", "-p", "-e", "-J", "-S", "-9", "-t", "=loop-a:"]);
         assert_eq!(attach_args("loop-a"), ["attach-session", "-t", "=loop-a"]);
         let cmd = kubectl_tmux("ws", "agent-x", &attach_args("loop-a"), true);
         let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
