@@ -124,6 +124,9 @@ enum Command {
         /// Local mode: the agent config (for the tmux socket and session prefix).
         #[arg(long, requires = "local")]
         config: Option<PathBuf>,
+        /// The namespace of the chart's release, whose agent pods alone are exec'd into for screens.
+        #[arg(long, env = "WORKSESSION_AGENT_NAMESPACE", default_value = worksession::cli::terminal::DEFAULT_AGENT_NAMESPACE)]
+        agent_namespace: String,
     },
     /// Move a session to another node: its agent stops the harness once no prompt is being delivered and hands it
     /// over; the new node's agent resumes the conversation where the state is shared.
@@ -208,6 +211,9 @@ struct Where {
     /// Local mode: the agent config (for the tmux socket and session prefix).
     #[arg(long, requires = "local")]
     config: Option<PathBuf>,
+    /// The namespace of the chart's release, whose agent pods alone are exec'd into.
+    #[arg(long, env = "WORKSESSION_AGENT_NAMESPACE", default_value = worksession::cli::terminal::DEFAULT_AGENT_NAMESPACE)]
+    agent_namespace: String,
 }
 
 /// `worksession move`: asks for the move in the session's annotation (the agent and the controller do the rest).
@@ -295,7 +301,9 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Peek { name, lines, at } => peek(&name, at, lines).await,
         Command::Attach { name, at } => attach(&name, at).await,
         Command::Move { name, to, namespace } => move_session(&name, to, namespace).await,
-        Command::Console { listen, namespace, local, config } => console(listen, namespace, local, config).await,
+        Command::Console { listen, namespace, local, config, agent_namespace } => {
+            console(listen, namespace, local, config, agent_namespace).await
+        }
         Command::Crd => {
             print!("{}", worksession::api::crds_yaml());
             ExitCode::SUCCESS
@@ -469,7 +477,8 @@ async fn peek(name: &str, at: Where, lines: usize) -> ExitCode {
             let namespace = at.namespace.unwrap_or_else(|| config.default_namespace.clone());
             match kube::Client::try_from(config) {
                 Ok(client) => {
-                    print_screen(&Cluster::new(client, Some(namespace.clone())), &namespace, name, lines).await
+                    let source = Cluster::new(client, Some(namespace.clone())).with_agent_namespace(at.agent_namespace);
+                    print_screen(&source, &namespace, name, lines).await
                 }
                 Err(e) => fail(&e),
             }
@@ -535,11 +544,11 @@ async fn attach(name: &str, at: Where) -> ExitCode {
                 Ok(node) => node,
                 Err(e) => return fail(&e),
             };
-            let (pod_namespace, pod) = match worksession::cli::terminal::agent_pod(&client, node).await {
+            let pod = match worksession::cli::terminal::agent_pod(&client, &at.agent_namespace, node).await {
                 Ok(p) => p,
                 Err(e) => return fail(&e),
             };
-            kubectl_tmux(&pod_namespace, &pod, &attach_args(&session_of(&ws, &Config::default())), true)
+            kubectl_tmux(&at.agent_namespace, &pod, &attach_args(&session_of(&ws, &Config::default())), true)
         }
     };
     match cmd.status() {
@@ -555,6 +564,7 @@ async fn console(
     namespace: Option<String>,
     local: Option<PathBuf>,
     config: Option<PathBuf>,
+    agent_namespace: String,
 ) -> ExitCode {
     use worksession::cli::read::{Cluster, Local};
     use worksession::console;
@@ -570,7 +580,9 @@ async fn console(
             }
         }
         None => match kube::Client::try_default().await {
-            Ok(client) => console::serve(Cluster::new(client, namespace), listen).await,
+            Ok(client) => {
+                console::serve(Cluster::new(client, namespace).with_agent_namespace(agent_namespace), listen).await
+            }
             Err(e) => return fail(&e),
         },
     };

@@ -8,7 +8,7 @@ mod standin;
 mod support;
 mod world;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use axum::body::Body;
@@ -165,6 +165,46 @@ fn rooms_give_each_harness_its_own_user_and_each_container_only_what_it_needs() 
     assert!(pod.init_containers.is_some(), "the workspace handed to runAsUser");
 }
 
+/// The node's clones lie on a volume only the agent's container mounts, rooms on or off: with rooms off a harness
+/// shares the agent's user, and one that could write a clone would have the agent's next fetch act on what it
+/// planted (an alternate's command run in the agent's container, a proxy handed the git token).
+#[test]
+fn the_nodes_clones_are_out_of_every_harness_reach() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    for rooms in ["true", "false"] {
+        let rendered = template(
+            "ws",
+            "worksession",
+            &["--set", "bridge.enabled=false", "--set", &format!("agent.rooms.enabled={rooms}")],
+        );
+        let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap();
+        let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+        let config =
+            worksession::config::Config::parse(doc["data"]["agent.yaml"].as_str().unwrap(), Path::new("a")).unwrap();
+        let clones = config.workspaces.mirrors.expect("the chart names the clones' place");
+        let doc = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
+        let pod = serde_yaml_ng::from_str::<DaemonSet>(doc).unwrap().spec.unwrap().template.spec.unwrap();
+        // The volume each container sees the clones' place on, if any.
+        let holder = |name: &str| {
+            let container = pod.containers.iter().find(|c| c.name == name).unwrap();
+            let mounts = container.volume_mounts.clone().unwrap_or_default();
+            mounts.into_iter().find(|m| clones.starts_with(&m.mount_path)).map(|m| m.name)
+        };
+        let volume = holder("agent").expect("the agent's container holds its clones");
+        assert_eq!(holder("tmux"), None, "rooms {rooms}: the harnesses' container sees no clone");
+        let mounted_by: Vec<&str> = pod
+            .containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+            .filter(|c| c.volume_mounts.iter().flatten().any(|m| m.name == volume))
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(mounted_by, ["agent"], "rooms {rooms}");
+        let spec = pod.volumes.iter().flatten().find(|v| v.name == volume).unwrap();
+        assert!(spec.empty_dir.is_some() && spec.host_path.is_none(), "not the node's shared disk: {spec:?}");
+    }
+}
+
 /// The agent config the chart renders is one the agent accepts: tmux on the shared socket, never started by the agent
 /// (tmux has its own container), and the harnesses' home the agent reads transcripts from.
 #[test]
@@ -178,7 +218,7 @@ fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     assert_eq!(config.tmux.socket.as_deref(), Some(std::path::Path::new("/run/worksession/tmux.sock")));
     assert_eq!(config.harness_home.as_deref(), Some(std::path::Path::new("/srv/worksession/.home")));
     // Clones on the node's workspace; credentials only when a Secret is named, then from its mount.
-    assert_eq!(config.workspaces.mirrors.as_deref(), Some(std::path::Path::new("/srv/worksession/.repos")));
+    assert_eq!(config.workspaces.mirrors.as_deref(), Some(std::path::Path::new("/var/lib/worksession/repos")));
     assert_eq!(config.workspaces.token_file, None);
     let rendered = template(
         "ws",

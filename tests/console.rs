@@ -210,3 +210,55 @@ async fn on_the_test_control_plane_a_person_sees_the_list_a_live_phase_change_an
     })
     .await;
 }
+
+/// A screen (the console's, `peek`'s, `attach`'s) comes only from an agent pod of the release: labels alone are
+/// anybody's. On one node of the test control plane: a tenant's pod with the agent's labels, a labelled pod in the
+/// release's namespace that no DaemonSet made, and one that names the agent DaemonSet as its controller with another
+/// uid are each passed over; the pod the agent DaemonSet made is found.
+#[tokio::test]
+async fn a_screen_comes_only_from_an_agent_pod_of_the_release() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PostParams;
+    use worksession::cli::terminal::agent_pod;
+    let (release, tenant) = (support::TestNamespace::new().await, support::TestNamespace::new().await);
+    let node = format!("node-{}", &release.name[8..]);
+    let labels = json!({"app.kubernetes.io/name": "worksession", "app.kubernetes.io/component": "agent"});
+    let pod = |name: &str, owner: Option<Value>| -> Pod {
+        let owners: Vec<Value> = owner.into_iter().collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
+            "spec": {"nodeName": node, "containers": [{"name": "tmux", "image": "worksession:dev"}]},
+        }))
+        .unwrap()
+    };
+    let owner = |uid: &str| json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ws-agent", "uid": uid, "controller": true});
+    let create = |ns: &support::TestNamespace, pod: Pod| {
+        let pods = ns.api::<Pod>();
+        async move { pods.create(&PostParams::default(), &pod).await.unwrap() }
+    };
+    let client = release.client.clone();
+
+    create(&tenant, pod("agent-lookalike", None)).await;
+    create(&release, pod("a-stray", None)).await;
+    let err = agent_pod(&client, &release.name, &node).await.unwrap_err();
+    assert!(err.contains("no worksession agent pod on node"), "{err}");
+
+    let set: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "ws-agent", "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "tmux", "image": "x"}]}},
+        },
+    }))
+    .unwrap();
+    let set = release.api::<DaemonSet>().create(&PostParams::default(), &set).await.unwrap();
+    create(&release, pod("b-forged", Some(owner("00000000-0000-0000-0000-000000000000")))).await;
+    let err = agent_pod(&client, &release.name, &node).await.unwrap_err();
+    assert!(err.contains("no worksession agent pod on node"), "a forged owner: {err}");
+
+    create(&release, pod("c-agent", Some(owner(&set.metadata.uid.unwrap())))).await;
+    assert_eq!(agent_pod(&client, &release.name, &node).await.unwrap(), "c-agent");
+    let err = agent_pod(&client, &tenant.name, &node).await.unwrap_err();
+    assert!(err.contains(&tenant.name), "only the release's namespace is looked in: {err}");
+}

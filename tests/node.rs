@@ -213,11 +213,27 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     assert_eq!(delivered.phase, Some(PromptPhase::Delivered));
     assert_eq!(r.prompts().iter().filter(|p| p.prompt.contains("Please add a test.")).count(), 1, "once");
 
+    // A tenant's pod on the node, labelled as the agent's, in a namespace listed before the release's: never the one
+    // a person's terminal is exec'd into.
+    let tenant = format!("aaa-{}", r.ns);
+    let lookalike = serde_json::json!({
+        "metadata": {"name": "agent", "labels": {
+            "app.kubernetes.io/name": "worksession", "app.kubernetes.io/component": "agent"}},
+        "spec": {"nodeName": node().name, "containers": [{"name": "tmux", "image": "docker.io/library/worksession:dev",
+            "imagePullPolicy": "Never", "command": ["sleep", "600"]}]},
+    });
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(r.client.clone());
+    let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": tenant}})).unwrap();
+    namespaces.create(&Default::default(), &ns).await.unwrap();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(r.client.clone(), &tenant);
+    pods.create(&Default::default(), &serde_json::from_value(lookalike).unwrap()).await.unwrap();
+
     // `worksession peek` on a cluster: kubectl exec into the tmux container of the agent pod on the session's node.
     let mut path = std::env::var_os("PATH").unwrap_or_default();
     path = std::env::join_paths(std::iter::once(node().bin.clone()).chain(std::env::split_paths(&path))).unwrap();
     let (ok, out, err) = run(Command::new(env!("CARGO_BIN_EXE_worksession"))
         .args(["peek", "up", "-n", &r.ns, "--lines", "20"])
+        .env("WORKSESSION_AGENT_NAMESPACE", &r.ns)
         .env("KUBECONFIG", &node().kubeconfig)
         .env("PATH", &path));
     assert!(ok && out.contains("ready>"), "peek: {out}{err}");
@@ -238,10 +254,11 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
             .unwrap()
     };
     let command = format!(
-        "env KUBECONFIG='{}' PATH='{}' '{}' attach up -n {}; sleep 60",
+        "env KUBECONFIG='{}' PATH='{}' '{}' attach up -n {} --agent-namespace {}; sleep 60",
         node().kubeconfig.display(),
         path.to_string_lossy(),
         env!("CARGO_BIN_EXE_worksession"),
+        r.ns,
         r.ns
     );
     assert!(outer(&["new-session", "-d", "-s", "term", "-x", "120", "-y", "40", &command]).status.success());
@@ -251,6 +268,7 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
     until("the detach", || async { screen().contains("[detached") }).await;
     outer(&["kill-server"]);
     assert_eq!(r.pane_pid(&format!("loop-{}_up", r.ns)).await, pid, "the harness keeps running");
+    namespaces.delete(&tenant, &Default::default()).await.unwrap();
     r.uninstall().await;
 }
 
@@ -260,12 +278,25 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
 /// server (no `TMUX`, no socket: no list, send-keys, capture or kill), a signal to the other's process, its
 /// environment, root, and the cluster's and git's tokens. It holds no capability. The victim's harness and
 /// conversation go on untouched. The one thing it reads is the other's command line (`/proc/<pid>/cmdline` is
-/// readable by every user of a PID namespace): written down in docs/security.md as not defended.
+/// readable by every user of a PID namespace), which holds its flags and conversation id but no prompt: with rooms
+/// on every prompt is pasted. Written down in docs/security.md.
 #[tokio::test]
 async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let _turn = turn().await;
     let r = Release::install("node-rooms", &[]).await;
+    let created = std::time::Instant::now();
     r.create_session("victim", "the victim's own words").await;
+    let first = r
+        .await_session("victim", "its first prompt Delivered", |ws| {
+            ws.status.as_ref().and_then(|s| s.initial_prompt.as_ref()).and_then(|p| p.phase)
+                == Some(PromptPhase::Delivered)
+        })
+        .await;
+    let first = first.status.unwrap().initial_prompt.unwrap();
+    // Not on its command line, which every room reads in /proc: pasted once the harness is ready (a measure, not an
+    // assertion, of what it costs: 0.77-0.87 s when it rode on the command line).
+    eprintln!("the victim's first prompt: Delivered {:.2} s after its creation", created.elapsed().as_secs_f64());
+    assert_eq!(first.via, Some(Via::Pasted), "{first:?}");
     let ws = r.await_session("victim", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
     let id = ws.status.unwrap().harness_session_id.expect("recorded id");
     let confined = r.await_session("victim", "Confined", |ws| condition_status(ws, "Confined") == "True").await;
@@ -281,7 +312,7 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let target = serde_json::json!({
         "victim_home": in_pod(&victim_home), "victim_workdir": "/srv/worksession/victim",
         "victim_session": format!("={victim}:"), "victim_marker": id, "socket": "/run/worksession/tmux.sock",
-        "rooms": "/srv/worksession/.rooms", "mirrors": "/srv/worksession/.repos",
+        "rooms": "/srv/worksession/.rooms", "mirrors": "/var/lib/worksession/repos",
         "token_files": ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/etc/worksession-git/token"],
     });
     r.create_session("attacker", &format!("ATTACK {target}")).await;
@@ -293,12 +324,16 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let results: std::collections::BTreeMap<String, String> =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(results.get("capabilities").map(String::as_str), Some("0000000000000000"), "{results:#?}");
-    let not_defended = ["read_victim_cmdline", "capabilities"];
+    let not_defended = ["read_victim_cmdline", "capabilities", "visible_processes"];
     let got_through: Vec<_> =
         results.iter().filter(|(k, v)| !not_defended.contains(&k.as_str()) && !v.starts_with("refused")).collect();
     assert!(got_through.is_empty(), "attempts that worked: {got_through:#?}");
     assert!(results.len() >= 20, "every attempt made: {results:#?}");
-    assert!(results["read_victim_cmdline"].starts_with("done"), "documented as not defended: {results:#?}");
+    // Every room sees every process of the tmux container (one PID namespace, /proc without hidepid) and reads its
+    // command line: the victim's own (its room's uid, not the attacker's), which holds no prompt.
+    let cmdline = &results["read_victim_cmdline"];
+    assert!(cmdline.starts_with("done: pid ") && cmdline.contains(&format!(" uid {victim_uid}: ")), "{cmdline}");
+    assert!(!cmdline.contains("the vict"), "no prompt on a command line: {cmdline}");
 
     // The victim: the same process, its conversation as it was, and its next event reaches it there.
     assert_eq!(r.pane_pid(&victim).await, pid, "untouched");

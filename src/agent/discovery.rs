@@ -7,13 +7,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, Instant};
 
 use regex::Regex;
 
 use crate::api::WorkSessionStatus;
 use crate::core::Claim;
-use crate::core::discover::{discovering, discovering_since};
+use crate::core::discover::discovering;
 use crate::harness::{Discover, SESSION_ID, WORKDIR};
 use crate::node::transcript::{CWD_SLUG, HOME, cwd_slug};
 
@@ -90,52 +90,55 @@ impl Discoveries {
         };
     }
 
-    /// The id `owner`'s harness shows, when its status is discovering one.
-    pub fn find(
-        &self,
-        discover: &Discover,
-        status: &WorkSessionStatus,
-        (home, workdir): (Option<&Path>, &str),
-        screen: Option<&str>,
-        owner: &str,
-    ) -> Option<String> {
-        if !discovering(status) {
-            return None;
-        }
-        let free = |id: &String| !lock(&self.claimed).iter().any(|(o, taken)| taken == id && o != owner);
-        if let (Some(pattern), Some(screen)) = (&discover.screen_pattern, screen)
-            && let Some(id) = pattern.captures(screen).and_then(|c| c.get(1)).map(|m| m.as_str().to_string())
-            && free(&id)
-        {
-            return Some(id);
-        }
-        let (home, since) = (home?, discovering_since(status)?.0.as_second());
-        let expand = |t: &str| t.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
-        if let Some(log) = &discover.log {
-            let pattern = Regex::new(&log.pattern.replace(WORKDIR, &regex::escape(workdir))).ok()?;
-            let mut found: Vec<(i64, String)> = matches(&expand(&log.path))
-                .into_iter()
-                .filter(|(path, _)| modified(path) >= since)
-                .flat_map(|(path, _)| announced(home, &path, &pattern, since))
-                .filter(|(_, id)| free(id))
-                .collect();
-            found.sort();
-            if let Some((_, id)) = found.into_iter().next() {
-                return Some(id);
-            }
-        }
-        let template = discover.path.as_ref()?;
-        let mut found: Vec<(i64, String)> = matches(&expand(template))
+    /// The first of `candidates` (as [`candidates`] orders them) that no other session than `owner` runs or records.
+    pub fn first_free(&self, candidates: Vec<String>, owner: &str) -> Option<String> {
+        candidates.into_iter().find(|id| self.conversation_holder(id, owner).is_none())
+    }
+}
+
+/// How much of a harness's folders one look reads: the harness writes them, and a million files or a deep tree must
+/// not hold the agent (what is found within the bounds still counts).
+const MAX_ENTRIES: usize = 20_000;
+/// The same in time.
+const MAX_TIME: Duration = Duration::from_secs(2);
+
+/// The ids a harness shows for a conversation it started since `since` (seconds since the epoch), best first: its
+/// screen's, then its log's (oldest first), then its store's (oldest first). Reads the harness's files beneath its
+/// `home` alone, without following a link, within [`MAX_ENTRIES`] and [`MAX_TIME`]: blocking, so run off the async
+/// workers.
+pub fn candidates(discover: &Discover, since: i64, place: (Option<&Path>, &str), screen: Option<&str>) -> Vec<String> {
+    let mut ids = Vec::new();
+    if let (Some(pattern), Some(screen)) = (&discover.screen_pattern, screen)
+        && let Some(id) = pattern.captures(screen).and_then(|c| c.get(1))
+    {
+        ids.push(id.as_str().to_string());
+    }
+    let (Some(home), workdir) = place else { return ids };
+    let expand = |t: &str| t.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
+    if let Some(log) = &discover.log
+        && let Ok(pattern) = Regex::new(&log.pattern.replace(WORKDIR, &regex::escape(workdir)))
+    {
+        let mut found: Vec<(i64, String)> = matches(home, &expand(&log.path))
+            .0
             .into_iter()
-            .filter_map(|(path, id)| Some((path, id?)))
-            .filter(|(path, _)| modified(path) >= since)
-            .filter(|(path, _)| !discover.names_workdir || names_workdir(home, path, workdir))
-            .filter(|(_, id)| free(id))
-            .map(|(path, id)| (modified(&path), id))
+            .filter(|m| m.modified >= since)
+            .flat_map(|m| announced(home, &m.path, &pattern, since))
             .collect();
         found.sort();
-        found.into_iter().next().map(|(_, id)| id)
+        ids.extend(found.into_iter().map(|(_, id)| id));
     }
+    if let Some(template) = &discover.path {
+        let mut found: Vec<(i64, String)> = matches(home, &expand(template))
+            .0
+            .into_iter()
+            .filter(|m| m.modified >= since)
+            .filter(|m| !discover.names_workdir || names_workdir(home, &m.path, workdir))
+            .filter_map(|m| Some((m.modified, m.id?)))
+            .collect();
+        found.sort();
+        ids.extend(found.into_iter().map(|(_, id)| id));
+    }
+    ids
 }
 
 /// The conversations a log announces since `since` (seconds since the epoch), with their time; only its last MiB is
@@ -152,12 +155,6 @@ fn announced(home: &Path, path: &Path, pattern: &Regex, since: i64) -> Vec<(i64,
         .collect()
 }
 
-/// Seconds since the epoch of `path`'s last change (0 when unknown).
-fn modified(path: &Path) -> i64 {
-    let time = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    time.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs() as i64)
-}
-
 /// Whether the file's first line names `workdir` as its `cwd` (Codex CLI's `session_meta`).
 fn names_workdir(home: &Path, path: &Path, workdir: &str) -> bool {
     use std::io::{BufRead, Read};
@@ -170,37 +167,93 @@ fn names_workdir(home: &Path, path: &Path, workdir: &str) -> bool {
     first.contains(&format!("\"cwd\":{quoted}"))
 }
 
-/// Whether the harness keeps conversation `id` in the store `template` names (`{home}`, `{cwdSlug}`, `*` and
-/// `{sessionId}`), for a harness run in `workdir`.
-pub fn stored(template: &str, home: &Path, workdir: &str, id: &str) -> bool {
+/// Of `ids`, those the harness keeps in the store `template` names (`{home}`, `{cwdSlug}`, `*` and `{sessionId}`),
+/// for a harness run in `workdir`: one look, as [`candidates`] reads (blocking).
+pub fn stored(template: &str, home: &Path, workdir: &str, ids: &[String]) -> Vec<String> {
     let expanded = template.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
-    matches(&expanded).iter().any(|(_, named)| named.as_deref() == Some(id))
+    let (kept, _) = matches(home, &expanded);
+    ids.iter().filter(|id| kept.iter().any(|m| m.id.as_deref() == Some(id.as_str()))).cloned().collect()
 }
 
-/// The files matching `template` (segments with `*` and `{sessionId}`), with the id each names (if it names one).
-fn matches(template: &str) -> Vec<(PathBuf, Option<String>)> {
-    let mut current: Vec<(PathBuf, Option<String>)> = vec![(PathBuf::from("/"), None)];
-    for segment in template.split('/').filter(|s| !s.is_empty()) {
+/// A file that matches a template.
+#[derive(Debug)]
+struct Match {
+    path: PathBuf,
+    /// The id its name holds, if the template names one.
+    id: Option<String>,
+    /// Seconds since the epoch of its last change.
+    modified: i64,
+}
+
+/// The regular files matching `template` (an absolute path of segments with `*` and `{sessionId}`). Below `home`,
+/// every step is opened beneath it with no link on the way (`openat2`, as [`crate::node::transcript::open`] opens a
+/// harness's file): a link the harness planted (its sessions folder to `/`, say) is never followed. Bounded by
+/// [`MAX_ENTRIES`] and [`MAX_TIME`]: what is found until then is returned, and whether the look was cut short.
+fn matches(home: &Path, template: &str) -> (Vec<Match>, bool) {
+    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+    let (base, rest) = match Path::new(template).strip_prefix(home) {
+        Ok(rest) => (home, rest),
+        Err(_) => (Path::new("/"), Path::new(template).strip_prefix("/").unwrap_or(Path::new(template))),
+    };
+    let Ok(root) = rustix::fs::open(base, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) else {
+        return (Vec::new(), false);
+    };
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let open = |below: &Path, flags: OFlags| {
+        let below = if below.as_os_str().is_empty() { Path::new(".") } else { below };
+        rustix::fs::openat2(&root, below, flags | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty(), resolve).ok()
+    };
+    let (started, mut budget, mut cut) = (Instant::now(), MAX_ENTRIES, false);
+    let mut current: Vec<(PathBuf, Option<String>)> = vec![(PathBuf::new(), None)];
+    'segments: for segment in rest.to_string_lossy().split('/').filter(|s| !s.is_empty()) {
         let literal = !segment.contains('*') && !segment.contains(SESSION_ID);
         let pattern = (!literal).then(|| segment_regex(segment));
         let mut next = Vec::new();
         for (dir, id) in current {
-            if literal {
+            let Some(pattern) = &pattern else {
                 next.push((dir.join(segment), id));
                 continue;
-            }
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            // The harness writes its HOME: a link there (to /proc, say) is never followed into.
-            for entry in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| !t.is_symlink())) {
+            };
+            let Some(mut entries) =
+                open(&dir, OFlags::RDONLY | OFlags::DIRECTORY).and_then(|fd| rustix::fs::Dir::read_from(fd).ok())
+            else {
+                continue;
+            };
+            while let Some(Ok(entry)) = entries.read() {
+                if budget == 0 || started.elapsed() > MAX_TIME {
+                    tracing::warn!(
+                        home = %home.display(), template,
+                        "a harness's folders hold more than one look reads ({MAX_ENTRIES} entries, {MAX_TIME:?}): \
+                         what lies beyond is not looked at"
+                    );
+                    (current, cut) = (next, true);
+                    break 'segments;
+                }
+                budget -= 1;
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(caps) = pattern.as_ref().and_then(|p| p.captures(&name)) else { continue };
+                // A link is never followed into (the open below would refuse it anyway); `*` never means `..`.
+                if entry.file_type() == FileType::Symlink || name == "." || name == ".." {
+                    continue;
+                }
+                let Some(caps) = pattern.captures(&name) else { continue };
                 let id = caps.name("id").map(|m| m.as_str().to_string()).or_else(|| id.clone());
-                next.push((entry.path(), id));
+                next.push((dir.join(name), id));
             }
         }
         current = next;
     }
-    current.into_iter().filter(|(p, _)| p.is_file()).collect()
+    let found = current
+        .into_iter()
+        .filter_map(|(below, id)| {
+            let stat = rustix::fs::fstat(open(&below, OFlags::PATH)?).ok()?;
+            (FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile).then(|| Match {
+                path: base.join(&below),
+                id,
+                modified: stat.st_mtime,
+            })
+        })
+        .collect();
+    (found, cut)
 }
 
 /// A path segment as a regex: `*` any characters, `{sessionId}` the id (captured), a UUID: beside a `*` any
@@ -275,13 +328,61 @@ mod tests {
         std::fs::write(day.join(format!("rollout-2026-11-30T10-00-01-{other}.jsonl")), meta("/srv/b")).unwrap();
         std::fs::write(day.join("notes.txt"), "").unwrap();
         let template = format!("{}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl", home.path().display());
-        let mut found = matches(&template);
-        found.sort();
-        let mut ids: Vec<&str> = found.iter().filter_map(|(_, id)| id.as_deref()).collect();
+        let (found, cut) = matches(home.path(), &template);
+        let mut ids: Vec<&str> = found.iter().filter_map(|m| m.id.as_deref()).collect();
         ids.sort();
-        assert_eq!(ids, [other, id]);
-        let path = &found.iter().find(|(_, i)| i.as_deref() == Some(id)).unwrap().0;
+        assert_eq!((ids, cut), (vec![other, id], false));
+        let path = &found.iter().find(|m| m.id.as_deref() == Some(id)).unwrap().path;
         assert!(names_workdir(home.path(), path, "/srv/a") && !names_workdir(home.path(), path, "/srv/b"));
+        let codex = crate::harness::builtin()["codex"].discover.clone().unwrap();
+        let look = |workdir| candidates(&codex, 0, (Some(home.path()), workdir), None);
+        assert_eq!((look("/srv/a"), look("/srv/c")), (vec![id.to_string()], vec![]));
+    }
+
+    /// A harness writes its HOME: a link it plants there, on the template's way or among its matches, is never
+    /// followed, whatever it points at (another room's store, `/`).
+    #[test]
+    fn a_link_in_the_harness_folders_is_never_followed() {
+        let (home, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let id = "0199a213-81c0-7800-8aa1-bbab2a035a53";
+        let day = elsewhere.path().join("2026/11/30");
+        std::fs::create_dir_all(&day).unwrap();
+        std::fs::write(day.join(format!("rollout-x-{id}.jsonl")), "{}\n").unwrap();
+        let template = format!("{}/.codex/sessions/*/*/*/rollout-*-{{sessionId}}.jsonl", home.path().display());
+        std::fs::create_dir_all(home.path().join(".codex")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), home.path().join(".codex/sessions")).unwrap();
+        assert!(matches(home.path(), &template).0.is_empty(), "a link on the template's way");
+        std::fs::remove_file(home.path().join(".codex/sessions")).unwrap();
+        std::fs::create_dir_all(home.path().join(".codex/sessions/2026/11")).unwrap();
+        std::os::unix::fs::symlink(&day, home.path().join(".codex/sessions/2026/11/30")).unwrap();
+        assert!(matches(home.path(), &template).0.is_empty(), "a link at a `*`");
+        let real = home.path().join(".codex/sessions/2026/11/29");
+        std::fs::create_dir_all(&real).unwrap();
+        std::os::unix::fs::symlink(
+            day.join(format!("rollout-x-{id}.jsonl")),
+            real.join(format!("rollout-y-{id}.jsonl")),
+        )
+        .unwrap();
+        assert!(matches(home.path(), &template).0.is_empty(), "a linked file");
+        assert_eq!(stored(&template, home.path(), "/w", &[id.to_string()]), Vec::<String>::new());
+    }
+
+    /// A harness that makes a million files in its store does not hold the agent: one look reads at most
+    /// [`MAX_ENTRIES`] of them and says it was cut short.
+    #[test]
+    fn a_look_at_a_harness_folders_is_bounded() {
+        let home = tempfile::tempdir().unwrap();
+        let sessions = home.path().join("sessions");
+        std::fs::create_dir_all(&sessions).unwrap();
+        for i in 0..MAX_ENTRIES + 10 {
+            std::fs::File::create(sessions.join(format!("f{i}"))).unwrap();
+        }
+        let template = format!("{}/sessions/*", home.path().display());
+        let (found, cut) = matches(home.path(), &template);
+        assert!(cut, "cut short");
+        assert!(found.len() <= MAX_ENTRIES, "{}", found.len());
+        let (found, cut) = matches(home.path(), &format!("{}/sessions/f1*", home.path().display()));
+        assert!(cut && found.len() < MAX_ENTRIES, "what is found within the bound still counts: {}", found.len());
     }
 
     #[test]

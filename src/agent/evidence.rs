@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use super::registries::Registries;
 use crate::api::{Phase, PromptPhase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
-use crate::core::discover::discovering;
+use crate::core::discover::{discovering, discovering_since};
 use crate::core::{
     Confinement, Context, Evidence, FinishedWorkEvent, Input, Object, Observed, PendingWorkEvent, Proof, Record,
     TmuxSession, initial_prompt_owed, queue, resume,
@@ -293,8 +293,12 @@ impl<T: Tmux> Gathering<'_, T> {
                 _ => reads.screen.clone(),
             };
             let (_, owner) = owner_tags(ws);
-            let place = (home, ws.spec.workdir.as_str());
-            reads.evidence.discovered = self.registries.discoveries.find(d, status, place, screen.as_deref(), &owner);
+            let since = discovering_since(status).map_or(i64::MAX, |t| t.0.as_second());
+            let (d, home, workdir) = (d.clone(), home.map(Path::to_path_buf), ws.spec.workdir.clone());
+            // The harness's folders are read off the async workers: however many files it made, others go on.
+            let look = move || super::discovery::candidates(&d, since, (home.as_deref(), &workdir), screen.as_deref());
+            let candidates = tokio::task::spawn_blocking(look).await.unwrap_or_default();
+            reads.evidence.discovered = self.registries.discoveries.first_free(candidates, &owner);
         }
         let Some(home) = home else { return reads };
         let workdir = &ws.spec.workdir;
@@ -328,13 +332,15 @@ impl<T: Tmux> Gathering<'_, T> {
             // The newest the harness keeps (in its store, where the profile names one: Codex notifies for threads
             // it keeps nowhere too), else the newest. A harness writes its hook file: an id another session of the
             // node holds is never taken.
-            let kept = |id: &String| {
-                profile
-                    .discover
-                    .as_ref()
-                    .and_then(|d| d.path.as_ref())
-                    .is_none_or(|template| super::discovery::stored(template, home, workdir, id))
+            let kept = match profile.discover.as_ref().and_then(|d| d.path.clone()) {
+                Some(template) => {
+                    let (home, workdir, ids) = (home.to_path_buf(), workdir.clone(), named.clone());
+                    let look = move || super::discovery::stored(&template, &home, &workdir, &ids);
+                    tokio::task::spawn_blocking(look).await.unwrap_or_default()
+                }
+                None => named.clone(),
             };
+            let kept = |id: &String| kept.contains(id);
             let free = |id: &&String| self.registries.discoveries.conversation_holder(id, &identity).is_none();
             let named = named.iter().filter(|id| kept(id)).find(free).or_else(|| named.iter().find(free)).cloned();
             if discovering(status) && named.is_some() {

@@ -97,6 +97,7 @@ pub fn in_namespace(object: &impl ResourceExt, namespace: &str) -> bool {
 pub struct Cluster {
     client: Client,
     namespace: Option<String>,
+    agent_namespace: String,
     changes: watch::Sender<u64>,
     watching: std::sync::atomic::AtomicBool,
     sessions: OnceLock<Watched<WorkSession>>,
@@ -128,7 +129,13 @@ impl Cluster {
     pub fn new(client: Client, namespace: Option<String>) -> Self {
         let changes = watch::channel(0u64).0;
         let (sessions, events) = (OnceLock::new(), OnceLock::new());
-        Self { client, namespace, changes, watching: Default::default(), sessions, events }
+        let agent_namespace = terminal::DEFAULT_AGENT_NAMESPACE.into();
+        Self { client, namespace, agent_namespace, changes, watching: Default::default(), sessions, events }
+    }
+
+    /// The same, finding screens through the agent pods of the release in `namespace` (and nowhere else).
+    pub fn with_agent_namespace(self, namespace: impl Into<String>) -> Self {
+        Self { agent_namespace: namespace.into(), ..self }
     }
 
     fn api<K>(&self) -> Api<K>
@@ -245,9 +252,10 @@ impl Source for Cluster {
     }
 
     async fn screen(&self, ws: &WorkSession, lines: usize, colours: bool) -> Result<String, String> {
-        let (namespace, pod) = terminal::agent_pod(&self.client, terminal::node_of(ws)?).await?;
+        let namespace = &self.agent_namespace;
+        let pod = terminal::agent_pod(&self.client, namespace, terminal::node_of(ws)?).await?;
         let args = terminal::capture_args(&terminal::session_of(ws, &Config::default()), lines, colours);
-        output(terminal::kubectl_tmux(&namespace, &pod, &args, false)).await
+        output(terminal::kubectl_tmux(namespace, &pod, &args, false)).await
     }
 }
 

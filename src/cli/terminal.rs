@@ -1,7 +1,7 @@
 //! `worksession peek` and `worksession attach`: a session's harness on the user's terminal. In local mode through
 //! tmux directly; on a cluster by `kubectl exec` into the tmux container of the agent pod on the session's node,
-//! with the user's own credentials and RBAC (`get`/`list` pods, `create` pods/exec in the agent's namespace).
-//! Detaching (`C-b d`) leaves the harness running.
+//! with the user's own credentials and RBAC (`list` pods, `get` daemonsets, `create` pods/exec in the release's
+//! namespace). Detaching (`C-b d`) leaves the harness running.
 
 use std::path::Path;
 use std::process::Command;
@@ -16,6 +16,8 @@ use crate::config::Config;
 pub const POD_SOCKET: &str = "/run/worksession/tmux.sock";
 /// The labels of the chart's agent pods.
 pub const AGENT_POD_SELECTOR: &str = "app.kubernetes.io/name=worksession,app.kubernetes.io/component=agent";
+/// The namespace the chart is installed in, unless told otherwise (`--agent-namespace`).
+pub const DEFAULT_AGENT_NAMESPACE: &str = "worksession";
 
 /// The tmux session a WorkSession's harness runs in, as the agent recorded it ([`crate::core::tmux_session`], taking
 /// the recorded one as there: the agent records only one it observed).
@@ -65,13 +67,39 @@ pub fn node_of(ws: &WorkSession) -> Result<&str, String> {
     ws.spec.node_name.as_deref().ok_or_else(not_placed)
 }
 
-/// The agent pod (`namespace`, `name`) on `node`, found with the user's own credentials.
-pub async fn agent_pod(client: &Client, node: &str) -> Result<(String, String), String> {
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::all(client.clone());
+/// The agent pod on `node`: a pod of the release's `namespace` with the agent's labels, made by a DaemonSet of that
+/// namespace that carries them too (its controller, matched by uid). Labels alone are anybody's: a tenant's pod
+/// labelled so, on that node, would get an administrator's terminal. Found with the user's own credentials.
+pub async fn agent_pod(client: &Client, namespace: &str, node: &str) -> Result<String, String> {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let params = ListParams::default().labels(AGENT_POD_SELECTOR).fields(&format!("spec.nodeName={node}"));
-    let list = pods.list(&params).await.map_err(|e| format!("listing the agent pods: {e}"))?;
-    let pod = list.items.into_iter().next().ok_or_else(|| format!("no worksession agent pod on node {node}"))?;
-    Ok((pod.namespace().unwrap_or_default(), pod.name_any()))
+    let list = pods.list(&params).await.map_err(|e| format!("listing the agent pods in namespace {namespace}: {e}"))?;
+    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    for pod in list.items {
+        let Some(owner) = pod.owner_references().iter().find(|o| o.controller == Some(true)) else { continue };
+        if owner.kind != "DaemonSet" || owner.api_version != "apps/v1" {
+            continue;
+        }
+        let set = match sets.get_opt(&owner.name).await {
+            Ok(set) => set,
+            Err(e) => return Err(format!("reading the agent DaemonSet {namespace}/{}: {e}", owner.name)),
+        };
+        let labelled = |set: &DaemonSet| {
+            let labels = set.labels();
+            AGENT_POD_SELECTOR.split(',').all(|pair| {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                labels.get(key).map(String::as_str) == Some(value)
+            })
+        };
+        if set.is_some_and(|set| set.uid().as_deref() == Some(owner.uid.as_str()) && labelled(&set)) {
+            return Ok(pod.name_any());
+        }
+    }
+    Err(format!(
+        "no worksession agent pod on node {node} in namespace {namespace} (the release's namespace: --agent-namespace)"
+    ))
 }
 
 #[cfg(test)]

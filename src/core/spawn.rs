@@ -84,8 +84,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         // A prompt too long for a command line is pasted once the harness is ready, like any live paste; so is one a
         // person made a harness command (`spec.command`: it goes as it is, into the input box).
-        // So is one whose command line has no place for it (a profile's resume without `{prompt}`).
-        let on_argv = |p: &&super::deliver::Prompt<'_>| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command;
+        // So is one whose command line has no place for it (a profile's resume without `{prompt}`), and every one of a
+        // harness in a room: a process's command line is readable by every user of its PID namespace (measured on
+        // the node: another room read it from /proc), and rooms share one.
+        let roomed = matches!(input.evidence.room, Confinement::Room(_));
+        let on_argv =
+            |p: &&super::deliver::Prompt<'_>| clean_prompt(p.text).len() <= ARGV_PROMPT_LIMIT && !p.command && !roomed;
         let boot =
             |mode| waiting.first().filter(on_argv).filter(|_| profile.takes_prompt(mode)).map(|p| (p.key, p.text));
         let found = input.evidence.conversation_found;

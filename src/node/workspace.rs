@@ -125,6 +125,9 @@ impl Git {
             // What a repository's config (which a harness may have written) could make git run: no hooks, no
             // fsmonitor, no ssh command of its own.
             .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.sshCommand=ssh"])
+            // Nor the command a fetch runs for a repository's alternates (`objects/info/alternates`, which the agent
+            // never writes): `true` lists no refs of theirs.
+            .args(["-c", "core.alternateRefsCommand=true"])
             // Only the allowed transports (`file://` reads any repository on the node, `ext::` runs a command): the
             // variable overrides every `protocol.*` setting, a repository's own `protocol.<name>.allow` included
             // (which would win over a `-c protocol.allow=never`).
@@ -288,6 +291,12 @@ impl Git {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&self.mirrors, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("cannot close {}: {e}", self.mirrors.display()))?;
+        if let Some(planted) = planted(mirror) {
+            // Someone else wrote the clone (a harness sharing the agent's user, where the clones are within its
+            // reach): it is made again rather than trusted.
+            tracing::warn!(clone = %mirror.display(), planted, "the node's clone holds what the agent never writes; cloned again");
+            std::fs::remove_dir_all(mirror).map_err(|e| format!("cannot remove {}: {e}", mirror.display()))?;
+        }
         if mirror.join("HEAD").is_file() {
             // From the spec's URL, not whatever `remote.origin.url` says now.
             let args = ["fetch", "--prune", "--tags", "--", url, ORIGIN_REFSPEC];
@@ -394,6 +403,14 @@ impl Git {
             Err(e) => Removal::Kept(format!("cannot remove {}: {e}", workdir.display())),
         }
     }
+}
+
+/// What the agent never writes in a clone of its own and git would act on: another repository's objects and refs
+/// (and the command a fetch runs for them) through alternates. The first found, if any.
+fn planted(clone: &Path) -> Option<&'static str> {
+    ["objects/info/alternates", "objects/info/http-alternates"]
+        .into_iter()
+        .find(|file| std::fs::symlink_metadata(clone.join(file)).is_ok())
 }
 
 /// Remote branches land as `origin/*`, so the work items' own branches (`refs/heads/worksession/*`) are never pruned.

@@ -127,6 +127,25 @@ fn with_rooms_on_a_harness_starts_only_in_its_own_room() {
     assert_eq!(ops(&case.decide()), ["stop loop-ns_repo-12", "release room", "release finalizer"]);
 }
 
+/// A harness in a room gets no prompt on its command line (every user of the PID namespace reads it in `/proc`, and
+/// rooms share one): the spawn carries none, and the prompt is pasted once the harness is ready; a resume the same.
+/// With rooms off it rides on the command line as before.
+#[test]
+fn with_rooms_on_no_prompt_rides_on_a_command_line() {
+    let mut case = Case::new(ran_old());
+    rooms_on(&mut case);
+    case.room = Some(Ok(room()));
+    let plan = case.step();
+    assert!(spawned(&plan).ends_with(" --resume 0a0b0c0d-old"), "a resume, with no prompt: {}", spawned(&plan));
+    case.liveness = Liveness::Alive;
+    case.screen = Some(CLAUDE_READY);
+    case.now = t(200);
+    assert!(ops(&case.step()).contains(&"paste e1 into loop-ns_repo-12: please fix the bug".to_string()));
+
+    let plan = Case::new(ran_old()).decide();
+    assert!(spawned(&plan).ends_with("-- please fix the bug"), "rooms off: {}", spawned(&plan));
+}
+
 /// A room is given by the plan, never while the session is observed: a session without one gets it first, and its
 /// harness starts in it at the next decision.
 #[test]
