@@ -604,3 +604,56 @@ async fn a_review_comment_lands_in_the_conversation_that_took_the_issue() {
     assert!(context.contains("please fix the parser") && context.contains("I fixed the parser on the branch."));
     assert_eq!(w.sessions().list(&Default::default()).await.unwrap().items.len(), 1, "no second session");
 }
+
+/// A turn that never ends (the model's stream starts and stops sending): the CLI keeps working (`Activity` stays
+/// `Working`, no `Stop`), a prompt sent meanwhile waits behind it, and a person's Escape interrupts the turn; the
+/// waiting prompt then reaches the model once, in the same conversation. And an overloaded model (529, not retried by
+/// the CLI) is an API error in the transcript, after which the next prompt goes on.
+#[tokio::test]
+async fn a_turn_that_never_ends_is_interrupted_by_a_person_and_an_overloaded_model_is_an_error() {
+    let model = Model::start();
+    model.on("never ends", Reply::Hang);
+    model.on("behind the hang", Reply::text("Taken after the hang."));
+    let overloaded = vec![("x-should-retry".to_string(), "false".to_string())];
+    let error = Reply::Error {
+        status: 529,
+        kind: "overloaded_error".into(),
+        message: "Overloaded".into(),
+        headers: overloaded,
+    };
+    model.on("overloaded", error);
+    let w = world(&model).await;
+    w.create_session("h", json!({"harness": "claude", "initialPrompt": "this turn never ends"})).await;
+    let ws = w.await_session("h", "the hung turn taken", initial_prompt_delivered).await;
+    let id = recorded_id(&ws);
+    support::until("the hung turn asked", || async { model.prompts().iter().any(|p| p.contains("never ends")) }).await;
+    w.send("h", "h-1", "a prompt behind the hang").await;
+    // Taken by the CLI (its hook names it) while its turn hangs: queued, the model has not seen it yet.
+    let ev = w.await_event("h-1", PromptPhase::Delivered).await.status.unwrap();
+    assert_eq!(ev.via, Some(Via::Pasted));
+    assert_eq!(model.prompts(), ["this turn never ends"], "queued behind the hung turn");
+    let ws = w.sessions().get("h").await.unwrap();
+    assert!(activity_is(&ws, "Working"), "the hung turn goes on: {:?}", ws.status);
+    let target = format!("={}:", w.tmux_session("h"));
+    let mut escape = std::process::Command::new("tmux");
+    escape.arg("-S").arg(w.tmux.socket()).args(["send-keys", "-t", &target, "Escape"]);
+    assert!(escape.status().unwrap().success());
+    support::until("the waiting prompt reached the model", || async {
+        model.prompts().iter().any(|p| p.contains("behind the hang"))
+    })
+    .await;
+    await_in_transcript(&w, &id, "Taken after the hang.").await;
+    assert_eq!(model.prompts().iter().filter(|p| p.contains("behind the hang")).count(), 1, "once");
+
+    w.send("h", "h-2", "overloaded, this one").await;
+    w.await_event("h-2", PromptPhase::Delivered).await;
+    support::eventually("the API error in the transcript", || async {
+        let text = transcript(&w.tmux.state(), &w.tmux.workdir(), &id);
+        (text.contains("<synthetic>") && text.contains("529")).then_some(())
+    })
+    .await;
+    model.on("after the overload", Reply::text("Back again."));
+    w.send("h", "h-3", "after the overload: go on").await;
+    w.await_event("h-3", PromptPhase::Delivered).await;
+    await_in_transcript(&w, &id, "Back again.").await;
+}
