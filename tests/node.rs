@@ -305,6 +305,9 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     until("the victim's first prompt", || async { r.prompts().len() == 1 }).await;
     let victim = format!("loop-{}_victim", r.ns);
     let pid = r.pane_pid(&victim).await;
+    // The victim serves on loopback, as a harness's dev server or language server would.
+    r.send("victim", "victim-0", "LISTEN 18765").await;
+    r.await_delivered("victim-0").await;
     let transcript = victim_home.join(format!("conversations/{id}.jsonl"));
     let before = std::fs::read_to_string(&transcript).unwrap();
 
@@ -314,6 +317,8 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
         "victim_session": format!("={victim}:"), "victim_marker": id, "socket": "/run/worksession/tmux.sock",
         "rooms": "/srv/worksession/.rooms", "mirrors": "/var/lib/worksession/repos",
         "token_files": ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/etc/worksession-git/token"],
+        "victim_hooks": worksession::node::hook::file_of(&in_pod(&victim_home), &format!("{}/victim", r.ns)),
+        "victim_port": 18765,
     });
     r.create_session("attacker", &format!("ATTACK {target}")).await;
     r.await_session("attacker", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
@@ -324,7 +329,11 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let results: std::collections::BTreeMap<String, String> =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(results.get("capabilities").map(String::as_str), Some("0000000000000000"), "{results:#?}");
-    let not_defended = ["read_victim_cmdline", "capabilities", "visible_processes"];
+    // Reports, not attacks: what the room sees and whether the kernel offers Landlock in it.
+    let reports = ["capabilities", "visible_processes", "landlock"];
+    // Not defended yet (docs/security.md, "The network"): every room shares the pod's network.
+    let network = ["connect_api_server", "connect_victim_listener"];
+    let not_defended: Vec<&str> = reports.iter().chain(&network).chain(&["read_victim_cmdline"]).copied().collect();
     let got_through: Vec<_> =
         results.iter().filter(|(k, v)| !not_defended.contains(&k.as_str()) && !v.starts_with("refused")).collect();
     assert!(got_through.is_empty(), "attempts that worked: {got_through:#?}");
@@ -334,6 +343,9 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let cmdline = &results["read_victim_cmdline"];
     assert!(cmdline.starts_with("done: pid ") && cmdline.contains(&format!(" uid {victim_uid}: ")), "{cmdline}");
     assert!(!cmdline.contains("the vict"), "no prompt on a command line: {cmdline}");
+    for attempt in network {
+        assert!(results[attempt].starts_with("done"), "written down as not defended: {results:#?}");
+    }
 
     // The victim: the same process, its conversation as it was, and its next event reaches it there.
     assert_eq!(r.pane_pid(&victim).await, pid, "untouched");
@@ -343,7 +355,7 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let ev = r.await_delivered("victim-1").await;
     assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())));
     let victims: Vec<_> = r.prompts().into_iter().filter(|p| p.conversation == id).map(|p| p.prompt).collect();
-    assert_eq!(victims, ["the victim's own words", "still mine"]);
+    assert_eq!(victims, ["the victim's own words", "LISTEN 18765", "still mine"]);
 
     // Deleting the sessions frees their rooms: no home, no owner file left to be given again with their data.
     r.sessions().delete_collection(&Default::default(), &ListParams::default()).await.unwrap();
