@@ -193,6 +193,9 @@ enum Command {
         /// Where the harness runs.
         #[arg(long)]
         workdir: PathBuf,
+        /// The egress proxy's port on 127.0.0.1: the only TCP port the harness may connect to (Landlock).
+        #[arg(long)]
+        egress_port: Option<u16>,
         /// The harness and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -257,9 +260,9 @@ async fn move_session(name: &str, to: Option<String>, namespace: Option<String>)
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Room { uid, home, workdir, command } = &cli.command {
+    if let Command::Room { uid, home, workdir, egress_port, command } = &cli.command {
         // Before any thread exists: the process becomes the room's user and execs, or says why it could not.
-        let e = worksession::node::room::enter(*uid, home, workdir, command);
+        let e = worksession::node::room::enter(*uid, home, workdir, *egress_port, command);
         eprintln!("worksession room: {e}");
         return ExitCode::from(126);
     }

@@ -332,17 +332,11 @@ async fn a_hostile_key_or_session_name_never_becomes_a_tmux_command() {
 /// missing a TMPDIR the agent makes) is a dead pane that says why, not a harness running as root.
 #[tokio::test]
 async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
-    use std::os::unix::fs::PermissionsExt;
     if rustix_uid() != 0 {
         return; // entering a room takes root's SETUID; the test command runs as root
     }
     let tmux = TmuxServer::new();
-    let (home, workdir) = (tmux.dir.path().join("room"), tmux.dir.path().join("work"));
-    for dir in [&home, &home.join(".tmp"), &workdir] {
-        std::fs::create_dir_all(dir).unwrap();
-        std::os::unix::fs::chown(dir, Some(4_000_123), Some(4_000_123)).unwrap();
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
+    let (home, workdir) = room_of(&tmux, 4_000_123);
     let script = "{ id -u; id -g; id -G; pwd; echo \"$HOME\"; echo \"$TMPDIR\"; umask; echo \"TMUX=${TMUX:-}\"; \
                   grep CapEff /proc/self/status; } > report; sleep 60";
     let mut spawn = tmux.spawn_of("loop-room", Mode::Fresh, "conv-room", None, &[]);
@@ -351,6 +345,7 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
         helper: env!("CARGO_BIN_EXE_worksession").into(),
         uid: 4_000_123,
         home: home.clone(),
+        egress_port: None,
     });
     tmux.runner.spawn(&spawn).await.unwrap();
     let report = workdir.join("report");
@@ -409,4 +404,54 @@ fn processes_of(uid: u32) -> usize {
 
 fn rustix_uid() -> u32 {
     std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(u32::MAX)
+}
+
+/// A room's `HOME` (with its `.tmp`) and workdir under `tmux`'s directory, the room's `uid`'s and closed, as the
+/// agent gives them.
+fn room_of(tmux: &TmuxServer, uid: u32) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let (home, workdir) = (tmux.dir.path().join("room"), tmux.dir.path().join("work"));
+    for dir in [&home, &home.join(".tmp"), &workdir] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::os::unix::fs::chown(dir, Some(uid), Some(uid)).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    (home, workdir)
+}
+
+/// A room with an egress port: its harness (and what it starts) may open TCP connections to that port alone, held
+/// by the kernel (Landlock); a listener of the node on any other port, loopback's included, refuses it, and its
+/// proxy variables name the port.
+#[tokio::test]
+async fn a_confined_harness_connects_only_to_the_egress_port() {
+    if rustix_uid() != 0 {
+        return; // entering a room takes root's SETUID; the test command runs as root
+    }
+    let (proxy, other) =
+        (std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let (proxy_port, other_port) = (proxy.local_addr().unwrap().port(), other.local_addr().unwrap().port());
+    let tmux = TmuxServer::new();
+    let (home, workdir) = room_of(&tmux, 4_000_124);
+    let script = format!(
+        "import os, socket\n\
+         def connect(port):\n    try:\n        socket.create_connection(('127.0.0.1', port), timeout=5).close(); return 'connected'\n    \
+         except OSError as e: return type(e).__name__\n\
+         open('report', 'w').write(f\"{{connect({proxy_port})}} {{connect({other_port})}} {{os.environ.get('HTTPS_PROXY')}}\\n\")\n"
+    );
+    let mut spawn = tmux.spawn_of("loop-egress", Mode::Fresh, "conv-egress", None, &[]);
+    (spawn.workdir, spawn.binary, spawn.argv) = (workdir.clone(), "python3".into(), vec!["-c".into(), script]);
+    spawn.confine = Some(worksession::node::tmux::Confine {
+        helper: env!("CARGO_BIN_EXE_worksession").into(),
+        uid: 4_000_124,
+        home: home.clone(),
+        egress_port: Some(proxy_port),
+    });
+    tmux.runner.spawn(&spawn).await.unwrap();
+    let report = workdir.join("report");
+    until("the confined harness's report", || async {
+        std::fs::read_to_string(&report).is_ok_and(|r| r.ends_with('\n'))
+    })
+    .await;
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert_eq!(text.trim(), format!("connected PermissionError http://127.0.0.1:{proxy_port}"), "{text}");
 }

@@ -86,6 +86,8 @@ pub struct AgentMetrics {
     pub event_notices: Family<AddressedLabel, Counter>,
     /// tmux observations made (one `list-panes` call each), shared by every session.
     pub tmux_observations: Counter,
+    /// Connections of rooms' harnesses the egress proxy refused, by why (`not_allowed`, `internal_address`, ...).
+    pub egress_refused: Family<ReasonLabel, Counter>,
 }
 
 impl AgentMetrics {
@@ -120,7 +122,13 @@ impl AgentMetrics {
             idle: Family::default(),
             event_notices: Family::default(),
             tmux_observations: Counter::default(),
+            egress_refused: Family::default(),
         };
+        registry.register(
+            "egress_refused",
+            "Rooms' connections the egress proxy refused, by why (the host is in the agent's log)",
+            m.egress_refused.clone(),
+        );
         registry.register("reconciles", "Reconciles run", m.reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by category", m.reconcile_errors.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration", m.reconcile_duration.clone());

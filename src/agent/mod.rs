@@ -72,6 +72,19 @@ async fn reconciler<S: Store>(
             tracing::warn!(event = "rooms.home_open", home = %home.display(), "cannot close the shared HOME");
         }
     }
+    let egress = options.config.borrow().rooms.as_ref().and_then(|r| r.egress.clone());
+    if let Some(egress) = egress {
+        // The rooms' one way out, on loopback of the network they share with the agent. Its port is read at start;
+        // its hosts at each tunnel.
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", egress.port)).await?;
+        let config = options.config.clone();
+        let hosts = move || config.borrow().rooms.as_ref().and_then(|r| r.egress.clone());
+        let refused = metrics.egress_refused.clone();
+        let count = move |r: &crate::node::egress::Refusal| {
+            refused.get_or_create(&metrics::ReasonLabel { reason: r.as_str() }).inc();
+        };
+        tokio::spawn(crate::node::egress::serve(listener, hosts, count));
+    }
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);
     let (config, failpoint) = (options.config, options.failpoint);

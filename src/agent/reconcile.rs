@@ -443,7 +443,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     async fn release_room(&self, ws: &WorkSession, owner_name: &str, config: &Config) -> Result<(), ReconcileError> {
         let Some(rooms) = &config.rooms else { return Ok(()) };
         let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(()) };
-        let confine = crate::node::tmux::Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home };
+        let confine = crate::node::tmux::Confine {
+            helper: rooms.helper.clone(),
+            uid: room.uid,
+            home: room.home,
+            egress_port: None,
+        };
         self.observer.tmux().evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
         let kept = self.registries.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
         if let Some(to) = kept {

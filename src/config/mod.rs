@@ -554,6 +554,15 @@ harnessHome: /srv/home
             (defaults.protocols, defaults.hosts),
             (vec!["https".into(), "ssh".into()], vec!["github.com".into()])
         );
+        let rooms = "rooms:\n  root: /r\n  egress:\n    hosts: ";
+        assert!(refused(&format!("{rooms}['API.example.com']\n")).contains("rooms.egress.hosts"));
+        assert!(refused(&format!("{rooms}['a.com:0']\n")).contains("rooms.egress.hosts"));
+        assert!(refused(&format!("{rooms}['a com']\n")).contains("rooms.egress.hosts"));
+        assert!(refused("rooms:\n  root: /r\n  egress:\n    port: 0\n").contains("rooms.egress.port"));
+        let c = parse(&format!("{rooms}['api.example.com', '*.example.org', 'git.example.com:8443']\n")).unwrap();
+        let egress = c.rooms.unwrap().egress.unwrap();
+        assert_eq!(egress.port, rooms::DEFAULT_EGRESS_PORT);
+        assert_eq!(egress.hosts, ["api.example.com", "*.example.org", "git.example.com:8443"]);
     }
 
     #[test]

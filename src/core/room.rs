@@ -49,6 +49,7 @@ impl Decision<'_, '_> {
         else {
             return None;
         };
-        Some(Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone() })
+        let egress_port = rooms.egress.as_ref().map(|e| e.port);
+        Some(Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone(), egress_port })
     }
 }

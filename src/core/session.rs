@@ -80,6 +80,8 @@ pub struct Confine {
     pub uid: u32,
     /// The room's `HOME`.
     pub home: PathBuf,
+    /// The egress proxy's port on loopback, the only one the harness may connect to over TCP (`rooms.egress`).
+    pub egress_port: Option<u16>,
 }
 
 /// The tmux sessions of one WorkSession.

@@ -408,7 +408,9 @@ fn walk(dir: &std::os::fd::OwnedFd, visit: &mut dyn FnMut(At, &rustix::fs::Stat)
 /// `worksession room`: becomes `uid` (and gid, with no other group) and execs `argv` in `workdir` with `HOME` and
 /// `TMPDIR` in the room and a private umask. Returns only on failure; run by the tmux server (root holding only
 /// `SETUID`/`SETGID`, so it could not even enter the room's 0700 directories before it became the room's user).
-pub fn enter(uid: u32, home: &Path, workdir: &Path, argv: &[std::ffi::OsString]) -> io::Error {
+/// With `egress`, the harness may open TCP connections to that port alone (the egress proxy on loopback, named in
+/// its proxy variables): held by the kernel (Landlock, inherited by every process it starts), or not started at all.
+pub fn enter(uid: u32, home: &Path, workdir: &Path, egress: Option<u16>, argv: &[std::ffi::OsString]) -> io::Error {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = argv.split_first() else { return io::Error::other("nothing to run") };
     if uid < MIN_UID {
@@ -427,13 +429,39 @@ pub fn enter(uid: u32, home: &Path, workdir: &Path, argv: &[std::ffi::OsString])
         .env("TMPDIR", &tmp)
         .env("USER", uid.to_string())
         .env("LOGNAME", uid.to_string())
+        // No other way out than the egress proxy: whatever the harness or a tool it runs was told before.
+        .envs(egress.iter().flat_map(|port| {
+            let proxy = format!("http://127.0.0.1:{port}");
+            ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+                .map(|name| (name, proxy.clone()))
+        }))
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
         // std drops every supplementary group (as root), then takes the gid and the uid, failing the exec if it
         // cannot; leaving uid 0 this way clears every capability (the harness tests that it cannot become root).
         .uid(uid)
         .gid(uid)
         // Entered after the uid is taken (std changes directory after it switches users).
         .current_dir(workdir);
+    if let Some(port) = egress
+        && let Err(e) = hold_connects_to(port)
+    {
+        return io::Error::other(format!("refused: the harness's connections cannot be held to the egress proxy: {e}"));
+    }
     cmd.exec()
+}
+
+/// Holds this process and everything it starts to TCP connections to `port` alone (Landlock's network rules, ABI 4
+/// and later): a kernel without them refuses, so no harness runs with a way out it was not meant to have.
+fn hold_connects_to(port: u16) -> Result<(), landlock::RulesetError> {
+    use landlock::{AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr};
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessNet::ConnectTcp)?
+        .create()?
+        .add_rule(NetPort::new(port, AccessNet::ConnectTcp))?
+        .restrict_self()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -445,7 +473,13 @@ mod tests {
     }
 
     fn config(root: &Path, count: u32) -> RoomsConfig {
-        RoomsConfig { root: root.to_path_buf(), first_uid: 4_000_000, count, helper: "worksession".into() }
+        RoomsConfig {
+            root: root.to_path_buf(),
+            first_uid: 4_000_000,
+            count,
+            helper: "worksession".into(),
+            egress: None,
+        }
     }
 
     #[test]

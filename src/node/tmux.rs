@@ -323,6 +323,9 @@ impl Tmux for TmuxRunner {
             let (helper, home, workdir) = (path(&room.helper), path(&room.home), path(&spawn.workdir));
             let words = [helper, "room".into(), "--uid".into(), room.uid.to_string(), "--home".into(), home];
             args.extend(words.map(Into::into));
+            if let Some(port) = room.egress_port {
+                args.extend(["--egress-port".into(), port.to_string().into()]);
+            }
             args.extend(["--workdir".into(), workdir, "--".into()].map(Into::into));
         }
         // tmux runs a single-word command through `sh -c`: give it two words so it execs without a shell.

@@ -103,6 +103,7 @@ fn rooms_on(case: &mut Case) {
         first_uid: 200_000,
         count: 10,
         helper: "/usr/local/bin/worksession".into(),
+        egress: None,
     });
 }
 

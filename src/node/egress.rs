@@ -1,0 +1,292 @@
+//! The rooms' way out: an HTTP `CONNECT` proxy on loopback, in the agent's process, the only TCP port a harness in a
+//! room may connect to ([`crate::node::room::enter`] holds it there with Landlock). It opens a tunnel only to a host
+//! of `rooms.egress.hosts`, and only to an address outside the node's and the cluster's own ranges (a name that
+//! resolves to the API server, the instance metadata address or another room's listener is refused, however it is
+//! spelt), unless that address itself is listed. Every refusal is logged with the host and counted.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::config::rooms::EgressConfig;
+
+/// How long a client may take to send its request, and a tunnel's connection to open.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The most a request's head may hold.
+const HEAD_LIMIT: usize = 8 << 10;
+
+/// Why a tunnel was not opened.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not a `CONNECT host:port` request.
+    NotConnect,
+    /// The host is not on the list.
+    NotAllowed,
+    /// The name resolves only to the node's or the cluster's own addresses.
+    Internal,
+    /// The name does not resolve, or no address of it answered.
+    Unreachable,
+}
+
+impl Refusal {
+    fn status(&self) -> &'static str {
+        match self {
+            Refusal::NotConnect => "405 Method Not Allowed",
+            Refusal::NotAllowed | Refusal::Internal => "403 Forbidden",
+            Refusal::Unreachable => "502 Bad Gateway",
+        }
+    }
+
+    /// A short stable word for logs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Refusal::NotConnect => "not_connect",
+            Refusal::NotAllowed => "not_allowed",
+            Refusal::Internal => "internal_address",
+            Refusal::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// Serves the proxy on `listener` until the process ends; `config` is read for each request (a reload applies to
+/// the next tunnel), `refused` is told each refusal.
+pub async fn serve(
+    listener: TcpListener,
+    config: impl Fn() -> Option<EgressConfig> + Send + Sync + 'static,
+    refused: impl Fn(&Refusal) + Send + Sync + 'static,
+) {
+    let (config, refused) = (Arc::new(config), Arc::new(refused));
+    loop {
+        let Ok((client, peer)) = listener.accept().await else { continue };
+        let (config, refused) = (config.clone(), refused.clone());
+        tokio::spawn(async move {
+            if let Err((refusal, host)) = tunnel(client, config().as_ref()).await {
+                tracing::warn!(event = "egress.refused", %peer, host, reason = refusal.as_str(), "a harness's connection refused");
+                refused(&refusal);
+            }
+        });
+    }
+}
+
+/// Reads one `CONNECT`, decides, and either splices the client to the host or answers with the refusal.
+async fn tunnel(mut client: TcpStream, config: Option<&EgressConfig>) -> Result<(), (Refusal, String)> {
+    let head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
+        Ok(Some(head)) => head,
+        _ => return Err((Refusal::NotConnect, String::new())),
+    };
+    let outcome = match (target(&head), config) {
+        (None, _) => Err((Refusal::NotConnect, String::new())),
+        (Some((host, port)), Some(config)) => {
+            open(&host, port, config).await.map_err(|r| (r, format!("{host}:{port}")))
+        }
+        (Some((host, port)), None) => Err((Refusal::NotAllowed, format!("{host}:{port}"))),
+    };
+    match outcome {
+        Ok(mut upstream) => {
+            client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.ok();
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            Ok(())
+        }
+        Err((refusal, host)) => {
+            let answer = format!("HTTP/1.1 {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", refusal.status());
+            client.write_all(answer.as_bytes()).await.ok();
+            Err((refusal, host))
+        }
+    }
+}
+
+/// The request's head (up to the blank line), if it comes whole within [`HEAD_LIMIT`].
+async fn read_head(client: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::with_capacity(512);
+    let mut byte = [0u8; 1];
+    // A byte at a time: nothing after the head is read (the tunnel's first bytes are the client's TLS).
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= HEAD_LIMIT || client.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).ok()
+}
+
+/// The host (lowercase, without a trailing dot) and port of a `CONNECT host:port HTTP/1.x` request.
+fn target(head: &str) -> Option<(String, u16)> {
+    let mut words = head.lines().next()?.split(' ');
+    let (method, authority, version) = (words.next()?, words.next()?, words.next()?);
+    if method != "CONNECT" || !version.starts_with("HTTP/1.") || words.next().is_some() {
+        return None;
+    }
+    let (host, port) = authority.rsplit_once(':')?;
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    Some((host.trim_end_matches('.').to_ascii_lowercase(), port.parse().ok()?))
+}
+
+/// Whether `hosts` lets a tunnel go to `host:port`: an entry `host` (port 443), `host:port`, or `*.domain` (a name
+/// below it, port 443).
+pub fn allowed(hosts: &[String], host: &str, port: u16) -> bool {
+    hosts.iter().any(|entry| {
+        let (name, entry_port) = match entry.rsplit_once(':') {
+            Some((name, p)) if !name.contains(':') => (name, p.parse().unwrap_or(0)),
+            _ => (entry.as_str(), 443),
+        };
+        let matches = match name.strip_prefix("*.") {
+            Some(domain) => host.strip_suffix(domain).is_some_and(|below| below.len() > 1 && below.ends_with('.')),
+            None => host == name,
+        };
+        matches && entry_port == port
+    })
+}
+
+/// Whether `ip` is one of the node's or the cluster's own: loopback, private, link-local (the instance metadata
+/// address), shared (carrier-grade NAT, often a cluster's), unspecified, multicast, or IPv6's unique-local.
+pub fn internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => internal(IpAddr::V4(v4)),
+            None => {
+                let first = v6.segments()[0];
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || first & 0xfe00 == 0xfc00
+                    || first & 0xffc0 == 0xfe80
+            }
+        },
+    }
+}
+
+/// Connects to `host:port` if the list allows it, to an address outside the internal ranges unless the address is
+/// listed itself.
+async fn open(host: &str, port: u16, config: &EgressConfig) -> Result<TcpStream, Refusal> {
+    if !allowed(&config.hosts, host, port) {
+        return Err(Refusal::NotAllowed);
+    }
+    let listed_address = host.parse::<IpAddr>().is_ok();
+    let addresses: Vec<SocketAddr> = match tokio::time::timeout(TIMEOUT, tokio::net::lookup_host((host, port))).await {
+        Ok(Ok(found)) => found.collect(),
+        _ => return Err(Refusal::Unreachable),
+    };
+    let outside: Vec<SocketAddr> = addresses.into_iter().filter(|a| listed_address || !internal(a.ip())).collect();
+    if outside.is_empty() {
+        return Err(Refusal::Internal);
+    }
+    for address in outside {
+        if let Ok(Ok(stream)) = tokio::time::timeout(TIMEOUT, TcpStream::connect(address)).await {
+            return Ok(stream);
+        }
+    }
+    Err(Refusal::Unreachable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_allowed_by_name_port_or_domain() {
+        let hosts: Vec<String> =
+            ["api.anthropic.com", "git.example.com:8443", "*.githubusercontent.com"].map(String::from).to_vec();
+        let table = [
+            ("api.anthropic.com", 443, true),
+            ("api.anthropic.com", 80, false),
+            ("evil-api.anthropic.com", 443, false),
+            ("git.example.com", 8443, true),
+            ("git.example.com", 443, false),
+            ("raw.githubusercontent.com", 443, true),
+            ("githubusercontent.com", 443, false),
+            ("xgithubusercontent.com", 443, false),
+            ("10.0.0.1", 443, false),
+        ];
+        for (host, port, expected) in table {
+            assert_eq!(allowed(&hosts, host, port), expected, "{host}:{port}");
+        }
+    }
+
+    #[test]
+    fn the_nodes_and_the_clusters_addresses_are_internal() {
+        for ip in [
+            "10.0.0.1",
+            "172.16.5.4",
+            "192.168.1.1",
+            "127.0.0.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(internal(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["160.79.104.10", "140.82.112.3", "2606:4700::1", "100.128.0.1", "172.32.0.1"] {
+            assert!(!internal(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn only_a_connect_names_a_target() {
+        assert_eq!(
+            target("CONNECT API.Anthropic.com.:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(("api.anthropic.com".into(), 443))
+        );
+        assert_eq!(target("CONNECT [::1]:22 HTTP/1.1\r\n\r\n"), Some(("::1".into(), 22)));
+        assert_eq!(target("GET http://example.com/ HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT example.com HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT example.com:443 HTTP/1.1 x\r\n\r\n"), None);
+    }
+
+    /// The proxy itself: a listed address gets a tunnel that carries bytes both ways; an unlisted host, a name of an
+    /// internal address and anything but a `CONNECT` get their refusal, each counted.
+    #[tokio::test]
+    async fn a_tunnel_opens_only_to_what_the_list_allows() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up = upstream.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = upstream.accept().await {
+                conn.write_all(b"hello from upstream\n").await.unwrap();
+            }
+        });
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = proxy.local_addr().unwrap();
+        let hosts = vec![format!("127.0.0.1:{}", up.port()), format!("localhost:{}", up.port())];
+        let (seen, mut refusals) = tokio::sync::mpsc::unbounded_channel();
+        let config = move || Some(EgressConfig { port: at.port(), hosts: hosts.clone() });
+        tokio::spawn(serve(proxy, config, move |r| seen.send(r.as_str()).unwrap()));
+        let ask = |request: String| async move {
+            let mut conn = TcpStream::connect(at).await.unwrap();
+            conn.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = String::new();
+            conn.read_to_string(&mut answer).await.unwrap();
+            answer
+        };
+        let through = ask(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\nHost: x\r\n\r\n", up.port())).await;
+        assert_eq!(through, "HTTP/1.1 200 Connection established\r\n\r\nhello from upstream\n");
+        let unlisted = ask("CONNECT example.com:443 HTTP/1.1\r\n\r\n".into()).await;
+        assert!(unlisted.starts_with("HTTP/1.1 403"), "{unlisted}");
+        let by_name = ask(format!("CONNECT localhost:{} HTTP/1.1\r\n\r\n", up.port())).await;
+        assert!(by_name.starts_with("HTTP/1.1 403"), "a name for loopback is refused: {by_name}");
+        let plain = ask("GET http://example.com/ HTTP/1.1\r\n\r\n".into()).await;
+        assert!(plain.starts_with("HTTP/1.1 405"), "{plain}");
+        let mut counted = Vec::new();
+        for _ in 0..3 {
+            counted.push(refusals.recv().await.unwrap());
+        }
+        counted.sort();
+        assert_eq!(counted, ["internal_address", "not_allowed", "not_connect"]);
+    }
+}
