@@ -143,7 +143,10 @@ async fn a_harness_on_the_node_outlives_its_agent_and_resumes_after_tmux_restart
     r.await_pods_ready().await;
     r.send("item", "item-2", "after the tmux restart").await;
     let ev = r.await_delivered("item-2").await;
-    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    // Into the resumed conversation, pasted once it was ready: with rooms no prompt rides on a command line.
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Pasted), Some(id.as_str())));
+    let status = r.sessions().get("item").await.unwrap().status.unwrap();
+    assert!(status.last_respawn.is_some_and(|r| r.resumed), "a resume");
     let prompts = r.prompts();
     assert_eq!(
         prompts.last().map(|p| (p.conversation.as_str(), p.prompt.as_str())),
