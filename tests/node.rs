@@ -286,7 +286,7 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
 #[tokio::test]
 async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let _turn = turn().await;
-    let r = Release::install("node-rooms", &[]).await;
+    let r = Release::install("node-rooms", &["--set", "agent.rooms.egress.enabled=true"]).await;
     let created = std::time::Instant::now();
     r.create_session("victim", "the victim's own words").await;
     let first = r

@@ -420,8 +420,9 @@ fn room_of(tmux: &TmuxServer, uid: u32) -> (std::path::PathBuf, std::path::PathB
 }
 
 /// A room with an egress port: its harness (and what it starts) may open TCP connections to that port alone, held
-/// by the kernel (Landlock); a listener of the node on any other port, loopback's included, refuses it, and its
-/// proxy variables name the port.
+/// by the kernel (Landlock, and seccomp for the sockets Landlock does not see); a listener of the node on any other
+/// port, loopback's included, is out of its reach however it asks, it may listen on none, and its proxy variables
+/// name the port.
 #[tokio::test]
 async fn a_confined_harness_connects_only_to_the_egress_port() {
     if rustix_uid() != 0 {
@@ -432,11 +433,29 @@ async fn a_confined_harness_connects_only_to_the_egress_port() {
     let (proxy_port, other_port) = (proxy.local_addr().unwrap().port(), other.local_addr().unwrap().port());
     let tmux = TmuxServer::new();
     let (home, workdir) = room_of(&tmux, 4_000_124);
+    // Each way out it tries, and what it got: `ok` or the error's name.
     let script = format!(
-        "import os, socket\n\
-         def connect(port):\n    try:\n        socket.create_connection(('127.0.0.1', port), timeout=5).close(); return 'connected'\n    \
-         except OSError as e: return type(e).__name__\n\
-         open('report', 'w').write(f\"{{connect({proxy_port})}} {{connect({other_port})}} {{os.environ.get('HTTPS_PROXY')}}\\n\")\n"
+        r#"import os, socket
+def attempt(action):
+    try:
+        action()
+        return "ok"
+    except OSError as e:
+        return type(e).__name__
+def connect(port):
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+def fast_open(port):
+    socket.socket().sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", port))
+tries = [
+    attempt(lambda: connect({proxy_port})),
+    attempt(lambda: connect({other_port})),
+    attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect(("127.0.0.1", {other_port}))),
+    attempt(lambda: fast_open({other_port})),
+    attempt(lambda: socket.socket().bind(("127.0.0.1", 0))),
+    os.environ.get("HTTPS_PROXY"),
+]
+open("report", "w").write(" ".join(tries) + "\n")
+"#
     );
     let mut spawn = tmux.spawn_of("loop-egress", Mode::Fresh, "conv-egress", None, &[]);
     (spawn.workdir, spawn.binary, spawn.argv) = (workdir.clone(), "python3".into(), vec!["-c".into(), script]);
@@ -453,5 +472,8 @@ async fn a_confined_harness_connects_only_to_the_egress_port() {
     })
     .await;
     let text = std::fs::read_to_string(&report).unwrap();
-    assert_eq!(text.trim(), format!("connected PermissionError http://127.0.0.1:{proxy_port}"), "{text}");
+    // The proxy's port; not another listener, by TCP, MPTCP or a Fast Open send; no listener of its own.
+    let expected =
+        format!("ok PermissionError PermissionError PermissionError PermissionError http://127.0.0.1:{proxy_port}");
+    assert_eq!(text.trim(), expected, "{text}");
 }

@@ -101,11 +101,21 @@ impl Discoveries {
 const MAX_ENTRIES: usize = 20_000;
 /// The same in time.
 const MAX_TIME: Duration = Duration::from_secs(2);
+/// How many of the files a look found are read (the newest): a log's last MiB each, a store file's first line.
+const MAX_READ: usize = 16;
+
+/// The newest [`MAX_READ`] of `found` changed since `since`.
+fn newest(mut found: Vec<Match>, since: i64) -> Vec<Match> {
+    found.retain(|m| m.modified >= since);
+    found.sort_by_key(|m| std::cmp::Reverse(m.modified));
+    found.truncate(MAX_READ);
+    found
+}
 
 /// The ids a harness shows for a conversation it started since `since` (seconds since the epoch), best first: its
 /// screen's, then its log's (oldest first), then its store's (oldest first). Reads the harness's files beneath its
-/// `home` alone, without following a link, within [`MAX_ENTRIES`] and [`MAX_TIME`]: blocking, so run off the async
-/// workers.
+/// `home` alone, without following a link, within [`MAX_ENTRIES`] and [`MAX_TIME`], and of what it finds the newest
+/// [`MAX_READ`] files only: blocking, so run off the async workers.
 pub fn candidates(discover: &Discover, since: i64, place: (Option<&Path>, &str), screen: Option<&str>) -> Vec<String> {
     let mut ids = Vec::new();
     if let (Some(pattern), Some(screen)) = (&discover.screen_pattern, screen)
@@ -118,20 +128,16 @@ pub fn candidates(discover: &Discover, since: i64, place: (Option<&Path>, &str),
     if let Some(log) = &discover.log
         && let Ok(pattern) = Regex::new(&log.pattern.replace(WORKDIR, &regex::escape(workdir)))
     {
-        let mut found: Vec<(i64, String)> = matches(home, &expand(&log.path))
-            .0
+        let mut found: Vec<(i64, String)> = newest(matches(home, &expand(&log.path)).0, since)
             .into_iter()
-            .filter(|m| m.modified >= since)
             .flat_map(|m| announced(home, &m.path, &pattern, since))
             .collect();
         found.sort();
         ids.extend(found.into_iter().map(|(_, id)| id));
     }
     if let Some(template) = &discover.path {
-        let mut found: Vec<(i64, String)> = matches(home, &expand(template))
-            .0
+        let mut found: Vec<(i64, String)> = newest(matches(home, &expand(template)).0, since)
             .into_iter()
-            .filter(|m| m.modified >= since)
             .filter(|m| !discover.names_workdir || names_workdir(home, &m.path, workdir))
             .filter_map(|m| Some((m.modified, m.id?)))
             .collect();

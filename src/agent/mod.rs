@@ -74,16 +74,13 @@ async fn reconciler<S: Store>(
     }
     let egress = options.config.borrow().rooms.as_ref().and_then(|r| r.egress.clone());
     if let Some(egress) = egress {
-        // The rooms' one way out, on loopback of the network they share with the agent. Its port is read at start;
-        // its hosts at each tunnel.
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", egress.port)).await?;
-        let config = options.config.clone();
-        let hosts = move || config.borrow().rooms.as_ref().and_then(|r| r.egress.clone());
+        // The rooms' one way out, on loopback of the network they share with the agent; as at the agent's start, like
+        // the rest of `rooms` (the rooms' harnesses were held to its port when they started).
         let refused = metrics.egress_refused.clone();
         let count = move |r: &crate::node::egress::Refusal| {
             refused.get_or_create(&metrics::ReasonLabel { reason: r.as_str() }).inc();
         };
-        tokio::spawn(crate::node::egress::serve(listener, hosts, count));
+        tokio::spawn(crate::node::egress::run(egress, count));
     }
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);

@@ -153,12 +153,17 @@ impl<'a, 'i> Decision<'a, 'i> {
         // the harness is ready (one a dead resume was given waits again, with nothing counted).
         let fits =
             |(key, text): &(PromptKey<'_>, &str)| self.carried_len(*key, &clean_prompt(text)) <= ARGV_PROMPT_LIMIT;
+        // Nor on a room's, whatever the spawn before this one carried (a resume an older agent made, say).
+        let roomed = matches!(input.evidence.room, Confinement::Room(_));
         let (boot, dropped) = match boot {
-            Some(b) if !fits(&b) => (None, Some(b.0)),
+            Some(b) if !fits(&b) || roomed => (None, Some(b.0)),
             other => (other, None),
         };
         if let Some(key) = dropped.filter(|k| self.prompt(*k).is_some_and(|p| p.phase == PromptPhase::Delivering)) {
-            let why = "too long for the command line with its handoff: pasted once the harness is ready";
+            let why = match roomed {
+                true => "never on a room's command line: pasted once the harness is ready",
+                false => "too long for the command line with its handoff: pasted once the harness is ready",
+            };
             // Returned already (by the death or the failed resume that led here): only its place changes.
             self.set_prompt(key, PromptPhase::Pending, None, Attempt::No, Some(why.into()));
         }

@@ -21,6 +21,8 @@ const HEAD_LIMIT: usize = 8 << 10;
 /// Why a tunnel was not opened.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
+    /// No whole request within the time and size allowed.
+    Incomplete,
     /// Not a `CONNECT host:port` request.
     NotConnect,
     /// The host is not on the list.
@@ -34,6 +36,7 @@ pub enum Refusal {
 impl Refusal {
     fn status(&self) -> &'static str {
         match self {
+            Refusal::Incomplete => "408 Request Timeout",
             Refusal::NotConnect => "405 Method Not Allowed",
             Refusal::NotAllowed | Refusal::Internal => "403 Forbidden",
             Refusal::Unreachable => "502 Bad Gateway",
@@ -43,6 +46,7 @@ impl Refusal {
     /// A short stable word for logs and metrics.
     pub fn as_str(&self) -> &'static str {
         match self {
+            Refusal::Incomplete => "incomplete_request",
             Refusal::NotConnect => "not_connect",
             Refusal::NotAllowed => "not_allowed",
             Refusal::Internal => "internal_address",
@@ -51,18 +55,49 @@ impl Refusal {
     }
 }
 
-/// Serves the proxy on `listener` until the process ends; `config` is read for each request (a reload applies to
-/// the next tunnel), `refused` is told each refusal.
+/// How many tunnels may be open at once: each holds two sockets of the agent's process.
+const MAX_TUNNELS: usize = 512;
+/// How long a tunnel may stay open (a model's longest streamed answer is minutes).
+const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
+
+/// Serves the proxy for `config` until the process ends; `refused` is told each refusal. Its port is bound again
+/// and again until it can be: a failure to bind (the port taken) is said in the log and never ends the agent.
+pub async fn run(config: EgressConfig, refused: impl Fn(&Refusal) + Send + Sync + 'static) {
+    let listener = loop {
+        match TcpListener::bind(("127.0.0.1", config.port)).await {
+            Ok(listener) => break listener,
+            Err(e) => {
+                tracing::warn!(event = "egress.bind_failed", port = config.port, error = %e, "cannot serve the egress proxy; trying again in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    };
+    serve(listener, move || Some(config.clone()), refused).await
+}
+
+/// Serves the proxy on `listener` until the process ends; `config` is read for each request, `refused` is told each
+/// refusal. At most [`MAX_TUNNELS`] at once: a client beyond them waits to be accepted.
 pub async fn serve(
     listener: TcpListener,
     config: impl Fn() -> Option<EgressConfig> + Send + Sync + 'static,
     refused: impl Fn(&Refusal) + Send + Sync + 'static,
 ) {
     let (config, refused) = (Arc::new(config), Arc::new(refused));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
     loop {
-        let Ok((client, peer)) = listener.accept().await else { continue };
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let (client, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors, say: not a loop that spins.
+                tracing::warn!(event = "egress.accept_failed", error = %e, "the egress proxy cannot accept");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         let (config, refused) = (config.clone(), refused.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err((refusal, host)) = tunnel(client, config().as_ref()).await {
                 tracing::warn!(event = "egress.refused", %peer, host, reason = refusal.as_str(), "a harness's connection refused");
                 refused(&refusal);
@@ -75,7 +110,7 @@ pub async fn serve(
 async fn tunnel(mut client: TcpStream, config: Option<&EgressConfig>) -> Result<(), (Refusal, String)> {
     let head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
         Ok(Some(head)) => head,
-        _ => return Err((Refusal::NotConnect, String::new())),
+        _ => return Err((Refusal::Incomplete, String::new())),
     };
     let outcome = match (target(&head), config) {
         (None, _) => Err((Refusal::NotConnect, String::new())),
@@ -87,7 +122,8 @@ async fn tunnel(mut client: TcpStream, config: Option<&EgressConfig>) -> Result<
     match outcome {
         Ok(mut upstream) => {
             client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.ok();
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            let _ =
+                tokio::time::timeout(MAX_TUNNEL_LIFE, tokio::io::copy_bidirectional(&mut client, &mut upstream)).await;
             Ok(())
         }
         Err((refusal, host)) => {
@@ -176,7 +212,10 @@ async fn open(host: &str, port: u16, config: &EgressConfig) -> Result<TcpStream,
         return Err(Refusal::NotAllowed);
     }
     let listed_address = host.parse::<IpAddr>().is_ok();
-    let addresses: Vec<SocketAddr> = match tokio::time::timeout(TIMEOUT, tokio::net::lookup_host((host, port))).await {
+    // A name as it is, never tried below the pod's search domains (`models.dev` is not `models.dev.<ns>.svc...`,
+    // a Service a tenant could make).
+    let name = if listed_address { host.to_string() } else { format!("{host}.") };
+    let addresses: Vec<SocketAddr> = match tokio::time::timeout(TIMEOUT, tokio::net::lookup_host((name, port))).await {
         Ok(Ok(found)) => found.collect(),
         _ => return Err(Refusal::Unreachable),
     };
@@ -233,7 +272,7 @@ mod tests {
         ] {
             assert!(internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["160.79.104.10", "140.82.112.3", "2606:4700::1", "100.128.0.1", "172.32.0.1"] {
+        for ip in ["160.79.104.10", "140.82.112.3", "2606:4700::1", "100.128.0.1", "172.32.0.1", "64:ff9b::8c52:7003"] {
             assert!(!internal(ip.parse().unwrap()), "{ip}");
         }
     }
@@ -279,7 +318,9 @@ mod tests {
         let unlisted = ask("CONNECT example.com:443 HTTP/1.1\r\n\r\n".into()).await;
         assert!(unlisted.starts_with("HTTP/1.1 403"), "{unlisted}");
         let by_name = ask(format!("CONNECT localhost:{} HTTP/1.1\r\n\r\n", up.port())).await;
-        assert!(by_name.starts_with("HTTP/1.1 403"), "a name for loopback is refused: {by_name}");
+        // Refused either way: as an internal address where the resolver answers for `localhost.`, as unresolvable
+        // where it does not (a name is looked up as fully qualified, never below the pod's search domains).
+        assert!(by_name.starts_with("HTTP/1.1 403") || by_name.starts_with("HTTP/1.1 502"), "{by_name}");
         let plain = ask("GET http://example.com/ HTTP/1.1\r\n\r\n".into()).await;
         assert!(plain.starts_with("HTTP/1.1 405"), "{plain}");
         let mut counted = Vec::new();
@@ -287,6 +328,7 @@ mod tests {
             counted.push(refusals.recv().await.unwrap());
         }
         counted.sort();
-        assert_eq!(counted, ["internal_address", "not_allowed", "not_connect"]);
+        counted.retain(|r| !matches!(*r, "internal_address" | "unreachable"));
+        assert_eq!(counted, ["not_allowed", "not_connect"], "and the name's refusal counted");
     }
 }

@@ -451,17 +451,52 @@ pub fn enter(uid: u32, home: &Path, workdir: &Path, egress: Option<u16>, argv: &
     cmd.exec()
 }
 
-/// Holds this process and everything it starts to TCP connections to `port` alone (Landlock's network rules, ABI 4
-/// and later): a kernel without them refuses, so no harness runs with a way out it was not meant to have.
-fn hold_connects_to(port: u16) -> Result<(), landlock::RulesetError> {
+/// Holds this process and everything it starts to TCP connections to `port` alone, and to no TCP listener at all
+/// (Landlock's network rules, ABI 4 and later: a kernel without them refuses, so no harness runs with a way out it was
+/// not meant to have); and, by seccomp, to no socket those rules do not see: MPTCP and SCTP sockets, a TCP Fast Open
+/// send (which connects without `connect`), and io_uring. Landlock holds the port, not the address: a server of
+/// the harness's choosing on that port elsewhere is reachable (docs/security.md).
+fn hold_connects_to(port: u16) -> Result<(), String> {
     use landlock::{AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr};
+    use seccompiler::{SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule};
+    // Bind is held too, with no rule: a room that took the proxy's port while the agent restarts would be every
+    // room's proxy (and it could connect to no listener of its own anyway).
     Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessNet::ConnectTcp)?
-        .create()?
-        .add_rule(NetPort::new(port, AccessNet::ConnectTcp))?
-        .restrict_self()?;
-    Ok(())
+        .handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rule(NetPort::new(port, AccessNet::ConnectTcp)))
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| format!("Landlock: {e}"))?;
+    let arg = |n, op, value| SeccompCondition::new(n, SeccompCmpArgLen::Dword, op, value).map_err(|e| e.to_string());
+    let rule = |conditions| SeccompRule::new(conditions).map_err(|e| e.to_string());
+    let fast_open = |n| -> Result<Vec<SeccompRule>, String> {
+        let flag = libc::MSG_FASTOPEN as u64;
+        Ok(vec![rule(vec![arg(n, SeccompCmpOp::MaskedEq(flag), flag)?])?])
+    };
+    let rules = [
+        (
+            libc::SYS_socket,
+            vec![
+                rule(vec![arg(2, SeccompCmpOp::Eq, libc::IPPROTO_MPTCP as u64)?])?,
+                rule(vec![arg(2, SeccompCmpOp::Eq, libc::IPPROTO_SCTP as u64)?])?,
+            ],
+        ),
+        (libc::SYS_sendto, fast_open(3)?),
+        (libc::SYS_sendmsg, fast_open(2)?),
+        (libc::SYS_sendmmsg, fast_open(3)?),
+        (libc::SYS_io_uring_setup, vec![]),
+    ];
+    let arch = std::env::consts::ARCH.try_into().map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let filter = SeccompFilter::new(
+        rules.into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let program: seccompiler::BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| e.to_string())?;
+    seccompiler::apply_filter(&program).map_err(|e| format!("seccomp: {e}"))
 }
 
 #[cfg(test)]

@@ -147,6 +147,26 @@ fn with_rooms_on_no_prompt_rides_on_a_command_line() {
     assert!(spawned(&plan).ends_with("-- please fix the bug"), "rooms off: {}", spawned(&plan));
 }
 
+/// A resume an older agent started with the prompt on its command line, then rooms: when it dies and a fresh
+/// conversation takes over, the prompt does not ride on that one's command line; it waits again and is pasted.
+#[test]
+fn a_fallback_in_a_room_gets_no_prompt_on_its_command_line_whatever_the_resume_had() {
+    let mut case = Case::new(ran_old());
+    case.found = Some(true);
+    let plan = case.step();
+    assert_eq!(spawned(&plan), RESUME_E1, "rooms off: on the command line");
+    rooms_on(&mut case);
+    case.room = Some(Ok(room()));
+    (case.liveness, case.now) = (Liveness::Dead, t(101));
+    case.output = "No conversation found with session ID: 0a0b0c0d-old";
+    let plan = case.step();
+    assert!(spawned(&plan).contains("--session-id"), "a fresh one: {}", spawned(&plan));
+    assert!(!spawned(&plan).contains("please fix the bug"), "{}", spawned(&plan));
+    assert_eq!((case.events[0].phase, case.events[0].attempts), (PromptPhase::Pending, 0), "waits again");
+    (case.liveness, case.screen, case.now) = (Liveness::Alive, Some(CLAUDE_READY), t(200));
+    assert!(ops(&case.step()).iter().any(|op| op.starts_with("paste e1 into loop-ns_repo-12")));
+}
+
 /// A room is given by the plan, never while the session is observed: a session without one gets it first, and its
 /// harness starts in it at the next decision.
 #[test]
