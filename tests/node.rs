@@ -308,7 +308,9 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     until("the victim's first prompt", || async { r.prompts().len() == 1 }).await;
     let victim = format!("loop-{}_victim", r.ns);
     let pid = r.pane_pid(&victim).await;
-    // The victim serves on loopback, as a harness's dev server or language server would.
+    // The victim would serve on loopback, as a harness's dev server or language server would: held to the egress
+    // proxy, it can listen on no port (it says so), so the attacker's targets below are a port no room may reach
+    // and the agent's own.
     r.send("victim", "victim-0", "LISTEN 18765").await;
     r.await_delivered("victim-0").await;
     let transcript = victim_home.join(format!("conversations/{id}.jsonl"));
@@ -321,7 +323,7 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
         "rooms": "/srv/worksession/.rooms", "mirrors": "/var/lib/worksession/repos",
         "token_files": ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/etc/worksession-git/token"],
         "victim_hooks": worksession::node::hook::file_of(&in_pod(&victim_home), &format!("{}/victim", r.ns)),
-        "victim_port": 18765,
+        "victim_port": 18765, "agent_port": 9090,
     });
     r.create_session("attacker", &format!("ATTACK {target}")).await;
     r.await_session("attacker", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
@@ -331,6 +333,8 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     until("the attack's report", || async { report.is_file() }).await;
     let results: std::collections::BTreeMap<String, String> =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    // Shown whatever follows: what each attempt got is the record of the attack.
+    println!("the hostile harness's report: {results:#?}");
     assert_eq!(results.get("capabilities").map(String::as_str), Some("0000000000000000"), "{results:#?}");
     // Reports, not attacks: what the room sees and whether the kernel offers Landlock in it.
     let reports = ["capabilities", "visible_processes", "landlock"];
@@ -349,6 +353,7 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     for attempt in [
         "connect_api_server",
         "connect_victim_listener",
+        "connect_agent_admin",
         "proxy_metadata",
         "proxy_victim_listener",
         "proxy_api_server",
@@ -380,7 +385,6 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let kept = left(r.hostpath.join(".kept"));
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert!(!r.hostpath.join("victim").exists());
-    println!("the hostile harness's report: {results:#?}");
     r.uninstall().await;
 }
 
