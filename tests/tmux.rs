@@ -451,6 +451,8 @@ tries = [
     attempt(lambda: connect({other_port})),
     attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect(("127.0.0.1", {other_port}))),
     attempt(lambda: fast_open({other_port})),
+    attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_SEQPACKET)),
+    attempt(lambda: socket.socket(40, socket.SOCK_STREAM)),
     attempt(lambda: socket.socket().bind(("127.0.0.1", 0))),
     os.environ.get("HTTPS_PROXY"),
 ]
@@ -472,8 +474,9 @@ open("report", "w").write(" ".join(tries) + "\n")
     })
     .await;
     let text = std::fs::read_to_string(&report).unwrap();
-    // The proxy's port; not another listener, by TCP, MPTCP or a Fast Open send; no listener of its own.
-    let expected =
-        format!("ok PermissionError PermissionError PermissionError PermissionError http://127.0.0.1:{proxy_port}");
+    // The proxy's port; not another listener, by TCP, MPTCP or a Fast Open send; no SCTP (a sequenced packet socket)
+    // nor VSOCK socket; no listener of its own.
+    let refused = ["PermissionError"; 6].join(" ");
+    let expected = format!("ok {refused} http://127.0.0.1:{proxy_port}");
     assert_eq!(text.trim(), expected, "{text}");
 }

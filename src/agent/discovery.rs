@@ -102,7 +102,7 @@ const MAX_ENTRIES: usize = 20_000;
 /// The same in time.
 const MAX_TIME: Duration = Duration::from_secs(2);
 /// How many of the files a look found are read (the newest): a log's last MiB each, a store file's first line.
-const MAX_READ: usize = 16;
+const MAX_READ: usize = 64;
 
 /// The newest [`MAX_READ`] of `found` changed since `since`.
 fn newest(mut found: Vec<Match>, since: i64) -> Vec<Match> {

@@ -80,7 +80,12 @@ async fn reconciler<S: Store>(
         let count = move |r: &crate::node::egress::Refusal| {
             refused.get_or_create(&metrics::ReasonLabel { reason: r.as_str() }).inc();
         };
-        tokio::spawn(crate::node::egress::run(egress, count));
+        let listener = crate::node::egress::bind(&egress).await?;
+        // Each tunnel holds two descriptors: the soft limit raised to the hard one.
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, ..limit });
+        tokio::spawn(crate::node::egress::serve(listener, move || Some(egress.clone()), count));
     }
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);

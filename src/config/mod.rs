@@ -559,6 +559,7 @@ harnessHome: /srv/home
         assert!(refused(&format!("{rooms}['a.com:0']\n")).contains("rooms.egress.hosts"));
         assert!(refused(&format!("{rooms}['a com']\n")).contains("rooms.egress.hosts"));
         assert!(refused("rooms:\n  root: /r\n  egress:\n    port: 0\n").contains("rooms.egress.port"));
+        assert!(refused("rooms:\n  root: /r\n  egress:\n    port: 40000\n").contains("rooms.egress.port"));
         let c = parse(&format!("{rooms}['api.example.com', '*.example.org', 'git.example.com:8443']\n")).unwrap();
         let egress = c.rooms.unwrap().egress.unwrap();
         assert_eq!(egress.port, rooms::DEFAULT_EGRESS_PORT);

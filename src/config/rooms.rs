@@ -108,8 +108,10 @@ impl RoomsFile {
                     return Err(invalid("rooms.egress.hosts".into(), problem));
                 }
                 let port = e.port.unwrap_or(DEFAULT_EGRESS_PORT);
-                if port == 0 {
-                    return Err(invalid("rooms.egress.port".into(), "0 is not a port".into()));
+                if !(1..32768).contains(&port) {
+                    // An ephemeral port could be any room's: Landlock holds bind, not an unbound socket's listen.
+                    let problem = format!("{port}: 1-32767, below the ephemeral ports");
+                    return Err(invalid("rooms.egress.port".into(), problem));
                 }
                 Some(EgressConfig { port, hosts: e.hosts })
             }

@@ -153,7 +153,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // the harness is ready (one a dead resume was given waits again, with nothing counted).
         let fits =
             |(key, text): &(PromptKey<'_>, &str)| self.carried_len(*key, &clean_prompt(text)) <= ARGV_PROMPT_LIMIT;
-        // Nor on a room's, whatever the spawn before this one carried (a resume an older agent made, say).
+        // Nor on a room's. A safety net: a prompt a dead resume carried is back to Pending before its fallback.
         let roomed = matches!(input.evidence.room, Confinement::Room(_));
         let (boot, dropped) = match boot {
             Some(b) if !fits(&b) || roomed => (None, Some(b.0)),

@@ -60,19 +60,12 @@ const MAX_TUNNELS: usize = 512;
 /// How long a tunnel may stay open (a model's longest streamed answer is minutes).
 const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
 
-/// Serves the proxy for `config` until the process ends; `refused` is told each refusal. Its port is bound again
-/// and again until it can be: a failure to bind (the port taken) is said in the log and never ends the agent.
-pub async fn run(config: EgressConfig, refused: impl Fn(&Refusal) + Send + Sync + 'static) {
-    let listener = loop {
-        match TcpListener::bind(("127.0.0.1", config.port)).await {
-            Ok(listener) => break listener,
-            Err(e) => {
-                tracing::warn!(event = "egress.bind_failed", port = config.port, error = %e, "cannot serve the egress proxy; trying again in 5 s");
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        }
-    };
-    serve(listener, move || Some(config.clone()), refused).await
+/// Binds the proxy's port for `config`: an error (the port taken) ends the agent's start, so no room is held to a
+/// port something else serves (a harness started before egress was turned on could have taken it).
+pub async fn bind(config: &EgressConfig) -> std::io::Result<TcpListener> {
+    TcpListener::bind(("127.0.0.1", config.port)).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("the egress proxy cannot listen on 127.0.0.1:{}: {e}", config.port))
+    })
 }
 
 /// Serves the proxy on `listener` until the process ends; `config` is read for each request, `refused` is told each
@@ -176,12 +169,16 @@ pub fn allowed(hosts: &[String], host: &str, port: u16) -> bool {
     })
 }
 
-/// Whether `ip` is one of the node's or the cluster's own: loopback, private, link-local (the instance metadata
-/// address), shared (carrier-grade NAT, often a cluster's), unspecified, multicast, or IPv6's unique-local.
+/// Whether `ip` is one of the node's or the cluster's own, or not a public address at all: loopback, private,
+/// link-local (the instance metadata address), shared (carrier-grade NAT, often a cluster's), the IETF's and the
+/// benchmarks' blocks, reserved (240/4, which some clusters use for pods), unspecified, multicast; IPv6's
+/// unique-local and link-local; and an IPv4 address carried in IPv6 (mapped, NAT64, 6to4) as that address. A
+/// cluster whose own ranges are other public addresses is not told apart (docs/security.md).
 pub fn internal(ip: IpAddr) -> bool {
+    let v4 = |hi: u16, lo: u16| IpAddr::V4(std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
@@ -189,12 +186,19 @@ pub fn internal(ip: IpAddr) -> bool {
                 || v4.is_multicast()
                 || v4.is_broadcast()
                 || a == 0
+                || a >= 240
                 || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && c == 0)
+                || (a == 198 && (b == 18 || b == 19))
         }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => internal(IpAddr::V4(v4)),
-            None => {
-                let first = v6.segments()[0];
+        IpAddr::V6(v6) => match v6.segments() {
+            // Mapped, NAT64's well-known prefix and its local-use one: the IPv4 address in the last 32 bits.
+            [0, 0, 0, 0, 0, 0xffff, hi, lo]
+            | [0x64, 0xff9b, 0, 0, 0, 0, hi, lo]
+            | [0x64, 0xff9b, 1, _, _, _, hi, lo] => internal(v4(hi, lo)),
+            // 6to4: the IPv4 address in bits 16-48.
+            [0x2002, hi, lo, ..] => internal(v4(hi, lo)),
+            [first, ..] => {
                 v6.is_loopback()
                     || v6.is_unspecified()
                     || v6.is_multicast()
@@ -269,6 +273,12 @@ mod tests {
             "fd00::1",
             "fe80::1",
             "::ffff:10.0.0.1",
+            "192.0.0.8",
+            "198.18.0.1",
+            "240.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::a00:1",
+            "2002:a00:1::1",
         ] {
             assert!(internal(ip.parse().unwrap()), "{ip}");
         }

@@ -453,8 +453,9 @@ pub fn enter(uid: u32, home: &Path, workdir: &Path, egress: Option<u16>, argv: &
 
 /// Holds this process and everything it starts to TCP connections to `port` alone, and to no TCP listener at all
 /// (Landlock's network rules, ABI 4 and later: a kernel without them refuses, so no harness runs with a way out it was
-/// not meant to have); and, by seccomp, to no socket those rules do not see: MPTCP and SCTP sockets, a TCP Fast Open
-/// send (which connects without `connect`), and io_uring. Landlock holds the port, not the address: a server of
+/// not meant to have); and, by seccomp, to no socket those rules do not see: any family but local, netlink and the
+/// Internet's, and of the Internet's any but TCP and UDP (MPTCP, SCTP, DCCP, ...), a TCP Fast Open send (which
+/// connects without `connect`), and io_uring. Landlock holds the port, not the address: a server of
 /// the harness's choosing on that port elsewhere is reachable (docs/security.md).
 fn hold_connects_to(port: u16) -> Result<(), String> {
     use landlock::{AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr};
@@ -474,14 +475,26 @@ fn hold_connects_to(port: u16) -> Result<(), String> {
         let flag = libc::MSG_FASTOPEN as u64;
         Ok(vec![rule(vec![arg(n, SeccompCmpOp::MaskedEq(flag), flag)?])?])
     };
+    // A socket is TCP, UDP or local, or none: no other family (SMC, VSOCK, RDS, TIPC, ...), and of the Internet's
+    // only the stream and datagram types with their default, TCP or UDP protocol (no MPTCP, SCTP, DCCP, ICMP).
+    let mut sockets = vec![rule(
+        [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]
+            .into_iter()
+            .map(|family| arg(0, SeccompCmpOp::Ne, family as u64))
+            .collect::<Result<_, _>>()?,
+    )?];
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let family = arg(0, SeccompCmpOp::Eq, family as u64)?;
+        let protocols = [0, libc::IPPROTO_TCP, libc::IPPROTO_UDP].map(|p| arg(2, SeccompCmpOp::Ne, p as u64));
+        sockets.push(rule([Ok(family.clone())].into_iter().chain(protocols).collect::<Result<_, _>>()?)?);
+        // The type's low bits (its flags above them): every kind but a stream and a datagram.
+        // (10: SOCK_PACKET, which libc marks deprecated.)
+        for kind in [libc::SOCK_RAW, libc::SOCK_RDM, libc::SOCK_SEQPACKET, libc::SOCK_DCCP, 10] {
+            sockets.push(rule(vec![family.clone(), arg(1, SeccompCmpOp::MaskedEq(0xf), kind as u64)?])?);
+        }
+    }
     let rules = [
-        (
-            libc::SYS_socket,
-            vec![
-                rule(vec![arg(2, SeccompCmpOp::Eq, libc::IPPROTO_MPTCP as u64)?])?,
-                rule(vec![arg(2, SeccompCmpOp::Eq, libc::IPPROTO_SCTP as u64)?])?,
-            ],
-        ),
+        (libc::SYS_socket, sockets),
         (libc::SYS_sendto, fast_open(3)?),
         (libc::SYS_sendmsg, fast_open(2)?),
         (libc::SYS_sendmmsg, fast_open(3)?),
