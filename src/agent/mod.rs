@@ -85,7 +85,7 @@ async fn reconciler<S: Store>(
         use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
         let limit = getrlimit(Resource::Nofile);
         let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, ..limit });
-        tokio::spawn(crate::node::egress::serve(listener, move || Some(egress.clone()), count));
+        tokio::spawn(crate::node::egress::serve(listener, egress, count));
     }
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);

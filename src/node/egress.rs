@@ -68,13 +68,9 @@ pub async fn bind(config: &EgressConfig) -> std::io::Result<TcpListener> {
     })
 }
 
-/// Serves the proxy on `listener` until the process ends; `config` is read for each request, `refused` is told each
-/// refusal. At most [`MAX_TUNNELS`] at once: a client beyond them waits to be accepted.
-pub async fn serve(
-    listener: TcpListener,
-    config: impl Fn() -> Option<EgressConfig> + Send + Sync + 'static,
-    refused: impl Fn(&Refusal) + Send + Sync + 'static,
-) {
+/// Serves the proxy for `config` on `listener` until the process ends; `refused` is told each refusal. At most
+/// [`MAX_TUNNELS`] at once: a client beyond them waits to be accepted.
+pub async fn serve(listener: TcpListener, config: EgressConfig, refused: impl Fn(&Refusal) + Send + Sync + 'static) {
     let (config, refused) = (Arc::new(config), Arc::new(refused));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
     loop {
@@ -91,7 +87,7 @@ pub async fn serve(
         let (config, refused) = (config.clone(), refused.clone());
         tokio::spawn(async move {
             let _slot = slot;
-            if let Err((refusal, host)) = tunnel(client, config().as_ref()).await {
+            if let Err((refusal, host)) = tunnel(client, &config).await {
                 tracing::warn!(event = "egress.refused", %peer, host, reason = refusal.as_str(), "a harness's connection refused");
                 refused(&refusal);
             }
@@ -100,17 +96,14 @@ pub async fn serve(
 }
 
 /// Reads one `CONNECT`, decides, and either splices the client to the host or answers with the refusal.
-async fn tunnel(mut client: TcpStream, config: Option<&EgressConfig>) -> Result<(), (Refusal, String)> {
+async fn tunnel(mut client: TcpStream, config: &EgressConfig) -> Result<(), (Refusal, String)> {
     let head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
         Ok(Some(head)) => head,
         _ => return Err((Refusal::Incomplete, String::new())),
     };
-    let outcome = match (target(&head), config) {
-        (None, _) => Err((Refusal::NotConnect, String::new())),
-        (Some((host, port)), Some(config)) => {
-            open(&host, port, config).await.map_err(|r| (r, format!("{host}:{port}")))
-        }
-        (Some((host, port)), None) => Err((Refusal::NotAllowed, format!("{host}:{port}"))),
+    let outcome = match target(&head) {
+        None => Err((Refusal::NotConnect, String::new())),
+        Some((host, port)) => open(&host, port, config).await.map_err(|r| (r, format!("{host}:{port}"))),
     };
     match outcome {
         Ok(mut upstream) => {
@@ -314,7 +307,7 @@ mod tests {
         let at = proxy.local_addr().unwrap();
         let hosts = vec![format!("127.0.0.1:{}", up.port()), format!("localhost:{}", up.port())];
         let (seen, mut refusals) = tokio::sync::mpsc::unbounded_channel();
-        let config = move || Some(EgressConfig { port: at.port(), hosts: hosts.clone() });
+        let config = EgressConfig { port: at.port(), hosts };
         tokio::spawn(serve(proxy, config, move |r| seen.send(r.as_str()).unwrap()));
         let ask = |request: String| async move {
             let mut conn = TcpStream::connect(at).await.unwrap();

@@ -429,29 +429,29 @@ pub fn enter(uid: u32, home: &Path, workdir: &Path, egress: Option<u16>, argv: &
         .env("TMPDIR", &tmp)
         .env("USER", uid.to_string())
         .env("LOGNAME", uid.to_string())
-        // No other way out than the egress proxy: whatever the harness or a tool it runs was told before.
-        .envs(egress.iter().flat_map(|port| {
-            let proxy = format!("http://127.0.0.1:{port}");
-            ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
-                .map(|name| (name, proxy.clone()))
-        }))
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
         // std drops every supplementary group (as root), then takes the gid and the uid, failing the exec if it
         // cannot; leaving uid 0 this way clears every capability (the harness tests that it cannot become root).
         .uid(uid)
         .gid(uid)
         // Entered after the uid is taken (std changes directory after it switches users).
         .current_dir(workdir);
-    if let Some(port) = egress
-        && let Err(e) = hold_connects_to(port)
-    {
-        return io::Error::other(format!("refused: the harness's connections cannot be held to the egress proxy: {e}"));
+    if let Some(port) = egress {
+        // No other way out than the egress proxy: whatever the harness or a tool it runs was told before.
+        let proxy = format!("http://127.0.0.1:{port}");
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+            cmd.env(name, &proxy);
+        }
+        cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+        if let Err(e) = hold_connects_to(port) {
+            return io::Error::other(format!(
+                "refused: the harness's connections cannot be held to the egress proxy: {e}"
+            ));
+        }
     }
     cmd.exec()
 }
 
-/// Holds this process and everything it starts to TCP connections to `port` alone, and to no TCP listener at all
+/// Holds this process and everything it starts to TCP connections to `port` alone, and to no TCP bind at all
 /// (Landlock's network rules, ABI 4 and later: a kernel without them refuses, so no harness runs with a way out it was
 /// not meant to have); and, by seccomp, to no socket those rules do not see: any family but local, netlink and the
 /// Internet's, and of the Internet's any but TCP and UDP (MPTCP, SCTP, DCCP, ...), a TCP Fast Open send (which
