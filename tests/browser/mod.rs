@@ -23,21 +23,42 @@ pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 impl Browser {
     pub async fn start() -> Self {
-        let mut driver = tokio::process::Command::new(CHROMEDRIVER)
-            .arg("--port=0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .process_group(0)
-            .spawn()
-            .expect("chromedriver (Debian's chromium-driver)");
-        let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
-        let port = loop {
-            let line = lines.next_line().await.unwrap().expect("chromedriver said on which port");
-            if let Some(rest) = line.split("started successfully on port ").nth(1) {
-                break rest.trim_end_matches('.').parse::<u16>().unwrap();
+        // A chromedriver that exits before it says its port (seen once under a full suite's load) is started again,
+        // twice at most; its stderr is kept for the failure's message.
+        let mut attempts = 0;
+        let (mut driver, mut lines, port) = loop {
+            attempts += 1;
+            let mut driver = tokio::process::Command::new(CHROMEDRIVER)
+                .arg("--port=0")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .process_group(0)
+                .spawn()
+                .expect("chromedriver (Debian's chromium-driver)");
+            let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+            let port = loop {
+                let Some(line) = lines.next_line().await.unwrap() else { break None };
+                if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                    break Some(rest.trim_end_matches('.').parse::<u16>().unwrap());
+                }
+            };
+            match port {
+                Some(port) => break (driver, lines, port),
+                None if attempts < 3 => continue,
+                None => {
+                    let mut said = String::new();
+                    let _ = tokio::io::AsyncReadExt::read_to_string(driver.stderr.as_mut().unwrap(), &mut said).await;
+                    panic!("chromedriver exited without saying on which port, 3 times: {said}");
+                }
             }
         };
+        let stderr = driver.stderr.take();
+        tokio::spawn(async move {
+            if let Some(mut stderr) = stderr {
+                let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+            }
+        });
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
