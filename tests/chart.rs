@@ -165,6 +165,54 @@ fn rooms_give_each_harness_its_own_user_and_each_container_only_what_it_needs() 
     assert!(pod.init_containers.is_some(), "the workspace handed to runAsUser");
 }
 
+/// A key gateway's Secret is mounted in the agent's container alone (0400), never the tmux server's, where every
+/// harness runs; the agent config names its file and what each room is given. A gateway without the egress proxy
+/// that serves it is refused.
+#[test]
+fn a_gateways_key_is_in_the_agents_container_alone() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let gateway = [
+        "--set",
+        "agent.rooms.egress.gateways[0].name=anthropic",
+        "--set",
+        "agent.rooms.egress.gateways[0].upstream=https://api.anthropic.com",
+        "--set",
+        "agent.rooms.egress.gateways[0].secret.name=anthropic-key",
+        "--set",
+        "agent.rooms.egress.gateways[0].secret.key=api-key",
+        "--set",
+        "agent.rooms.egress.gateways[0].keyEnv=ANTHROPIC_API_KEY",
+    ];
+    let mut values = vec!["--set", "bridge.enabled=false", "--set", "agent.rooms.egress.enabled=true"];
+    values.extend(gateway);
+    let rendered = template("ws", "worksession", &values);
+    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap();
+    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+    let config = worksession::config::Config::parse(doc["data"]["agent.yaml"].as_str().unwrap(), "a.yaml".as_ref());
+    let gateways = config.unwrap().rooms.unwrap().egress.unwrap().gateways;
+    assert_eq!(gateways.len(), 1);
+    assert_eq!(gateways[0].key_file, std::path::Path::new("/etc/worksession-gateways/anthropic/key"));
+    assert_eq!(gateways[0].env(3129), [("ANTHROPIC_API_KEY".into(), gateways[0].placeholder.clone())]);
+    let doc = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
+    let pod = serde_yaml_ng::from_str::<DaemonSet>(doc).unwrap().spec.unwrap().template.spec.unwrap();
+    let mounts = |name: &str| -> Vec<String> {
+        let container = pod.containers.iter().find(|c| c.name == name).unwrap();
+        container.volume_mounts.clone().unwrap_or_default().into_iter().map(|m| m.name).collect()
+    };
+    assert!(mounts("agent").contains(&"gateway-anthropic".to_string()), "{:?}", mounts("agent"));
+    assert!(!mounts("tmux").iter().any(|m| m.starts_with("gateway-")), "{:?}", mounts("tmux"));
+    let volume = pod.volumes.unwrap().into_iter().find(|v| v.name == "gateway-anthropic").unwrap();
+    let secret = volume.secret.unwrap();
+    assert_eq!((secret.secret_name.as_deref(), secret.default_mode), (Some("anthropic-key"), Some(0o400)));
+    assert_eq!(secret.items.unwrap()[0].path, "key");
+
+    let mut sets = vec!["bridge.enabled=false"];
+    sets.extend(gateway.iter().filter(|s| **s != "--set"));
+    let out = try_template(&sets);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("agent.rooms.egress.enabled"), "{said}");
+}
+
 /// The node's clones lie on a volume only the agent's container mounts, rooms on or off: with rooms off a harness
 /// shares the agent's user, and one that could write a clone would have the agent's next fetch act on what it
 /// planted (an alternate's command run in the agent's container, a proxy handed the git token).

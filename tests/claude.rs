@@ -657,3 +657,59 @@ async fn a_turn_that_never_ends_is_interrupted_by_a_person_and_an_overloaded_mod
     w.await_event("h-3", PromptPhase::Delivered).await;
     await_in_transcript(&w, &id, "Back again.").await;
 }
+
+/// The key stays with the agent: the real CLI, given only what a room's harness is given with a key gateway (the
+/// gateway's URL, a placeholder key, and proxy variables naming the egress port), does a real turn, and every
+/// request the model receives carries the gateway's key and never the placeholder. Both ways a client may reach the
+/// gateway through its proxy are served (a plain request to the proxy, or one inside a `CONNECT` to it).
+#[tokio::test]
+async fn through_a_key_gateway_the_model_gets_the_agents_key_and_the_cli_only_a_placeholder() {
+    use worksession::config::rooms::{EgressConfig, GatewayConfig, RoomsConfig};
+    use worksession::node::egress::{Proxy, Seen};
+    const REAL: &str = "sk-ant-api03-the-agents-own-key-never-in-a-room-000000000000";
+    let model = Model::start();
+    model.on("through the gateway", Reply::text("Answered through the gateway."));
+    let keys = tempfile::tempdir().unwrap();
+    std::fs::write(keys.path().join("key"), format!("{REAL}\n")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let gateway = GatewayConfig {
+        name: "anthropic".into(),
+        upstream: model.base_url(),
+        key_file: keys.path().join("key"),
+        header: "x-api-key".into(),
+        base_url_env: Some("ANTHROPIC_BASE_URL".into()),
+        key_env: Some("ANTHROPIC_API_KEY".into()),
+        placeholder: support::claude::KEY.into(),
+    };
+    let env = gateway.env(port);
+    // This test's harness runs as the test's own user: that uid is the one room the gateway serves.
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    let rooms =
+        RoomsConfig { root: keys.path().into(), first_uid: uid, count: 1, helper: "/bin/false".into(), egress: None };
+    let egress = EgressConfig { port, hosts: Vec::new(), gateways: vec![gateway] };
+    let forwarded = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = forwarded.clone();
+    let seen = move |s: Seen<'_>| {
+        if let Seen::Forwarded(_) = s {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    };
+    tokio::spawn(Proxy::new(egress, rooms).unwrap().serve(listener, seen));
+    let proxy = format!("http://127.0.0.1:{port}");
+    let mut vars: Vec<(&str, String)> = env.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    vars.extend(["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"].map(|n| (n, proxy.clone())));
+    let w = World::with_yaml(|tmux, yaml| {
+        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60")
+            + &support::claude::profile_with(&tmux.state(), &tmux.workdir(), &vars)
+    })
+    .await;
+    w.create_session("gw", json!({"harness": "claude", "initialPrompt": "through the gateway: hello"})).await;
+    let ws = w.await_session("gw", "the initial prompt known delivered", initial_prompt_delivered).await;
+    await_in_transcript(&w, &recorded_id(&ws), "Answered through the gateway.").await;
+    let requests = model.requests();
+    let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
+    assert_eq!(keys, [Some(REAL)].into(), "every request with the agent's key, none with the placeholder");
+    assert!(forwarded.load(std::sync::atomic::Ordering::SeqCst) >= requests.len(), "each one by the gateway");
+    assert!(model.prompts().iter().any(|p| p.contains("through the gateway: hello")));
+}

@@ -346,6 +346,7 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
         uid: 4_000_123,
         home: home.clone(),
         egress_port: None,
+        env: Vec::new(),
     });
     tmux.runner.spawn(&spawn).await.unwrap();
     let report = workdir.join("report");
@@ -422,7 +423,7 @@ fn room_of(tmux: &TmuxServer, uid: u32) -> (std::path::PathBuf, std::path::PathB
 /// A room with an egress port: its harness (and what it starts) may open TCP connections to that port alone, held
 /// by the kernel (Landlock, and seccomp for the sockets Landlock does not see); a listener of the node on any other
 /// port, loopback's included, is out of its reach however it asks, it may listen on none, and its proxy variables
-/// name the port.
+/// name the port; a gateway's variable reaches it.
 #[tokio::test]
 async fn a_confined_harness_connects_only_to_the_egress_port() {
     if rustix_uid() != 0 {
@@ -455,6 +456,7 @@ tries = [
     attempt(lambda: socket.socket(40, socket.SOCK_STREAM)),
     attempt(lambda: socket.socket().bind(("127.0.0.1", 0))),
     os.environ.get("HTTPS_PROXY"),
+    os.environ.get("A_BASE_URL"),
 ]
 open("report", "w").write(" ".join(tries) + "\n")
 "#
@@ -466,6 +468,7 @@ open("report", "w").write(" ".join(tries) + "\n")
         uid: 4_000_124,
         home: home.clone(),
         egress_port: Some(proxy_port),
+        env: vec![("A_BASE_URL".into(), format!("http://127.0.0.1:{proxy_port}/gateway/a"))],
     });
     tmux.runner.spawn(&spawn).await.unwrap();
     let report = workdir.join("report");
@@ -477,6 +480,6 @@ open("report", "w").write(" ".join(tries) + "\n")
     // The proxy's port; not another listener, by TCP, MPTCP or a Fast Open send; no SCTP (a sequenced packet socket)
     // nor VSOCK socket; no listener of its own.
     let refused = ["PermissionError"; 6].join(" ");
-    let expected = format!("ok {refused} http://127.0.0.1:{proxy_port}");
+    let expected = format!("ok {refused} http://127.0.0.1:{proxy_port} http://127.0.0.1:{proxy_port}/gateway/a");
     assert_eq!(text.trim(), expected, "{text}");
 }

@@ -31,6 +31,16 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// `gateway="anthropic",namespace="team-a"`: a key gateway's requests by the namespace of the room that sent them
+/// (bounded by the namespaces with sessions on the node, never by session).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GatewayLabel {
+    /// The gateway's name.
+    pub gateway: String,
+    /// The namespace of the WorkSession the room is given to (empty when its owner file is gone).
+    pub namespace: String,
+}
+
 /// `via="Pasted|Resumed|Fresh"`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ViaLabel {
@@ -88,6 +98,8 @@ pub struct AgentMetrics {
     pub tmux_observations: Counter,
     /// Connections of rooms' harnesses the egress proxy refused, by why (`not_allowed`, `internal_address`, ...).
     pub egress_refused: Family<ReasonLabel, Counter>,
+    /// Model API requests the key gateways forwarded with their key, by gateway and namespace.
+    pub gateway_requests: Family<GatewayLabel, Counter>,
 }
 
 impl AgentMetrics {
@@ -123,11 +135,17 @@ impl AgentMetrics {
             event_notices: Family::default(),
             tmux_observations: Counter::default(),
             egress_refused: Family::default(),
+            gateway_requests: Family::default(),
         };
         registry.register(
             "egress_refused",
             "Rooms' connections the egress proxy refused, by why (the host is in the agent's log)",
             m.egress_refused.clone(),
+        );
+        registry.register(
+            "gateway_requests",
+            "Rooms' model API requests a key gateway forwarded with its key, by gateway and namespace",
+            m.gateway_requests.clone(),
         );
         registry.register("reconciles", "Reconciles run", m.reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by category", m.reconcile_errors.clone());

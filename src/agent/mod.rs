@@ -72,20 +72,29 @@ async fn reconciler<S: Store>(
             tracing::warn!(event = "rooms.home_open", home = %home.display(), "cannot close the shared HOME");
         }
     }
-    let egress = options.config.borrow().rooms.as_ref().and_then(|r| r.egress.clone());
-    if let Some(egress) = egress {
+    let rooms = options.config.borrow().rooms.clone();
+    if let Some((rooms, egress)) = rooms.and_then(|r| Some((r.clone(), r.egress?))) {
         // The rooms' one way out, on loopback of the network they share with the agent; as at the agent's start, like
         // the rest of `rooms` (the rooms' harnesses were held to its port when they started).
-        let refused = metrics.egress_refused.clone();
-        let count = move |r: &crate::node::egress::Refusal| {
-            refused.get_or_create(&metrics::ReasonLabel { reason: r.as_str() }).inc();
+        use crate::node::egress::{Proxy, Seen};
+        let (refused, forwarded) = (metrics.egress_refused.clone(), metrics.gateway_requests.clone());
+        let count = move |seen: Seen<'_>| match seen {
+            Seen::Refused(r) => {
+                refused.get_or_create(&metrics::ReasonLabel { reason: r.as_str() }).inc();
+            }
+            Seen::Forwarded(f) => {
+                let namespace = f.owner.as_deref().and_then(|o| o.split_once('/')).map_or("", |(ns, _)| ns);
+                let label = metrics::GatewayLabel { gateway: f.gateway.clone(), namespace: namespace.to_string() };
+                forwarded.get_or_create(&label).inc();
+            }
         };
-        let listener = crate::node::egress::bind(&egress).await?;
+        let proxy = Proxy::new(egress, rooms)?;
+        let listener = proxy.bind().await?;
         // Each tunnel holds two descriptors: the soft limit raised to the hard one.
         use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
         let limit = getrlimit(Resource::Nofile);
         let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, ..limit });
-        tokio::spawn(crate::node::egress::serve(listener, egress, count));
+        tokio::spawn(proxy.serve(listener, count));
     }
     let tmux = options.config.borrow().tmux.clone();
     let runner = TmuxRunner::new(tmux.socket).with_start_server(tmux.start_server);

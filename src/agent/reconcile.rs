@@ -448,6 +448,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             uid: room.uid,
             home: room.home,
             egress_port: None,
+            env: Vec::new(),
         };
         self.observer.tmux().evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
         let kept = self.registries.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;

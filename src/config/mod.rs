@@ -564,6 +564,39 @@ harnessHome: /srv/home
         let egress = c.rooms.unwrap().egress.unwrap();
         assert_eq!(egress.port, rooms::DEFAULT_EGRESS_PORT);
         assert_eq!(egress.hosts, ["api.example.com", "*.example.org", "git.example.com:8443"]);
+        assert!(egress.gateways.is_empty());
+
+        let gateway = |fields: &str| format!("rooms:\n  root: /r\n  egress:\n    gateways:\n      - {{{fields}}}\n");
+        let good = "name: a, upstream: 'https://api.a.com', keyFile: /k";
+        let c = parse(&gateway(&format!("{good}, baseUrlEnv: A_BASE_URL, keyEnv: A_KEY"))).unwrap();
+        let g = &c.rooms.unwrap().egress.unwrap().gateways[0];
+        assert_eq!(
+            (g.header.as_str(), g.placeholder.as_str()),
+            (rooms::DEFAULT_GATEWAY_HEADER, rooms::DEFAULT_PLACEHOLDER)
+        );
+        assert_eq!(
+            g.env(3129),
+            [
+                ("A_BASE_URL".to_string(), "http://127.0.0.1:3129/gateway/a".to_string()),
+                ("A_KEY".to_string(), rooms::DEFAULT_PLACEHOLDER.to_string())
+            ]
+        );
+        for (fields, key) in [
+            ("name: 'A b', upstream: 'https://a.com', keyFile: /k", "name"),
+            ("name: a, upstream: 'ftp://a.com', keyFile: /k", "upstream"),
+            ("name: a, upstream: 'https://user:pw@a.com', keyFile: /k", "upstream"),
+            ("name: a, upstream: 'https://a.com/?k=v', keyFile: /k", "upstream"),
+            ("name: a, upstream: 'https://a.com', keyFile: k", "keyFile"),
+            (&format!("{good}, header: 'X-Api-Key'"), "header"),
+            (&format!("{good}, keyEnv: 'lower'"), "keyEnv"),
+            (&format!("{good}, baseUrlEnv: '1A'"), "baseUrlEnv"),
+            (&format!("{good}, placeholder: 'a b'"), "placeholder"),
+        ] {
+            let e = refused(&gateway(fields));
+            assert!(e.contains(&format!("rooms.egress.gateways[0].{key}")), "{fields}: {e}");
+        }
+        let twice = "rooms:\n  root: /r\n  egress:\n    gateways:\n      - {name: a, upstream: 'https://a.com', keyFile: /k}\n      - {name: a, upstream: 'https://b.com', keyFile: /k}\n";
+        assert!(refused(twice).contains("rooms.egress.gateways[1].name"));
     }
 
     #[test]

@@ -32,6 +32,55 @@ pub struct EgressConfig {
     /// below it, port 443); lowercase. A name that resolves only to internal addresses (loopback, private,
     /// link-local, the cluster's) is refused unless it is listed as an address itself.
     pub hosts: Vec<String>,
+    /// The key gateways (`rooms.egress.gateways`): model APIs whose key the agent adds to a harness's requests.
+    pub gateways: Vec<GatewayConfig>,
+}
+
+/// A key gateway (`rooms.egress.gateways[]`): a harness sends its model API requests in plain HTTP to
+/// `http://127.0.0.1:<port>/gateway/<name>/...` with a placeholder key; the agent forwards each to `upstream` with
+/// the real key, read from `key_file` (in the agent's container alone), in `header`. The harness never holds the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// The gateway's path segment (`name`: lowercase letters, digits, `-`).
+    pub name: String,
+    /// Where requests go (`upstream`): `https://host[:port][/base]`, or `http://` for a gateway of the cluster's own.
+    pub upstream: String,
+    /// The file holding the key (`keyFile`), read at each request so a rotated Secret takes effect at once.
+    pub key_file: PathBuf,
+    /// The header carrying the key (`header`, lowercase; default `x-api-key`); `authorization` carries `Bearer <key>`.
+    pub header: String,
+    /// The variable naming the gateway's URL in each room's environment (`baseUrlEnv`, e.g. `ANTHROPIC_BASE_URL`).
+    pub base_url_env: Option<String>,
+    /// The variable holding the placeholder key in each room's environment (`keyEnv`, e.g. `ANTHROPIC_API_KEY`).
+    pub key_env: Option<String>,
+    /// What the harness holds instead of the key (`placeholder`).
+    pub placeholder: String,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    // The key is in a file, never here; the upstream may carry a userinfo a log should not.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig").field("name", &self.name).field("key_file", &self.key_file).finish()
+    }
+}
+
+/// The default header a gateway's key goes in (Anthropic's).
+pub const DEFAULT_GATEWAY_HEADER: &str = "x-api-key";
+/// The default placeholder key, of the shape Anthropic's clients expect.
+pub const DEFAULT_PLACEHOLDER: &str = "sk-ant-api03-worksession-gateway-placeholder-key-00000000000";
+
+impl GatewayConfig {
+    /// The URL a room's harness is given (`<baseUrlEnv>`).
+    pub fn url(&self, port: u16) -> String {
+        format!("http://127.0.0.1:{port}/gateway/{}", self.name)
+    }
+
+    /// The variables a room's harness is given for this gateway.
+    pub fn env(&self, port: u16) -> Vec<(String, String)> {
+        let url = self.base_url_env.as_ref().map(|name| (name.clone(), self.url(port)));
+        let key = self.key_env.as_ref().map(|name| (name.clone(), self.placeholder.clone()));
+        url.into_iter().chain(key).collect()
+    }
 }
 
 /// The default port of the egress proxy.
@@ -60,6 +109,66 @@ struct EgressFile {
     port: Option<u16>,
     #[serde(default)]
     hosts: Vec<String>,
+    #[serde(default)]
+    gateways: Vec<GatewayFile>,
+}
+
+/// `rooms.egress.gateways[]` in the agent config file.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GatewayFile {
+    name: String,
+    upstream: String,
+    key_file: PathBuf,
+    header: Option<String>,
+    base_url_env: Option<String>,
+    key_env: Option<String>,
+    placeholder: Option<String>,
+}
+
+impl GatewayFile {
+    /// The validated gateway, or the problem with the key it names (under `rooms.egress.gateways[i]`).
+    fn into_config(self) -> Result<GatewayConfig, (&'static str, String)> {
+        let word = |s: &str, extra: fn(u8) -> bool| !s.is_empty() && s.len() <= 63 && s.bytes().all(extra);
+        if !word(&self.name, |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+            return Err(("name", format!("{:?}: lowercase letters, digits and '-', at most 63", self.name)));
+        }
+        if !valid_upstream(&self.upstream) {
+            let problem = format!("{:?}: http(s)://host[:port][/path], no userinfo, query or fragment", self.upstream);
+            return Err(("upstream", problem));
+        }
+        if !self.key_file.is_absolute() {
+            return Err(("keyFile", format!("{} is not an absolute path", self.key_file.display())));
+        }
+        let header = self.header.unwrap_or_else(|| DEFAULT_GATEWAY_HEADER.into());
+        if !word(&header, |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+            return Err(("header", format!("{header:?}: a lowercase header name")));
+        }
+        let env_name = |b: u8| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_';
+        for (key, name) in [("baseUrlEnv", &self.base_url_env), ("keyEnv", &self.key_env)] {
+            if let Some(name) = name.as_deref().filter(|n| !word(n, env_name) || n.as_bytes()[0].is_ascii_digit()) {
+                return Err((key, format!("{name:?}: an environment variable's name (A-Z, 0-9, _)")));
+            }
+        }
+        let placeholder = self.placeholder.unwrap_or_else(|| DEFAULT_PLACEHOLDER.into());
+        if placeholder.is_empty() || !placeholder.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(("placeholder", "printable ASCII, no spaces".into()));
+        }
+        let (name, upstream, key_file) = (self.name, self.upstream.trim_end_matches('/').to_string(), self.key_file);
+        let (base_url_env, key_env) = (self.base_url_env, self.key_env);
+        Ok(GatewayConfig { name, upstream, key_file, header, base_url_env, key_env, placeholder })
+    }
+}
+
+/// Whether `url` is a gateway's upstream: `http` or `https`, a host, an optional port and path, nothing else.
+pub fn valid_upstream(url: &str) -> bool {
+    let Ok(uri) = url.parse::<hyper::Uri>() else { return false };
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    matches!(uri.scheme_str(), Some("http" | "https"))
+        && uri.host().is_some_and(|h| !h.is_empty())
+        && !authority.contains('@')
+        && uri.query().is_none()
+        && !url.contains('#')
 }
 
 /// Whether `entry` is an allowed host's shape: a lowercase name or address, `*.` before a name, `:port` after.
@@ -113,7 +222,18 @@ impl RoomsFile {
                     let problem = format!("{port}: 1-32767, below the ephemeral ports");
                     return Err(invalid("rooms.egress.port".into(), problem));
                 }
-                Some(EgressConfig { port, hosts: e.hosts })
+                let mut gateways = Vec::with_capacity(e.gateways.len());
+                for (i, gateway) in e.gateways.into_iter().enumerate() {
+                    let gateway = gateway
+                        .into_config()
+                        .map_err(|(key, problem)| invalid(format!("rooms.egress.gateways[{i}].{key}"), problem))?;
+                    if gateways.iter().any(|g: &GatewayConfig| g.name == gateway.name) {
+                        let problem = format!("{:?} is named twice", gateway.name);
+                        return Err(invalid(format!("rooms.egress.gateways[{i}].name"), problem));
+                    }
+                    gateways.push(gateway);
+                }
+                Some(EgressConfig { port, hosts: e.hosts, gateways })
             }
         };
         Ok(RoomsConfig { root: self.root, first_uid, count, helper, egress })

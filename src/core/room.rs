@@ -50,6 +50,7 @@ impl Decision<'_, '_> {
             return None;
         };
         let egress_port = rooms.egress.as_ref().map(|e| e.port);
-        Some(Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone(), egress_port })
+        let env = rooms.egress.iter().flat_map(|e| e.gateways.iter().flat_map(|g| g.env(e.port))).collect();
+        Some(Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone(), egress_port, env })
     }
 }

@@ -82,6 +82,8 @@ pub struct Confine {
     pub home: PathBuf,
     /// The egress proxy's port on loopback, the only one the harness may connect to over TCP (`rooms.egress`).
     pub egress_port: Option<u16>,
+    /// Variables the room's harness is given beside its profile's: each key gateway's URL and placeholder key.
+    pub env: Vec<(String, String)>,
 }
 
 /// The tmux sessions of one WorkSession.

@@ -2,7 +2,8 @@
 //! room may connect to ([`crate::node::room::enter`] holds it there with Landlock). It opens a tunnel only to a host
 //! of `rooms.egress.hosts`, and only to an address outside the node's and the cluster's own ranges (a name that
 //! resolves to the API server, the instance metadata address or another room's listener is refused, however it is
-//! spelt), unless that address itself is listed. Every refusal is logged with the host and counted.
+//! spelt), unless that address itself is listed. Every refusal is logged with the host and counted. The same port
+//! serves the key gateways ([`crate::node::gateway`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -11,10 +12,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::config::rooms::EgressConfig;
+use super::gateway::{self, Forwarded, Upstreams};
+use crate::config::rooms::{EgressConfig, RoomsConfig};
 
 /// How long a client may take to send its request, and a tunnel's connection to open.
-const TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const TIMEOUT: Duration = Duration::from_secs(10);
 /// The most a request's head may hold.
 const HEAD_LIMIT: usize = 8 << 10;
 
@@ -31,15 +33,31 @@ pub enum Refusal {
     Internal,
     /// The name does not resolve, or no address of it answered.
     Unreachable,
+    /// A gateway's request names no gateway of the config.
+    NoGateway,
+    /// A gateway's request from a socket no room owns.
+    NotARoom,
+    /// A gateway's key file is missing or empty.
+    NoKey,
+}
+
+/// What the proxy tells its owner of each connection it decided.
+#[derive(Debug)]
+pub enum Seen<'a> {
+    /// Refused, and why.
+    Refused(&'a Refusal),
+    /// A room's request forwarded by a gateway with its key.
+    Forwarded(&'a Forwarded),
 }
 
 impl Refusal {
-    fn status(&self) -> &'static str {
+    pub(super) fn status(&self) -> &'static str {
         match self {
             Refusal::Incomplete => "408 Request Timeout",
             Refusal::NotConnect => "405 Method Not Allowed",
-            Refusal::NotAllowed | Refusal::Internal => "403 Forbidden",
-            Refusal::Unreachable => "502 Bad Gateway",
+            Refusal::NotAllowed | Refusal::Internal | Refusal::NotARoom => "403 Forbidden",
+            Refusal::NoGateway => "404 Not Found",
+            Refusal::Unreachable | Refusal::NoKey => "502 Bad Gateway",
         }
     }
 
@@ -51,6 +69,9 @@ impl Refusal {
             Refusal::NotAllowed => "not_allowed",
             Refusal::Internal => "internal_address",
             Refusal::Unreachable => "unreachable",
+            Refusal::NoGateway => "no_gateway",
+            Refusal::NotARoom => "not_a_room",
+            Refusal::NoKey => "no_key",
         }
     }
 }
@@ -58,50 +79,97 @@ impl Refusal {
 /// How many tunnels may be open at once: each holds two sockets of the agent's process.
 const MAX_TUNNELS: usize = 512;
 /// How long a tunnel may stay open (a model's longest streamed answer is minutes).
-const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
+pub(super) const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
 
-/// Binds the proxy's port for `config`: an error (the port taken) ends the agent's start, so no room is held to a
-/// port something else serves (a harness started before egress was turned on could have taken it).
-pub async fn bind(config: &EgressConfig) -> std::io::Result<TcpListener> {
-    TcpListener::bind(("127.0.0.1", config.port)).await.map_err(|e| {
-        std::io::Error::new(e.kind(), format!("the egress proxy cannot listen on 127.0.0.1:{}: {e}", config.port))
-    })
+/// The proxy as the agent config describes it: its hosts, its gateways, and the rooms whose harnesses may use them.
+pub struct Proxy {
+    config: EgressConfig,
+    rooms: RoomsConfig,
+    upstreams: Option<Upstreams>,
 }
 
-/// Serves the proxy for `config` on `listener` until the process ends; `refused` is told each refusal. At most
-/// [`MAX_TUNNELS`] at once: a client beyond them waits to be accepted.
-pub async fn serve(listener: TcpListener, config: EgressConfig, refused: impl Fn(&Refusal) + Send + Sync + 'static) {
-    let (config, refused) = (Arc::new(config), Arc::new(refused));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let (client, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors, say: not a loop that spins.
-                tracing::warn!(event = "egress.accept_failed", error = %e, "the egress proxy cannot accept");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
+impl Proxy {
+    /// The proxy of `rooms.egress`; an error when a gateway is configured and the system has no trusted roots.
+    pub fn new(config: EgressConfig, rooms: RoomsConfig) -> std::io::Result<Self> {
+        let upstreams = if config.gateways.is_empty() { None } else { Some(Upstreams::new()?) };
+        Ok(Self { config, rooms, upstreams })
+    }
+
+    /// Binds the proxy's port: an error (the port taken) ends the agent's start, so no room is held to a port
+    /// something else serves (a harness started before egress was turned on could have taken it).
+    pub async fn bind(&self) -> std::io::Result<TcpListener> {
+        let port = self.config.port;
+        TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("the egress proxy cannot listen on 127.0.0.1:{port}: {e}"))
+        })
+    }
+
+    /// Serves on `listener` until the process ends; `seen` is told each refusal and each forwarded request. At most
+    /// [`MAX_TUNNELS`] connections at once: a client beyond them waits to be accepted.
+    pub async fn serve(self, listener: TcpListener, seen: impl Fn(Seen<'_>) + Send + Sync + 'static) {
+        let (proxy, seen) = (Arc::new(self), Arc::new(seen));
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else { return };
+            let (client, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, say: not a loop that spins.
+                    tracing::warn!(event = "egress.accept_failed", error = %e, "the egress proxy cannot accept");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let (proxy, seen) = (proxy.clone(), seen.clone());
+            tokio::spawn(async move {
+                let _slot = slot;
+                match proxy.handle(client, peer).await {
+                    Ok(Some(forwarded)) => seen(Seen::Forwarded(&forwarded)),
+                    Ok(None) => {}
+                    Err((refusal, host)) => {
+                        tracing::warn!(event = "egress.refused", %peer, host, reason = refusal.as_str(), "a harness's connection refused");
+                        seen(Seen::Refused(&refusal));
+                    }
+                }
+            });
+        }
+    }
+
+    /// Reads one request and decides: a `CONNECT` is spliced to its host or refused; a gateway's request is forwarded
+    /// with its key (also when it comes inside a `CONNECT` to this proxy itself, as clients that tunnel every request
+    /// through their proxy send it).
+    async fn handle(&self, mut client: TcpStream, peer: SocketAddr) -> Result<Option<Forwarded>, (Refusal, String)> {
+        let mut head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
+            Ok(Some(head)) => head,
+            _ => return Err((Refusal::Incomplete, String::new())),
         };
-        let (config, refused) = (config.clone(), refused.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            if let Err((refusal, host)) = tunnel(client, &config).await {
-                tracing::warn!(event = "egress.refused", %peer, host, reason = refusal.as_str(), "a harness's connection refused");
-                refused(&refusal);
-            }
+        let local = client.local_addr().map_err(|_| (Refusal::Incomplete, String::new()))?;
+        let target = target(&head);
+        let to_itself = target.as_ref().is_some_and(|(host, port)| {
+            *port == self.config.port && matches!(host.as_str(), "127.0.0.1" | "localhost")
         });
+        if to_itself && self.upstreams.is_some() {
+            client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.ok();
+            head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
+                Ok(Some(head)) if gateway::addressed(&head, self.config.port) => head,
+                _ => return Err((Refusal::NotConnect, "the proxy itself".into())),
+            };
+        }
+        if let Some(upstreams) = self.upstreams.as_ref().filter(|_| gateway::addressed(&head, self.config.port)) {
+            let ends = (local, peer);
+            return gateway::forward(client, &head, ends, &self.config, &self.rooms, upstreams).await.map(Some);
+        }
+        tunnel(client, target, &self.config).await.map(|()| None)
     }
 }
 
-/// Reads one `CONNECT`, decides, and either splices the client to the host or answers with the refusal.
-async fn tunnel(mut client: TcpStream, config: &EgressConfig) -> Result<(), (Refusal, String)> {
-    let head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
-        Ok(Some(head)) => head,
-        _ => return Err((Refusal::Incomplete, String::new())),
-    };
-    let outcome = match target(&head) {
+/// Splices the client to the `CONNECT`'s host, or answers with the refusal.
+async fn tunnel(
+    mut client: TcpStream,
+    target: Option<(String, u16)>,
+    config: &EgressConfig,
+) -> Result<(), (Refusal, String)> {
+    let outcome = match target {
         None => Err((Refusal::NotConnect, String::new())),
         Some((host, port)) => open(&host, port, config).await.map_err(|r| (r, format!("{host}:{port}"))),
     };
@@ -307,8 +375,20 @@ mod tests {
         let at = proxy.local_addr().unwrap();
         let hosts = vec![format!("127.0.0.1:{}", up.port()), format!("localhost:{}", up.port())];
         let (seen, mut refusals) = tokio::sync::mpsc::unbounded_channel();
-        let config = EgressConfig { port: at.port(), hosts };
-        tokio::spawn(serve(proxy, config, move |r| seen.send(r.as_str()).unwrap()));
+        let config = EgressConfig { port: at.port(), hosts, gateways: Vec::new() };
+        let rooms = RoomsConfig {
+            root: "/nonexistent".into(),
+            first_uid: 200_000,
+            count: 1,
+            helper: "/bin/false".into(),
+            egress: None,
+        };
+        let report = move |s: Seen<'_>| {
+            if let Seen::Refused(r) = s {
+                seen.send(r.as_str()).unwrap()
+            }
+        };
+        tokio::spawn(Proxy::new(config, rooms).unwrap().serve(proxy, report));
         let ask = |request: String| async move {
             let mut conn = TcpStream::connect(at).await.unwrap();
             conn.write_all(request.as_bytes()).await.unwrap();

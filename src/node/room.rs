@@ -8,7 +8,7 @@
 //! variables and execs the harness. Ordinary permissions then keep the room: the tmux socket is root's, another
 //! room's files are another uid's (0700), and signals or `/proc/<pid>/environ` need the same uid.
 //!
-//! Which uid is whose lives beside the homes, where only the agent writes: `<root>/<uid>.owner` holds the
+//! Which uid is whose lives beside the homes, where only the agent writes: `<root>/.owners/<uid>` holds the
 //! WorkSession's `namespace/name`. The agent reads them once at start and writes one when it gives out a uid.
 
 use std::collections::BTreeMap;
@@ -221,7 +221,7 @@ impl Rooms {
 }
 
 /// Who has `uid`, in a directory only the agent reads: `<root>/.owners/<uid>`.
-fn owner_file(config: &RoomsConfig, uid: u32) -> PathBuf {
+pub fn owner_file(config: &RoomsConfig, uid: u32) -> PathBuf {
     config.root.join(OWNERS).join(uid.to_string())
 }
 

@@ -314,7 +314,8 @@ impl Tmux for TmuxRunner {
             ["new-session", "-d", "-s", &spawn.session, "-c"].map(Into::into).to_vec();
         args.push(spawn.workdir.clone().into_os_string());
         // Each variable one word: tmux puts it in the session's environment as it is (no format expansion).
-        for (name, value) in &spawn.env {
+        let room_env = spawn.confine.iter().flat_map(|room| &room.env);
+        for (name, value) in spawn.env.iter().chain(room_env) {
             args.extend(["-e".into(), literal(&format!("{name}={value}")).into()]);
         }
         args.push("--".into());

@@ -21,15 +21,17 @@ pub fn bin() -> PathBuf {
 /// The agent config's `claude` profile (under `harnesses:`): the built-in one, its binary a wrapper that runs the
 /// installed CLI offline with `home` as its `HOME`, `workdir` trusted, its API unreachable.
 pub fn offline_profile(home: &Path, workdir: &Path) -> String {
-    profile(home, workdir, None)
+    profile_with(home, workdir, &[])
 }
 
 /// The same, its API the scripted `model`: its turns end.
 pub fn scripted_profile(home: &Path, workdir: &Path, model: &super::model::Model) -> String {
-    profile(home, workdir, Some(&model.base_url()))
+    profile_with(home, workdir, &[("ANTHROPIC_BASE_URL", model.base_url())])
 }
 
-fn profile(home: &Path, workdir: &Path, base_url: Option<&str>) -> String {
+/// The same, with `env` on top of the offline environment (its API's URL, say, or a key gateway's with the proxy
+/// variables a room's harness gets).
+pub fn profile_with(home: &Path, workdir: &Path, env: &[(&str, String)]) -> String {
     let config = json!({
         "hasCompletedOnboarding": true,
         "projects": {workdir.display().to_string(): {"hasTrustDialogAccepted": true}},
@@ -37,9 +39,9 @@ fn profile(home: &Path, workdir: &Path, base_url: Option<&str>) -> String {
     });
     std::fs::write(home.join(".claude.json"), config.to_string()).unwrap();
     let wrapper = home.join("claude-offline");
-    let api = base_url.map(|url| format!(" ANTHROPIC_BASE_URL='{url}'")).unwrap_or_default();
+    let exports: String = env.iter().map(|(name, value)| format!(" {name}='{value}'")).collect();
     let script = format!(
-        "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}'{api} DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
+        "#!/bin/sh\nexport HOME='{home}' ANTHROPIC_API_KEY='{KEY}'{exports} DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\nexec '{bin}' \"$@\"\n",
         home = home.display(),
         bin = bin().display(),
     );

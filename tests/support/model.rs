@@ -81,6 +81,8 @@ pub struct Request {
     pub tool_result: bool,
     /// When it arrived.
     pub at: std::time::SystemTime,
+    /// The key it carried (`x-api-key`, `x-goog-api-key`, or `authorization`'s bearer token).
+    pub key: Option<String>,
 }
 
 #[derive(Default)]
@@ -169,9 +171,9 @@ impl Model {
     }
 
     async fn serve(&self, mut stream: TcpStream) -> std::io::Result<()> {
-        let Some((path, body)) = read_request(&mut stream).await? else { return Ok(()) };
+        let Some((path, key, body)) = read_request(&mut stream).await? else { return Ok(()) };
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let request = parse(path, body);
+        let request = Request { key, ..parse(path, body) };
         if request.path.ends_with("/responses") {
             let reply = self.reply_to(&request);
             self.state.lock().unwrap().requests.push(request);
@@ -411,7 +413,7 @@ fn parse(path: String, body: Value) -> Request {
             parts(m).iter().rev().find(|p| p["type"] == "text").and_then(|p| p["text"].as_str()).map(String::from)
         })
     });
-    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now() }
+    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now(), key: None }
 }
 
 /// A Gemini API request: `contents` of role `user` (a prompt's text) or carrying a `functionResponse`.
@@ -425,7 +427,7 @@ fn parse_gemini(path: String, body: Value) -> Request {
         .rev()
         .filter(|c| c["role"] == "user")
         .find_map(|c| parts(c).iter().rev().find_map(|p| p["text"].as_str()).map(String::from));
-    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now() }
+    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now(), key: None }
 }
 
 /// A Responses API request: `input` items, a user `message` (a prompt's `input_text`) or a `function_call_output`.
@@ -436,7 +438,7 @@ fn parse_responses(path: String, body: Value) -> Request {
         let content = i["content"].as_array()?;
         content.iter().rev().find_map(|c| c["text"].as_str()).map(String::from)
     });
-    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now() }
+    Request { path, body, prompt, tool_result, at: std::time::SystemTime::now(), key: None }
 }
 
 fn message(model: &str, usage: &Usage) -> Value {
@@ -485,8 +487,8 @@ async fn respond(
     stream.shutdown().await
 }
 
-/// Reads one request: its path and its body (by `content-length`, or chunked).
-async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(String, Vec<u8>)>> {
+/// Reads one request: its path, the key it carried, and its body (by `content-length`, or chunked).
+async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(String, Option<String>, Vec<u8>)>> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     let head_end = loop {
@@ -501,12 +503,15 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(String,
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let header = |name: &str| {
+    let raw_header = |name: &str| {
         head.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_ascii_lowercase())
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
         })
     };
+    let header = |name: &str| raw_header(name).map(|v| v.to_ascii_lowercase());
+    let bearer = raw_header("authorization").and_then(|v| v.strip_prefix("Bearer ").map(String::from));
+    let key = raw_header("x-api-key").or_else(|| raw_header("x-goog-api-key")).or(bearer);
     let mut body = buf[head_end..].to_vec();
     if let Some(length) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
         while body.len() < length {
@@ -527,7 +532,7 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(String,
         }
         body = dechunk(&body);
     }
-    Ok(Some((path, body)))
+    Ok(Some((path, key, body)))
 }
 
 /// A chunked body's data.

@@ -122,10 +122,40 @@ fn with_rooms_on_a_harness_starts_only_in_its_own_room() {
         (200_007, Some("/srv/ws/.rooms/200007"), Some("/usr/local/bin/worksession"))
     );
     assert_eq!(condition(&plan.status, CONFINED), Some(("True", "OwnRoom")));
+    assert!(confine.env.is_empty() && confine.egress_port.is_none(), "no egress, no gateway: {confine:?}");
     case.deleting = true;
     case.liveness = Liveness::Alive;
     case.tmux = Some(SessionView { alive: true, owner: OWNER.into(), ..Default::default() });
     assert_eq!(ops(&case.decide()), ["stop loop-ns_repo-12", "release room", "release finalizer"]);
+}
+
+/// With a key gateway, a room's harness is given the gateway's URL and the placeholder, never the key; and the
+/// egress proxy's port, the one it may connect to.
+#[test]
+fn a_harness_in_a_room_is_given_its_gateways_url_and_a_placeholder() {
+    let mut case = Case::new(ran_old());
+    rooms_on(&mut case);
+    let gateway = crate::config::rooms::GatewayConfig {
+        name: "anthropic".into(),
+        upstream: "https://api.anthropic.com".into(),
+        key_file: "/etc/worksession/gateways/anthropic/key".into(),
+        header: "x-api-key".into(),
+        base_url_env: Some("ANTHROPIC_BASE_URL".into()),
+        key_env: Some("ANTHROPIC_API_KEY".into()),
+        placeholder: "sk-placeholder".into(),
+    };
+    let egress = crate::config::rooms::EgressConfig { port: 3129, hosts: Vec::new(), gateways: vec![gateway] };
+    case.config.rooms.as_mut().unwrap().egress = Some(egress);
+    case.room = Some(Ok(room()));
+    let plan = case.decide();
+    let Some(Op::Spawn(spawn)) = plan.ops.iter().find(|op| matches!(op, Op::Spawn(_))) else { panic!("{plan:?}") };
+    let confine = spawn.confine.as_ref().expect("entered through the room");
+    let env: Vec<(&str, &str)> = confine.env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    assert_eq!(
+        env,
+        [("ANTHROPIC_BASE_URL", "http://127.0.0.1:3129/gateway/anthropic"), ("ANTHROPIC_API_KEY", "sk-placeholder")]
+    );
+    assert_eq!(confine.egress_port, Some(3129));
 }
 
 /// A harness in a room gets no prompt on its command line (every user of the PID namespace reads it in `/proc`, and
