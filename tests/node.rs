@@ -279,14 +279,34 @@ async fn upgrade_keeps_the_harness_a_signed_webhook_reaches_it_once_and_peek_att
 /// an injected agent would) tries everything against another session on the same node, and every attempt fails:
 /// the other's HOME, transcripts and workdir, the list of rooms and a claim on one, the node's clones, the tmux
 /// server (no `TMUX`, no socket: no list, send-keys, capture or kill), a signal to the other's process, its
-/// environment, root, and the cluster's and git's tokens. It holds no capability. The victim's harness and
+/// environment, root, the cluster's and git's tokens, and the model provider's key (a key gateway holds it: the room
+/// has a placeholder, and its own model request reaches the provider with the key). It holds no capability. The
+/// victim's harness and
 /// conversation go on untouched. The one thing it reads is the other's command line (`/proc/<pid>/cmdline` is
 /// readable by every user of a PID namespace), which holds its flags and conversation id but no prompt: with rooms
 /// on every prompt is pasted. Written down in docs/security.md.
 #[tokio::test]
 async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let _turn = turn().await;
-    let r = Release::install("node-rooms", &["--set", "agent.rooms.egress.enabled=true"]).await;
+    // The model provider, on this machine where the node's pods reach it; its key only in a Secret the agent mounts.
+    const KEY: &str = "sk-the-agents-own-key-never-in-a-room";
+    let bridge_ip = std::fs::read_to_string(node().dir.join("apiserver.host")).unwrap();
+    let model = support::model::Model::start_on(bridge_ip.trim());
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-key"},
+        "stringData": {"key": KEY}});
+    let gateway = "agent.rooms.egress.gateways[0]";
+    let values = [
+        format!("{gateway}.name=model"),
+        format!("{gateway}.upstream={}", model.base_url()),
+        format!("{gateway}.secret.name=model-key"),
+        format!("{gateway}.secret.key=key"),
+        format!("{gateway}.baseUrlEnv=MODEL_BASE_URL"),
+        format!("{gateway}.keyEnv=MODEL_API_KEY"),
+        format!("{gateway}.placeholder=placeholder-key"),
+        "agent.rooms.egress.enabled=true".into(),
+    ];
+    let sets: Vec<&str> = values.iter().flat_map(|v| ["--set", v.as_str()]).collect();
+    let r = Release::install_with("node-rooms", &[secret], &sets).await;
     let created = std::time::Instant::now();
     r.create_session("victim", "the victim's own words").await;
     let first = r
@@ -321,7 +341,9 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
         "victim_home": in_pod(&victim_home), "victim_workdir": "/srv/worksession/victim",
         "victim_session": format!("={victim}:"), "victim_marker": id, "socket": "/run/worksession/tmux.sock",
         "rooms": "/srv/worksession/.rooms", "mirrors": "/var/lib/worksession/repos",
-        "token_files": ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/etc/worksession-git/token"],
+        "token_files": ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/etc/worksession-git/token",
+            "/etc/worksession-gateways/model/key"],
+        "gateway_env": "MODEL_BASE_URL", "key_env": "MODEL_API_KEY",
         "victim_hooks": worksession::node::hook::file_of(&in_pod(&victim_home), &format!("{}/victim", r.ns)),
         "victim_port": 18765, "agent_port": 9090,
     });
@@ -337,7 +359,7 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     println!("the hostile harness's report: {results:#?}");
     assert_eq!(results.get("capabilities").map(String::as_str), Some("0000000000000000"), "{results:#?}");
     // Reports, not attacks: what the room sees and whether the kernel offers Landlock in it.
-    let reports = ["capabilities", "visible_processes", "landlock"];
+    let reports = ["capabilities", "visible_processes", "landlock", "environment", "use_gateway"];
     let not_defended: Vec<&str> = reports.iter().chain(&["read_victim_cmdline"]).copied().collect();
     let got_through: Vec<_> =
         results.iter().filter(|(k, v)| !not_defended.contains(&k.as_str()) && !v.starts_with("refused")).collect();
@@ -348,6 +370,14 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let cmdline = &results["read_victim_cmdline"];
     assert!(cmdline.starts_with("done: pid ") && cmdline.contains(&format!(" uid {victim_uid}: ")), "{cmdline}");
     assert!(!cmdline.contains("the vict"), "no prompt on a command line: {cmdline}");
+    // The model provider's key: not in the room (its environment holds the placeholder, the key's file is not
+    // there), yet the room's model request reached the provider with it, through the agent's gateway.
+    let environment = &results["environment"];
+    assert!(environment.contains("MODEL_API_KEY=placeholder-key") && !environment.contains(KEY), "{environment}");
+    assert!(environment.contains("\nMODEL_BASE_URL=http://127.0.0.1:3129/gateway/model\n"), "{environment}");
+    assert_eq!(results["use_gateway"], "done: 200", "{results:#?}");
+    let keys: std::collections::BTreeSet<Option<String>> = model.requests().into_iter().map(|q| q.key).collect();
+    assert_eq!(keys, [Some(KEY.to_string())].into(), "the provider got the key, never the placeholder");
     // The network the rooms share: held to the egress proxy (Landlock), which tunnels to none of the node's or the
     // cluster's own addresses, whatever they are called.
     for attempt in [

@@ -109,17 +109,22 @@ pub struct Release {
 
 impl Release {
     pub async fn install(ns: &str, extra: &[&str]) -> Release {
-        Self::install_on(ns, extra, None).await
+        Self::install_on(ns, extra, None, &[]).await
+    }
+
+    /// The same, with `objects` (Secrets, say) made in the namespace before the chart is installed.
+    pub async fn install_with(ns: &str, objects: &[serde_json::Value], extra: &[&str]) -> Release {
+        Self::install_on(ns, extra, None, objects).await
     }
 
     /// The same, its workspace the PersistentVolumeClaim `claim` (ReadWriteMany) of a PersistentVolume the test
     /// makes first, on the same folder of the node as the hostPath would be: how the chart's shared-storage variant
     /// is installed where a storage class provides such volumes (NFS, CephFS, a cloud file store).
     pub async fn install_with_claim(ns: &str, claim: &str, extra: &[&str]) -> Release {
-        Self::install_on(ns, extra, Some(claim)).await
+        Self::install_on(ns, extra, Some(claim), &[]).await
     }
 
-    async fn install_on(ns: &str, extra: &[&str], claim: Option<&str>) -> Release {
+    async fn install_on(ns: &str, extra: &[&str], claim: Option<&str>, objects: &[serde_json::Value]) -> Release {
         let node = node();
         let client = client_for(&node.kubeconfig).await;
         let hostpath = PathBuf::from(format!("/tmp/worksession-node-{ns}-{}", std::process::id()));
@@ -133,6 +138,12 @@ impl Release {
         .unwrap();
         Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
         let release = Release { ns: ns.into(), client, hostpath };
+        if !objects.is_empty() {
+            let file = std::env::temp_dir().join(format!("worksession-node-objects-{ns}.json"));
+            std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string()).unwrap();
+            let (ok, out, err) = run(node.tool("kubectl").args(["apply", "-n", ns, "-f"]).arg(&file));
+            assert!(ok, "kubectl apply: {out}{err}");
+        }
         let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         if let Some(claim) = claim {
             std::fs::create_dir_all(&release.hostpath).unwrap();

@@ -102,7 +102,12 @@ pub struct Model {
 impl Model {
     /// Starts one on a free loopback port (within a tokio runtime).
     pub fn start() -> Self {
-        let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on("127.0.0.1")
+    }
+
+    /// Starts one on a free port of `ip`, an address of this machine (the node's bridge, for pods to reach).
+    pub fn start_on(ip: &str) -> Self {
+        let std = std::net::TcpListener::bind((ip, 0)).unwrap();
         std.set_nonblocking(true).unwrap();
         let addr = std.local_addr().unwrap();
         let listener = TcpListener::from_std(std).unwrap();
