@@ -328,7 +328,8 @@ async fn a_hostile_key_or_session_name_never_becomes_a_tmux_command() {
 
 /// On this machine's real tmux (the tests run as root): a confined spawn enters its room through
 /// `worksession room` and the harness runs as the room's uid and gid with no other group and no capability, in its
-/// workdir, with the room's HOME and TMPDIR, a private umask and no `TMUX`; a room that cannot be entered (its HOME
+/// workdir, with the room's HOME and TMPDIR, a private umask and no `TMUX`, and no abstract socket made outside the
+/// room within its reach (this kernel scopes them); a room that cannot be entered (its HOME
 /// missing a TMPDIR the agent makes) is a dead pane that says why, not a harness running as root.
 #[tokio::test]
 async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
@@ -337,10 +338,20 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
     }
     let tmux = TmuxServer::new();
     let (home, workdir) = room_of(&tmux, 4_000_123);
-    let script = "{ id -u; id -g; id -G; pwd; echo \"$HOME\"; echo \"$TMPDIR\"; umask; echo \"TMUX=${TMUX:-}\"; \
-                  grep CapEff /proc/self/status; } > report; sleep 60";
+    // An abstract UNIX socket made outside the room (another room's, say): out of its reach, without egress too.
+    use std::os::linux::net::SocketAddrExt;
+    let abstract_name = format!("worksession-room-{}", std::process::id());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+    let _abstract_listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+    let connect = format!(
+        "python3 -c 'import socket\ntry:\n socket.socket(socket.AF_UNIX).connect(\"\\0{abstract_name}\"); print(\"ok\")\nexcept OSError as e: print(type(e).__name__)'"
+    );
+    let script = format!(
+        "{{ id -u; id -g; id -G; pwd; echo \"$HOME\"; echo \"$TMPDIR\"; umask; echo \"TMUX=${{TMUX:-}}\"; {connect}; \
+         grep CapEff /proc/self/status; }} > report; sleep 60"
+    );
     let mut spawn = tmux.spawn_of("loop-room", Mode::Fresh, "conv-room", None, &[]);
-    (spawn.workdir, spawn.binary, spawn.argv) = (workdir.clone(), "/bin/sh".into(), vec!["-c".into(), script.into()]);
+    (spawn.workdir, spawn.binary, spawn.argv) = (workdir.clone(), "/bin/sh".into(), vec!["-c".into(), script]);
     spawn.confine = Some(worksession::node::tmux::Confine {
         helper: env!("CARGO_BIN_EXE_worksession").into(),
         uid: 4_000_123,
@@ -359,11 +370,21 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
     let (home_s, tmp_s, work_s) =
         (home.display().to_string(), home.join(".tmp").display().to_string(), workdir.display().to_string());
     assert_eq!(
-        lines[..8],
-        ["4000123", "4000123", "4000123", work_s.as_str(), home_s.as_str(), tmp_s.as_str(), "0077", "TMUX="],
+        lines[..9],
+        [
+            "4000123",
+            "4000123",
+            "4000123",
+            work_s.as_str(),
+            home_s.as_str(),
+            tmp_s.as_str(),
+            "0077",
+            "TMUX=",
+            "PermissionError"
+        ],
         "{text}"
     );
-    assert_eq!(lines[8].split_whitespace().nth(1), Some("0000000000000000"), "{text}");
+    assert_eq!(lines[9].split_whitespace().nth(1), Some("0000000000000000"), "{text}");
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&report).unwrap()), 4_000_123);
 
     // Its processes, a child that left the tmux session included, are all gone once the room is evicted.
@@ -432,6 +453,12 @@ async fn a_confined_harness_connects_only_to_the_egress_port() {
     let (proxy, other) =
         (std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap());
     let (proxy_port, other_port) = (proxy.local_addr().unwrap().port(), other.local_addr().unwrap().port());
+    // Another room's abstract UNIX socket, as a harness's language server might listen on one: a name in the network
+    // namespace every room shares, which no file permission guards.
+    use std::os::linux::net::SocketAddrExt;
+    let abstract_name = format!("worksession-test-{}", std::process::id());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+    let _abstract_listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
     let tmux = TmuxServer::new();
     let (home, workdir) = room_of(&tmux, 4_000_124);
     // Each way out it tries, and what it got: `ok` or the error's name.
@@ -455,6 +482,7 @@ tries = [
     attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_SEQPACKET)),
     attempt(lambda: socket.socket(40, socket.SOCK_STREAM)),
     attempt(lambda: socket.socket().bind(("127.0.0.1", 0))),
+    attempt(lambda: socket.socket(socket.AF_UNIX).connect("\0{abstract_name}")),
     os.environ.get("HTTPS_PROXY"),
     os.environ.get("A_BASE_URL"),
 ]
@@ -478,8 +506,8 @@ open("report", "w").write(" ".join(tries) + "\n")
     .await;
     let text = std::fs::read_to_string(&report).unwrap();
     // The proxy's port; not another listener, by TCP, MPTCP or a Fast Open send; no SCTP (a sequenced packet socket)
-    // nor VSOCK socket; no listener of its own.
-    let refused = ["PermissionError"; 6].join(" ");
+    // nor VSOCK socket; no listener of its own; no abstract socket made outside the room (this kernel scopes them).
+    let refused = ["PermissionError"; 7].join(" ");
     let expected = format!("ok {refused} http://127.0.0.1:{proxy_port} http://127.0.0.1:{proxy_port}/gateway/a");
     assert_eq!(text.trim(), expected, "{text}");
 }

@@ -447,8 +447,22 @@ pub fn enter(uid: u32, home: &Path, workdir: &Path, egress: Option<u16>, argv: &
                 "refused: the harness's connections cannot be held to the egress proxy: {e}"
             ));
         }
+    } else {
+        scope_abstract_sockets();
     }
     cmd.exec()
+}
+
+/// Keeps this process and everything it starts from connecting to an abstract UNIX socket made outside it (another
+/// room's: a name in the network namespace the rooms share, which no file permission guards), where the kernel can
+/// (Landlock ABI 6, Linux 6.12); elsewhere nothing changes. With egress, [`hold_connects_to`] does it too.
+fn scope_abstract_sockets() {
+    use landlock::{CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
+    let _ = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .scope(Scope::AbstractUnixSocket)
+        .and_then(|r| r.create())
+        .and_then(|r| r.restrict_self());
 }
 
 /// Holds this process and everything it starts to TCP connections to `port` alone, and to no TCP bind at all
@@ -458,13 +472,17 @@ pub fn enter(uid: u32, home: &Path, workdir: &Path, egress: Option<u16>, argv: &
 /// connects without `connect`), and io_uring. Landlock holds the port, not the address: a server of
 /// the harness's choosing on that port elsewhere is reachable (docs/security.md).
 fn hold_connects_to(port: u16) -> Result<(), String> {
-    use landlock::{AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr};
+    use landlock::{AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope};
     use seccompiler::{SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule};
     // Bind is held too, with no rule: a room that took the proxy's port while the agent restarts would be every
     // room's proxy (and it could connect to no listener of its own anyway).
     Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)
+        // Another room's abstract UNIX socket (a name in the network namespace the rooms share, beyond every file
+        // permission) is out of reach too, where the kernel can scope them (ABI 6, Linux 6.12).
+        .map(|r| r.set_compatibility(CompatLevel::BestEffort))
+        .and_then(|r| r.scope(Scope::AbstractUnixSocket))
         .and_then(|r| r.create())
         .and_then(|r| r.add_rule(NetPort::new(port, AccessNet::ConnectTcp)))
         .and_then(|r| r.restrict_self())
