@@ -167,7 +167,7 @@ fn rooms_give_each_harness_its_own_user_and_each_container_only_what_it_needs() 
 
 /// A key gateway's Secret is mounted in the agent's container alone (0400), never the tmux server's, where every
 /// harness runs; the agent config names its file and what each room is given. A gateway without the egress proxy
-/// that serves it is refused.
+/// that serves it, or without rooms, is refused.
 #[test]
 fn a_gateways_key_is_in_the_agents_container_alone() {
     use k8s_openapi::api::apps::v1::DaemonSet;
@@ -211,6 +211,10 @@ fn a_gateways_key_is_in_the_agents_container_alone() {
     let out = try_template(&sets);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("agent.rooms.egress.enabled"), "{said}");
+    sets.push("agent.rooms.enabled=false");
+    let out = try_template(&sets);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("agent.rooms.enabled"), "without rooms: {said}");
 }
 
 /// The node's clones lie on a volume only the agent's container mounts, rooms on or off: with rooms off a harness

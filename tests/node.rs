@@ -391,6 +391,20 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     ] {
         assert!(results.get(attempt).is_some_and(|r| r.starts_with("refused")), "{attempt}: {results:#?}");
     }
+    // What the proxy refused is told on the attacker's session, host by host, where its owner looks.
+    let kube_events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(r.client.clone(), &r.ns);
+    support::eventually("an EgressRefused Event on the attacker's session", || async {
+        let list = kube_events.list(&ListParams::default()).await.ok()?;
+        let told: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("EgressRefused"))
+            .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some("attacker"))
+            .filter_map(|e| e.note)
+            .collect();
+        told.iter().any(|note| note.contains("169.254.169.254:80")).then_some(())
+    })
+    .await;
 
     // The victim: the same process, its conversation as it was, and its next event reaches it there.
     assert_eq!(r.pane_pid(&victim).await, pid, "untouched");

@@ -41,6 +41,7 @@ pub async fn run<S: Store + 'static>(
     let (left_behind, to_relabel) = futures::channel::mpsc::unbounded();
     let mut reconciler = super::reconciler(store, Some(node.clone()), options, ready.clone()).await?;
     reconciler.left_behind = Some(left_behind.clone());
+    let refusals = reconciler.refusals.take();
     let ctx = Arc::new(reconciler);
 
     let sessions: Api<WorkSession> = Api::all(client.clone());
@@ -89,15 +90,30 @@ pub async fn run<S: Store + 'static>(
     });
     // The poll lives exactly as long as the controller: when the controller stops, the poll is dropped with it.
     let relabel_cache = cache.clone();
+    let refused_cache = cache.clone();
     let sessions = move || cache.state();
     tokio::select! {
         () = run => {}
         () = poll::run(&ctx, &ready, sessions, poke) => {}
         () = fenced(client.clone(), node.clone(), &ctx) => {}
         () = relabel_left_behind(client, &node, relabel_cache, left_behind, to_relabel) => {}
+        () = told(&ctx, refused_cache, refusals) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
+}
+
+/// The egress proxy's refusals recorded as Events on their sessions, for as long as the agent runs (with egress).
+async fn told<S: Store, T: Tmux>(
+    ctx: &Reconciler<S, T>,
+    cache: reflector::Store<WorkSession>,
+    refusals: Option<tokio::sync::mpsc::Receiver<super::refusals::Refused>>,
+) {
+    if let Some(refusals) = refusals {
+        super::refusals::tell(&ctx.store, cache, refusals).await;
+    }
+    // Never the reason the agent stops.
+    std::future::pending().await
 }
 
 /// The agent's Lease renewed and its fence kept, for as long as the agent runs (on a cluster, where it has one).

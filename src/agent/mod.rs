@@ -14,6 +14,7 @@ pub mod poll;
 pub mod push;
 pub mod reconcile;
 pub mod record;
+pub mod refusals;
 pub mod registries;
 pub mod workspaces;
 
@@ -73,14 +74,21 @@ async fn reconciler<S: Store>(
         }
     }
     let rooms = options.config.borrow().rooms.clone();
+    let mut refusals_told = None;
     if let Some((rooms, egress)) = rooms.and_then(|r| Some((r.clone(), r.egress?))) {
         // The rooms' one way out, on loopback of the network they share with the agent; as at the agent's start, like
         // the rest of `rooms` (the rooms' harnesses were held to its port when they started).
         use crate::node::egress::{Proxy, Seen};
         let (refused, forwarded) = (metrics.egress_refused.clone(), metrics.gateway_requests.clone());
+        let (tell, told) = tokio::sync::mpsc::channel(refusals::QUEUE);
+        refusals_told = Some(told);
         let count = move |seen: Seen<'_>| match seen {
-            Seen::Refused(r) => {
-                refused.get_or_create(&metrics::ReasonLabel { reason: r.as_str() }).inc();
+            Seen::Refused { refusal, host, owner } => {
+                refused.get_or_create(&metrics::ReasonLabel { reason: refusal.as_str() }).inc();
+                if let Some(owner) = owner {
+                    let said = refusals::Refused { owner: owner.into(), host: host.into(), reason: refusal.as_str() };
+                    let _ = tell.try_send(said);
+                }
             }
             Seen::Forwarded(f) => {
                 let namespace = f.owner.as_deref().and_then(|o| o.split_once('/')).map_or("", |(ns, _)| ns);
@@ -114,5 +122,6 @@ async fn reconciler<S: Store>(
         rooms_reload_refused: Default::default(),
         fence: fence_node.is_some().then(lease::Fence::default),
         left_behind: None,
+        refusals: refusals_told,
     })
 }

@@ -583,6 +583,7 @@ harnessHome: /srv/home
         );
         for (fields, key) in [
             ("name: 'A b', upstream: 'https://a.com', keyFile: /k", "name"),
+            ("name: a-, upstream: 'https://a.com', keyFile: /k", "name"),
             ("name: a, upstream: 'ftp://a.com', keyFile: /k", "upstream"),
             ("name: a, upstream: 'https://user:pw@a.com', keyFile: /k", "upstream"),
             ("name: a, upstream: 'https://a.com/?k=v', keyFile: /k", "upstream"),

@@ -130,8 +130,12 @@ impl GatewayFile {
     /// The validated gateway, or the problem with the key it names (under `rooms.egress.gateways[i]`).
     fn into_config(self) -> Result<GatewayConfig, (&'static str, String)> {
         let word = |s: &str, extra: fn(u8) -> bool| !s.is_empty() && s.len() <= 63 && s.bytes().all(extra);
-        if !word(&self.name, |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
-            return Err(("name", format!("{:?}: lowercase letters, digits and '-', at most 63", self.name)));
+        let label = word(&self.name, |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !self.name.starts_with('-')
+            && !self.name.ends_with('-');
+        if !label {
+            let problem = format!("{:?}: lowercase letters, digits and '-' (not first or last), at most 63", self.name);
+            return Err(("name", problem));
         }
         if !valid_upstream(&self.upstream) {
             let problem = format!("{:?}: http(s)://host[:port][/path], no userinfo, query or fragment", self.upstream);

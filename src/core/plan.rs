@@ -532,6 +532,8 @@ crate::words::words! {
         Moved,
         /// The harness of a session whose work item is closed was stopped (`spec.archived`).
         Archived,
+        /// The egress proxy refused a connection of the session's harness (the host and why; once per host a while).
+        EgressRefused,
     }
 }
 
@@ -558,6 +560,7 @@ impl EventReason {
             EventReason::TurnFailed => "session.turn_failed",
             EventReason::Moved => "session.moved",
             EventReason::Archived => "session.archived",
+            EventReason::EgressRefused => "egress.refused",
         }
     }
 
@@ -592,7 +595,7 @@ pub struct Notice {
 }
 
 impl Notice {
-    pub(crate) fn new(reason: EventReason, message: impl Into<String>) -> Self {
+    pub fn new(reason: EventReason, message: impl Into<String>) -> Self {
         Self { reason, resumed: None, row: None, message: message.into() }
     }
 

@@ -39,13 +39,16 @@ pub enum Refusal {
     NotARoom,
     /// A gateway's key file is missing or empty.
     NoKey,
+    /// The room holds as many connections as one may.
+    TooMany,
 }
 
 /// What the proxy tells its owner of each connection it decided.
 #[derive(Debug)]
 pub enum Seen<'a> {
-    /// Refused, and why.
-    Refused(&'a Refusal),
+    /// Refused: why, what was asked for (`host:port`, a gateway's name, or empty), and the WorkSession
+    /// (`namespace/name`) whose room asked, when a room's socket did.
+    Refused { refusal: &'a Refusal, host: &'a str, owner: Option<&'a str> },
     /// A room's request forwarded by a gateway with its key.
     Forwarded(&'a Forwarded),
 }
@@ -58,6 +61,7 @@ impl Refusal {
             Refusal::NotAllowed | Refusal::Internal | Refusal::NotARoom => "403 Forbidden",
             Refusal::NoGateway => "404 Not Found",
             Refusal::Unreachable | Refusal::NoKey => "502 Bad Gateway",
+            Refusal::TooMany => "429 Too Many Requests",
         }
     }
 
@@ -72,6 +76,7 @@ impl Refusal {
             Refusal::NoGateway => "no_gateway",
             Refusal::NotARoom => "not_a_room",
             Refusal::NoKey => "no_key",
+            Refusal::TooMany => "too_many",
         }
     }
 }
@@ -86,13 +91,18 @@ pub struct Proxy {
     config: EgressConfig,
     rooms: RoomsConfig,
     upstreams: Option<Upstreams>,
+    /// Connections open, by the room (uid) whose socket opened them (`None`: no room's).
+    open: std::sync::Mutex<std::collections::HashMap<Option<u32>, usize>>,
 }
+
+/// How many connections one room may hold open at once: the rest of [`MAX_TUNNELS`] stays for the others.
+const MAX_PER_ROOM: usize = 64;
 
 impl Proxy {
     /// The proxy of `rooms.egress`; an error when a gateway is configured and the system has no trusted roots.
     pub fn new(config: EgressConfig, rooms: RoomsConfig) -> std::io::Result<Self> {
         let upstreams = if config.gateways.is_empty() { None } else { Some(Upstreams::new()?) };
-        Ok(Self { config, rooms, upstreams })
+        Ok(Self { config, rooms, upstreams, open: Default::default() })
     }
 
     /// Binds the proxy's port: an error (the port taken) ends the agent's start, so no room is held to a port
@@ -105,9 +115,10 @@ impl Proxy {
     }
 
     /// Serves on `listener` until the process ends; `seen` is told each refusal and each forwarded request. At most
-    /// [`MAX_TUNNELS`] connections at once: a client beyond them waits to be accepted.
+    /// [`MAX_TUNNELS`] connections at once (a client beyond them waits to be accepted), [`MAX_PER_ROOM`] of one room.
     pub async fn serve(self, listener: TcpListener, seen: impl Fn(Seen<'_>) + Send + Sync + 'static) {
         let (proxy, seen) = (Arc::new(self), Arc::new(seen));
+        let Ok(local) = listener.local_addr() else { return };
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
         loop {
             let Ok(slot) = slots.clone().acquire_owned().await else { return };
@@ -123,27 +134,49 @@ impl Proxy {
             let (proxy, seen) = (proxy.clone(), seen.clone());
             tokio::spawn(async move {
                 let _slot = slot;
-                match proxy.handle(client, peer).await {
+                // Whose socket it is, as the kernel lists it: counted against that room, told with its refusals.
+                let room = gateway::room_of(local, peer, &proxy.rooms).await;
+                let (uid, owner) = (room.as_ref().map(|r| r.0), room.as_ref().and_then(|r| r.1.clone()));
+                let outcome = match proxy.take(uid) {
+                    Some(_held) => proxy.handle(client, room).await,
+                    None => refuse(client, Refusal::TooMany, String::new()).await,
+                };
+                match outcome {
                     Ok(Some(forwarded)) => seen(Seen::Forwarded(&forwarded)),
                     Ok(None) => {}
                     Err((refusal, host)) => {
-                        tracing::warn!(event = "egress.refused", %peer, host, reason = refusal.as_str(), "a harness's connection refused");
-                        seen(Seen::Refused(&refusal));
+                        let session = owner.as_deref().unwrap_or("");
+                        tracing::warn!(event = "egress.refused", %peer, host, reason = refusal.as_str(), session, "a harness's connection refused");
+                        seen(Seen::Refused { refusal: &refusal, host: &host, owner: owner.as_deref() });
                     }
                 }
             });
         }
     }
 
-    /// Reads one request and decides: a `CONNECT` is spliced to its host or refused; a gateway's request is forwarded
-    /// with its key (also when it comes inside a `CONNECT` to this proxy itself, as clients that tunnel every request
-    /// through their proxy send it).
-    async fn handle(&self, mut client: TcpStream, peer: SocketAddr) -> Result<Option<Forwarded>, (Refusal, String)> {
+    /// One more connection of `uid`'s, held until the guard drops; `None` when it holds [`MAX_PER_ROOM`].
+    fn take(self: &Arc<Self>, uid: Option<u32>) -> Option<Held> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(uid).or_default();
+        if *count >= MAX_PER_ROOM {
+            return None;
+        }
+        *count += 1;
+        Some(Held { proxy: self.clone(), uid })
+    }
+
+    /// Reads one request and decides: a `CONNECT` is spliced to its host or refused; a room's request to a gateway
+    /// is forwarded with its key (also when it comes inside a `CONNECT` to this proxy itself, as clients that tunnel
+    /// every request through their proxy send it).
+    async fn handle(
+        &self,
+        mut client: TcpStream,
+        room: Option<(u32, Option<String>)>,
+    ) -> Result<Option<Forwarded>, (Refusal, String)> {
         let mut head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
             Ok(Some(head)) => head,
             _ => return Err((Refusal::Incomplete, String::new())),
         };
-        let local = client.local_addr().map_err(|_| (Refusal::Incomplete, String::new()))?;
         let target = target(&head);
         let to_itself = target.as_ref().is_some_and(|(host, port)| {
             *port == self.config.port && matches!(host.as_str(), "127.0.0.1" | "localhost")
@@ -152,15 +185,40 @@ impl Proxy {
             client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.ok();
             head = match tokio::time::timeout(TIMEOUT, read_head(&mut client)).await {
                 Ok(Some(head)) if gateway::addressed(&head, self.config.port) => head,
-                _ => return Err((Refusal::NotConnect, "the proxy itself".into())),
+                _ => return refuse(client, Refusal::NotConnect, "the proxy itself".into()).await,
             };
         }
         if let Some(upstreams) = self.upstreams.as_ref().filter(|_| gateway::addressed(&head, self.config.port)) {
-            let ends = (local, peer);
-            return gateway::forward(client, &head, ends, &self.config, &self.rooms, upstreams).await.map(Some);
+            let Some(room) = room else { return refuse(client, Refusal::NotARoom, "a gateway".into()).await };
+            return gateway::forward(client, &head, room, &self.config, upstreams).await.map(Some);
         }
         tunnel(client, target, &self.config).await.map(|()| None)
     }
+}
+
+/// A connection counted against its room until it drops.
+struct Held {
+    proxy: Arc<Proxy>,
+    uid: Option<u32>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut open = self.proxy.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.uid) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Answers `refusal` and closes.
+async fn refuse<T>(mut client: TcpStream, refusal: Refusal, what: String) -> Result<T, (Refusal, String)> {
+    let answer = format!("HTTP/1.1 {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", refusal.status());
+    client.write_all(answer.as_bytes()).await.ok();
+    Err((refusal, what))
 }
 
 /// Splices the client to the `CONNECT`'s host, or answers with the refusal.
@@ -180,11 +238,7 @@ async fn tunnel(
                 tokio::time::timeout(MAX_TUNNEL_LIFE, tokio::io::copy_bidirectional(&mut client, &mut upstream)).await;
             Ok(())
         }
-        Err((refusal, host)) => {
-            let answer = format!("HTTP/1.1 {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", refusal.status());
-            client.write_all(answer.as_bytes()).await.ok();
-            Err((refusal, host))
-        }
+        Err((refusal, host)) => refuse(client, refusal, host).await,
     }
 }
 
@@ -360,6 +414,28 @@ mod tests {
         assert_eq!(target("CONNECT example.com:443 HTTP/1.1 x\r\n\r\n"), None);
     }
 
+    /// A proxy for `hosts` on a free port (no gateway, no room of the test's uid), and the refusals it tells.
+    async fn start(hosts: Vec<String>) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<&'static str>) {
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = proxy.local_addr().unwrap();
+        let config = EgressConfig { port: at.port(), hosts, gateways: Vec::new() };
+        let rooms = RoomsConfig {
+            root: "/nonexistent".into(),
+            first_uid: 200_000,
+            count: 1,
+            helper: "/bin/false".into(),
+            egress: None,
+        };
+        let (seen, refusals) = tokio::sync::mpsc::unbounded_channel();
+        let report = move |s: Seen<'_>| {
+            if let Seen::Refused { refusal, .. } = s {
+                seen.send(refusal.as_str()).unwrap()
+            }
+        };
+        tokio::spawn(Proxy::new(config, rooms).unwrap().serve(proxy, report));
+        (at, refusals)
+    }
+
     /// The proxy itself: a listed address gets a tunnel that carries bytes both ways; an unlisted host, a name of an
     /// internal address and anything but a `CONNECT` get their refusal, each counted.
     #[tokio::test]
@@ -371,24 +447,8 @@ mod tests {
                 conn.write_all(b"hello from upstream\n").await.unwrap();
             }
         });
-        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let at = proxy.local_addr().unwrap();
         let hosts = vec![format!("127.0.0.1:{}", up.port()), format!("localhost:{}", up.port())];
-        let (seen, mut refusals) = tokio::sync::mpsc::unbounded_channel();
-        let config = EgressConfig { port: at.port(), hosts, gateways: Vec::new() };
-        let rooms = RoomsConfig {
-            root: "/nonexistent".into(),
-            first_uid: 200_000,
-            count: 1,
-            helper: "/bin/false".into(),
-            egress: None,
-        };
-        let report = move |s: Seen<'_>| {
-            if let Seen::Refused(r) = s {
-                seen.send(r.as_str()).unwrap()
-            }
-        };
-        tokio::spawn(Proxy::new(config, rooms).unwrap().serve(proxy, report));
+        let (at, mut refusals) = start(hosts).await;
         let ask = |request: String| async move {
             let mut conn = TcpStream::connect(at).await.unwrap();
             conn.write_all(request.as_bytes()).await.unwrap();
@@ -413,5 +473,27 @@ mod tests {
         counted.sort();
         counted.retain(|r| !matches!(*r, "internal_address" | "unreachable"));
         assert_eq!(counted, ["not_allowed", "not_connect"], "and the name's refusal counted");
+    }
+    /// One room holds at most its share of connections: past it, the next one is refused at once (429) while the
+    /// ones it holds wait for their requests.
+    #[tokio::test]
+    async fn a_room_holds_at_most_its_share_of_connections() {
+        let (at, mut refusals) = start(Vec::new()).await;
+        let mut held = Vec::new();
+        for _ in 0..=MAX_PER_ROOM {
+            held.push(TcpStream::connect(at).await.unwrap());
+        }
+        // The first answer any of them gets: the held ones get none until their request's time is up.
+        let mut answers: futures::stream::FuturesUnordered<_> = held
+            .iter_mut()
+            .map(|conn| async move {
+                let mut answer = vec![0u8; 64];
+                let n = conn.read(&mut answer).await.unwrap();
+                String::from_utf8_lossy(&answer[..n]).to_string()
+            })
+            .collect();
+        let first = futures::StreamExt::next(&mut answers).await.unwrap();
+        assert!(first.starts_with("HTTP/1.1 429"), "{first}");
+        assert_eq!(refusals.recv().await.unwrap(), "too_many");
     }
 }

@@ -4,38 +4,48 @@
 //! harness holds a key it could carry off or spend elsewhere, and each request is told by the room (so the tenant)
 //! that sent it: the kernel's record of the connecting socket's owner, not anything the harness says.
 //!
-//! One request per connection (`Connection: close` both ways): the head is rewritten, the body and the answer pass
-//! through as they come, streamed answers included.
+//! The head is checked as the proxy read it (method, target, gateway, room, key); hyper then parses the request and
+//! sends it on as a request of its own (its body re-framed: no framing the room chose reaches the upstream), one per
+//! connection, its answer streamed back as it comes.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use http_body_util::{Either, Empty};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tower_service::Service;
 
-use super::egress::{MAX_TUNNEL_LIFE, Refusal, TIMEOUT};
+use super::egress::{MAX_TUNNEL_LIFE, Refusal};
 use crate::config::rooms::{EgressConfig, GatewayConfig, RoomsConfig};
 
 /// The path every gateway's requests start with.
 pub const PREFIX: &str = "/gateway/";
 
-/// The connections the gateway opens to its upstreams: TLS with the system's roots (as the GitHub client's), or
-/// plain HTTP to an upstream given as `http://`.
+/// The methods a model API takes. TRACE (whose answer is the request, key included) and the rest are refused.
+const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+
+/// The client of the upstreams: TLS with the system's roots (as the GitHub client's), or plain HTTP to an upstream
+/// given as `http://`; HTTP/1.1, each request's body streamed.
 #[derive(Clone)]
-pub struct Upstreams(hyper_rustls::HttpsConnector<HttpConnector>);
+pub struct Upstreams(Client<hyper_rustls::HttpsConnector<HttpConnector>, Incoming>);
 
 impl Upstreams {
-    /// The connector, with the system's trusted roots.
+    /// The client, with the system's trusted roots.
     pub fn new() -> std::io::Result<Self> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_native_roots(rustls::crypto::ring::default_provider())?
             .https_or_http()
             .enable_http1()
             .build();
-        Ok(Self(https))
+        Ok(Self(Client::builder(TokioExecutor::new()).build(https)))
     }
 }
 
@@ -74,113 +84,150 @@ fn path_of(target: &str, port: u16) -> Option<&str> {
     path.starts_with(PREFIX).then_some(path)
 }
 
-/// Forwards the request whose `head` was read from `client` (from `peer`, to the proxy at `local`), or answers why
-/// not. Only a room's harness may use a gateway: the peer's socket must belong to a uid of `rooms`.
+/// Whether `rest` (what follows the gateway's name) may be put after the upstream's base path: printable ASCII, no
+/// empty or dot segment (plain or percent-encoded), no encoded slash or backslash: nothing that leaves the base path
+/// or that an upstream which is itself a proxy could read as another host (`//host/...`).
+fn plain_path(rest: &str) -> bool {
+    let (path, _query) = rest.split_once('?').unwrap_or((rest, ""));
+    let lower = path.to_ascii_lowercase();
+    let printable = rest.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'\\' && b != b'#');
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    // A trailing slash is an empty last segment, and harmless.
+    let last = segments.len().saturating_sub(1);
+    let plain_segments =
+        segments.iter().enumerate().all(|(i, s)| !matches!(*s, "." | "..") && (!s.is_empty() || i == last));
+    printable && plain_segments && !["%2e", "%2f", "%5c"].iter().any(|encoded| lower.contains(encoded))
+}
+
+/// Forwards the request whose `head` was read from `client`, sent by the room `uid` (given to `owner`), or answers
+/// why not.
 pub async fn forward(
     mut client: TcpStream,
     head: &str,
-    (local, peer): (SocketAddr, SocketAddr),
+    (uid, owner): (u32, Option<String>),
     config: &EgressConfig,
-    rooms: &RoomsConfig,
     upstreams: &Upstreams,
 ) -> Result<Forwarded, (Refusal, String)> {
-    let outcome = prepare(head, (local, peer), config, rooms).await;
-    let (gateway, request, uid) = match outcome {
-        Ok(prepared) => prepared,
+    let (gateway, target, key) = match check(head, config).await {
+        Ok(checked) => checked,
         Err((refusal, what)) => {
             let answer = format!("HTTP/1.1 {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", refusal.status());
             client.write_all(answer.as_bytes()).await.ok();
             return Err((refusal, what));
         }
     };
-    let name = gateway.name.clone();
-    let mut upstream = match connect(&gateway.upstream, upstreams).await {
-        Some(upstream) => upstream,
-        None => {
-            let answer = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-            client.write_all(answer.as_bytes()).await.ok();
-            return Err((Refusal::Unreachable, format!("gateway {name}")));
-        }
-    };
-    upstream.write_all(request.as_bytes()).await.ok();
-    let owner = tokio::fs::read_to_string(super::room::owner_file(rooms, uid)).await.ok();
-    let owner = owner.and_then(|o| o.lines().next().map(String::from));
-    tracing::info!(event = "gateway.forwarded", gateway = %name, uid, session = owner.as_deref().unwrap_or(""), "a room's model request forwarded with the key");
-    let _ = tokio::time::timeout(MAX_TUNNEL_LIFE, tokio::io::copy_bidirectional(&mut client, &mut upstream)).await;
+    // hyper reads the request from its start again: the head the proxy read, then the rest as it comes.
+    let io = TokioIo::new(Replayed { head: head.as_bytes().to_vec(), at: 0, inner: client });
+    let (upstreams, credential, name) = (upstreams.clone(), credential(&gateway.header, &key), gateway.name.clone());
+    let gateway = gateway.clone();
+    let relayed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let told = relayed.clone();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        told.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (gateway, target, credential, upstreams) =
+            (gateway.clone(), target.clone(), credential.clone(), upstreams.clone());
+        async move { Ok::<_, Infallible>(relay(request, &gateway, &target, &credential, &upstreams).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new().keep_alive(false).serve_connection(io, service);
+    let _ = tokio::time::timeout(MAX_TUNNEL_LIFE, served).await;
+    if !relayed.load(std::sync::atomic::Ordering::Relaxed) {
+        // hyper refused the request as malformed (and answered 400): nothing went upstream.
+        return Err((Refusal::NotConnect, format!("gateway {name}")));
+    }
+    let session = owner.as_deref().unwrap_or("");
+    tracing::info!(event = "gateway.forwarded", gateway = %name, uid, session, "a room's model request forwarded with the key");
     Ok(Forwarded { gateway: name, uid, owner })
 }
 
-/// The gateway `head` is for, the head to send upstream (the key in it), and the room's uid; or the refusal.
-async fn prepare<'a>(
+/// The gateway `head` is for, the upstream URL it goes to, and the key; or the refusal.
+async fn check<'a>(
     head: &str,
-    (local, peer): (SocketAddr, SocketAddr),
     config: &'a EgressConfig,
-    rooms: &RoomsConfig,
-) -> Result<(&'a GatewayConfig, String, u32), (Refusal, String)> {
-    let mut lines = head.strip_suffix("\r\n\r\n").unwrap_or(head).split("\r\n");
-    let mut words = lines.next().unwrap_or("").split(' ');
+) -> Result<(&'a GatewayConfig, String, String), (Refusal, String)> {
+    let mut words = head.lines().next().unwrap_or("").split(' ');
     let (method, target, version) = (words.next(), words.next(), words.next());
-    let (Some(method), Some(path), Some("HTTP/1.1" | "HTTP/1.0"), None) =
+    let (Some(method), Some(path), Some("HTTP/1.1"), None) =
         (method, target.and_then(|t| path_of(t, config.port)), version, words.next())
     else {
         return Err((Refusal::NotConnect, String::new()));
     };
-    let (name, rest) =
-        path[PREFIX.len()..].split_at(path[PREFIX.len()..].find(['/', '?']).unwrap_or(path.len() - PREFIX.len()));
+    let named = &path[PREFIX.len()..];
+    let (name, rest) = named.split_at(named.find(['/', '?']).unwrap_or(named.len()));
     let Some(gateway) = config.gateways.iter().find(|g| g.name == name) else {
         return Err((Refusal::NoGateway, format!("gateway {name}")));
     };
-    let uid = peer_uid(local, peer).await;
-    let room_uids = rooms.first_uid..rooms.first_uid.saturating_add(rooms.count);
-    let Some(uid) = uid.filter(|uid| room_uids.contains(uid)) else {
-        return Err((Refusal::NotARoom, format!("gateway {name}")));
-    };
-    let Some(headers) = lines.map(kept).collect::<Option<Vec<_>>>() else {
+    if !METHODS.contains(&method) || !plain_path(rest) {
         return Err((Refusal::NotConnect, format!("gateway {name}")));
-    };
-    let key = key(&gateway.key_file).await.ok_or((Refusal::NoKey, format!("gateway {name}")))?;
-    let Ok(upstream) = gateway.upstream.parse::<hyper::Uri>() else {
-        return Err((Refusal::Unreachable, format!("gateway {name}")));
-    };
-    let authority = upstream.authority().map(|a| a.as_str()).unwrap_or_default();
-    let base = upstream.path().trim_end_matches('/');
-    let rest = if rest.is_empty() { "/" } else { rest };
-    let credential = if gateway.header == "authorization" { format!("Bearer {key}") } else { key };
-    let mut request = format!("{method} {base}{rest} HTTP/1.1\r\nHost: {authority}\r\n");
-    for header in headers.into_iter().flatten() {
-        request.push_str(header);
-        request.push_str("\r\n");
     }
-    request.push_str(&format!("{}: {credential}\r\nConnection: close\r\n\r\n", gateway.header));
-    Ok((gateway, request, uid))
+    let key = key(&gateway.key_file).await.ok_or((Refusal::NoKey, format!("gateway {name}")))?;
+    let rest = if rest.starts_with('/') { rest.to_string() } else { format!("/{rest}") };
+    Ok((gateway, format!("{}{rest}", gateway.upstream), key))
 }
 
-/// The headers that never pass: the connection's own, and every header a credential may travel in (the harness's
-/// placeholder among them), whichever the gateway's is.
-const DROPPED: &[&str] = &[
-    "host",
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "upgrade",
-    "te",
-    "proxy-authorization",
-    "authorization",
-    "x-api-key",
-    "x-goog-api-key",
-    "api-key",
-    "cookie",
-];
-
-/// `line` as it is forwarded: `Some(None)` when it is dropped, `None` when it is no header at all (a request that
-/// smuggles a line break or a name that is not a token is refused whole).
-fn kept(line: &str) -> Option<Option<&str>> {
-    let (name, _) = line.split_once(':')?;
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if name.is_empty() || !name.bytes().all(token) || line.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-        return None;
+/// The request sent upstream for `request`: its method and body, its headers but [`dropped`] ones, the key in the
+/// gateway's header; the upstream's answer as it comes, or 502.
+async fn relay(
+    request: Request<Incoming>,
+    gateway: &GatewayConfig,
+    target: &str,
+    credential: &str,
+    upstreams: &Upstreams,
+) -> Response<Either<Incoming, Empty<Bytes>>> {
+    let (parts, body) = request.into_parts();
+    let mut out = Request::builder().method(parts.method).uri(target);
+    for (name, value) in &parts.headers {
+        if !dropped(name.as_str(), gateway) {
+            out = out.header(name, value);
+        }
     }
-    Some((!DROPPED.contains(&name.to_ascii_lowercase().as_str())).then_some(line))
+    let sent = match out.header(gateway.header.as_str(), credential).body(body) {
+        Ok(request) => upstreams.0.request(request).await.ok(),
+        Err(_) => None,
+    };
+    match sent {
+        Some(answer) => answer.map(Either::Left),
+        None => {
+            tracing::warn!(event = "gateway.unreachable", gateway = %gateway.name, "the gateway's upstream did not answer");
+            let mut answer = Response::new(Either::Right(Empty::new()));
+            *answer.status_mut() = StatusCode::BAD_GATEWAY;
+            answer
+        }
+    }
+}
+
+/// The value of the gateway's header for `key`: `Bearer <key>` in `authorization`, the key itself elsewhere.
+fn credential(header: &str, key: &str) -> String {
+    if header == "authorization" { format!("Bearer {key}") } else { key.to_string() }
+}
+
+/// Whether a request's header `name` stays behind: the connection's own; every header a credential may travel in
+/// (the gateway's own included: the harness's placeholder among them); and those that move a request elsewhere or
+/// change its method on an upstream that heeds them.
+fn dropped(name: &str, gateway: &GatewayConfig) -> bool {
+    const DROPPED: &[&str] = &[
+        "host",
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "content-length",
+        "proxy-authorization",
+        "authorization",
+        "x-api-key",
+        "x-goog-api-key",
+        "api-key",
+        "cookie",
+        "forwarded",
+        "x-original-url",
+        "x-rewrite-url",
+        "x-http-method",
+        "x-http-method-override",
+        "x-method-override",
+    ];
+    DROPPED.contains(&name) || name.starts_with("x-forwarded-") || name == gateway.header
 }
 
 /// The key in `file` (its first line), if there is one.
@@ -190,12 +237,54 @@ async fn key(file: &Path) -> Option<String> {
     (!key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic())).then(|| key.to_string())
 }
 
-/// A connection to `upstream` (TLS for `https://`), within [`TIMEOUT`].
-async fn connect(upstream: &str, upstreams: &Upstreams) -> Option<TokioIo<impl hyper::rt::Read + hyper::rt::Write>> {
-    let uri: hyper::Uri = upstream.parse().ok()?;
-    let mut connector = upstreams.0.clone();
-    let stream = tokio::time::timeout(TIMEOUT, connector.call(uri)).await.ok()?.ok()?;
-    Some(TokioIo::new(stream))
+/// A connection whose first bytes, already read, are given again.
+struct Replayed {
+    head: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Replayed {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = buf.remaining().min(self.head.len() - self.at);
+            buf.put_slice(&self.head[self.at..self.at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Replayed {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The room whose socket connected from `peer` to `local`: its uid, and the WorkSession (`namespace/name`) it is
+/// given to; `None` when no room's uid owns the socket.
+pub async fn room_of(local: SocketAddr, peer: SocketAddr, rooms: &RoomsConfig) -> Option<(u32, Option<String>)> {
+    let uid = peer_uid(local, peer).await?;
+    let room_uids = rooms.first_uid..rooms.first_uid.saturating_add(rooms.count);
+    if !room_uids.contains(&uid) {
+        return None;
+    }
+    Some((uid, owner_of(rooms, uid).await))
+}
+
+/// The WorkSession (`namespace/name`) `uid` is given to, from its owner file.
+async fn owner_of(rooms: &RoomsConfig, uid: u32) -> Option<String> {
+    let owner = tokio::fs::read_to_string(super::room::owner_file(rooms, uid)).await.ok()?;
+    owner.lines().next().map(String::from)
 }
 
 /// The owner of the TCP socket connected from `peer` to `local`, as the kernel lists it (`/proc/net/tcp`, a socket's
@@ -204,13 +293,16 @@ pub async fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     let (SocketAddr::V4(local), SocketAddr::V4(peer)) = (local, peer) else { return None };
     let hex = |a: std::net::SocketAddrV4| format!("{:08X}:{:04X}", u32::from_ne_bytes(a.ip().octets()), a.port());
     let (from, to) = (hex(peer), hex(local));
-    let table = tokio::fs::read_to_string("/proc/net/tcp").await.ok()?;
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(1) == Some(&from.as_str()) && fields.get(2) == Some(&to.as_str()))
-            .then(|| fields.get(7)?.parse().ok())
-            .flatten()
-    })
+    // Line by line, to the one that matches: a room can make the table long (connections in TIME_WAIT).
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(tokio::fs::File::open("/proc/net/tcp").await.ok()?).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut fields = line.split_whitespace().skip(1);
+        if fields.next() == Some(from.as_str()) && fields.next() == Some(to.as_str()) {
+            return fields.nth(4)?.parse().ok();
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -232,15 +324,35 @@ mod tests {
     }
 
     #[test]
-    fn credentials_and_the_connections_headers_never_pass() {
-        assert_eq!(kept("Content-Type: application/json"), Some(Some("Content-Type: application/json")));
-        for dropped in ["X-Api-Key: sk-placeholder", "authorization: Bearer x", "Host: evil", "Connection: keep-alive"]
-        {
-            assert_eq!(kept(dropped), Some(None), "{dropped}");
+    fn credentials_the_connections_headers_and_routing_headers_never_pass() {
+        let mut gateway = gateway_to("http://127.0.0.1:1".into(), Path::new("/k"));
+        gateway.header = "openai-key".into();
+        assert!(!dropped("content-type", &gateway) && !dropped("anthropic-version", &gateway));
+        for name in [
+            "x-api-key",
+            "authorization",
+            "openai-key",
+            "host",
+            "connection",
+            "transfer-encoding",
+            "content-length",
+            "x-forwarded-host",
+            "forwarded",
+            "x-http-method-override",
+        ] {
+            assert!(dropped(name, &gateway), "{name}");
         }
-        assert_eq!(kept("X-Smuggled: a\nx-api-key: b"), None, "a bare line break");
-        assert_eq!(kept("Bad Name: x"), None);
-        assert_eq!(kept("no colon"), None);
+    }
+
+    #[test]
+    fn a_path_stays_below_the_upstreams_base() {
+        for plain in ["/v1/messages", "/v1/messages?beta=true", "", "?key=v", "/v1/models/", "/v1/a%20b"] {
+            assert!(plain_path(plain), "{plain}");
+        }
+        for escaping in ["/../x", "/v1/../../x", "/./x", "//evil.example/x", "/v1//x", "/%2e%2e/x", "/a%2Fb", "/a\\b"] {
+            assert!(!plain_path(escaping), "{escaping}");
+        }
+        assert!(!plain_path("/a\tb") && !plain_path("/a b") && !plain_path("/é"), "printable ASCII only");
     }
 
     /// An upstream that answers each request with what it received (head and body), then closes.
@@ -258,7 +370,9 @@ mod tests {
                         got.extend_from_slice(&buf[..n]);
                         let text = String::from_utf8_lossy(&got).to_string();
                         if let Some(end) = text.find("\r\n\r\n") {
-                            let length = text.lines().find_map(|l| l.strip_prefix("Content-Length: "));
+                            let length = text.lines().find_map(|l| {
+                                l.to_ascii_lowercase().strip_prefix("content-length: ").map(String::from)
+                            });
                             let length: usize = length.map_or(0, |l| l.trim().parse().unwrap());
                             if got.len() >= end + 4 + length || n == 0 {
                                 break;
@@ -277,6 +391,18 @@ mod tests {
         at
     }
 
+    fn gateway_to(upstream: String, dir: &Path) -> GatewayConfig {
+        GatewayConfig {
+            name: "model".into(),
+            upstream,
+            key_file: dir.join("key"),
+            header: "x-api-key".into(),
+            base_url_env: None,
+            key_env: None,
+            placeholder: "sk-placeholder".into(),
+        }
+    }
+
     fn own_uid() -> u32 {
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap())
     }
@@ -290,21 +416,13 @@ mod tests {
     ) -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let gateway = GatewayConfig {
-            name: "model".into(),
-            upstream: format!("http://{upstream}/base"),
-            key_file: dir.join("key"),
-            header: "x-api-key".into(),
-            base_url_env: None,
-            key_env: None,
-            placeholder: "sk-placeholder".into(),
-        };
+        let gateway = gateway_to(format!("http://{upstream}/base"), dir);
         let config = EgressConfig { port, hosts: Vec::new(), gateways: vec![gateway] };
         let rooms = RoomsConfig { root: dir.into(), first_uid, count: 1, helper: "/bin/false".into(), egress: None };
         let (tell, seen) = tokio::sync::mpsc::unbounded_channel();
         let report = move |s: Seen<'_>| {
             let said = match s {
-                Seen::Refused(r) => r.as_str().to_string(),
+                Seen::Refused { refusal, .. } => refusal.as_str().to_string(),
                 Seen::Forwarded(f) => format!("{} {} {:?}", f.gateway, f.uid, f.owner),
             };
             tell.send(said).unwrap();
@@ -342,7 +460,7 @@ mod tests {
             let answer = ask(port, &format!("POST {target} HTTP/1.1\r\nHost: x\r\n{headers}")).await;
             assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
             assert!(answer.contains("\r\n\r\nPOST /base/v1/messages?beta=true HTTP/1.1\r\n"), "{answer}");
-            assert!(answer.contains(&format!("\r\nHost: {upstream}\r\n")), "{answer}");
+            assert!(answer.contains(&format!("\r\nhost: {upstream}\r\n")), "{answer}");
             assert!(answer.contains("\r\nx-api-key: sk-real-key\r\n"), "{answer}");
             assert!(answer.ends_with("\r\n\r\nhello"), "the body whole: {answer}");
             assert!(!answer.contains("placeholder") && !answer.contains("Host: x"), "{answer}");
@@ -357,9 +475,11 @@ mod tests {
     }
 
     /// What is not a room's request to a gateway with a key gets its refusal, each told: another gateway's name, a
-    /// socket of a uid no room has, a smuggled header, a key file gone.
+    /// socket of a uid no room has, TRACE (which would echo the key), a path that leaves the upstream's base or names
+    /// another host, a key file gone; and a request framed two ways reaches the upstream framed one way, nothing
+    /// smuggled behind it.
     #[tokio::test]
-    async fn a_stranger_an_unknown_gateway_a_smuggled_header_and_a_missing_key_are_refused() {
+    async fn a_stranger_an_unknown_gateway_a_trace_an_escaping_path_and_a_missing_key_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("key"), "sk-real-key\n").unwrap();
         let upstream = echo().await;
@@ -372,10 +492,24 @@ mod tests {
         let answer = ask(stranger, &post("/gateway/model/v1/messages")).await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
         assert_eq!(stranger_seen.recv().await.unwrap(), "not_a_room");
-        let smuggled = "POST /gateway/model/v1 HTTP/1.1\r\nX-A: b\nx-api-key: mine\r\n\r\n";
-        let answer = ask(port, smuggled).await;
-        assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
-        assert_eq!(seen.recv().await.unwrap(), "not_connect");
+        for refused in [
+            "TRACE /gateway/model/v1 HTTP/1.1\r\n\r\n".to_string(),
+            post("/gateway/model//evil.example/v1"),
+            post("/gateway/model/../other/v1"),
+            post("/gateway/model/%2e%2e/other"),
+            "POST /gateway/model/v1 HTTP/1.0\r\n\r\n".to_string(),
+        ] {
+            let answer = ask(port, &refused).await;
+            assert!(answer.starts_with("HTTP/1.1 405"), "{refused}: {answer}");
+            assert_eq!(seen.recv().await.unwrap(), "not_connect");
+        }
+        let two_ways = "POST /gateway/model/v1 HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n\
+                        0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n";
+        let answer = ask(port, two_ways).await;
+        let echoed = answer.split_once("\r\n\r\n").map_or("", |(_, upstream_got)| upstream_got).to_ascii_lowercase();
+        let framings = ["\r\ncontent-length:", "\r\ntransfer-encoding:"].iter().filter(|h| echoed.contains(*h)).count();
+        assert!(framings <= 1 && !echoed.contains("/smuggled"), "{answer}");
+        seen.recv().await.unwrap();
         std::fs::remove_file(dir.path().join("key")).unwrap();
         let answer = ask(port, &post("/gateway/model/v1/messages")).await;
         assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
