@@ -64,6 +64,7 @@ async fn main() {
         lease_namespace: ns.name.clone(),
         grace: Duration::from_secs(300),
         namespace: Some(ns.name.clone()),
+        cordon_moves: true,
     };
     let ready = Arc::new(AtomicBool::new(false));
     let controller =

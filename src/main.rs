@@ -77,6 +77,11 @@ enum Command {
         /// Place only the sessions of this namespace (default: every namespace).
         #[arg(long)]
         namespace: Option<String>,
+        /// Whether a cordoned node's sessions move to other nodes: true where their conversations are on storage
+        /// every node shares (the chart sets it from `agent.workspace.persistentVolumeClaim`); false keeps them on
+        /// the cordoned node, where they go on, since a move would start each one fresh.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        cordon_moves: bool,
     },
     /// List WorkSessions (or WorkEvents: `get wev`) like `kubectl get`, from the cluster or a local directory.
     Get {
@@ -350,7 +355,14 @@ async fn run(cli: Cli) -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Command::Controller { admin_addr, lease_namespace, node_lost_grace_seconds, no_placement, namespace } => {
+        Command::Controller {
+            admin_addr,
+            lease_namespace,
+            node_lost_grace_seconds,
+            no_placement,
+            namespace,
+            cordon_moves,
+        } => {
             worksession::telemetry::init_tracing(cli.log_json);
             let grace = Duration::from_secs(node_lost_grace_seconds.max(1));
             let placement =
@@ -358,6 +370,7 @@ async fn run(cli: Cli) -> ExitCode {
                     lease_namespace,
                     grace,
                     namespace,
+                    cordon_moves,
                 });
             let result = match kube::Client::try_default().await {
                 Ok(client) => worksession::controller::run(client, Some(admin_addr), placement).await,

@@ -217,6 +217,26 @@ fn a_gateways_key_is_in_the_agents_container_alone() {
     assert!(!out.status.success() && said.contains("agent.rooms.enabled"), "without rooms: {said}");
 }
 
+/// A cordon moves sessions only where their conversations are on storage every node mounts: the controller is told
+/// so by default exactly when the workspace is a shared volume claim, and a value set by hand wins.
+#[test]
+fn a_cordon_moves_sessions_only_with_shared_storage_unless_told() {
+    let cordon_moves = |values: &[&str]| {
+        let mut all = vec!["--set", "bridge.enabled=false"];
+        all.extend(values);
+        let rendered = template("ws", "worksession", &all);
+        let flag = rendered.lines().find_map(|l| l.trim().strip_prefix("- --cordon-moves=")).map(String::from);
+        flag.expect("the controller is told")
+    };
+    assert_eq!(cordon_moves(&[]), "false", "a hostPath: a move would start each conversation fresh");
+    let shared = ["--set", "agent.workspace.persistentVolumeClaim=shared", "--set", "agent.rooms.enabled=false"];
+    assert_eq!(cordon_moves(&shared), "true");
+    assert_eq!(cordon_moves(&["--set", "placement.cordonMoves=true"]), "true");
+    let mut told = shared.to_vec();
+    told.extend(["--set", "placement.cordonMoves=false"]);
+    assert_eq!(cordon_moves(&told), "false");
+}
+
 /// The node's clones lie on a volume only the agent's container mounts, rooms on or off: with rooms off a harness
 /// shares the agent's user, and one that could write a clone would have the agent's next fetch act on what it
 /// planted (an alternate's command run in the agent's container, a proxy handed the git token).

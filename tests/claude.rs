@@ -681,6 +681,7 @@ async fn through_a_key_gateway_the_model_gets_the_agents_key_and_the_cli_only_a_
         base_url_env: Some("ANTHROPIC_BASE_URL".into()),
         key_env: Some("ANTHROPIC_API_KEY".into()),
         placeholder: support::claude::KEY.into(),
+        paths: worksession::config::rooms::DEFAULT_PATHS.map(String::from).to_vec(),
     };
     let env = gateway.env(port);
     // This test's harness runs as the test's own user: that uid is the one room the gateway serves.

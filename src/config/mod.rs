@@ -567,13 +567,15 @@ harnessHome: /srv/home
         assert!(egress.gateways.is_empty());
 
         let gateway = |fields: &str| format!("rooms:\n  root: /r\n  egress:\n    gateways:\n      - {{{fields}}}\n");
-        let good = "name: a, upstream: 'https://api.a.com', keyFile: /k";
+        let good = "name: a, upstream: 'https://api.a.com/', keyFile: /k";
         let c = parse(&gateway(&format!("{good}, baseUrlEnv: A_BASE_URL, keyEnv: A_KEY"))).unwrap();
         let g = &c.rooms.unwrap().egress.unwrap().gateways[0];
         assert_eq!(
             (g.header.as_str(), g.placeholder.as_str()),
             (rooms::DEFAULT_GATEWAY_HEADER, rooms::DEFAULT_PLACEHOLDER)
         );
+        assert!(g.allows("/v1/messages") && g.allows("/v1/messages/count_tokens") && !g.allows("/v1/files"));
+        assert_eq!(g.upstream, "https://api.a.com", "no trailing slash kept");
         assert_eq!(
             g.env(3129),
             [
@@ -592,6 +594,10 @@ harnessHome: /srv/home
             (&format!("{good}, keyEnv: 'lower'"), "keyEnv"),
             (&format!("{good}, baseUrlEnv: '1A'"), "baseUrlEnv"),
             (&format!("{good}, placeholder: 'a b'"), "placeholder"),
+            (&format!("{good}, paths: ['v1/messages']"), "paths"),
+            (&format!("{good}, paths: ['/v1/messages?x=1']"), "paths"),
+            (&format!("{good}, paths: ['v1/messages']"), "paths"),
+            (&format!("{good}, paths: ['/v1/messages?x=1']"), "paths"),
         ] {
             let e = refused(&gateway(fields));
             assert!(e.contains(&format!("rooms.egress.gateways[0].{key}")), "{fields}: {e}");

@@ -55,6 +55,10 @@ pub struct GatewayConfig {
     pub key_env: Option<String>,
     /// What the harness holds instead of the key (`placeholder`).
     pub placeholder: String,
+    /// The paths below the upstream's base a room may ask for (`paths`, exact, the query aside; `["*"]`: any). One key
+    /// serves every tenant: a path that lists or fetches what is stored under the key (files, batches, stored
+    /// answers) would show one tenant's data to another.
+    pub paths: Vec<String>,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -66,10 +70,17 @@ impl std::fmt::Debug for GatewayConfig {
 
 /// The default header a gateway's key goes in (Anthropic's).
 pub const DEFAULT_GATEWAY_HEADER: &str = "x-api-key";
+/// The default paths: Anthropic's Messages API and its token count, what Claude Code asks for a turn.
+pub const DEFAULT_PATHS: [&str; 2] = ["/v1/messages", "/v1/messages/count_tokens"];
 /// The default placeholder key, of the shape Anthropic's clients expect.
 pub const DEFAULT_PLACEHOLDER: &str = "sk-ant-api03-worksession-gateway-placeholder-key-00000000000";
 
 impl GatewayConfig {
+    /// Whether a room may ask for `path` (below the upstream's base, its query aside).
+    pub fn allows(&self, path: &str) -> bool {
+        self.paths.iter().any(|allowed| allowed == "*" || allowed == path)
+    }
+
     /// The URL a room's harness is given (`<baseUrlEnv>`).
     pub fn url(&self, port: u16) -> String {
         format!("http://127.0.0.1:{port}/gateway/{}", self.name)
@@ -124,6 +135,7 @@ struct GatewayFile {
     base_url_env: Option<String>,
     key_env: Option<String>,
     placeholder: Option<String>,
+    paths: Option<Vec<String>>,
 }
 
 impl GatewayFile {
@@ -158,9 +170,14 @@ impl GatewayFile {
         if placeholder.is_empty() || !placeholder.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(("placeholder", "printable ASCII, no spaces".into()));
         }
+        let paths = self.paths.unwrap_or_else(|| DEFAULT_PATHS.map(String::from).to_vec());
+        let path_ok = |p: &String| p == "*" || (p.starts_with('/') && !p.contains(['?', '#', ' ']) && p.len() <= 256);
+        if let Some(bad) = paths.iter().find(|p| !path_ok(p)) {
+            return Err(("paths", format!("{bad:?}: an absolute path without a query, or \"*\"")));
+        }
         let (name, upstream, key_file) = (self.name, self.upstream.trim_end_matches('/').to_string(), self.key_file);
         let (base_url_env, key_env) = (self.base_url_env, self.key_env);
-        Ok(GatewayConfig { name, upstream, key_file, header, base_url_env, key_env, placeholder })
+        Ok(GatewayConfig { name, upstream, key_file, header, base_url_env, key_env, placeholder, paths })
     }
 }
 

@@ -428,6 +428,11 @@ impl<'a, 'i> Decision<'a, 'i> {
         if self.input.observed.liveness != Liveness::Absent {
             self.ops.push(Op::Stop { session: self.session.clone() });
         }
+        // The room here is freed before the hand-over: every process of its uid killed (a child that left the tmux
+        // session too), its workdir moved aside, the uid free for another session of this node.
+        if matches!(self.input.evidence.room, Confinement::Room(_)) {
+            self.ops.push(Op::ReleaseRoom);
+        }
         self.notice(Notice::new(EventReason::Moved, format!("moving to node {to}")));
         self.ops.push(Op::Move { node: to.to_string() });
         true

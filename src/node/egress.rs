@@ -3,7 +3,9 @@
 //! of `rooms.egress.hosts`, and only to an address outside the node's and the cluster's own ranges (a name that
 //! resolves to the API server, the instance metadata address or another room's listener is refused, however it is
 //! spelt), unless that address itself is listed. Every refusal is logged with the host and counted. The same port
-//! serves the key gateways ([`crate::node::gateway`]).
+//! serves the key gateways ([`gateway`]).
+
+pub mod gateway;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -12,8 +14,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::gateway::{self, Forwarded, Upstreams};
 use crate::config::rooms::{EgressConfig, RoomsConfig};
+use gateway::{Forwarded, Upstreams};
 
 /// How long a client may take to send its request, and a tunnel's connection to open.
 pub(super) const TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,6 +43,8 @@ pub enum Refusal {
     NoKey,
     /// The room holds as many connections as one may.
     TooMany,
+    /// A gateway's path the gateway does not serve (`paths`).
+    PathNotAllowed,
 }
 
 /// What the proxy tells its owner of each connection it decided.
@@ -58,7 +62,7 @@ impl Refusal {
         match self {
             Refusal::Incomplete => "408 Request Timeout",
             Refusal::NotConnect => "405 Method Not Allowed",
-            Refusal::NotAllowed | Refusal::Internal | Refusal::NotARoom => "403 Forbidden",
+            Refusal::NotAllowed | Refusal::Internal | Refusal::NotARoom | Refusal::PathNotAllowed => "403 Forbidden",
             Refusal::NoGateway => "404 Not Found",
             Refusal::Unreachable | Refusal::NoKey => "502 Bad Gateway",
             Refusal::TooMany => "429 Too Many Requests",
@@ -77,6 +81,7 @@ impl Refusal {
             Refusal::NotARoom => "not_a_room",
             Refusal::NoKey => "no_key",
             Refusal::TooMany => "too_many",
+            Refusal::PathNotAllowed => "path_not_allowed",
         }
     }
 }

@@ -5,7 +5,6 @@
 //! [`egress`] is the rooms' one way out, a proxy the agent serves beside them.
 
 pub mod egress;
-pub mod gateway;
 pub mod hook;
 pub mod room;
 pub mod tmux;

@@ -59,6 +59,8 @@ pub struct PlacementOptions {
     pub grace: Duration,
     /// Place only the sessions of this namespace (`--namespace`); `None`: every namespace.
     pub namespace: Option<String>,
+    /// Whether a cordon moves a node's sessions off it (`--cordon-moves`; the chart: with a shared volume claim).
+    pub cordon_moves: bool,
 }
 
 /// Places sessions and moves those of lost nodes until the process is asked to stop; sets `ready` once the caches
@@ -240,7 +242,7 @@ fn observe(
         .collect();
     // The oldest first, as people made them.
     sessions.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    World { sessions, nodes, agents, grace: options.grace, started }
+    World { sessions, nodes, agents, grace: options.grace, cordon_moves: options.cordon_moves, started }
 }
 
 /// Executes each decision; returns whether a write failed (to look again soon).

@@ -82,6 +82,9 @@ pub struct World {
     pub agents: HashMap<String, Agent>,
     /// How long after its agent's Lease ran out a node is lost.
     pub grace: Duration,
+    /// Whether a cordon moves a node's sessions off it (`--cordon-moves`): only where their conversations are on
+    /// storage every node shares; otherwise the move would start each one fresh.
+    pub cordon_moves: bool,
     /// When the controller started: a node whose agent's Lease it never saw is counted from then.
     pub started: Instant,
 }
@@ -175,7 +178,8 @@ pub fn decide(world: &World, now: Instant) -> FleetPlan {
                     // nobody else (a decided move is its agent's to make).
                     let cordoned = world.nodes.get(node).is_some_and(|n| n.unschedulable);
                     let only = s.move_request.as_deref().filter(|r| *r != crate::api::ANY_NODE);
-                    let asked = s.move_request.is_some() || (cordoned && s.on_node_lost == NodeLostPolicy::Move);
+                    let cordon_moves = cordoned && world.cordon_moves && s.on_node_lost == NodeLostPolicy::Move;
+                    let asked = s.move_request.is_some() || cordon_moves;
                     if asked && s.move_to.is_none() {
                         match choose_among(world, s, &load, now, only) {
                             Ok(to) => {

@@ -18,6 +18,7 @@ impl Fleet {
             nodes: HashMap::new(),
             agents: HashMap::new(),
             grace: GRACE,
+            cordon_moves: true,
             started: now - Duration::from_secs(3000),
         };
         Self { world, now }
@@ -225,6 +226,20 @@ fn a_cordoned_nodes_sessions_move_off_it_unless_they_wait() {
         w.sessions[1].on_node_lost = NodeLostPolicy::Wait;
     });
     assert_eq!(fleet.decide(), [("s".into(), Action::Move { node: "b".into() })]);
+}
+
+/// Without storage every node shares, a cordon moves nothing (a move would start each conversation fresh): the
+/// sessions go on where they are, no new one is placed there, and a move asked for by a person still happens.
+#[test]
+fn without_shared_storage_a_cordon_keeps_its_sessions_where_they_are() {
+    let fleet = Fleet::new().node("a", &[], None, NOW).node("b", &[], None, NOW).session("s", Some("a"));
+    let fleet = fleet.session("new", None).with(|w| {
+        w.nodes.get_mut("a").unwrap().unschedulable = true;
+        w.cordon_moves = false;
+    });
+    assert_eq!(fleet.decide(), [("new".into(), Action::Bind { node: "b".into(), from: None })]);
+    let fleet = fleet.with(|w| w.sessions[0].move_request = Some(crate::api::ANY_NODE.into()));
+    assert!(fleet.decide().contains(&("s".into(), Action::Move { node: "b".into() })));
 }
 
 #[test]

@@ -93,11 +93,11 @@ fn no_tmux_server_where_the_agent_must_not_start_one() {
     assert_eq!(spawned(&case.decide()), RESUME_E1, "local mode starts its own server");
 }
 
-fn room() -> Room {
+pub(super) fn room() -> Room {
     Room { uid: 200_007, home: "/srv/ws/.rooms/200007".into() }
 }
 
-fn rooms_on(case: &mut Case) {
+pub(super) fn rooms_on(case: &mut Case) {
     case.config.rooms = Some(crate::node::room::RoomsConfig {
         root: "/srv/ws/.rooms".into(),
         first_uid: 200_000,
@@ -143,6 +143,7 @@ fn a_harness_in_a_room_is_given_its_gateways_url_and_a_placeholder() {
         base_url_env: Some("ANTHROPIC_BASE_URL".into()),
         key_env: Some("ANTHROPIC_API_KEY".into()),
         placeholder: "sk-placeholder".into(),
+        paths: vec!["*".into()],
     };
     let egress = crate::config::rooms::EgressConfig { port: 3129, hosts: Vec::new(), gateways: vec![gateway] };
     case.config.rooms.as_mut().unwrap().egress = Some(egress);

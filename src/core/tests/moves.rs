@@ -24,6 +24,20 @@ fn an_idle_session_asked_to_move_is_stopped_and_handed_over_at_once() {
     assert_eq!(plan.status.harness_session_id.as_deref(), Some(OLD), "the conversation goes with it");
 }
 
+/// A session with a room leaves nothing of it behind: the harness stops, the room is released (its uid's every
+/// process killed, its workdir moved aside), and only then is the session handed over.
+#[test]
+fn a_session_leaving_a_node_releases_its_room_there() {
+    let mut case = asked_to_move();
+    super::isolation::rooms_on(&mut case);
+    case.room = Some(Ok(super::isolation::room()));
+    let plan = case.step();
+    assert_eq!(
+        ops(&plan),
+        ["record intent", "stop loop-ns_repo-12", "release room", "session.moved", "move to node-b"]
+    );
+}
+
 #[test]
 fn a_busy_session_moves_only_after_its_current_prompt_is_known_delivered() {
     let mut busy = asked_to_move();

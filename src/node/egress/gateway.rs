@@ -1,4 +1,4 @@
-//! The key gateway, served on the egress proxy's port ([`crate::node::egress`]): a room's harness sends its model API
+//! The key gateway, served on the egress proxy's port ([`super`]): a room's harness sends its model API
 //! requests in plain HTTP to `http://127.0.0.1:<port>/gateway/<name>/...` holding a placeholder key; the agent
 //! forwards each to the gateway's upstream with the real key, read from a file in the agent's container alone. No
 //! harness holds a key it could carry off or spend elsewhere, and each request is told by the room (so the tenant)
@@ -23,7 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::egress::{MAX_TUNNEL_LIFE, Refusal};
+use super::{MAX_TUNNEL_LIFE, Refusal};
 use crate::config::rooms::{EgressConfig, GatewayConfig, RoomsConfig};
 
 /// The path every gateway's requests start with.
@@ -40,12 +40,17 @@ pub struct Upstreams(Client<hyper_rustls::HttpsConnector<HttpConnector>, Incomin
 impl Upstreams {
     /// The client, with the system's trusted roots.
     pub fn new() -> std::io::Result<Self> {
+        let mut http = HttpConnector::new();
+        // A dead upstream holds a room's connections for this long, not the system's SYN timeout.
+        http.set_connect_timeout(Some(super::TIMEOUT));
+        http.enforce_http(false);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_native_roots(rustls::crypto::ring::default_provider())?
             .https_or_http()
             .enable_http1()
-            .build();
-        Ok(Self(Client::builder(TokioExecutor::new()).build(https)))
+            .wrap_connector(http);
+        // Idle connections to the upstreams are reused, a few: they are descriptors beside the proxy's budget.
+        Ok(Self(Client::builder(TokioExecutor::new()).pool_max_idle_per_host(8).build(https)))
     }
 }
 
@@ -90,13 +95,14 @@ fn path_of(target: &str, port: u16) -> Option<&str> {
 fn plain_path(rest: &str) -> bool {
     let (path, _query) = rest.split_once('?').unwrap_or((rest, ""));
     let lower = path.to_ascii_lowercase();
-    let printable = rest.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'\\' && b != b'#');
+    // `;` carries a segment's parameters (`..;` is `..` to some servers); `%25` a second round of encoding.
+    let printable = rest.bytes().all(|b| (0x21..0x7f).contains(&b) && !b"\\#;".contains(&b));
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     // A trailing slash is an empty last segment, and harmless.
     let last = segments.len().saturating_sub(1);
     let plain_segments =
         segments.iter().enumerate().all(|(i, s)| !matches!(*s, "." | "..") && (!s.is_empty() || i == last));
-    printable && plain_segments && !["%2e", "%2f", "%5c"].iter().any(|encoded| lower.contains(encoded))
+    printable && plain_segments && !["%2e", "%2f", "%5c", "%25"].iter().any(|encoded| lower.contains(encoded))
 }
 
 /// Forwards the request whose `head` was read from `client`, sent by the room `uid` (given to `owner`), or answers
@@ -120,19 +126,18 @@ pub async fn forward(
     let io = TokioIo::new(Replayed { head: head.as_bytes().to_vec(), at: 0, inner: client });
     let (upstreams, credential, name) = (upstreams.clone(), credential(&gateway.header, &key), gateway.name.clone());
     let gateway = gateway.clone();
-    let relayed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let told = relayed.clone();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let told = answered.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        told.store(true, std::sync::atomic::Ordering::Relaxed);
-        let (gateway, target, credential, upstreams) =
-            (gateway.clone(), target.clone(), credential.clone(), upstreams.clone());
-        async move { Ok::<_, Infallible>(relay(request, &gateway, &target, &credential, &upstreams).await) }
+        let (gateway, target, credential, upstreams, told) =
+            (gateway.clone(), target.clone(), credential.clone(), upstreams.clone(), told.clone());
+        async move { Ok::<_, Infallible>(relay(request, &gateway, &target, &credential, &upstreams, &told).await) }
     });
     let served = hyper::server::conn::http1::Builder::new().keep_alive(false).serve_connection(io, service);
     let _ = tokio::time::timeout(MAX_TUNNEL_LIFE, served).await;
-    if !relayed.load(std::sync::atomic::Ordering::Relaxed) {
-        // hyper refused the request as malformed (and answered 400): nothing went upstream.
-        return Err((Refusal::NotConnect, format!("gateway {name}")));
+    if !answered.load(std::sync::atomic::Ordering::Relaxed) {
+        // hyper refused the request as malformed (and answered 400), or the upstream did not answer (502).
+        return Err((Refusal::Unreachable, format!("gateway {name}")));
     }
     let session = owner.as_deref().unwrap_or("");
     tracing::info!(event = "gateway.forwarded", gateway = %name, uid, session, "a room's model request forwarded with the key");
@@ -154,14 +159,20 @@ async fn check<'a>(
     let named = &path[PREFIX.len()..];
     let (name, rest) = named.split_at(named.find(['/', '?']).unwrap_or(named.len()));
     let Some(gateway) = config.gateways.iter().find(|g| g.name == name) else {
-        return Err((Refusal::NoGateway, format!("gateway {name}")));
+        // The room's words, bounded and plain, as they go to the log and an Event.
+        let shown: String = name.chars().take(63).filter(|c| c.is_ascii_graphic()).collect();
+        return Err((Refusal::NoGateway, format!("gateway {shown}")));
     };
     if !METHODS.contains(&method) || !plain_path(rest) {
         return Err((Refusal::NotConnect, format!("gateway {name}")));
     }
-    let key = key(&gateway.key_file).await.ok_or((Refusal::NoKey, format!("gateway {name}")))?;
     let rest = if rest.starts_with('/') { rest.to_string() } else { format!("/{rest}") };
-    Ok((gateway, format!("{}{rest}", gateway.upstream), key))
+    let asked = rest.split_once('?').map_or(rest.as_str(), |(path, _)| path);
+    if !gateway.allows(asked) {
+        return Err((Refusal::PathNotAllowed, format!("gateway {name}{asked}")));
+    }
+    let key = key(&gateway.key_file).await.ok_or((Refusal::NoKey, format!("gateway {name}")))?;
+    Ok((gateway, format!("{}{rest}", gateway.upstream.trim_end_matches('/')), key))
 }
 
 /// The request sent upstream for `request`: its method and body, its headers but [`dropped`] ones, the key in the
@@ -172,6 +183,7 @@ async fn relay(
     target: &str,
     credential: &str,
     upstreams: &Upstreams,
+    answered: &std::sync::atomic::AtomicBool,
 ) -> Response<Either<Incoming, Empty<Bytes>>> {
     let (parts, body) = request.into_parts();
     let mut out = Request::builder().method(parts.method).uri(target);
@@ -185,7 +197,14 @@ async fn relay(
         Err(_) => None,
     };
     match sent {
-        Some(answer) => answer.map(Either::Left),
+        Some(mut answer) => {
+            // Which organisation and project the key is: not a tenant's to learn.
+            for name in ["anthropic-organization-id", "openai-organization", "openai-project"] {
+                answer.headers_mut().remove(name);
+            }
+            answered.store(true, std::sync::atomic::Ordering::Relaxed);
+            answer.map(Either::Left)
+        }
         None => {
             tracing::warn!(event = "gateway.unreachable", gateway = %gateway.name, "the gateway's upstream did not answer");
             let mut answer = Response::new(Either::Right(Empty::new()));
@@ -226,6 +245,10 @@ fn dropped(name: &str, gateway: &GatewayConfig) -> bool {
         "x-http-method",
         "x-http-method-override",
         "x-method-override",
+        // Which organisation or project of the key's a request spends and reads: the gateway's to choose, not a room's.
+        "openai-organization",
+        "openai-project",
+        "x-goog-user-project",
     ];
     DROPPED.contains(&name) || name.starts_with("x-forwarded-") || name == gateway.header
 }
@@ -283,7 +306,7 @@ pub async fn room_of(local: SocketAddr, peer: SocketAddr, rooms: &RoomsConfig) -
 
 /// The WorkSession (`namespace/name`) `uid` is given to, from its owner file.
 async fn owner_of(rooms: &RoomsConfig, uid: u32) -> Option<String> {
-    let owner = tokio::fs::read_to_string(super::room::owner_file(rooms, uid)).await.ok()?;
+    let owner = tokio::fs::read_to_string(crate::node::room::owner_file(rooms, uid)).await.ok()?;
     owner.lines().next().map(String::from)
 }
 
@@ -307,8 +330,8 @@ pub async fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Proxy, Seen};
     use super::*;
-    use crate::node::egress::{Proxy, Seen};
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
@@ -400,6 +423,7 @@ mod tests {
             base_url_env: None,
             key_env: None,
             placeholder: "sk-placeholder".into(),
+            paths: vec!["/v1/messages".into(), "/v1".into()],
         }
     }
 
@@ -416,7 +440,8 @@ mod tests {
     ) -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let gateway = gateway_to(format!("http://{upstream}/base"), dir);
+        // A base path with a trailing slash, as a person may write it: never a `//` before the path.
+        let gateway = gateway_to(format!("http://{upstream}/base/"), dir);
         let config = EgressConfig { port, hosts: Vec::new(), gateways: vec![gateway] };
         let rooms = RoomsConfig { root: dir.into(), first_uid, count: 1, helper: "/bin/false".into(), egress: None };
         let (tell, seen) = tokio::sync::mpsc::unbounded_channel();
@@ -451,8 +476,8 @@ mod tests {
         std::fs::write(dir.path().join(format!(".owners/{uid}")), "team-a/ws-1\n/work/ws-1\n").unwrap();
         let upstream = echo().await;
         let (port, mut seen) = proxy(upstream, dir.path(), uid).await;
-        let headers =
-            "x-api-key: sk-placeholder\r\nAuthorization: Bearer sk-placeholder\r\nContent-Length: 5\r\n\r\nhello";
+        let headers = "x-api-key: sk-placeholder\r\nAuthorization: Bearer sk-placeholder\r\nOpenAI-Organization: org-other\r\n\
+                       Content-Length: 5\r\n\r\nhello";
         for target in [
             "/gateway/model/v1/messages?beta=true".to_string(),
             format!("http://127.0.0.1:{port}/gateway/model/v1/messages?beta=true"),
@@ -464,6 +489,10 @@ mod tests {
             assert!(answer.contains("\r\nx-api-key: sk-real-key\r\n"), "{answer}");
             assert!(answer.ends_with("\r\n\r\nhello"), "the body whole: {answer}");
             assert!(!answer.contains("placeholder") && !answer.contains("Host: x"), "{answer}");
+            assert!(
+                !answer.to_ascii_lowercase().contains("org-other"),
+                "the key's organisation is the gateway's: {answer}"
+            );
             assert_eq!(seen.recv().await.unwrap(), format!("model {uid} Some(\"team-a/ws-1\")"));
         }
         let tunnelled =
@@ -476,7 +505,7 @@ mod tests {
 
     /// What is not a room's request to a gateway with a key gets its refusal, each told: another gateway's name, a
     /// socket of a uid no room has, TRACE (which would echo the key), a path that leaves the upstream's base or names
-    /// another host, a key file gone; and a request framed two ways reaches the upstream framed one way, nothing
+    /// another host, a path the gateway does not serve, a key file gone; and a request framed two ways reaches the upstream framed one way, nothing
     /// smuggled behind it.
     #[tokio::test]
     async fn a_stranger_an_unknown_gateway_a_trace_an_escaping_path_and_a_missing_key_are_refused() {
@@ -497,12 +526,18 @@ mod tests {
             post("/gateway/model//evil.example/v1"),
             post("/gateway/model/../other/v1"),
             post("/gateway/model/%2e%2e/other"),
+            post("/gateway/model/..;/other"),
+            post("/gateway/model/%252e%252e/other"),
             "POST /gateway/model/v1 HTTP/1.0\r\n\r\n".to_string(),
         ] {
             let answer = ask(port, &refused).await;
             assert!(answer.starts_with("HTTP/1.1 405"), "{refused}: {answer}");
             assert_eq!(seen.recv().await.unwrap(), "not_connect");
         }
+        // A path the gateway does not serve (another tenant's stored files, say), whatever the method.
+        let answer = ask(port, &post("/gateway/model/v1/files")).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert_eq!(seen.recv().await.unwrap(), "path_not_allowed");
         let two_ways = "POST /gateway/model/v1 HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n\
                         0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n";
         let answer = ask(port, two_ways).await;
