@@ -150,6 +150,9 @@ fn rooms_give_each_harness_its_own_user_and_each_container_only_what_it_needs() 
     let rooms = config.rooms.expect("rooms on by default");
     assert_eq!((rooms.first_uid, rooms.count), (300_000, 50));
     assert_eq!(rooms.root, std::path::Path::new("/srv/worksession/.rooms"));
+    assert!(!rooms.shared, "a hostPath is the node's own");
+    let (config, _) = render(&["--set", "agent.workspace.persistentVolumeClaim=shared"]);
+    assert!(config.rooms.expect("rooms with a shared volume").shared, "a room is the cluster's there");
     assert_eq!(rooms.helper, std::path::Path::new("/usr/local/bin/worksession"));
     let all = vec!["ALL".to_string()];
     assert_eq!(security(&pod, "tmux"), (Some(0), vec!["SETUID".into(), "SETGID".into()], all.clone(), Some(false)));
@@ -229,7 +232,7 @@ fn a_cordon_moves_sessions_only_with_shared_storage_unless_told() {
         flag.expect("the controller is told")
     };
     assert_eq!(cordon_moves(&[]), "false", "a hostPath: a move would start each conversation fresh");
-    let shared = ["--set", "agent.workspace.persistentVolumeClaim=shared", "--set", "agent.rooms.enabled=false"];
+    let shared = ["--set", "agent.workspace.persistentVolumeClaim=shared"];
     assert_eq!(cordon_moves(&shared), "true");
     assert_eq!(cordon_moves(&["--set", "placement.cordonMoves=true"]), "true");
     let mut told = shared.to_vec();

@@ -686,8 +686,14 @@ async fn through_a_key_gateway_the_model_gets_the_agents_key_and_the_cli_only_a_
     let env = gateway.env(port);
     // This test's harness runs as the test's own user: that uid is the one room the gateway serves.
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-    let rooms =
-        RoomsConfig { root: keys.path().into(), first_uid: uid, count: 1, helper: "/bin/false".into(), egress: None };
+    let rooms = RoomsConfig {
+        root: keys.path().into(),
+        first_uid: uid,
+        count: 1,
+        helper: "/bin/false".into(),
+        egress: None,
+        shared: false,
+    };
     let egress = EgressConfig { port, hosts: Vec::new(), gateways: vec![gateway] };
     let forwarded = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = forwarded.clone();

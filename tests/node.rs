@@ -91,12 +91,12 @@ async fn the_chart_runs_on_a_node_with_projected_tokens_and_its_pod_security_as_
 }
 
 /// The chart's shared-storage variant (`agent.workspace.persistentVolumeClaim`, a ReadWriteMany
-/// claim instead of the hostPath) installs and runs a harness, its conversation on the volume.
+/// claim instead of the hostPath) installs and runs a harness in its room, its conversation in the room's HOME on
+/// the volume (rooms on a shared volume are the cluster's: `rooms.shared`).
 #[tokio::test]
 async fn the_chart_with_a_shared_volume_claim_runs_a_harness_on_it() {
     let _turn = turn().await;
-    // Rooms are per node, so the chart refuses them on a volume all nodes share (docs/security.md).
-    let r = Release::install_with_claim("node-pvc", "shared", &["--set", "agent.rooms.enabled=false"]).await;
+    let r = Release::install_with_claim("node-pvc", "shared", &[]).await;
     let spec = r.pod("agent").await.spec.unwrap();
     let workspace = spec.volumes.unwrap_or_default().into_iter().find(|v| v.name == "workspace").unwrap();
     assert_eq!(workspace.persistent_volume_claim.map(|c| c.claim_name).as_deref(), Some("shared"));
@@ -104,7 +104,9 @@ async fn the_chart_with_a_shared_volume_claim_runs_a_harness_on_it() {
     r.create_session("item", "hello from the shared volume").await;
     let ws = r.await_session("item", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
     let id = ws.status.unwrap().harness_session_id.expect("recorded id");
-    let home = r.hostpath.join(".home"); // the harnesses' HOME without rooms, on the volume
+    let confined = r.await_session("item", "Confined", |ws| condition_status(ws, "Confined") == "True").await;
+    let (uid, home) = r.room("item"); // the room's HOME, on the volume
+    assert!(confined.status.unwrap().conditions.iter().any(|c| c.message.contains(&uid.to_string())));
     until("the initial prompt in the harness", || async { standin::read_prompts(&home).len() == 1 }).await;
     assert!(home.join(format!("conversations/{id}.jsonl")).is_file(), "its conversation on the volume");
     r.uninstall().await;

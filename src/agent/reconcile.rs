@@ -363,6 +363,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::RemoveWorkspace => self.remove_workspace(ws, owner_name, config).await,
                 Op::GiveRoom => self.give_room(ws, owner_name, config)?,
                 Op::ReleaseRoom => self.release_room(ws, owner_name, config).await?,
+                Op::LeaveRoom => self.leave_room(owner_name, config).await?,
                 Op::Forget => {
                     self.registries.spawn_failures.settle(owner_name, None);
                     self.registries.push.forget(owner_name);
@@ -463,6 +464,19 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             );
             self.report(ws, &core::Notice::new(EventReason::WorkspaceKept, why)).await;
         }
+        Ok(())
+    }
+
+    /// Kills every process of the session's room on this node and forgets the room here, keeping it whole on the
+    /// shared storage: the session's next node runs its harness in it.
+    async fn leave_room(&self, owner_name: &str, config: &Config) -> Result<(), ReconcileError> {
+        let Some(rooms) = &config.rooms else { return Ok(()) };
+        let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(()) };
+        let helper = rooms.helper.clone();
+        let confine =
+            crate::node::tmux::Confine { helper, uid: room.uid, home: room.home, egress_port: None, env: Vec::new() };
+        self.observer.tmux().evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
+        self.registries.rooms.forget(rooms, owner_name);
         Ok(())
     }
 

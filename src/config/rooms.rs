@@ -20,6 +20,10 @@ pub struct RoomsConfig {
     pub helper: PathBuf,
     /// Where each room's harness may connect (`rooms.egress`); `None`: anywhere the node's network reaches.
     pub egress: Option<EgressConfig>,
+    /// The root is on storage every node mounts (`rooms.shared`): a session's room is the same on every node (its
+    /// uid given out once for the cluster, by an owner file made only where none is), and a session that moves keeps
+    /// it.
+    pub shared: bool,
 }
 
 /// A room's way out (`rooms.egress`): its harness's TCP connects are held to the agent's egress proxy on loopback,
@@ -111,6 +115,8 @@ pub(crate) struct RoomsFile {
     count: Option<u32>,
     helper: Option<PathBuf>,
     egress: Option<EgressFile>,
+    #[serde(default)]
+    shared: bool,
 }
 
 /// `rooms.egress` in the agent config file.
@@ -257,6 +263,6 @@ impl RoomsFile {
                 Some(EgressConfig { port, hosts: e.hosts, gateways })
             }
         };
-        Ok(RoomsConfig { root: self.root, first_uid, count, helper, egress })
+        Ok(RoomsConfig { root: self.root, first_uid, count, helper, egress, shared: self.shared })
     }
 }

@@ -429,9 +429,11 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.ops.push(Op::Stop { session: self.session.clone() });
         }
         // The room here is freed before the hand-over: every process of its uid killed (a child that left the tmux
-        // session too), its workdir moved aside, the uid free for another session of this node.
+        // session too); its workdir moved aside and the uid free for another session of this node, unless the rooms
+        // are on storage every node shares, where the room goes with the session.
         if matches!(self.input.evidence.room, Confinement::Room(_)) {
-            self.ops.push(Op::ReleaseRoom);
+            let shared = self.input.context.config.rooms.as_ref().is_some_and(|r| r.shared);
+            self.ops.push(if shared { Op::LeaveRoom } else { Op::ReleaseRoom });
         }
         self.notice(Notice::new(EventReason::Moved, format!("moving to node {to}")));
         self.ops.push(Op::Move { node: to.to_string() });

@@ -405,6 +405,9 @@ pub enum Op {
     /// Free the session's room (the session is going): its processes killed, its workdir moved aside, its home
     /// gone, its uid free again.
     ReleaseRoom,
+    /// Leave the session's room here (the session moves, and with shared rooms its room goes with it): its
+    /// processes on this node killed, nothing on the shared storage changed.
+    LeaveRoom,
     /// Mint a token for `repository` alone with what pushing a branch and opening a pull request need, and write it
     /// into `dir` (the token file and `gh`'s `hosts.yml` for `host`), owned by the session's room if it has one. A
     /// failure is reported and the ops go on: the harness works without it, and the next decision tries again.
@@ -450,6 +453,7 @@ impl Op {
             Op::MarkPrepared => "mark_prepared",
             Op::RemoveWorkspace => "remove_workspace",
             Op::ReleaseRoom => "release_room",
+            Op::LeaveRoom => "leave_room",
             Op::GrantPush { .. } => "grant_push",
             Op::Move { .. } => "move",
         }

@@ -143,7 +143,8 @@ impl Decision<'_, '_> {
     pub(super) fn grant_push(&mut self, ops: &mut Vec<Op>) {
         let Some((target, home, owner)) = self.push() else { return };
         let spawn = ops.iter().position(|op| matches!(op, Op::Spawn(_)));
-        let stopping = ops.iter().any(|op| matches!(op, Op::Stop { .. } | Op::ReleaseRoom | Op::Move { .. }));
+        let stopping =
+            ops.iter().any(|op| matches!(op, Op::Stop { .. } | Op::ReleaseRoom | Op::LeaveRoom | Op::Move { .. }));
         let running = self.input.observed.liveness == Liveness::Alive && !stopping;
         if spawn.is_none() && !running {
             return;

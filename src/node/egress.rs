@@ -430,6 +430,7 @@ mod tests {
             count: 1,
             helper: "/bin/false".into(),
             egress: None,
+            shared: false,
         };
         let (seen, refusals) = tokio::sync::mpsc::unbounded_channel();
         let report = move |s: Seen<'_>| {

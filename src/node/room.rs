@@ -22,11 +22,18 @@ use rustix::fs::FileType;
 pub use crate::config::rooms::{DEFAULT_COUNT, DEFAULT_FIRST_UID, MIN_UID, RoomsConfig};
 pub use crate::core::Room;
 
-/// The rooms of this agent's node, by WorkSession (`namespace/name`).
+/// The rooms of this agent's node, by WorkSession (`namespace/name`). With `rooms.shared` the owner files are every
+/// node's: a uid is claimed by making its owner file where none is (so two nodes never give one out twice), and a
+/// session this agent does not know is looked for there (it may have come from another node, its room with it).
 #[derive(Debug, Default)]
 pub struct Rooms {
     taken: Mutex<Option<BTreeMap<String, Assignment>>>,
+    /// When the owner files were last read again for a session this agent did not know (shared rooms).
+    reread: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a look reads the shared owner files again for a session not known here.
+const REREAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A room given out: its uid and the workdir it may be handed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +72,11 @@ impl Rooms {
         workdir: &Path,
         keep: &[&Path],
     ) -> Result<Option<Room>, String> {
-        let guard = self.may_give(config, identity, workdir, keep)?;
+        let mut guard = self.may_give(config, identity, workdir, keep)?;
+        if config.shared && !guard.as_ref().expect("loaded").contains_key(identity) && self.may_reread() {
+            *guard =
+                Some(load(config).map_err(|e| format!("cannot read the rooms in {}: {e}", config.root.display()))?);
+        }
         let taken = guard.as_ref().expect("loaded");
         match taken.get(identity) {
             Some(claim) if claim.workdir == workdir => {
@@ -104,9 +115,21 @@ impl Rooms {
     /// closed to others) if it had none. Refused, before anything is prepared there, as [`Rooms::look`] says.
     pub fn give(&self, config: &RoomsConfig, identity: &str, workdir: &Path, keep: &[&Path]) -> Result<Room, String> {
         let mut guard = self.may_give(config, identity, workdir, keep)?;
+        if config.shared && !guard.as_ref().expect("loaded").contains_key(identity) {
+            // Another node may have given it one (the session moved here), or taken uids since this agent read them.
+            *guard =
+                Some(load(config).map_err(|e| format!("cannot read the rooms in {}: {e}", config.root.display()))?);
+        }
         let taken = guard.as_mut().expect("loaded");
         let uid = match taken.get(identity) {
             Some(claim) if claim.workdir == workdir => claim.uid,
+            None if config.shared => {
+                let uid = claim_shared(config, identity, workdir, taken)?;
+                // Found given by another node meanwhile, the record read with it stays as it is.
+                let claim = Assignment { uid, workdir: workdir.to_path_buf(), prepared: false };
+                taken.entry(identity.to_string()).or_insert(claim);
+                uid
+            }
             found => {
                 // A new room, or one whose workdir an older release let change: recorded before anything is made.
                 let uid = match found {
@@ -130,6 +153,25 @@ impl Rooms {
         let home = config.root.join(uid.to_string());
         make_home(&home, uid).map_err(|e| format!("cannot make the room's home {}: {e}", home.display()))?;
         Ok(Room { uid, home })
+    }
+
+    /// Forgets the room of `identity` here, changing nothing on disk: its session left this node, and with shared
+    /// rooms its room goes with it (every process of its uid here already killed).
+    pub fn forget(&self, config: &RoomsConfig, identity: &str) {
+        if let Ok(mut guard) = self.taken(config) {
+            guard.as_mut().expect("loaded").remove(identity);
+        }
+    }
+
+    /// Whether a look may read the shared owner files again now (at most every [`REREAD_EVERY`]).
+    fn may_reread(&self) -> bool {
+        let mut last = self.reread.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < REREAD_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     /// Records that the agent prepared `identity`'s checkout (not adopted one): that tree may be handed over.
@@ -235,6 +277,48 @@ fn write_owner(config: &RoomsConfig, identity: &str, claim: &Assignment) -> io::
         .open(owner_file(config, claim.uid))?;
     let prepared = if claim.prepared { "prepared\n" } else { "" };
     std::io::Write::write_all(&mut file, format!("{identity}\n{}\n{prepared}", claim.workdir.display()).as_bytes())
+}
+
+/// Claims a free uid for `identity` in shared rooms: its owner file made only where none is (`O_EXCL`, atomic on
+/// the shared storage), so two nodes giving rooms at once never give one uid twice; a uid another node took since
+/// `taken` was read is skipped (and `taken` read again). Whatever a home of the uid held before is no one's now.
+fn claim_shared(
+    config: &RoomsConfig,
+    identity: &str,
+    workdir: &Path,
+    taken: &mut BTreeMap<String, Assignment>,
+) -> Result<u32, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let claim = |uid: u32| {
+        let mut file =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(owner_file(config, uid))?;
+        std::io::Write::write_all(&mut file, format!("{identity}\n{}\n", workdir.display()).as_bytes())
+    };
+    for _ in 0..8 {
+        let uid = free_uid(config, taken)?;
+        match claim(uid) {
+            Ok(()) => {
+                let home = config.root.join(uid.to_string());
+                if let Err(e) = std::fs::remove_dir_all(&home).or_else(|e| match e.kind() {
+                    io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(e),
+                }) {
+                    let _ = std::fs::remove_file(owner_file(config, uid));
+                    return Err(format!("{}: {e}", home.display()));
+                }
+                return Ok(uid);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                *taken =
+                    load(config).map_err(|e| format!("cannot read the rooms in {}: {e}", config.root.display()))?;
+                if let Some(found) = taken.get(identity) {
+                    return Ok(found.uid);
+                }
+            }
+            Err(e) => return Err(format!("cannot give out uid {uid}: {e}")),
+        }
+    }
+    Err("another node kept taking the free uids; tried again on the next reconcile".into())
 }
 
 /// The owner files (the root, 0711, and the owners' directory, 0700, made if missing).
@@ -545,6 +629,7 @@ mod tests {
             count,
             helper: "worksession".into(),
             egress: None,
+            shared: false,
         }
     }
 
@@ -586,6 +671,39 @@ mod tests {
         assert_eq!(rooms.release(&c, "ns/a").unwrap(), None, "no workdir was handed over");
         assert!(!a.home.exists());
         assert_eq!(rooms.give(&c, "ns/c", &wc, &[]).unwrap().uid, a.uid, "a freed uid is given again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Rooms on storage every node mounts travel with their sessions: two nodes' agents, each with its own (stale)
+    /// view, never give one uid twice (a uid is claimed by making its owner file where none is); a session that comes
+    /// to the other node finds its room there, the same uid and home; the node it left forgets it and changes nothing.
+    #[test]
+    fn shared_rooms_are_given_once_for_every_node_and_travel_with_their_session() {
+        if nix_uid() != 0 {
+            return; // giving a home to another uid needs CHOWN; the tests run as root
+        }
+        let dir = std::env::temp_dir().join(format!("shared-rooms-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = RoomsConfig { shared: true, ..config(&dir.join(".rooms"), 3) };
+        let (node_a, node_b) = (Rooms::default(), Rooms::default());
+        let work = dir.join("work");
+        let (wa, wb) = (work.join("a"), work.join("b"));
+        // Both have read the (empty) owner files before either gives a room.
+        assert_eq!(node_a.look(&c, "ns/a", &wa, &[]).unwrap(), None);
+        assert_eq!(node_b.look(&c, "ns/b", &wb, &[]).unwrap(), None);
+        let a = node_a.give(&c, "ns/a", &wa, &[]).unwrap();
+        let b = node_b.give(&c, "ns/b", &wb, &[]).unwrap();
+        assert_ne!(a.uid, b.uid, "node b's view was stale: the uid node a took is skipped");
+        // ns/a moves to node b: node a forgets it, node b finds it as it was.
+        node_a.forget(&c, "ns/a");
+        assert_eq!(node_a.existing(&c, "ns/a"), None);
+        assert!(a.home.is_dir(), "nothing on the shared storage changed");
+        assert_eq!(node_b.give(&c, "ns/a", &wa, &[]).unwrap(), a, "the same room on the node it came to");
+        assert_eq!(node_b.existing(&c, "ns/a"), Some(a.clone()));
+        // Each of them still counts the other's: the last uid goes to one new session only.
+        let c3 = node_a.give(&c, "ns/c", &work.join("c"), &[]).unwrap();
+        assert!(![a.uid, b.uid].contains(&c3.uid));
+        assert!(node_b.give(&c, "ns/d", &work.join("d"), &[]).unwrap_err().contains("all 3 rooms"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

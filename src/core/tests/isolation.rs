@@ -104,6 +104,7 @@ pub(super) fn rooms_on(case: &mut Case) {
         count: 10,
         helper: "/usr/local/bin/worksession".into(),
         egress: None,
+        shared: false,
     });
 }
 

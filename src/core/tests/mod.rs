@@ -297,6 +297,7 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::PrepareWorkspace => "prepare workspace".into(),
             Op::RemoveWorkspace => "remove workspace".into(),
             Op::Move { node } => format!("move to {node}"),
+            Op::LeaveRoom => "leave room".into(),
             Op::GrantPush { repository, host, dir, .. } => {
                 format!("grant push {repository} ({host}) into {}", dir.display())
             }

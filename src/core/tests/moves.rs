@@ -36,6 +36,10 @@ fn a_session_leaving_a_node_releases_its_room_there() {
         ops(&plan),
         ["record intent", "stop loop-ns_repo-12", "release room", "session.moved", "move to node-b"]
     );
+    // On storage every node shares, the room goes with the session: only its processes here are stopped.
+    case.config.rooms.as_mut().unwrap().shared = true;
+    let plan = case.step();
+    assert_eq!(ops(&plan), ["record intent", "stop loop-ns_repo-12", "leave room", "session.moved", "move to node-b"]);
 }
 
 #[test]

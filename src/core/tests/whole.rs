@@ -80,6 +80,7 @@ fn a_checkout_the_agent_prepared_is_marked_for_the_room_before_the_spawn() {
         count: 10,
         helper: "/usr/local/bin/worksession".into(),
         egress: None,
+        shared: false,
     });
     let plan = case.decide();
     assert_eq!(ops(&plan)[0], "mark prepared", "first: before anything that can fail");

@@ -443,7 +443,14 @@ mod tests {
         // A base path with a trailing slash, as a person may write it: never a `//` before the path.
         let gateway = gateway_to(format!("http://{upstream}/base/"), dir);
         let config = EgressConfig { port, hosts: Vec::new(), gateways: vec![gateway] };
-        let rooms = RoomsConfig { root: dir.into(), first_uid, count: 1, helper: "/bin/false".into(), egress: None };
+        let rooms = RoomsConfig {
+            root: dir.into(),
+            first_uid,
+            count: 1,
+            helper: "/bin/false".into(),
+            egress: None,
+            shared: false,
+        };
         let (tell, seen) = tokio::sync::mpsc::unbounded_channel();
         let report = move |s: Seen<'_>| {
             let said = match s {
