@@ -78,9 +78,9 @@ enum Command {
         #[arg(long)]
         namespace: Option<String>,
         /// Whether a cordoned node's sessions move to other nodes: true where their conversations are on storage
-        /// every node shares (the chart sets it from `agent.workspace.persistentVolumeClaim`); false keeps them on
-        /// the cordoned node, where they go on, since a move would start each one fresh.
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        /// every node shares (the chart sets it from `agent.workspace.persistentVolumeClaim`); false (the default)
+        /// keeps them on the cordoned node, where they go on, since a move would start each one fresh.
+        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
         cordon_moves: bool,
     },
     /// List WorkSessions (or WorkEvents: `get wev`) like `kubectl get`, from the cluster or a local directory.

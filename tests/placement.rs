@@ -208,6 +208,8 @@ impl Cluster {
             format!("--lease-namespace={}", ns.name),
             format!("--node-lost-grace-seconds={GRACE_SECONDS}"),
             format!("--namespace={}", ns.name),
+            // The nodes share one folder for the harnesses' HOME: a cordon may move their sessions.
+            "--cordon-moves=true".into(),
         ]);
         Self { ns, shared, nodes: made, _controller: controller, dir }
     }

@@ -142,8 +142,47 @@ async fn stop_the_departed<S: Store, T: Tmux>(
             None => "its session is gone",
         };
         match ctx.observer.tmux().stop(session, &view.owner).await {
-            Ok(()) => tracing::info!(event = "departed.stopped", session, owner = view.owner_name, why, "stopped"),
+            Ok(()) => {
+                tracing::info!(event = "departed.stopped", session, owner = view.owner_name, why, "stopped");
+                leave_the_departed_room(ctx, &view.owner_name).await;
+            }
             Err(e) => tracing::warn!(event = "departed.stop_failed", session, error = %e, "cannot stop it"),
+        }
+    }
+}
+
+/// Kills every process of a departed session's room on this node (a child its harness left outside the tmux
+/// session too), then forgets the room here (shared rooms: it went with the session) or frees it (the node's own
+/// rooms: its workdir moved aside, its uid free). Its uid could otherwise be given to another tenant while such a
+/// process still runs as it.
+async fn leave_the_departed_room<S: Store, T: Tmux>(ctx: &Reconciler<S, T>, owner_name: &str) {
+    let config = ctx.config.borrow().clone();
+    let Some(rooms) = &config.rooms else { return };
+    let Some(room) = ctx.registries.rooms.existing(rooms, owner_name) else { return };
+    let helper = rooms.helper.clone();
+    let confine =
+        crate::node::tmux::Confine { helper, uid: room.uid, home: room.home, egress_port: None, env: Vec::new() };
+    if let Err(e) = ctx.observer.tmux().evict(&confine).await {
+        tracing::warn!(event = "departed.evict_failed", owner = owner_name, error = %e, "cannot stop its room's processes");
+        return;
+    }
+    if rooms.shared {
+        ctx.registries.rooms.forget(rooms, owner_name);
+        return;
+    }
+    match ctx.registries.rooms.release(rooms, owner_name) {
+        Ok(kept) => {
+            let kept = kept.map(|p| p.display().to_string()).unwrap_or_default();
+            tracing::info!(
+                event = "departed.room_released",
+                owner = owner_name,
+                uid = room.uid,
+                kept,
+                "its room freed"
+            );
+        }
+        Err(e) => {
+            tracing::warn!(event = "departed.release_failed", owner = owner_name, error = %e, "cannot free its room")
         }
     }
 }

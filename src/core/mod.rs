@@ -431,9 +431,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         // The room here is freed before the hand-over: every process of its uid killed (a child that left the tmux
         // session too); its workdir moved aside and the uid free for another session of this node, unless the rooms
         // are on storage every node shares, where the room goes with the session.
-        if matches!(self.input.evidence.room, Confinement::Room(_)) {
-            let shared = self.input.context.config.rooms.as_ref().is_some_and(|r| r.shared);
-            self.ops.push(if shared { Op::LeaveRoom } else { Op::ReleaseRoom });
+        // Whatever the room gate said this time (a room refused now may still hold a harness's processes): with rooms
+        // on the release looks for the room itself, and does nothing where there is none.
+        if let Some(rooms) = &self.input.context.config.rooms {
+            self.ops.push(if rooms.shared { Op::LeaveRoom } else { Op::ReleaseRoom });
         }
         self.notice(Notice::new(EventReason::Moved, format!("moving to node {to}")));
         self.ops.push(Op::Move { node: to.to_string() });

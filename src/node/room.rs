@@ -61,9 +61,33 @@ impl Rooms {
         Ok(taken)
     }
 
+    /// The rooms as recorded, `identity`'s made true to the owner files first with shared rooms: a remembered claim
+    /// whose owner file is no longer `identity`'s (the session went on another node and its uid was given again) is
+    /// dropped by reading the files again, and so is a missing one when `reread_missing` (it may have come from
+    /// another node).
+    fn synced(
+        &self,
+        config: &RoomsConfig,
+        identity: &str,
+        reread_missing: bool,
+    ) -> io::Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Assignment>>>> {
+        let mut guard = self.taken(config)?;
+        if config.shared {
+            let known = guard.as_ref().expect("loaded").get(identity).map(|c| c.uid);
+            let stale = match known {
+                Some(uid) => !owned_by(config, uid, identity),
+                None => reread_missing,
+            };
+            if stale {
+                *guard = Some(load(config)?);
+            }
+        }
+        Ok(guard)
+    }
+
     /// The room `identity` has, if any (none is given out).
     pub fn existing(&self, config: &RoomsConfig, identity: &str) -> Option<Room> {
-        let taken = self.taken(config).ok()?;
+        let taken = self.synced(config, identity, true).ok()?;
         let uid = taken.as_ref()?.get(identity)?.uid;
         Some(Room { uid, home: config.root.join(uid.to_string()) })
     }
@@ -103,7 +127,7 @@ impl Rooms {
     ) -> Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Assignment>>>, String> {
         place(config, workdir, keep)?;
         let failed = |e: io::Error| format!("cannot read the rooms in {}: {e}", config.root.display());
-        let guard = self.taken(config).map_err(failed)?;
+        let guard = self.synced(config, identity, false).map_err(failed)?;
         let taken = guard.as_ref().expect("loaded");
         let overlaps = |other: &Path| other.starts_with(workdir) || workdir.starts_with(other);
         if let Some((other, claim)) = taken.iter().find(|(who, c)| who.as_str() != identity && overlaps(&c.workdir)) {
@@ -181,7 +205,7 @@ impl Rooms {
 
     /// Records that the agent prepared `identity`'s checkout (not adopted one): that tree may be handed over.
     pub fn prepared(&self, config: &RoomsConfig, identity: &str) -> Result<(), String> {
-        let mut guard = self.taken(config).map_err(|e| e.to_string())?;
+        let mut guard = self.synced(config, identity, false).map_err(|e| e.to_string())?;
         let Some(claim) = guard.as_mut().expect("loaded").get_mut(identity) else { return Ok(()) };
         if !claim.prepared {
             claim.prepared = true;
@@ -238,7 +262,8 @@ impl Rooms {
     /// it was handed is moved aside, whole, to `<workspace>/.kept/` (the agent's alone, 0700), where no room reaches
     /// it and no git of the agent's runs in it; returns where, if it moved one.
     pub fn release(&self, config: &RoomsConfig, identity: &str) -> Result<Option<PathBuf>, String> {
-        let mut guard = self.taken(config).map_err(|e| e.to_string())?;
+        // With shared rooms only a room whose owner file is still this session's: never another's given the uid since.
+        let mut guard = self.synced(config, identity, false).map_err(|e| e.to_string())?;
         let Some(claim) = guard.as_mut().expect("loaded").get(identity).cloned() else { return Ok(None) };
         let mut kept = None;
         let agent = rustix::process::getuid().as_raw();
@@ -326,6 +351,11 @@ fn claim_shared(
     Err("another node kept taking the free uids; tried again on the next reconcile".into())
 }
 
+/// Whether the owner file of `uid` names `identity` (its first line).
+fn owned_by(config: &RoomsConfig, uid: u32, identity: &str) -> bool {
+    std::fs::read_to_string(owner_file(config, uid)).is_ok_and(|text| text.lines().next() == Some(identity))
+}
+
 /// The owner files (the root, 0711, and the owners' directory, 0700, made if missing).
 fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, Assignment>> {
     let owners = config.root.join(OWNERS);
@@ -345,7 +375,11 @@ fn load(config: &RoomsConfig) -> io::Result<BTreeMap<String, Assignment>> {
         if !range.contains(&uid) || !entry.file_type()?.is_file() {
             continue;
         }
-        let text = std::fs::read_to_string(entry.path())?;
+        // Another node may free a uid while this one reads: a file gone is no one's.
+        let text = match std::fs::read_to_string(entry.path()) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            read => read?,
+        };
         let mut lines = text.lines();
         let (Some(identity), Some(workdir)) = (lines.next(), lines.next()) else { continue };
         let prepared = lines.next() == Some("prepared");
@@ -556,7 +590,8 @@ mod tests {
 
     /// Rooms on storage every node mounts travel with their sessions: two nodes' agents, each with its own (stale)
     /// view, never give one uid twice (a uid is claimed by making its owner file where none is); a session that comes
-    /// to the other node finds its room there, the same uid and home; the node it left forgets it and changes nothing.
+    /// to the other node finds its room there, the same uid and home; the node it left forgets it and changes nothing;
+    /// a remembered room whose uid went to another session since is never taken for it.
     #[test]
     fn shared_rooms_are_given_once_for_every_node_and_travel_with_their_session() {
         if nix_uid() != 0 {
@@ -576,10 +611,19 @@ mod tests {
         assert_ne!(a.uid, b.uid, "node b's view was stale: the uid node a took is skipped");
         // ns/a moves to node b: node a forgets it, node b finds it as it was.
         node_a.forget(&c, "ns/a");
-        assert_eq!(node_a.existing(&c, "ns/a"), None);
-        assert!(a.home.is_dir(), "nothing on the shared storage changed");
+        assert!(a.home.is_dir() && owned_by(&c, a.uid, "ns/a"), "nothing on the shared storage changed");
         assert_eq!(node_b.give(&c, "ns/a", &wa, &[]).unwrap(), a, "the same room on the node it came to");
         assert_eq!(node_b.existing(&c, "ns/a"), Some(a.clone()));
+        // A third node remembers ns/a; ns/a is deleted on node b and its uid given to ns/x: the third node's memory is
+        // checked against the owner file, and its release of ns/a touches nothing of ns/x's.
+        let node_c = Rooms::default();
+        assert_eq!(node_c.existing(&c, "ns/a"), Some(a.clone()));
+        assert_eq!(node_b.release(&c, "ns/a").unwrap(), None);
+        let x = node_b.give(&c, "ns/x", &work.join("x"), &[]).unwrap();
+        assert_eq!(x.uid, a.uid, "the freed uid given again");
+        assert_eq!(node_c.existing(&c, "ns/a"), None, "not ns/x's room under ns/a's name");
+        assert_eq!(node_c.release(&c, "ns/a").unwrap(), None);
+        assert!(x.home.is_dir() && owned_by(&c, x.uid, "ns/x"), "ns/x's room untouched");
         // Each of them still counts the other's: the last uid goes to one new session only.
         let c3 = node_a.give(&c, "ns/c", &work.join("c"), &[]).unwrap();
         assert!(![a.uid, b.uid].contains(&c3.uid));
