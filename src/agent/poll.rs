@@ -158,14 +158,14 @@ async fn stop_the_departed<S: Store, T: Tmux>(
 async fn leave_the_departed_room<S: Store, T: Tmux>(ctx: &Reconciler<S, T>, owner_name: &str) {
     let config = ctx.config.borrow().clone();
     let Some(rooms) = &config.rooms else { return };
-    let Some(room) = ctx.registries.rooms.existing(rooms, owner_name) else { return };
-    let helper = rooms.helper.clone();
-    let confine =
-        crate::node::tmux::Confine { helper, uid: room.uid, home: room.home, egress_port: None, env: Vec::new() };
-    if let Err(e) = ctx.observer.tmux().evict(&confine).await {
-        tracing::warn!(event = "departed.evict_failed", owner = owner_name, error = %e, "cannot stop its room's processes");
-        return;
-    }
+    let room = match ctx.evict_room(rooms, owner_name).await {
+        Ok(Some(room)) => room,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(event = "departed.evict_failed", owner = owner_name, error = %e, "cannot stop its room's processes");
+            return;
+        }
+    };
     if rooms.shared {
         ctx.registries.rooms.forget(rooms, owner_name);
         return;

@@ -446,15 +446,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     /// freed on the next try, never given out half-cleared.
     async fn release_room(&self, ws: &WorkSession, owner_name: &str, config: &Config) -> Result<(), ReconcileError> {
         let Some(rooms) = &config.rooms else { return Ok(()) };
-        let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(()) };
-        let confine = crate::node::tmux::Confine {
-            helper: rooms.helper.clone(),
-            uid: room.uid,
-            home: room.home,
-            egress_port: None,
-            env: Vec::new(),
-        };
-        self.observer.tmux().evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
+        let evicted =
+            self.evict_room(rooms, owner_name).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
+        if evicted.is_none() {
+            return Ok(());
+        }
         let kept = self.registries.rooms.release(rooms, owner_name).map_err(ReconcileError::ReleaseRoom)?;
         if let Some(to) = kept {
             let why = format!(
@@ -471,13 +467,23 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     /// shared storage: the session's next node runs its harness in it.
     async fn leave_room(&self, owner_name: &str, config: &Config) -> Result<(), ReconcileError> {
         let Some(rooms) = &config.rooms else { return Ok(()) };
-        let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(()) };
-        let helper = rooms.helper.clone();
-        let confine =
-            crate::node::tmux::Confine { helper, uid: room.uid, home: room.home, egress_port: None, env: Vec::new() };
-        self.observer.tmux().evict(&confine).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
+        self.evict_room(rooms, owner_name).await.map_err(|e| ReconcileError::ReleaseRoom(e.to_string()))?;
         self.registries.rooms.forget(rooms, owner_name);
         Ok(())
+    }
+
+    /// Kills every process of `owner_name`'s room on this node (a child its harness left outside its tmux session
+    /// too), through the tmux server as the room's uid; the room, or `None` when the session has none.
+    pub(super) async fn evict_room(
+        &self,
+        rooms: &crate::node::room::RoomsConfig,
+        owner_name: &str,
+    ) -> Result<Option<crate::node::room::Room>, TmuxError> {
+        let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(None) };
+        let (helper, home) = (rooms.helper.clone(), room.home.clone());
+        let confine = crate::node::tmux::Confine { helper, uid: room.uid, home, egress_port: None, env: Vec::new() };
+        self.observer.tmux().evict(&confine).await?;
+        Ok(Some(room))
     }
 
     /// Deletes the WorkEvents that go with the deleted session, read fresh (one written since this reconcile read

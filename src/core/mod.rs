@@ -430,9 +430,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         }
         // The room here is freed before the hand-over: every process of its uid killed (a child that left the tmux
         // session too); its workdir moved aside and the uid free for another session of this node, unless the rooms
-        // are on storage every node shares, where the room goes with the session.
-        // Whatever the room gate said this time (a room refused now may still hold a harness's processes): with rooms
-        // on the release looks for the room itself, and does nothing where there is none.
+        // are on storage every node shares, where the room goes with the session. Asked for whatever the room gate
+        // said this time (a room it refuses now may still hold processes): the executor finds the room, if any.
         if let Some(rooms) = &self.input.context.config.rooms {
             self.ops.push(if rooms.shared { Op::LeaveRoom } else { Op::ReleaseRoom });
         }

@@ -22,7 +22,7 @@ pub(super) const TIMEOUT: Duration = Duration::from_secs(10);
 /// The most a request's head may hold.
 const HEAD_LIMIT: usize = 8 << 10;
 
-/// Why a tunnel was not opened.
+/// Why a connection was refused (a tunnel not opened, a gateway's request not forwarded).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// No whole request within the time and size allowed.
@@ -45,16 +45,6 @@ pub enum Refusal {
     TooMany,
     /// A gateway's path the gateway does not serve (`paths`).
     PathNotAllowed,
-}
-
-/// What the proxy tells its owner of each connection it decided.
-#[derive(Debug)]
-pub enum Seen<'a> {
-    /// Refused: why, what was asked for (`host:port`, a gateway's name, or empty), and the WorkSession
-    /// (`namespace/name`) whose room asked, when a room's socket did.
-    Refused { refusal: &'a Refusal, host: &'a str, owner: Option<&'a str> },
-    /// A room's request forwarded by a gateway with its key.
-    Forwarded(&'a Forwarded),
 }
 
 impl Refusal {
@@ -84,6 +74,16 @@ impl Refusal {
             Refusal::PathNotAllowed => "path_not_allowed",
         }
     }
+}
+
+/// What the proxy tells its owner of each connection it decided.
+#[derive(Debug)]
+pub enum Seen<'a> {
+    /// Refused: why, what was asked for (`host:port`, a gateway's name, or empty), and the WorkSession
+    /// (`namespace/name`) whose room asked, when a room's socket did.
+    Refused { refusal: &'a Refusal, host: &'a str, owner: Option<&'a str> },
+    /// A room's request forwarded by a gateway with its key.
+    Forwarded(&'a Forwarded),
 }
 
 /// How many tunnels may be open at once: each holds two sockets of the agent's process.

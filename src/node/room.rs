@@ -37,6 +37,17 @@ pub struct Rooms {
     reread: Mutex<Option<std::time::Instant>>,
 }
 
+/// When shared owner files are read again for a session this agent does not know.
+#[derive(Clone, Copy)]
+enum Reread {
+    /// Not: what is recorded here is asked about (a preparation, a release).
+    Never,
+    /// At most every [`REREAD_EVERY`]: a look, made at every decision.
+    Throttled,
+    /// Each time: a room about to be given, or a session's only chance to be found (it is going).
+    Always,
+}
+
 /// How often a look reads the shared owner files again for a session not known here.
 const REREAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -63,20 +74,22 @@ impl Rooms {
 
     /// The rooms as recorded, `identity`'s made true to the owner files first with shared rooms: a remembered claim
     /// whose owner file is no longer `identity`'s (the session went on another node and its uid was given again) is
-    /// dropped by reading the files again, and so is a missing one when `reread_missing` (it may have come from
+    /// dropped by reading the files again, and a missing one is looked for as `missing` says (it may have come from
     /// another node).
     fn synced(
         &self,
         config: &RoomsConfig,
         identity: &str,
-        reread_missing: bool,
+        missing: Reread,
     ) -> io::Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Assignment>>>> {
         let mut guard = self.taken(config)?;
         if config.shared {
             let known = guard.as_ref().expect("loaded").get(identity).map(|c| c.uid);
-            let stale = match known {
-                Some(uid) => !owned_by(config, uid, identity),
-                None => reread_missing,
+            let stale = match (known, missing) {
+                (Some(uid), _) => !owned_by(config, uid, identity),
+                (None, Reread::Never) => false,
+                (None, Reread::Throttled) => self.may_reread(),
+                (None, Reread::Always) => true,
             };
             if stale {
                 *guard = Some(load(config)?);
@@ -87,7 +100,7 @@ impl Rooms {
 
     /// The room `identity` has, if any (none is given out).
     pub fn existing(&self, config: &RoomsConfig, identity: &str) -> Option<Room> {
-        let taken = self.synced(config, identity, true).ok()?;
+        let taken = self.synced(config, identity, Reread::Always).ok()?;
         let uid = taken.as_ref()?.get(identity)?.uid;
         Some(Room { uid, home: config.root.join(uid.to_string()) })
     }
@@ -101,11 +114,7 @@ impl Rooms {
         workdir: &Path,
         keep: &[&Path],
     ) -> Result<Option<Room>, String> {
-        let mut guard = self.may_give(config, identity, workdir, keep)?;
-        if config.shared && !guard.as_ref().expect("loaded").contains_key(identity) && self.may_reread() {
-            *guard =
-                Some(load(config).map_err(|e| format!("cannot read the rooms in {}: {e}", config.root.display()))?);
-        }
+        let guard = self.may_give(config, identity, workdir, keep, Reread::Throttled)?;
         let taken = guard.as_ref().expect("loaded");
         match taken.get(identity) {
             Some(claim) if claim.workdir == workdir => {
@@ -124,10 +133,11 @@ impl Rooms {
         identity: &str,
         workdir: &Path,
         keep: &[&Path],
+        missing: Reread,
     ) -> Result<std::sync::MutexGuard<'_, Option<BTreeMap<String, Assignment>>>, String> {
         place(config, workdir, keep)?;
         let failed = |e: io::Error| format!("cannot read the rooms in {}: {e}", config.root.display());
-        let guard = self.synced(config, identity, false).map_err(failed)?;
+        let guard = self.synced(config, identity, missing).map_err(failed)?;
         let taken = guard.as_ref().expect("loaded");
         let overlaps = |other: &Path| other.starts_with(workdir) || workdir.starts_with(other);
         if let Some((other, claim)) = taken.iter().find(|(who, c)| who.as_str() != identity && overlaps(&c.workdir)) {
@@ -143,12 +153,8 @@ impl Rooms {
     /// The room of `identity` (whose workdir is `workdir`), given out now (its owner file written, its home made and
     /// closed to others) if it had none. Refused, before anything is prepared there, as [`Rooms::look`] says.
     pub fn give(&self, config: &RoomsConfig, identity: &str, workdir: &Path, keep: &[&Path]) -> Result<Room, String> {
-        let mut guard = self.may_give(config, identity, workdir, keep)?;
-        if config.shared && !guard.as_ref().expect("loaded").contains_key(identity) {
-            // Another node may have given it one (the session moved here), or taken uids since this agent read them.
-            *guard =
-                Some(load(config).map_err(|e| format!("cannot read the rooms in {}: {e}", config.root.display()))?);
-        }
+        // Another node may have given it one (the session moved here), or taken uids since this agent read them.
+        let mut guard = self.may_give(config, identity, workdir, keep, Reread::Always)?;
         let taken = guard.as_mut().expect("loaded");
         let uid = match taken.get(identity) {
             Some(claim) if claim.workdir == workdir => claim.uid,
@@ -205,7 +211,7 @@ impl Rooms {
 
     /// Records that the agent prepared `identity`'s checkout (not adopted one): that tree may be handed over.
     pub fn prepared(&self, config: &RoomsConfig, identity: &str) -> Result<(), String> {
-        let mut guard = self.synced(config, identity, false).map_err(|e| e.to_string())?;
+        let mut guard = self.synced(config, identity, Reread::Never).map_err(|e| e.to_string())?;
         let Some(claim) = guard.as_mut().expect("loaded").get_mut(identity) else { return Ok(()) };
         if !claim.prepared {
             claim.prepared = true;
@@ -263,7 +269,7 @@ impl Rooms {
     /// it and no git of the agent's runs in it; returns where, if it moved one.
     pub fn release(&self, config: &RoomsConfig, identity: &str) -> Result<Option<PathBuf>, String> {
         // With shared rooms only a room whose owner file is still this session's: never another's given the uid since.
-        let mut guard = self.synced(config, identity, false).map_err(|e| e.to_string())?;
+        let mut guard = self.synced(config, identity, Reread::Never).map_err(|e| e.to_string())?;
         let Some(claim) = guard.as_mut().expect("loaded").get(identity).cloned() else { return Ok(None) };
         let mut kept = None;
         let agent = rustix::process::getuid().as_raw();

@@ -20,7 +20,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::{MAX_TUNNEL_LIFE, Refusal};
@@ -108,7 +108,7 @@ fn plain_path(rest: &str) -> bool {
 /// Forwards the request whose `head` was read from `client`, sent by the room `uid` (given to `owner`), or answers
 /// why not.
 pub async fn forward(
-    mut client: TcpStream,
+    client: TcpStream,
     head: &str,
     (uid, owner): (u32, Option<String>),
     config: &EgressConfig,
@@ -116,11 +116,7 @@ pub async fn forward(
 ) -> Result<Forwarded, (Refusal, String)> {
     let (gateway, target, key) = match check(head, config).await {
         Ok(checked) => checked,
-        Err((refusal, what)) => {
-            let answer = format!("HTTP/1.1 {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", refusal.status());
-            client.write_all(answer.as_bytes()).await.ok();
-            return Err((refusal, what));
-        }
+        Err((refusal, what)) => return super::refuse(client, refusal, what).await,
     };
     // hyper reads the request from its start again: the head the proxy read, then the rest as it comes.
     let io = TokioIo::new(Replayed { head: head.as_bytes().to_vec(), at: 0, inner: client });
@@ -332,7 +328,7 @@ pub async fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
 mod tests {
     use super::super::{Proxy, Seen};
     use super::*;
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     #[test]
