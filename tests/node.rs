@@ -338,6 +338,9 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let transcript = victim_home.join(format!("conversations/{id}.jsonl"));
     let before = std::fs::read_to_string(&transcript).unwrap();
 
+    // Where a datagram out would land: a socket on the machine beside the node, which the pod's network reaches.
+    let datagrams = std::net::UdpSocket::bind((bridge_ip.trim(), 0)).unwrap();
+    let datagrams_port = datagrams.local_addr().unwrap().port();
     let in_pod = |p: &Path| Path::new("/srv/worksession").join(p.strip_prefix(&r.hostpath).unwrap());
     let target = serde_json::json!({
         "victim_home": in_pod(&victim_home), "victim_workdir": "/srv/worksession/victim",
@@ -347,7 +350,7 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
             "/etc/worksession-gateways/model/key"],
         "gateway_env": "MODEL_BASE_URL", "key_env": "MODEL_API_KEY",
         "victim_hooks": worksession::node::hook::file_of(&in_pod(&victim_home), &format!("{}/victim", r.ns)),
-        "victim_port": 18765, "agent_port": 9090,
+        "victim_port": 18765, "agent_port": 9090, "datagrams_to": [bridge_ip.trim(), datagrams_port],
     });
     r.create_session("attacker", &format!("ATTACK {target}")).await;
     r.await_session("attacker", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
@@ -390,9 +393,12 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
         "proxy_victim_listener",
         "proxy_api_server",
         "proxy_api_server_by_name",
+        "udp_out",
     ] {
         assert!(results.get(attempt).is_some_and(|r| r.starts_with("refused")), "{attempt}: {results:#?}");
     }
+    datagrams.set_nonblocking(true).unwrap();
+    assert!(datagrams.recv(&mut [0; 64]).is_err(), "no datagram left the room");
     // What the proxy refused is told on the attacker's session, host by host, where its owner looks.
     let kube_events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(r.client.clone(), &r.ns);
     support::eventually("an EgressRefused Event on the attacker's session", || async {

@@ -453,6 +453,9 @@ async fn a_confined_harness_connects_only_to_the_egress_port() {
     let (proxy, other) =
         (std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap());
     let (proxy_port, other_port) = (proxy.local_addr().unwrap().port(), other.local_addr().unwrap().port());
+    // A resolver, or any server that takes datagrams: a way out Landlock does not hold.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
     // Another room's abstract UNIX socket, as a harness's language server might listen on one: a name in the network
     // namespace every room shares, which no file permission guards.
     use std::os::linux::net::SocketAddrExt;
@@ -483,6 +486,8 @@ tries = [
     attempt(lambda: socket.socket(40, socket.SOCK_STREAM)),
     attempt(lambda: socket.socket().bind(("127.0.0.1", 0))),
     attempt(lambda: socket.socket(socket.AF_UNIX).connect("\0{abstract_name}")),
+    attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", {udp_port}))),
+    attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM, socket.IPPROTO_UDP)),
     os.environ.get("HTTPS_PROXY"),
     os.environ.get("A_BASE_URL"),
 ]
@@ -506,8 +511,11 @@ open("report", "w").write(" ".join(tries) + "\n")
     .await;
     let text = std::fs::read_to_string(&report).unwrap();
     // The proxy's port; not another listener, by TCP, MPTCP or a Fast Open send; no SCTP (a sequenced packet socket)
-    // nor VSOCK socket; no listener of its own; no abstract socket made outside the room (this kernel scopes them).
-    let refused = ["PermissionError"; 7].join(" ");
+    // nor VSOCK socket; no listener of its own; no abstract socket made outside the room (this kernel scopes them);
+    // no UDP socket of either family, so no datagram out.
+    let refused = ["PermissionError"; 9].join(" ");
     let expected = format!("ok {refused} http://127.0.0.1:{proxy_port} http://127.0.0.1:{proxy_port}/gateway/a");
     assert_eq!(text.trim(), expected, "{text}");
+    udp.set_nonblocking(true).unwrap();
+    assert!(udp.recv(&mut [0; 8]).is_err(), "no datagram reached the test's socket");
 }

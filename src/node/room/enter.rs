@@ -69,9 +69,10 @@ fn scope_abstract_sockets() {
 /// Holds this process and everything it starts to TCP connections to `port` alone, and to no TCP bind at all
 /// (Landlock's network rules, ABI 4 and later: a kernel without them refuses, so no harness runs with a way out it was
 /// not meant to have); and, by seccomp, to no socket those rules do not see: any family but local, netlink and the
-/// Internet's, and of the Internet's any but TCP and UDP (MPTCP, SCTP, DCCP, ...), a TCP Fast Open send (which
-/// connects without `connect`), and io_uring. Landlock holds the port, not the address: a server of
-/// the harness's choosing on that port elsewhere is reachable (docs/security.md).
+/// Internet's, and of the Internet's any but TCP (UDP, DNS's way out included, MPTCP, SCTP, DCCP, ...), a TCP Fast
+/// Open send (which connects without `connect`), and io_uring. The harness needs no name resolved itself: the proxy
+/// resolves the names it is asked for. Landlock holds the port, not the address: a server of the harness's choosing
+/// on that port elsewhere is reachable (docs/security.md).
 fn hold_connects_to(port: u16) -> Result<(), String> {
     use landlock::{AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope};
     use seccompiler::{SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule};
@@ -94,8 +95,9 @@ fn hold_connects_to(port: u16) -> Result<(), String> {
         let flag = libc::MSG_FASTOPEN as u64;
         Ok(vec![rule(vec![arg(n, SeccompCmpOp::MaskedEq(flag), flag)?])?])
     };
-    // A socket is TCP, UDP or local, or none: no other family (SMC, VSOCK, RDS, TIPC, ...), and of the Internet's
-    // only the stream and datagram types with their default, TCP or UDP protocol (no MPTCP, SCTP, DCCP, ICMP).
+    // A socket is TCP or local, or none: no other family (SMC, VSOCK, RDS, TIPC, ...), and of the Internet's only
+    // the stream type with its default or TCP protocol (no UDP, which Landlock does not hold and which carries data
+    // out through any resolver; no MPTCP, SCTP, DCCP, ICMP).
     let mut sockets = vec![rule(
         [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]
             .into_iter()
@@ -104,11 +106,11 @@ fn hold_connects_to(port: u16) -> Result<(), String> {
     )?];
     for family in [libc::AF_INET, libc::AF_INET6] {
         let family = arg(0, SeccompCmpOp::Eq, family as u64)?;
-        let protocols = [0, libc::IPPROTO_TCP, libc::IPPROTO_UDP].map(|p| arg(2, SeccompCmpOp::Ne, p as u64));
+        let protocols = [0, libc::IPPROTO_TCP].map(|p| arg(2, SeccompCmpOp::Ne, p as u64));
         sockets.push(rule([Ok(family.clone())].into_iter().chain(protocols).collect::<Result<_, _>>()?)?);
-        // The type's low bits (its flags above them): every kind but a stream and a datagram.
+        // The type's low bits (its flags above them): every kind but a stream.
         // (10: SOCK_PACKET, which libc marks deprecated.)
-        for kind in [libc::SOCK_RAW, libc::SOCK_RDM, libc::SOCK_SEQPACKET, libc::SOCK_DCCP, 10] {
+        for kind in [libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_RDM, libc::SOCK_SEQPACKET, libc::SOCK_DCCP, 10] {
             sockets.push(rule(vec![family.clone(), arg(1, SeccompCmpOp::MaskedEq(0xf), kind as u64)?])?);
         }
     }
