@@ -220,6 +220,32 @@ fn a_gateways_key_is_in_the_agents_container_alone() {
     assert!(!out.status.success() && said.contains("agent.rooms.enabled"), "without rooms: {said}");
 }
 
+/// The egress lists the platform sets reach the agent config as written: a namespace's hosts, and whether a
+/// session's own widen its room's (by default they do).
+#[test]
+fn a_namespaces_egress_hosts_and_the_sessions_switch_reach_the_agent_config() {
+    let egress_of = |more: &[&str]| {
+        let mut values = vec!["--set", "bridge.enabled=false", "--set", "agent.rooms.egress.enabled=true"];
+        values.extend(more.iter().flat_map(|v| ["--set", v]));
+        let rendered = template("ws", "worksession", &values);
+        let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap();
+        let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+        let agent = doc["data"]["agent.yaml"].as_str().unwrap();
+        worksession::config::Config::parse(agent, "a.yaml".as_ref()).unwrap().rooms.unwrap().egress.unwrap()
+    };
+    let defaults = egress_of(&[]);
+    assert!(defaults.session_hosts && defaults.namespaces.is_empty());
+    let set = egress_of(&[
+        "agent.rooms.egress.namespaces.team-a={pypi.org,*.pythonhosted.org}",
+        "agent.rooms.egress.sessionHosts=false",
+    ]);
+    assert!(!set.session_hosts);
+    assert_eq!(set.namespaces["team-a"], ["pypi.org", "*.pythonhosted.org"]);
+    let out = try_template(&["bridge.enabled=false", "agent.rooms.egress.namespaces.Team_A={pypi.org}"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("'Team_A' does not match"), "the chart's schema: {said}");
+}
+
 /// A cordon moves sessions only where their conversations are on storage every node mounts: the controller is told
 /// so by default exactly when the workspace is a shared volume claim, and a value set by hand wins.
 #[test]

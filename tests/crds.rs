@@ -98,6 +98,10 @@ async fn schema_rejects_what_it_forbids() {
         // A credential never rides in a workspace URL.
         ("a token in the URL", with("workspace", json!({"url": "https://ghp_x@github.com/o/r.git"})), "user info"),
         ("a password in an ssh URL", with("workspace", json!({"url": "ssh://git:pw@host/r.git"})), "user info"),
+        // An egress host is a lowercase name or address with a port of 1 to 65535, at most 64 of them.
+        ("an egress host in capitals", with("egress", json!({"hosts": ["API.example.com"]})), "egress.hosts"),
+        ("an egress port past 65535", with("egress", json!({"hosts": ["example.com:65536"]})), "egress.hosts"),
+        ("65 egress hosts", with("egress", json!({"hosts": vec!["example.com"; 65]})), "egress.hosts"),
     ];
     for (i, (what, spec, field)) in cases.into_iter().enumerate() {
         match sessions.create(&PostParams::default(), &session(&format!("bad-{i}"), spec)).await {
@@ -113,6 +117,7 @@ async fn schema_rejects_what_it_forbids() {
     let mut limits = limits;
     limits["resume"] = json!({"probeSeconds": 0, "settleSeconds": 3600});
     limits["workItem"] = json!("a".repeat(63));
+    limits["egress"] = json!({"hosts": vec!["*.example.com:65535"; 64]});
     sessions.create(&PostParams::default(), &session("limits", limits)).await.unwrap();
     // Moving a session to another work item would run its conversation twice (its harness runs on while
     // another resumes it): it is fixed at creation. Nor may its workdir move (with rooms it is handed to the

@@ -352,7 +352,11 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
         "victim_hooks": worksession::node::hook::file_of(&in_pod(&victim_home), &format!("{}/victim", r.ns)),
         "victim_port": 18765, "agent_port": 9090, "datagrams_to": [bridge_ip.trim(), datagrams_port],
     });
-    r.create_session("attacker", &format!("ATTACK {target}")).await;
+    // Its tenant lists the node's own addresses for it too (the metadata address, the API server by name, the
+    // victim's port): a session's own list opens public addresses only.
+    let own = ["169.254.169.254:80", "kubernetes.default.svc.cluster.local", "127.0.0.1:18765"];
+    let egress = serde_json::json!({"egress": {"hosts": own}});
+    r.create_session_with("attacker", &format!("ATTACK {target}"), egress).await;
     r.await_session("attacker", "Running", |ws| phase(ws) == Some(Phase::Running)).await;
     let (attacker_uid, attacker_home) = r.room("attacker");
     assert_ne!(attacker_uid, victim_uid, "a uid each");
@@ -399,7 +403,8 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     }
     datagrams.set_nonblocking(true).unwrap();
     assert!(datagrams.recv(&mut [0; 64]).is_err(), "no datagram left the room");
-    // What the proxy refused is told on the attacker's session, host by host, where its owner looks.
+    // What the proxy refused is told on the attacker's session, host by host, where its owner looks: the metadata
+    // address as one of the node's own, which its session's list (read by the proxy) cannot open.
     let kube_events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(r.client.clone(), &r.ns);
     support::eventually("an EgressRefused Event on the attacker's session", || async {
         let list = kube_events.list(&ListParams::default()).await.ok()?;
@@ -410,7 +415,7 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
             .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some("attacker"))
             .filter_map(|e| e.note)
             .collect();
-        told.iter().any(|note| note.contains("169.254.169.254:80")).then_some(())
+        told.iter().any(|note| note.contains("169.254.169.254:80") && note.contains("own addresses")).then_some(())
     })
     .await;
 

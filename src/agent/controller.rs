@@ -41,7 +41,7 @@ pub async fn run<S: Store + 'static>(
     let (left_behind, to_relabel) = futures::channel::mpsc::unbounded();
     let mut reconciler = super::reconciler(store, Some(node.clone()), options, ready.clone()).await?;
     reconciler.left_behind = Some(left_behind.clone());
-    let refusals = reconciler.refusals.take();
+    let egress = reconciler.egress.take();
     let ctx = Arc::new(reconciler);
 
     let sessions: Api<WorkSession> = Api::all(client.clone());
@@ -62,6 +62,10 @@ pub async fn run<S: Store + 'static>(
     let addressed_here = watcher::Config::default().labels(&format!("{NODE_LABEL}={}", node_label_value(&node)));
     let writer = reflector::store::Writer::default();
     let cache = writer.as_reader();
+    let refusals = egress.map(|link| {
+        let _ = link.sessions.set(cache.clone());
+        link.refusals
+    });
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
     let misaddressed = left_behind.clone();

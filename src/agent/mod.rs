@@ -35,6 +35,14 @@ pub use metrics::AgentMetrics;
 pub use on_changes::run_on_changes;
 pub use reconcile::{Failpoint, Observer, Reconciler};
 
+/// What ties the egress proxy to the sessions this agent holds (with egress; the cluster driver takes it).
+pub struct EgressLink {
+    /// The proxy's refusals of rooms' connections, to record as Events on their sessions.
+    pub refusals: tokio::sync::mpsc::Receiver<refusals::Refused>,
+    /// The driver's view of its sessions, where the proxy reads a session's own hosts once the driver has made it.
+    pub sessions: Arc<std::sync::OnceLock<kube::runtime::reflector::Store<crate::api::WorkSession>>>,
+}
+
 /// Where the sessions whose events are labelled for this node but that are on another go (namespace, name): the
 /// cluster driver relabels those events for that node.
 pub type LeftBehind = futures::channel::mpsc::UnboundedSender<(String, String)>;
@@ -74,14 +82,15 @@ async fn reconciler<S: Store>(
         }
     }
     let rooms = options.config.borrow().rooms.clone();
-    let mut refusals_told = None;
+    let mut egress_link = None;
     if let Some((rooms, egress)) = rooms.and_then(|r| Some((r.clone(), r.egress?))) {
         // The rooms' one way out, on loopback of the network they share with the agent; as at the agent's start, like
         // the rest of `rooms` (the rooms' harnesses were held to its port when they started).
         use crate::node::egress::{Proxy, Seen};
         let (refused, forwarded) = (metrics.egress_refused.clone(), metrics.gateway_requests.clone());
         let (tell, told) = tokio::sync::mpsc::channel(refusals::QUEUE);
-        refusals_told = Some(told);
+        let sessions = Arc::new(std::sync::OnceLock::new());
+        egress_link = Some(EgressLink { refusals: told, sessions: sessions.clone() });
         let count = move |seen: Seen<'_>| match seen {
             Seen::Refused { refusal, host, owner } => {
                 refused.get_or_create(&metrics::ReasonLabel { reason: refusal.as_str() }).inc();
@@ -96,7 +105,15 @@ async fn reconciler<S: Store>(
                 forwarded.get_or_create(&label).inc();
             }
         };
-        let proxy = Proxy::new(egress, rooms)?;
+        // A session's own hosts, as the cluster driver's view holds its spec: no read of the API server per
+        // connection, and a change applies to the next one.
+        let session_hosts = Box::new(move |owner: &str| {
+            let Some((namespace, name)) = owner.split_once('/') else { return Vec::new() };
+            let at = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+            let session = sessions.get().and_then(|view| view.get(&at));
+            session.and_then(|ws| ws.spec.egress.clone()).map(|e| e.hosts).unwrap_or_default()
+        });
+        let proxy = Proxy::new(egress, rooms)?.with_session_hosts(session_hosts);
         let listener = proxy.bind().await?;
         // Each tunnel holds two descriptors: the soft limit raised to the hard one.
         use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
@@ -122,6 +139,6 @@ async fn reconciler<S: Store>(
         rooms_reload_refused: Default::default(),
         fence: fence_node.is_some().then(lease::Fence::default),
         left_behind: None,
-        refusals: refusals_told,
+        egress: egress_link,
     })
 }

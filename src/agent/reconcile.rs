@@ -107,9 +107,8 @@ pub struct Reconciler<S, T> {
     pub(super) fence: Option<super::lease::Fence>,
     /// Where a session read on another node goes, for the events still addressed here (on a cluster).
     pub(super) left_behind: Option<super::LeftBehind>,
-    /// The egress proxy's refusals of rooms' connections, to tell on their sessions (with egress; taken by the
-    /// cluster driver, which records them as Events).
-    pub(super) refusals: Option<tokio::sync::mpsc::Receiver<super::refusals::Refused>>,
+    /// What ties the egress proxy to the sessions (with egress; taken by the cluster driver).
+    pub(super) egress: Option<super::EgressLink>,
 }
 
 /// How far a plan ran.

@@ -63,12 +63,13 @@ fn due(told: &mut Told, refused: &Refused, now: Instant) -> Option<String> {
     } else {
         match refused.reason {
             "not_allowed" => format!(
-                "the egress proxy refused the harness's connection to {host}: not in the node's list of hosts \
-                 (rooms.egress.hosts)"
+                "the egress proxy refused the harness's connection to {host}: on none of the lists its room may \
+                 reach (the node's rooms.egress.hosts, its namespace's in rooms.egress.namespaces, the session's \
+                 spec.egress.hosts)"
             ),
             "internal_address" => format!(
                 "the egress proxy refused the harness's connection to {host}: it is one of the node's or the \
-                 cluster's own addresses, which no room may reach"
+                 cluster's own addresses, which no room may reach unless the platform lists the address itself"
             ),
             reason if host.is_empty() => format!("the egress proxy refused a connection of the harness ({reason})"),
             reason => format!("the egress proxy refused the harness's connection to {host} ({reason})"),

@@ -179,6 +179,24 @@ pub struct WorkSessionSpec {
     /// (the agent's), and a checkout of its own per work item on its own branch (`worksession/<workItem>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceSpec>,
+    /// Where the session's harness may connect beside what its node allows (with rooms and egress on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressSpec>,
+}
+
+/// A session's own way out, beside its node's and its namespace's lists (the agent config's `rooms.egress.hosts` and
+/// `rooms.egress.namespaces`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressSpec {
+    /// Hosts this session's harness may reach through its node's egress proxy: `host` (port 443), `host:port`,
+    /// `*.domain` (any name below it, port 443); lowercase. Public addresses only: a host that is, or resolves
+    /// only to, one of the node's or the cluster's own addresses (loopback, private, link-local, ...) is refused all
+    /// the same (only the platform's lists can open one). Read at each connection: a change applies to the next.
+    /// Ignored where the agent takes no session's hosts (`rooms.egress.sessionHosts: false`) or has no egress proxy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = EGRESS_HOSTS_MAX), inner(regex(pattern = EGRESS_HOST_PATTERN), length(max = EGRESS_HOST_MAX)))]
+    pub hosts: Vec<String>,
 }
 
 /// Where a work item's checkout comes from.

@@ -98,7 +98,22 @@ pub const WORK_ITEM_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// labels, at most 253 characters.
 pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
+/// The shape of a host a room may reach through the egress proxy (`spec.egress.hosts[]`, the agent config's
+/// `rooms.egress.hosts`): a lowercase name or IPv4 address, `*.` before a name for any name below it, `:port` (1 to
+/// 65535) after; port 443 when none is given.
+pub const EGRESS_HOST_PATTERN: &str = r"^(\*\.)?[a-z0-9][-a-z0-9]*(\.[a-z0-9][-a-z0-9]*)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$";
+/// The longest egress host: `*.`, a name of 253, `:65535`.
+pub const EGRESS_HOST_MAX: usize = 261;
+/// The most hosts a session may list.
+pub const EGRESS_HOSTS_MAX: usize = 64;
+
 static SESSION_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(SESSION_ID_PATTERN).unwrap());
+static EGRESS_HOST: LazyLock<Regex> = LazyLock::new(|| Regex::new(EGRESS_HOST_PATTERN).unwrap());
+
+/// Whether `entry` has the shape of an egress host ([`EGRESS_HOST_PATTERN`]).
+pub fn is_egress_host(entry: &str) -> bool {
+    entry.len() <= EGRESS_HOST_MAX && EGRESS_HOST.is_match(entry)
+}
 static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
 static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).unwrap());
 static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
@@ -274,6 +289,14 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
     if spec.handoff.as_ref().and_then(|h| h.max_characters).is_some_and(|n| !(200..=8000).contains(&n)) {
         return err("handoff.maxCharacters", "must be between 200 and 8000".into());
     }
+    if let Some(e) = &spec.egress {
+        if e.hosts.len() > EGRESS_HOSTS_MAX {
+            return err("egress.hosts", format!("must hold at most {EGRESS_HOSTS_MAX} hosts"));
+        }
+        if let Some(bad) = e.hosts.iter().find(|h| !is_egress_host(h)) {
+            return err("egress.hosts", format!("{bad:?} is not a host, host:port or *.domain (lowercase)"));
+        }
+    }
     Ok(())
 }
 
@@ -311,6 +334,29 @@ mod tests {
         for bad in ["", "-x", "--dangerously-skip-permissions", ".x", "_x", "a b", "a;b", "a\n", &"x".repeat(129)] {
             assert!(!is_valid_session_id(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_egress_host_is_a_lowercase_name_or_address_with_a_port() {
+        for ok in ["api.anthropic.com", "github.com:22", "*.githubusercontent.com", "10.0.0.1:8080", "a:65535", "x-1"] {
+            assert!(is_egress_host(ok), "{ok}");
+        }
+        let long = format!("{}.com", "a".repeat(EGRESS_HOST_MAX));
+        for bad in ["", "API.example.com", "-a.com", "a..com", "*", "*.", "a.*.com", "a:0", "a:65536", "a:", "::1"] {
+            assert!(!is_egress_host(bad), "{bad:?}");
+        }
+        assert!(!is_egress_host(&long) && !is_egress_host("a b") && !is_egress_host("a.com\n"));
+        // Local mode refuses such a spec as the CRD does.
+        let spec = |hosts: Vec<&str>| WorkSessionSpec {
+            work_item: "w".into(),
+            harness: "claude".into(),
+            workdir: "/w".into(),
+            egress: Some(crate::api::EgressSpec { hosts: hosts.into_iter().map(String::from).collect() }),
+            ..Default::default()
+        };
+        assert_eq!(validate_spec(&spec(vec!["API.example.com"])).unwrap_err().field, "egress.hosts");
+        assert_eq!(validate_spec(&spec(vec!["a.com"; EGRESS_HOSTS_MAX + 1])).unwrap_err().field, "egress.hosts");
+        assert!(validate_spec(&spec(vec!["a.com"; EGRESS_HOSTS_MAX])).is_ok());
     }
 
     #[test]

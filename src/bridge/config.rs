@@ -192,6 +192,8 @@ pub struct Route {
     pub work_item: String,
     /// The `spec.workspace` of the sessions it creates, as templates (`url`, `ref`), if any.
     pub workspace: Option<crate::api::WorkspaceSpec>,
+    /// The `spec.egress` of the sessions it creates (the hosts their harnesses may reach beside their node's).
+    pub egress: Option<crate::api::EgressSpec>,
     /// Who may prompt through this route, instead of `github.allowedAuthorAssociations`.
     pub allowed_author_associations: Option<Vec<String>>,
     /// The most WorkSessions this route keeps (counted on the store by the [`ROUTE_LABEL`] it puts on them); past it
@@ -273,6 +275,7 @@ struct RouteFile {
     workdir: String,
     work_item: Option<String>,
     workspace: Option<crate::api::WorkspaceSpec>,
+    egress: Option<crate::api::EgressSpec>,
     allowed_author_associations: Option<Vec<String>>,
     max_sessions: Option<usize>,
     feedback: Option<Feedback>,
@@ -446,6 +449,16 @@ impl BridgeConfig {
                     "a status comment needs github.api (credentials)".into(),
                 ));
             }
+            if let Some(e) = &r.egress {
+                if e.hosts.len() > crate::api::EGRESS_HOSTS_MAX {
+                    let problem = format!("at most {} hosts", crate::api::EGRESS_HOSTS_MAX);
+                    return Err(invalid(format!("routes[{i}].egress.hosts"), problem));
+                }
+                if let Some(bad) = e.hosts.iter().find(|h| !crate::api::is_egress_host(h)) {
+                    let problem = format!("{bad:?} is not a host, host:port or *.domain (lowercase)");
+                    return Err(invalid(format!("routes[{i}].egress.hosts"), problem));
+                }
+            }
             if r.delete_after_seconds.is_some() && r.on_close != Some(OnClose::Delete) {
                 return Err(invalid(format!("routes[{i}].deleteAfterSeconds"), "only with onClose: Delete".into()));
             }
@@ -466,6 +479,7 @@ impl BridgeConfig {
                 workdir: r.workdir,
                 work_item: r.work_item.unwrap_or_else(|| DEFAULT_WORK_ITEM.into()),
                 workspace: r.workspace,
+                egress: r.egress,
                 ci_on_success: r.ci_on_success,
                 status_comment: r.status_comment,
             });
@@ -541,6 +555,10 @@ mod tests {
         assert!(e("routes:\n  - repository: x\n").contains("routes"));
         assert!(e("maxBodyBytes: lots\n").contains("maxBodyBytes"));
         assert!(e("nope: 1\n").contains("nope"));
+        let route = "routes:\n  - {repository: o/r, namespace: a, harness: claude, workdir: /w, egress: {hosts: [";
+        let bad = e(&format!("{route}'API.example.com']}}}}\n"));
+        assert!(bad.contains("routes[0].egress.hosts"), "{bad}");
+        assert!(e(&format!("{route}'*']}}}}\n")).contains("routes[0].egress.hosts"));
     }
 
     #[test]

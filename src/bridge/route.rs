@@ -217,6 +217,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
                     url: render(&w.url, &vars),
                     r#ref: w.r#ref.as_ref().map(|r| render(r, &vars)),
                 }),
+                egress: route.egress.clone(),
                 ..Default::default()
             },
         );

@@ -207,6 +207,7 @@ fn config() -> BridgeConfig {
                 url: "https://github.com/{owner}/{repo}.git".into(),
                 r#ref: None,
             }),
+            egress: Some(crate::api::EgressSpec { hosts: vec!["pypi.org".into(), "*.pythonhosted.org".into()] }),
             allowed_author_associations: None,
             max_sessions: None,
             id: config::slug("octo-org/*"),
@@ -287,6 +288,8 @@ async fn github_accepts_a_signed_comment_once() {
             (workspace.url.as_str(), workspace.r#ref.as_deref()),
             ("https://github.com/octo-org/hello.git", None)
         );
+        // And the hosts its harness may reach beside its node's.
+        assert_eq!(ws.spec.egress.as_ref().unwrap().hosts, ["pypi.org", "*.pythonhosted.org"]);
         let events = rec.events.lock().unwrap();
         let ev = &events[0];
         assert_eq!(ev.spec.session, "hello-1347");

@@ -565,6 +565,16 @@ harnessHome: /srv/home
         assert_eq!(egress.port, rooms::DEFAULT_EGRESS_PORT);
         assert_eq!(egress.hosts, ["api.example.com", "*.example.org", "git.example.com:8443"]);
         assert!(egress.gateways.is_empty());
+        assert!(egress.session_hosts && egress.namespaces.is_empty(), "sessions' hosts taken, no namespace's list");
+        let namespaces = "rooms:\n  root: /r\n  egress:\n    sessionHosts: false\n    namespaces:\n      ";
+        let c = parse(&format!("{namespaces}team-a: [pypi.org, '*.pythonhosted.org']\n")).unwrap();
+        let egress = c.rooms.unwrap().egress.unwrap();
+        assert!(!egress.session_hosts);
+        assert_eq!(egress.namespaces["team-a"], ["pypi.org", "*.pythonhosted.org"]);
+        assert!(refused(&format!("{namespaces}Team_A: [pypi.org]\n")).contains("rooms.egress.namespaces"));
+        assert!(
+            refused(&format!("{namespaces}team-a: ['pypi.org:99999']\n")).contains("rooms.egress.namespaces.team-a")
+        );
 
         let gateway = |fields: &str| format!("rooms:\n  root: /r\n  egress:\n    gateways:\n      - {{{fields}}}\n");
         let good = "name: a, upstream: 'https://api.a.com/', keyFile: /k";

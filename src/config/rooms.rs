@@ -1,6 +1,9 @@
 //! `rooms` in the agent config: how the agent gives each session a room of its own ([`crate::node::room`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+use crate::api::is_egress_host;
 
 /// The lowest uid a room may have: below it are the system's and the image's accounts.
 pub const MIN_UID: u32 = 10_000;
@@ -36,6 +39,12 @@ pub struct EgressConfig {
     /// below it, port 443); lowercase. A name that resolves only to internal addresses (loopback, private,
     /// link-local, the cluster's) is refused unless it is listed as an address itself.
     pub hosts: Vec<String>,
+    /// More hosts for the sessions of a namespace (`rooms.egress.namespaces`, by namespace): the platform's list for
+    /// one tenant, trusted as the node's is (an address listed here is reachable even in the internal ranges).
+    pub namespaces: BTreeMap<String, Vec<String>>,
+    /// Whether a session's own `spec.egress.hosts` widens its room's list (`rooms.egress.sessionHosts`, default
+    /// true); a session's hosts never open an internal address.
+    pub session_hosts: bool,
     /// The key gateways (`rooms.egress.gateways`): model APIs whose key the agent adds to a harness's requests.
     pub gateways: Vec<GatewayConfig>,
 }
@@ -127,6 +136,9 @@ struct EgressFile {
     #[serde(default)]
     hosts: Vec<String>,
     #[serde(default)]
+    namespaces: BTreeMap<String, Vec<String>>,
+    session_hosts: Option<bool>,
+    #[serde(default)]
     gateways: Vec<GatewayFile>,
 }
 
@@ -198,24 +210,6 @@ pub fn valid_upstream(url: &str) -> bool {
         && !url.contains('#')
 }
 
-/// Whether `entry` is an allowed host's shape: a lowercase name or address, `*.` before a name, `:port` after.
-pub fn valid_host(entry: &str) -> bool {
-    let (host, port) = match entry.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => (host, Some(port)),
-        _ => (entry, None),
-    };
-    let name = host.strip_prefix("*.").unwrap_or(host);
-    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
-    let name_ok = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && !label.starts_with('-')
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        });
-    name_ok && port_ok
-}
-
 impl RoomsFile {
     /// The validated config; `invalid(key, problem)` makes the error naming the key.
     pub(crate) fn into_config<E>(self, invalid: &dyn Fn(String, String) -> E) -> Result<RoomsConfig, E> {
@@ -239,9 +233,18 @@ impl RoomsFile {
         let egress = match self.egress {
             None => None,
             Some(e) => {
-                if let Some(bad) = e.hosts.iter().find(|h| !valid_host(h)) {
-                    let problem = format!("{bad:?} is not a host, host:port or *.domain (lowercase)");
-                    return Err(invalid("rooms.egress.hosts".into(), problem));
+                let not_a_host = |bad: &String| format!("{bad:?} is not a host, host:port or *.domain (lowercase)");
+                if let Some(bad) = e.hosts.iter().find(|h| !is_egress_host(h)) {
+                    return Err(invalid("rooms.egress.hosts".into(), not_a_host(bad)));
+                }
+                for (namespace, hosts) in &e.namespaces {
+                    if !crate::api::is_dns_label(namespace) {
+                        let problem = format!("{namespace:?} is not a namespace's name");
+                        return Err(invalid("rooms.egress.namespaces".into(), problem));
+                    }
+                    if let Some(bad) = hosts.iter().find(|h| !is_egress_host(h)) {
+                        return Err(invalid(format!("rooms.egress.namespaces.{namespace}"), not_a_host(bad)));
+                    }
                 }
                 let port = e.port.unwrap_or(DEFAULT_EGRESS_PORT);
                 if !(1..32768).contains(&port) {
@@ -260,7 +263,8 @@ impl RoomsFile {
                     }
                     gateways.push(gateway);
                 }
-                Some(EgressConfig { port, hosts: e.hosts, gateways })
+                let (hosts, namespaces, session_hosts) = (e.hosts, e.namespaces, e.session_hosts.unwrap_or(true));
+                Some(EgressConfig { port, hosts, namespaces, session_hosts, gateways })
             }
         };
         Ok(RoomsConfig { root: self.root, first_uid, count, helper, egress, shared: self.shared })

@@ -1,9 +1,10 @@
 //! The rooms' way out: an HTTP `CONNECT` proxy on loopback, in the agent's process, the only TCP port a harness in a
 //! room may connect to ([`crate::node::room::enter`] holds it there with Landlock). It opens a tunnel only to a host
-//! of `rooms.egress.hosts`, and only to an address outside the node's and the cluster's own ranges (a name that
-//! resolves to the API server, the instance metadata address or another room's listener is refused, however it is
-//! spelt), unless that address itself is listed. Every refusal is logged with the host and counted. The same port
-//! serves the key gateways ([`gateway`]).
+//! of the room's [`Lists`] (the node's `rooms.egress.hosts`, its session's namespace's, its session's own), and only
+//! to an address outside the node's and the cluster's own ranges (a name that resolves to the API server, the
+//! instance metadata address or another room's listener is refused, however it is spelt), unless the platform listed
+//! that address itself. Every refusal is logged with the host and counted. The same port serves the key gateways
+//! ([`gateway`]).
 
 pub mod gateway;
 
@@ -91,11 +92,15 @@ const MAX_TUNNELS: usize = 512;
 /// How long a tunnel may stay open (a model's longest streamed answer is minutes).
 pub(super) const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
 
+/// A session's own hosts (`spec.egress.hosts`) by its `namespace/name`, as the agent's view of its sessions holds them.
+pub type SessionHosts = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
+
 /// The proxy as the agent config describes it: its hosts, its gateways, and the rooms whose harnesses may use them.
 pub struct Proxy {
     config: EgressConfig,
     rooms: RoomsConfig,
     upstreams: Option<Upstreams>,
+    session_hosts: SessionHosts,
     /// Connections open, by the room (uid) whose socket opened them (`None`: no room's).
     open: std::sync::Mutex<std::collections::HashMap<Option<u32>, usize>>,
 }
@@ -107,7 +112,13 @@ impl Proxy {
     /// The proxy of `rooms.egress`; an error when a gateway is configured and the system has no trusted roots.
     pub fn new(config: EgressConfig, rooms: RoomsConfig) -> std::io::Result<Self> {
         let upstreams = if config.gateways.is_empty() { None } else { Some(Upstreams::new()?) };
-        Ok(Self { config, rooms, upstreams, open: Default::default() })
+        Ok(Self { config, rooms, upstreams, session_hosts: Box::new(|_| Vec::new()), open: Default::default() })
+    }
+
+    /// Where the proxy reads a session's own hosts (with `rooms.egress.sessionHosts`); none until told.
+    pub fn with_session_hosts(mut self, session_hosts: SessionHosts) -> Self {
+        self.session_hosts = session_hosts;
+        self
     }
 
     /// Binds the proxy's port: an error (the port taken) ends the agent's start, so no room is held to a port
@@ -197,7 +208,53 @@ impl Proxy {
             let Some(room) = room else { return refuse(client, Refusal::NotARoom, "a gateway".into()).await };
             return gateway::forward(client, &head, room, &self.config, upstreams).await.map(Some);
         }
-        tunnel(client, target, &self.config).await.map(|()| None)
+        // The lists of the session whose room this is (a socket no room owns has the node's alone).
+        let owner = room.as_ref().and_then(|(_, owner)| owner.as_deref());
+        let own = match owner {
+            Some(owner) if self.config.session_hosts => (self.session_hosts)(owner),
+            _ => Vec::new(),
+        };
+        let namespace = owner.and_then(|o| o.split_once('/')).and_then(|(ns, _)| self.config.namespaces.get(ns));
+        let lists = Lists { node: &self.config.hosts, namespace: namespace.map_or(&[], Vec::as_slice), session: &own };
+        tunnel(client, target, &lists).await.map(|()| None)
+    }
+}
+
+/// The hosts one room may reach: the platform's (the node's list and the one of its session's namespace), whose
+/// listed addresses are reachable even in the internal ranges, and its session's own, which reach public addresses
+/// only (a tenant lists what it likes there, the metadata address included).
+#[derive(Debug, Clone, Copy)]
+pub struct Lists<'a> {
+    /// `rooms.egress.hosts`.
+    pub node: &'a [String],
+    /// `rooms.egress.namespaces` of the session's namespace.
+    pub namespace: &'a [String],
+    /// The session's `spec.egress.hosts`.
+    pub session: &'a [String],
+}
+
+/// How far the lists let a tunnel go.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Not listed.
+    Unlisted,
+    /// Listed: to the addresses outside the internal ranges that the name resolves to.
+    Public,
+    /// An address the platform listed itself: to it, whatever its range.
+    Address,
+}
+
+impl Lists<'_> {
+    /// How far a tunnel to `host:port` may go.
+    pub fn reach(&self, host: &str, port: u16) -> Reach {
+        let by_platform = allowed(self.node, host, port) || allowed(self.namespace, host, port);
+        if by_platform && host.parse::<IpAddr>().is_ok() {
+            Reach::Address
+        } else if by_platform || allowed(self.session, host, port) {
+            Reach::Public
+        } else {
+            Reach::Unlisted
+        }
     }
 }
 
@@ -230,11 +287,13 @@ async fn refuse<T>(mut client: TcpStream, refusal: Refusal, what: String) -> Res
 async fn tunnel(
     mut client: TcpStream,
     target: Option<(String, u16)>,
-    config: &EgressConfig,
+    lists: &Lists<'_>,
 ) -> Result<(), (Refusal, String)> {
     let outcome = match target {
         None => Err((Refusal::NotConnect, String::new())),
-        Some((host, port)) => open(&host, port, config).await.map_err(|r| (r, format!("{host}:{port}"))),
+        Some((host, port)) => {
+            open(&host, port, lists.reach(&host, port)).await.map_err(|r| (r, format!("{host}:{port}")))
+        }
     };
     match outcome {
         Ok(mut upstream) => {
@@ -329,21 +388,21 @@ pub fn internal(ip: IpAddr) -> bool {
     }
 }
 
-/// Connects to `host:port` if the list allows it, to an address outside the internal ranges unless the address is
-/// listed itself.
-async fn open(host: &str, port: u16, config: &EgressConfig) -> Result<TcpStream, Refusal> {
-    if !allowed(&config.hosts, host, port) {
+/// Connects to `host:port` as far as the lists reach: to an address outside the internal ranges unless the platform
+/// listed the address itself.
+async fn open(host: &str, port: u16, reach: Reach) -> Result<TcpStream, Refusal> {
+    if reach == Reach::Unlisted {
         return Err(Refusal::NotAllowed);
     }
-    let listed_address = host.parse::<IpAddr>().is_ok();
     // A name as it is, never tried below the pod's search domains (`models.dev` is not `models.dev.<ns>.svc...`,
     // a Service a tenant could make).
-    let name = if listed_address { host.to_string() } else { format!("{host}.") };
+    let name = if host.parse::<IpAddr>().is_ok() { host.to_string() } else { format!("{host}.") };
     let addresses: Vec<SocketAddr> = match tokio::time::timeout(TIMEOUT, tokio::net::lookup_host((name, port))).await {
         Ok(Ok(found)) => found.collect(),
         _ => return Err(Refusal::Unreachable),
     };
-    let outside: Vec<SocketAddr> = addresses.into_iter().filter(|a| listed_address || !internal(a.ip())).collect();
+    let outside: Vec<SocketAddr> =
+        addresses.into_iter().filter(|a| reach == Reach::Address || !internal(a.ip())).collect();
     if outside.is_empty() {
         return Err(Refusal::Internal);
     }
@@ -421,31 +480,51 @@ mod tests {
 
     /// A proxy for `hosts` on a free port (no gateway, no room of the test's uid), and the refusals it tells.
     async fn start(hosts: Vec<String>) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<&'static str>) {
+        let config = EgressConfig { hosts, ..egress() };
+        start_with(config, rooms_of("/nonexistent".as_ref(), 200_000), Box::new(|_| Vec::new())).await
+    }
+
+    fn egress() -> EgressConfig {
+        let (hosts, namespaces, gateways) = (Vec::new(), Default::default(), Vec::new());
+        EgressConfig { port: 0, hosts, namespaces, session_hosts: true, gateways }
+    }
+
+    /// The rooms `first_uid..+1` whose owner files are in `root`.
+    fn rooms_of(root: &std::path::Path, first_uid: u32) -> RoomsConfig {
+        let (helper, egress) = ("/bin/false".into(), None);
+        RoomsConfig { root: root.into(), first_uid, count: 1, helper, egress, shared: false }
+    }
+
+    async fn start_with(
+        mut config: EgressConfig,
+        rooms: RoomsConfig,
+        session_hosts: SessionHosts,
+    ) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<&'static str>) {
         let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = proxy.local_addr().unwrap();
-        let config = EgressConfig { port: at.port(), hosts, gateways: Vec::new() };
-        let rooms = RoomsConfig {
-            root: "/nonexistent".into(),
-            first_uid: 200_000,
-            count: 1,
-            helper: "/bin/false".into(),
-            egress: None,
-            shared: false,
-        };
+        config.port = at.port();
         let (seen, refusals) = tokio::sync::mpsc::unbounded_channel();
         let report = move |s: Seen<'_>| {
             if let Seen::Refused { refusal, .. } = s {
                 seen.send(refusal.as_str()).unwrap()
             }
         };
-        tokio::spawn(Proxy::new(config, rooms).unwrap().serve(proxy, report));
+        let proxy_of = Proxy::new(config, rooms).unwrap().with_session_hosts(session_hosts);
+        tokio::spawn(proxy_of.serve(proxy, report));
         (at, refusals)
     }
 
-    /// The proxy itself: a listed address gets a tunnel that carries bytes both ways; an unlisted host, a name of an
-    /// internal address and anything but a `CONNECT` get their refusal, each counted.
-    #[tokio::test]
-    async fn a_tunnel_opens_only_to_what_the_list_allows() {
+    /// The answer to one request.
+    async fn ask(at: SocketAddr, request: String) -> String {
+        let mut conn = TcpStream::connect(at).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    /// A listener that greets each connection.
+    async fn greeter() -> SocketAddr {
         let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let up = upstream.local_addr().unwrap();
         tokio::spawn(async move {
@@ -453,15 +532,77 @@ mod tests {
                 conn.write_all(b"hello from upstream\n").await.unwrap();
             }
         });
+        up
+    }
+
+    #[test]
+    fn the_platforms_lists_reach_an_address_a_sessions_list_only_public_ones() {
+        let strings = |list: &[&str]| list.iter().map(|h| h.to_string()).collect::<Vec<_>>();
+        let (node, namespace) = (strings(&["api.anthropic.com", "10.0.0.5:8080"]), strings(&["pypi.org", "10.0.0.6"]));
+        let session = strings(&["*.example.com", "169.254.169.254:80", "10.0.0.7"]);
+        let lists = Lists { node: &node, namespace: &namespace, session: &session };
+        let table = [
+            ("api.anthropic.com", 443, Reach::Public),
+            ("10.0.0.5", 8080, Reach::Address),
+            ("pypi.org", 443, Reach::Public),
+            ("10.0.0.6", 443, Reach::Address),
+            ("docs.example.com", 443, Reach::Public),
+            // A tenant's own list names the metadata address or a cluster address: listed, yet public only.
+            ("169.254.169.254", 80, Reach::Public),
+            ("10.0.0.7", 443, Reach::Public),
+            ("example.com", 443, Reach::Unlisted),
+            ("pypi.org", 80, Reach::Unlisted),
+        ];
+        for (host, port, expected) in table {
+            assert_eq!(lists.reach(host, port), expected, "{host}:{port}");
+        }
+    }
+
+    /// A room's connection is held to its session's lists: its namespace's (the platform's, which may open an
+    /// address of its own ranges) and its session's own (which opens none); another uid's gets the node's alone, and
+    /// with `sessionHosts` off the session's own list is not read.
+    #[tokio::test]
+    async fn a_rooms_namespace_and_session_widen_its_list() {
+        let (up, other) = (greeter().await, greeter().await);
+        let dir = tempfile::tempdir().unwrap();
+        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+        std::fs::create_dir(dir.path().join(".owners")).unwrap();
+        std::fs::write(dir.path().join(format!(".owners/{uid}")), "team-a/ws-1\n/work/ws-1\n").unwrap();
+        let namespaces = [("team-a".to_string(), vec![format!("127.0.0.1:{}", up.port())])].into();
+        let config = EgressConfig { namespaces, ..egress() };
+        let own = format!("127.0.0.1:{}", other.port());
+        let session_hosts = |own: String| -> SessionHosts {
+            Box::new(move |owner| if owner == "team-a/ws-1" { vec![own.clone()] } else { Vec::new() })
+        };
+        let connect = |to: SocketAddr| format!("CONNECT {to} HTTP/1.1\r\n\r\n");
+
+        let (at, mut refusals) =
+            start_with(config.clone(), rooms_of(dir.path(), uid), session_hosts(own.clone())).await;
+        let through = ask(at, connect(up)).await;
+        assert_eq!(through, "HTTP/1.1 200 Connection established\r\n\r\nhello from upstream\n");
+        let listed_by_the_session = ask(at, connect(other)).await;
+        assert!(listed_by_the_session.starts_with("HTTP/1.1 403"), "{listed_by_the_session}");
+        assert_eq!(refusals.recv().await.unwrap(), "internal_address", "listed, but not to open an address of ours");
+
+        let off = EgressConfig { session_hosts: false, ..config.clone() };
+        let (at, mut refusals) = start_with(off, rooms_of(dir.path(), uid), session_hosts(own.clone())).await;
+        assert!(ask(at, connect(other)).await.starts_with("HTTP/1.1 403"));
+        assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "the session's list unread");
+
+        let stranger = rooms_of(dir.path(), uid.wrapping_add(1));
+        let (at, mut refusals) = start_with(config, stranger, session_hosts(own)).await;
+        assert!(ask(at, connect(up)).await.starts_with("HTTP/1.1 403"));
+        assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "no room's socket: the node's list alone");
+    }
+
+    /// The proxy itself: a listed address gets a tunnel that carries bytes both ways; an unlisted host, a name of an
+    /// internal address and anything but a `CONNECT` get their refusal, each counted.
+    #[tokio::test]
+    async fn a_tunnel_opens_only_to_what_the_list_allows() {
+        let up = greeter().await;
         let hosts = vec![format!("127.0.0.1:{}", up.port()), format!("localhost:{}", up.port())];
         let (at, mut refusals) = start(hosts).await;
-        let ask = |request: String| async move {
-            let mut conn = TcpStream::connect(at).await.unwrap();
-            conn.write_all(request.as_bytes()).await.unwrap();
-            let mut answer = String::new();
-            conn.read_to_string(&mut answer).await.unwrap();
-            answer
-        };
+        let ask = |request: String| ask(at, request);
         let through = ask(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\nHost: x\r\n\r\n", up.port())).await;
         assert_eq!(through, "HTTP/1.1 200 Connection established\r\n\r\nhello from upstream\n");
         let unlisted = ask("CONNECT example.com:443 HTTP/1.1\r\n\r\n".into()).await;

@@ -354,12 +354,15 @@ agent:
     }
 
     pub async fn create_session(&self, name: &str, initial_prompt: &str) {
-        let ws: WorkSession = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"workItem": name, "nodeName": node().name, "harness": "standin",
-                     "workdir": self.workdir(name), "initialPrompt": initial_prompt}
-        }))
-        .unwrap();
+        self.create_session_with(name, initial_prompt, json!({})).await
+    }
+
+    /// A session whose spec has `more` fields beside the test's own.
+    pub async fn create_session_with(&self, name: &str, initial_prompt: &str, more: serde_json::Value) {
+        let mut spec = json!({"workItem": name, "nodeName": node().name, "harness": "standin",
+                              "workdir": self.workdir(name), "initialPrompt": initial_prompt});
+        spec.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+        let ws: WorkSession = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
         self.sessions().create(&PostParams::default(), &ws).await.unwrap();
     }
 
