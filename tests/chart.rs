@@ -234,12 +234,12 @@ fn a_namespaces_egress_hosts_and_the_sessions_switch_reach_the_agent_config() {
         worksession::config::Config::parse(agent, "a.yaml".as_ref()).unwrap().rooms.unwrap().egress.unwrap()
     };
     let defaults = egress_of(&[]);
-    assert!(defaults.session_hosts && defaults.namespaces.is_empty());
+    assert!(!defaults.session_hosts && defaults.namespaces.is_empty());
     let set = egress_of(&[
         "agent.rooms.egress.namespaces.team-a={pypi.org,*.pythonhosted.org}",
-        "agent.rooms.egress.sessionHosts=false",
+        "agent.rooms.egress.sessionHosts=true",
     ]);
-    assert!(!set.session_hosts);
+    assert!(set.session_hosts);
     assert_eq!(set.namespaces["team-a"], ["pypi.org", "*.pythonhosted.org"]);
     let out = try_template(&["bridge.enabled=false", "agent.rooms.egress.namespaces.Team_A={pypi.org}"]);
     let said = String::from_utf8_lossy(&out.stderr);

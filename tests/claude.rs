@@ -693,6 +693,7 @@ async fn through_a_key_gateway_the_model_gets_the_agents_key_and_the_cli_only_a_
         helper: "/bin/false".into(),
         egress: None,
         shared: false,
+        namespace_keys: None,
     };
     let egress = EgressConfig {
         port,

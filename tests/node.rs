@@ -296,6 +296,11 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     let model = support::model::Model::start_on(bridge_ip.trim());
     let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-key"},
         "stringData": {"key": KEY}});
+    // The tenant's own keys, for a harness no gateway serves: one variable the agent gives, one it does not.
+    const TENANT_KEY: &str = "ghu-the-tenants-own-token";
+    let tenant_keys = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "worksession-harness-keys"},
+        "stringData": {"TENANT_TOKEN": format!("{TENANT_KEY}\n"), "LD_PRELOAD": "/nonexistent.so"}});
     let gateway = "agent.rooms.egress.gateways[0]";
     let values = [
         format!("{gateway}.name=model"),
@@ -306,9 +311,12 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
         format!("{gateway}.keyEnv=MODEL_API_KEY"),
         format!("{gateway}.placeholder=placeholder-key"),
         "agent.rooms.egress.enabled=true".into(),
+        "agent.rooms.egress.sessionHosts=true".into(),
+        "agent.rooms.namespaceKeys.namespaces[0]=node-rooms".into(),
+        "agent.rooms.namespaceKeys.variables[0]=TENANT_TOKEN".into(),
     ];
     let sets: Vec<&str> = values.iter().flat_map(|v| ["--set", v.as_str()]).collect();
-    let r = Release::install_with("node-rooms", &[secret], &sets).await;
+    let r = Release::install_with("node-rooms", &[secret, tenant_keys], &sets).await;
     let created = std::time::Instant::now();
     r.create_session("victim", "the victim's own words").await;
     let first = r
@@ -385,6 +393,24 @@ async fn a_hostile_harness_reaches_nothing_of_another_session() {
     assert!(environment.contains("MODEL_API_KEY=placeholder-key") && !environment.contains(KEY), "{environment}");
     assert!(environment.contains("\nMODEL_BASE_URL=http://127.0.0.1:3129/gateway/model\n"), "{environment}");
     assert_eq!(results["use_gateway"], "done: 200", "{results:#?}");
+    // Its namespace's key, for a harness no gateway serves: the variable it may set, and not the one it may not.
+    assert!(environment.contains(&format!("\nTENANT_TOKEN={TENANT_KEY}\n")), "{environment}");
+    assert!(!environment.contains("LD_PRELOAD"), "{environment}");
+    // Read by the agent's own right to that one Secret of that namespace: no other Secret, no list, no other namespace.
+    let agent = format!("system:serviceaccount:{}:w-worksession-agent", r.ns);
+    for (namespace, verb, name, allowed) in [
+        (r.ns.as_str(), "get", Some("worksession-harness-keys"), true),
+        (r.ns.as_str(), "get", Some("model-key"), false),
+        (r.ns.as_str(), "list", None, false),
+        ("default", "get", Some("worksession-harness-keys"), false),
+    ] {
+        let review = serde_json::json!({"spec": {"user": agent, "groups": ["system:serviceaccounts"],
+            "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": "secrets", "name": name}}});
+        let review: k8s_openapi::api::authorization::v1::SubjectAccessReview = serde_json::from_value(review).unwrap();
+        let reviews = kube::Api::<k8s_openapi::api::authorization::v1::SubjectAccessReview>::all(r.client.clone());
+        let answer = reviews.create(&Default::default(), &review).await.unwrap();
+        assert_eq!(answer.status.unwrap().allowed, allowed, "{verb} secrets {name:?} in {namespace}");
+    }
     let keys: std::collections::BTreeSet<Option<String>> = model.requests().into_iter().map(|q| q.key).collect();
     assert_eq!(keys, [Some(KEY.to_string())].into(), "the provider got the key, never the placeholder");
     // The network the rooms share: held to the egress proxy (Landlock), which tunnels to none of the node's or the

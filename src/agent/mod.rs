@@ -108,10 +108,10 @@ async fn reconciler<S: Store>(
         // A session's own hosts, as the cluster driver's view holds its spec: no read of the API server per
         // connection, and a change applies to the next one.
         let session_hosts = Box::new(move |owner: &str| {
-            let Some((namespace, name)) = owner.split_once('/') else { return Vec::new() };
+            let (namespace, name) = owner.split_once('/')?;
             let at = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
-            let session = sessions.get().and_then(|view| view.get(&at));
-            session.and_then(|ws| ws.spec.egress.clone()).map(|e| e.hosts).unwrap_or_default()
+            let session = sessions.get()?.get(&at)?;
+            Some(session.spec.egress.as_ref().map(|e| e.hosts.clone()).unwrap_or_default())
         });
         let proxy = Proxy::new(egress, rooms)?.with_session_hosts(session_hosts);
         let listener = proxy.bind().await?;

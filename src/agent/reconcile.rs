@@ -327,7 +327,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     tracing::info!(event = "session.moved", node, "handed to another node");
                 }
                 Op::Spawn(spawn) => {
-                    if let Err(message) = self.spawn(spawn, config).await {
+                    if let Err(message) = self.spawn(ws, spawn, config).await {
                         // The recorded intent is the status the next decision starts from; it is told why.
                         self.registries.spawn_failures.put(owner_name, &spawn.tag, message);
                         return Ok(Executed::SpawnRefused);
@@ -375,14 +375,31 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         Ok(Executed::All)
     }
 
-    /// Starts the harness: in a room, its home closed again and the workdir the room's first. What tmux or the room
-    /// said when it refused.
-    async fn spawn(&self, spawn: &core::Spawn, config: &Config) -> Result<(), String> {
+    /// Starts the harness: in a room, its home closed again, the workdir the room's first, and its namespace's keys
+    /// in its environment (read here, never part of a plan, which is logged). What tmux or the room said when it
+    /// refused.
+    async fn spawn(&self, ws: &WorkSession, spawn: &core::Spawn, config: &Config) -> Result<(), String> {
+        let mut keyed = None;
         if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
             crate::node::room::close_home(room.uid, &room.home)?;
             self.registries.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))?;
+            if let Some(keys) = &rooms.namespace_keys {
+                let namespace = ws.namespace().unwrap_or_default();
+                let secret = self
+                    .store
+                    .namespace_keys(&namespace, &keys.secret_name)
+                    .await
+                    .map_err(|e| format!("cannot read the namespace's keys (Secret {}): {e}", keys.secret_name))?;
+                let mut given = spawn.clone();
+                if let Some(room) = given.confine.as_mut() {
+                    let taken: Vec<&str> = spawn.env.iter().chain(&room.env).map(|(name, _)| name.as_str()).collect();
+                    let more = keys.env(secret.unwrap_or_default(), &taken);
+                    room.env.extend(more);
+                }
+                keyed = Some(given);
+            }
         }
-        self.observer.tmux().spawn(spawn).await.map_err(|e| e.to_string())
+        self.observer.tmux().spawn(keyed.as_ref().unwrap_or(spawn)).await.map_err(|e| e.to_string())
     }
 
     /// Writes `update` over a WorkEvent's status (`old`: as this plan last wrote it, or as read); the status written.

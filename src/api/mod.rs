@@ -190,10 +190,11 @@ pub struct WorkSessionSpec {
 #[serde(rename_all = "camelCase")]
 pub struct EgressSpec {
     /// Hosts this session's harness may reach through its node's egress proxy: `host` (port 443), `host:port`,
-    /// `*.domain` (any name below it, port 443); lowercase. Public addresses only: a host that is, or resolves
-    /// only to, one of the node's or the cluster's own addresses (loopback, private, link-local, ...) is refused all
-    /// the same (only the platform's lists can open one). Read at each connection: a change applies to the next.
-    /// Ignored where the agent takes no session's hosts (`rooms.egress.sessionHosts: false`) or has no egress proxy.
+    /// `*.domain[:port]` (any name below it); lowercase. Public addresses only: an address in the loopback, private,
+    /// link-local or another non-public range, or a name that resolves only to such, is refused all the same (only
+    /// the platform's lists open those); a public address is reached whoever it belongs to. Read at each
+    /// connection: a change applies to the next. Read only where the agent takes sessions' hosts
+    /// (`rooms.egress.sessionHosts`, off by default) and runs its egress proxy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = EGRESS_HOSTS_MAX), inner(regex(pattern = EGRESS_HOST_PATTERN), length(max = EGRESS_HOST_MAX)))]
     pub hosts: Vec<String>,

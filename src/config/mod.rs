@@ -523,6 +523,30 @@ harnessHome: /srv/home
         parse(yaml).expect_err("refused").to_string()
     }
 
+    /// A namespace's keys: the Secret's name and the variables it may set, none that changes how the room runs;
+    /// what a harness is given of the Secret is those variables alone, none a gateway or its profile already sets.
+    #[test]
+    fn namespace_keys_give_their_variables_alone() {
+        let keys = |body: &str| format!("rooms:\n  root: /r\n  namespaceKeys: {{{body}}}\n");
+        let c = parse(&keys("secretName: tenant-keys, variables: [COPILOT_GITHUB_TOKEN, GH_TOKEN, OPENAI_API_KEY]"));
+        let k = c.unwrap().rooms.unwrap().namespace_keys.unwrap();
+        assert_eq!(k.secret_name, "tenant-keys");
+        for bad in ["LD_PRELOAD", "PATH", "HOME", "HTTPS_PROXY", "lower", "1X", "A-B"] {
+            let e = refused(&keys(&format!("secretName: k, variables: [{bad}]")));
+            assert!(e.contains("rooms.namespaceKeys.variables"), "{bad}: {e}");
+        }
+        assert!(refused(&keys("secretName: 'Not A Name', variables: []")).contains("rooms.namespaceKeys.secretName"));
+        let secret = [
+            ("COPILOT_GITHUB_TOKEN", "ghu_tenant\n"),
+            ("GH_TOKEN", "two\nlines"),
+            ("OPENAI_API_KEY", "sk-tenant"),
+            ("LD_PRELOAD", "/tmp/x.so"),
+        ];
+        let secret = secret.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let given = k.env(secret, &["OPENAI_API_KEY"]);
+        assert_eq!(given, [("COPILOT_GITHUB_TOKEN".to_string(), "ghu_tenant".to_string())]);
+    }
+
     #[test]
     fn malformed_files_are_refused_naming_the_key() {
         assert!(refused("tmux: [").contains("agent.yaml"));
@@ -559,17 +583,18 @@ harnessHome: /srv/home
         assert!(refused(&format!("{rooms}['a.com:0']\n")).contains("rooms.egress.hosts"));
         assert!(refused(&format!("{rooms}['a com']\n")).contains("rooms.egress.hosts"));
         assert!(refused("rooms:\n  root: /r\n  egress:\n    port: 0\n").contains("rooms.egress.port"));
+        assert!(refused("rooms:\n  root: /r\n  egress:\n    port: 443\n").contains("rooms.egress.port"));
         assert!(refused("rooms:\n  root: /r\n  egress:\n    port: 40000\n").contains("rooms.egress.port"));
         let c = parse(&format!("{rooms}['api.example.com', '*.example.org', 'git.example.com:8443']\n")).unwrap();
         let egress = c.rooms.unwrap().egress.unwrap();
         assert_eq!(egress.port, rooms::DEFAULT_EGRESS_PORT);
         assert_eq!(egress.hosts, ["api.example.com", "*.example.org", "git.example.com:8443"]);
         assert!(egress.gateways.is_empty());
-        assert!(egress.session_hosts && egress.namespaces.is_empty(), "sessions' hosts taken, no namespace's list");
-        let namespaces = "rooms:\n  root: /r\n  egress:\n    sessionHosts: false\n    namespaces:\n      ";
+        assert!(!egress.session_hosts && egress.namespaces.is_empty(), "no session's hosts, no namespace's list");
+        let namespaces = "rooms:\n  root: /r\n  egress:\n    sessionHosts: true\n    namespaces:\n      ";
         let c = parse(&format!("{namespaces}team-a: [pypi.org, '*.pythonhosted.org']\n")).unwrap();
         let egress = c.rooms.unwrap().egress.unwrap();
-        assert!(!egress.session_hosts);
+        assert!(egress.session_hosts);
         assert_eq!(egress.namespaces["team-a"], ["pypi.org", "*.pythonhosted.org"]);
         assert!(refused(&format!("{namespaces}Team_A: [pypi.org]\n")).contains("rooms.egress.namespaces"));
         assert!(

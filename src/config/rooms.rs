@@ -27,6 +27,34 @@ pub struct RoomsConfig {
     /// uid given out once for the cluster, by an owner file made only where none is), and a session that moves keeps
     /// it.
     pub shared: bool,
+    /// Keys a namespace gives its own sessions' harnesses (`rooms.namespaceKeys`).
+    pub namespace_keys: Option<NamespaceKeysConfig>,
+}
+
+/// Keys a namespace gives its own sessions' harnesses (`rooms.namespaceKeys`), for a harness that cannot take a key
+/// gateway: read at each spawn from one Secret of the session's own namespace (the agent may read that Secret where a
+/// Role lets it, one the chart makes in each namespace it is given, and no other) and put in the harness's
+/// environment, which only its room's uid can read. Each tenant's harness spends its tenant's key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceKeysConfig {
+    /// The Secret's name in each namespace (`secretName`).
+    pub secret_name: String,
+    /// The variables it may set (`variables`): a key of the Secret by any other name is not given.
+    pub variables: Vec<String>,
+}
+
+impl NamespaceKeysConfig {
+    /// What a harness is given of its namespace's Secret: each entry named in `variables` and not `taken` (the
+    /// profile's and a key gateway's variables keep theirs), its value without a control character (a trailing
+    /// newline, as a file leaves it, dropped); any other is left out.
+    pub fn env(&self, secret: BTreeMap<String, String>, taken: &[&str]) -> Vec<(String, String)> {
+        secret
+            .into_iter()
+            .filter(|(name, _)| self.variables.contains(name) && !taken.contains(&name.as_str()))
+            .map(|(name, value)| (name, value.trim_end_matches(['\n', '\r']).to_string()))
+            .filter(|(_, value)| !value.chars().any(char::is_control))
+            .collect()
+    }
 }
 
 /// A room's way out (`rooms.egress`): its harness's TCP connects are held to the agent's egress proxy on loopback,
@@ -43,7 +71,8 @@ pub struct EgressConfig {
     /// one tenant, trusted as the node's is (an address listed here is reachable even in the internal ranges).
     pub namespaces: BTreeMap<String, Vec<String>>,
     /// Whether a session's own `spec.egress.hosts` widens its room's list (`rooms.egress.sessionHosts`, default
-    /// true); a session's hosts never open an internal address.
+    /// false: the platform opts in); a session's hosts never open an internal address, but any public one, the nodes'
+    /// own public addresses included.
     pub session_hosts: bool,
     /// The key gateways (`rooms.egress.gateways`): model APIs whose key the agent adds to a harness's requests.
     pub gateways: Vec<GatewayConfig>,
@@ -126,6 +155,15 @@ pub(crate) struct RoomsFile {
     egress: Option<EgressFile>,
     #[serde(default)]
     shared: bool,
+    namespace_keys: Option<NamespaceKeysFile>,
+}
+
+/// `rooms.namespaceKeys` in the agent config file.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NamespaceKeysFile {
+    secret_name: String,
+    variables: Vec<String>,
 }
 
 /// `rooms.egress` in the agent config file.
@@ -210,6 +248,30 @@ pub fn valid_upstream(url: &str) -> bool {
         && !url.contains('#')
 }
 
+/// Whether `name` may carry a namespace's key: an environment variable's name that changes nothing of how the room
+/// runs (its `HOME`, `PATH`, `TMPDIR`, its proxy, the loader's).
+pub fn is_key_variable(name: &str) -> bool {
+    const THE_ROOMS: [&str; 12] = [
+        "HOME",
+        "PATH",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "TMUX",
+        "TERM",
+    ];
+    let shape = !name.is_empty()
+        && name.len() <= 128
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    shape && !name.starts_with("LD_") && !THE_ROOMS.contains(&name)
+}
+
 impl RoomsFile {
     /// The validated config; `invalid(key, problem)` makes the error naming the key.
     pub(crate) fn into_config<E>(self, invalid: &dyn Fn(String, String) -> E) -> Result<RoomsConfig, E> {
@@ -247,9 +309,12 @@ impl RoomsFile {
                     }
                 }
                 let port = e.port.unwrap_or(DEFAULT_EGRESS_PORT);
-                if !(1..32768).contains(&port) {
+                if !(1024..32768).contains(&port) {
                     // An ephemeral port could be any room's: Landlock holds bind, not an unbound socket's listen.
-                    let problem = format!("{port}: 1-32767, below the ephemeral ports");
+                    // A well-known one (53, 443) is a service's on every host: Landlock holds the port, not the
+                    // address, so a room would reach the API server's or a resolver's directly.
+                    let problem =
+                        format!("{port}: 1024-32767, above the well-known ports and below the ephemeral ones");
                     return Err(invalid("rooms.egress.port".into(), problem));
                 }
                 let mut gateways = Vec::with_capacity(e.gateways.len());
@@ -263,10 +328,28 @@ impl RoomsFile {
                     }
                     gateways.push(gateway);
                 }
-                let (hosts, namespaces, session_hosts) = (e.hosts, e.namespaces, e.session_hosts.unwrap_or(true));
+                let (hosts, namespaces, session_hosts) = (e.hosts, e.namespaces, e.session_hosts.unwrap_or(false));
                 Some(EgressConfig { port, hosts, namespaces, session_hosts, gateways })
             }
         };
-        Ok(RoomsConfig { root: self.root, first_uid, count, helper, egress, shared: self.shared })
+        let namespace_keys = match self.namespace_keys {
+            None => None,
+            Some(k) => {
+                if !crate::api::is_dns_subdomain(&k.secret_name) {
+                    let problem = format!("{:?} is not a Secret's name", k.secret_name);
+                    return Err(invalid("rooms.namespaceKeys.secretName".into(), problem));
+                }
+                if let Some(bad) = k.variables.iter().find(|v| !is_key_variable(v)) {
+                    let problem = format!(
+                        "{bad:?}: an environment variable's name (A-Z, 0-9, _), none the room itself sets (HOME, \
+                         PATH, TMPDIR, the proxy's, LD_*)"
+                    );
+                    return Err(invalid("rooms.namespaceKeys.variables".into(), problem));
+                }
+                Some(NamespaceKeysConfig { secret_name: k.secret_name, variables: k.variables })
+            }
+        };
+        let shared = self.shared;
+        Ok(RoomsConfig { root: self.root, first_uid, count, helper, egress, shared, namespace_keys })
     }
 }

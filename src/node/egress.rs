@@ -92,8 +92,9 @@ const MAX_TUNNELS: usize = 512;
 /// How long a tunnel may stay open (a model's longest streamed answer is minutes).
 pub(super) const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
 
-/// A session's own hosts (`spec.egress.hosts`) by its `namespace/name`, as the agent's view of its sessions holds them.
-pub type SessionHosts = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
+/// A session's own hosts (`spec.egress.hosts`) by its `namespace/name`, as the agent's view of its sessions holds them;
+/// `None`: no session of this node by that name (a process left behind by a room's former session).
+pub type SessionHosts = Box<dyn Fn(&str) -> Option<Vec<String>> + Send + Sync>;
 
 /// The proxy as the agent config describes it: its hosts, its gateways, and the rooms whose harnesses may use them.
 pub struct Proxy {
@@ -112,7 +113,7 @@ impl Proxy {
     /// The proxy of `rooms.egress`; an error when a gateway is configured and the system has no trusted roots.
     pub fn new(config: EgressConfig, rooms: RoomsConfig) -> std::io::Result<Self> {
         let upstreams = if config.gateways.is_empty() { None } else { Some(Upstreams::new()?) };
-        Ok(Self { config, rooms, upstreams, session_hosts: Box::new(|_| Vec::new()), open: Default::default() })
+        Ok(Self { config, rooms, upstreams, session_hosts: Box::new(|_| None), open: Default::default() })
     }
 
     /// Where the proxy reads a session's own hosts (with `rooms.egress.sessionHosts`); none until told.
@@ -208,14 +209,13 @@ impl Proxy {
             let Some(room) = room else { return refuse(client, Refusal::NotARoom, "a gateway".into()).await };
             return gateway::forward(client, &head, room, &self.config, upstreams).await.map(Some);
         }
-        // The lists of the session whose room this is (a socket no room owns has the node's alone).
+        // The lists of the session whose room this is, while this node holds it: a socket no room owns, or one of a
+        // room whose session is not here (a process its former session left behind), has the node's alone.
         let owner = room.as_ref().and_then(|(_, owner)| owner.as_deref());
-        let own = match owner {
-            Some(owner) if self.config.session_hosts => (self.session_hosts)(owner),
-            _ => Vec::new(),
-        };
-        let namespace = owner.and_then(|o| o.split_once('/')).and_then(|(ns, _)| self.config.namespaces.get(ns));
-        let lists = Lists { node: &self.config.hosts, namespace: namespace.map_or(&[], Vec::as_slice), session: &own };
+        let held = owner.and_then(|owner| Some((owner, (self.session_hosts)(owner)?)));
+        let own = held.as_ref().filter(|_| self.config.session_hosts).map(|(_, own)| own.as_slice()).unwrap_or(&[]);
+        let namespace = held.as_ref().and_then(|(o, _)| self.config.namespaces.get(o.split_once('/')?.0));
+        let lists = Lists { node: &self.config.hosts, namespace: namespace.map_or(&[], Vec::as_slice), session: own };
         tunnel(client, target, &lists).await.map(|()| None)
     }
 }
@@ -320,7 +320,9 @@ async fn read_head(client: &mut TcpStream) -> Option<String> {
     String::from_utf8(head).ok()
 }
 
-/// The host (lowercase, without a trailing dot) and port of a `CONNECT host:port HTTP/1.x` request.
+/// The host (lowercase, without a trailing dot) and port of a `CONNECT host:port HTTP/1.x` request: a name of
+/// letters, digits, `-` and `.`, or an address (a resolver reads escapes in a name, which a list's `*.domain` would
+/// not see).
 fn target(head: &str) -> Option<(String, u16)> {
     let mut words = head.lines().next()?.split(' ');
     let (method, authority, version) = (words.next()?, words.next()?, words.next()?);
@@ -329,7 +331,11 @@ fn target(head: &str) -> Option<(String, u16)> {
     }
     let (host, port) = authority.rsplit_once(':')?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    Some((host.trim_end_matches('.').to_ascii_lowercase(), port.parse().ok()?))
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let name = !host.is_empty()
+        && host.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    (name || host.parse::<IpAddr>().is_ok()).then_some(())?;
+    Some((host, port.parse().ok()?))
 }
 
 /// Whether `hosts` lets a tunnel go to `host:port`: an entry `host` (port 443), `host:port`, or `*.domain` (a name
@@ -476,12 +482,16 @@ mod tests {
         assert_eq!(target("GET http://example.com/ HTTP/1.1\r\n\r\n"), None);
         assert_eq!(target("CONNECT example.com HTTP/1.1\r\n\r\n"), None);
         assert_eq!(target("CONNECT example.com:443 HTTP/1.1 x\r\n\r\n"), None);
+        // A name a resolver would read otherwise than the list does: an escape, a space, a NUL, an empty name.
+        for host in ["x\\.pythonhosted.org", "a%2eb.org", "a_b.org", "a\0.org", ":", "[::g]"] {
+            assert_eq!(target(&format!("CONNECT {host}:443 HTTP/1.1\r\n\r\n")), None, "{host}");
+        }
     }
 
     /// A proxy for `hosts` on a free port (no gateway, no room of the test's uid), and the refusals it tells.
     async fn start(hosts: Vec<String>) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<&'static str>) {
         let config = EgressConfig { hosts, ..egress() };
-        start_with(config, rooms_of("/nonexistent".as_ref(), 200_000), Box::new(|_| Vec::new())).await
+        start_with(config, rooms_of("/nonexistent".as_ref(), 200_000), Box::new(|_| None)).await
     }
 
     fn egress() -> EgressConfig {
@@ -492,7 +502,7 @@ mod tests {
     /// The rooms `first_uid..+1` whose owner files are in `root`.
     fn rooms_of(root: &std::path::Path, first_uid: u32) -> RoomsConfig {
         let (helper, egress) = ("/bin/false".into(), None);
-        RoomsConfig { root: root.into(), first_uid, count: 1, helper, egress, shared: false }
+        RoomsConfig { root: root.into(), first_uid, count: 1, helper, egress, shared: false, namespace_keys: None }
     }
 
     async fn start_with(
@@ -572,7 +582,7 @@ mod tests {
         let config = EgressConfig { namespaces, ..egress() };
         let own = format!("127.0.0.1:{}", other.port());
         let session_hosts = |own: String| -> SessionHosts {
-            Box::new(move |owner| if owner == "team-a/ws-1" { vec![own.clone()] } else { Vec::new() })
+            Box::new(move |owner| (owner == "team-a/ws-1").then(|| vec![own.clone()]))
         };
         let connect = |to: SocketAddr| format!("CONNECT {to} HTTP/1.1\r\n\r\n");
 
@@ -590,9 +600,15 @@ mod tests {
         assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "the session's list unread");
 
         let stranger = rooms_of(dir.path(), uid.wrapping_add(1));
-        let (at, mut refusals) = start_with(config, stranger, session_hosts(own)).await;
+        let (at, mut refusals) = start_with(config.clone(), stranger, session_hosts(own)).await;
         assert!(ask(at, connect(up)).await.starts_with("HTTP/1.1 403"));
         assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "no room's socket: the node's list alone");
+
+        // A room whose owner file names a session this node does not hold (a process its former session left
+        // behind, the uid given to another tenant since): not that tenant's namespace's list either.
+        let (at, mut refusals) = start_with(config, rooms_of(dir.path(), uid), Box::new(|_| None)).await;
+        assert!(ask(at, connect(up)).await.starts_with("HTTP/1.1 403"));
+        assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "a session not held here: the node's list alone");
     }
 
     /// The proxy itself: a listed address gets a tunnel that carries bytes both ways; an unlisted host, a name of an

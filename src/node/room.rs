@@ -550,6 +550,7 @@ mod tests {
             helper: "worksession".into(),
             egress: None,
             shared: false,
+            namespace_keys: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! reads that are quorum reads (so a decision never starts from a status older than the agent's own last write),
 //! and creates under the bridge's field manager.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -71,6 +72,23 @@ fn ns_of<K: ResourceExt>(obj: &K) -> String {
 }
 
 impl Store for KubeStore {
+    async fn namespace_keys(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, StoreError> {
+        let api = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), namespace);
+        match api.get_opt(name).await {
+            // A namespace the chart gave no Role: its sessions get no keys, as where it has no Secret.
+            Err(kube::Error::Api(s)) if s.code == 403 => Ok(None),
+            Err(e) => Err(e.into()),
+            Ok(secret) => Ok(secret.map(|s| {
+                let data = s.data.unwrap_or_default().into_iter();
+                data.filter_map(|(key, value)| Some((key, String::from_utf8(value.0).ok()?))).collect()
+            })),
+        }
+    }
+
     async fn sessions(&self) -> Result<Vec<WorkSession>, StoreError> {
         Ok(Api::<WorkSession>::all(self.client.clone()).list(&ListParams::default()).await?.items)
     }

@@ -5,6 +5,7 @@
 pub mod kube;
 pub mod local;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 
@@ -87,6 +88,13 @@ pub trait Store: Send + Sync {
     fn move_to(&self, ws: &WorkSession, node: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Reports a notice on the session (a Kubernetes Event); failures here are logged, not fatal.
     fn record(&self, ws: &WorkSession, notice: &Notice) -> impl Future<Output = ()> + Send;
+    /// The Secret `name` of `namespace` as `key → value` (values as UTF-8), for a spawn's keys
+    /// (`rooms.namespaceKeys`); `None` where there is none, or none the agent may read.
+    fn namespace_keys(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, StoreError>> + Send;
 }
 
 /// A store that says what changed, for the agent's driver where there are no watches (local mode).

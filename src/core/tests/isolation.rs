@@ -105,6 +105,7 @@ pub(super) fn rooms_on(case: &mut Case) {
         helper: "/usr/local/bin/worksession".into(),
         egress: None,
         shared: false,
+        namespace_keys: None,
     });
 }
 

@@ -81,6 +81,7 @@ fn a_checkout_the_agent_prepared_is_marked_for_the_room_before_the_spawn() {
         helper: "/usr/local/bin/worksession".into(),
         egress: None,
         shared: false,
+        namespace_keys: None,
     });
     let plan = case.decide();
     assert_eq!(ops(&plan)[0], "mark prepared", "first: before anything that can fail");

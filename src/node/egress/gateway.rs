@@ -452,6 +452,7 @@ mod tests {
             helper: "/bin/false".into(),
             egress: None,
             shared: false,
+            namespace_keys: None,
         };
         let (tell, seen) = tokio::sync::mpsc::unbounded_channel();
         let report = move |s: Seen<'_>| {

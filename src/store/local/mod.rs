@@ -265,6 +265,15 @@ impl Store for LocalStore {
     async fn record(&self, _ws: &WorkSession, _notice: &Notice) {
         // Local mode has no Event objects: the reconciler's log line is the record.
     }
+
+    async fn namespace_keys(
+        &self,
+        _namespace: &str,
+        _name: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>, StoreError> {
+        // One person's machine: their harnesses take their own keys from their environment.
+        Ok(None)
+    }
 }
 
 /// A manifest as a user would write it: no namespace (local mode has one) and no owner references.
