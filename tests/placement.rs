@@ -15,7 +15,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use standin::TmuxServer;
-use support::{TestNamespace, eventually};
+use support::{TestNamespace, eventually, until};
 use worksession::api::{Phase, PromptPhase, WorkEvent, WorkSession};
 use worksession::node::tmux::{Liveness, Tmux};
 
@@ -506,6 +506,92 @@ async fn a_move_on_purpose_hands_the_conversation_to_the_other_node_and_a_cordon
         assert_eq!(got.len(), 1, "{text}: once, in the one conversation: {got:?}");
         assert_eq!(got[0].conversation, id);
     }
+}
+
+/// Rooms on storage every node mounts (`rooms.shared`): a confined session moved to another node keeps its room (the
+/// same uid, `HOME` and workdir), its conversation is resumed there confined, and the node it left stops every process
+/// of that uid first (a child its harness left running outside tmux included), so nothing of the old node's harness
+/// writes the room while the new node's runs.
+#[tokio::test]
+async fn a_confined_session_moves_with_its_room_on_shared_storage() {
+    if rustix::process::getuid().as_raw() != 0 {
+        return; // rooms take root's SETUID; the test command runs as root
+    }
+    // The workspace every node mounts: the rooms' owner files and homes, and the work item's workdir.
+    let workspace = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(workspace.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (rooms, workdir) = (workspace.path().join(".rooms"), workspace.path().join("item"));
+    std::fs::create_dir(&workdir).unwrap();
+    let first_uid = 4_300_000;
+    let with_rooms = |shared: &TmuxServer, yaml: String| {
+        // The stand-in keeps its conversations in its HOME, the room's.
+        let own_state = format!("extraArgs: [--state, {}]\n", shared.state().display());
+        let yaml = yaml.replace(&own_state, "extraArgs: []\n");
+        let rooms =
+            format!("rooms:\n  root: {}\n  firstUid: {first_uid}\n  count: 4\n  shared: true\n", rooms.display());
+        format!("{yaml}{rooms}")
+    };
+    let c = Cluster::with_yaml(&[("a", json!({}), None), ("b", json!({}), None)], with_rooms).await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    let spec = json!({"nodeName": a, "initialPrompt": "the first words", "workdir": workdir});
+    c.create_session("item", spec).await;
+    let confined = |ws: &WorkSession| condition(ws, "Confined").is_some_and(|c| c.0 == "True") && running(ws);
+    let ws = c.await_session("item", "running on a, confined", confined).await;
+    let id = ws.status.as_ref().and_then(|s| s.harness_session_id.clone()).unwrap();
+    let owner = format!("{}/item", c.ns.name);
+    let uid_of = || -> u32 {
+        let owners = std::fs::read_dir(rooms.join(".owners")).unwrap();
+        let mut mine = owners
+            .map(|e| e.unwrap().path())
+            .filter(|p| std::fs::read_to_string(p).unwrap().lines().next() == Some(owner.as_str()));
+        mine.next().expect("the session's owner file").file_name().unwrap().to_str().unwrap().parse().unwrap()
+    };
+    let uid = uid_of();
+    let home = rooms.join(uid.to_string());
+    let conversation = home.join(format!("conversations/{id}.jsonl"));
+    until("the first words in the room's conversation", || async {
+        std::fs::read_to_string(&conversation).is_ok_and(|t| t.contains("the first words"))
+    })
+    .await;
+    // The harness leaves a child running outside its tmux session, as `setsid` or a daemonizing tool does.
+    let left = workdir.join("left-behind.pid");
+    let detach = format!("RUN setsid sleep 3600 >/dev/null 2>&1 </dev/null & echo $! > {}", left.display());
+    c.send("item", "item-0", &detach).await;
+    c.await_delivered("item-0").await;
+    until("the left-behind child's pid", || async { std::fs::read_to_string(&left).is_ok_and(|p| p.ends_with('\n')) })
+        .await;
+    let child: u32 = std::fs::read_to_string(&left).unwrap().trim().parse().unwrap();
+    // The uid a process runs as; `None` once it is gone (or dead, not yet reaped by its parent).
+    let process_uid = |pid: u32| -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let state = status.lines().find_map(|l| l.strip_prefix("State:"))?.trim();
+        if state.starts_with('Z') || state.starts_with('X') {
+            return None;
+        }
+        status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+    };
+    assert_eq!(process_uid(child), Some(uid), "the child runs as the room's uid");
+    let on_a = c.node("a").tmux.pane_pid(&c.tmux_session("item"));
+
+    move_cli(&c, "item", Some(&b));
+    c.await_session("item", "on b", |ws| node_of(ws).as_deref() == Some(b.as_str())).await;
+    c.send("item", "item-1", "on the new node").await;
+    let ev = c.await_delivered("item-1").await;
+    assert_eq!(ev.status.unwrap().harness_session_id.as_deref(), Some(id.as_str()), "the same conversation");
+    let ws = c.await_session("item", "running on b, confined", confined).await;
+    assert_eq!(condition(&ws, "Resumed").map(|c| (c.0, c.1)), Some(("True".into(), "Resumed".into())));
+    // The same room on b: its uid runs the harness there, and the move gave no other.
+    assert_eq!(uid_of(), uid, "the room travelled with its session");
+    let on_b = c.node("b").tmux.pane_pid(&c.tmux_session("item"));
+    assert_eq!(process_uid(on_b), Some(uid), "b's harness runs as the room's uid");
+    let absent = c.node("a").tmux.runner.observe().await.unwrap().liveness(&c.tmux_session("item"));
+    assert_eq!(absent, Liveness::Absent, "a stopped its harness");
+    // The room on a released: its harness and the child it left outside tmux are gone.
+    assert_eq!(process_uid(on_a), None, "a's harness (pid {on_a}) is gone");
+    assert_eq!(process_uid(child), None, "the child a's harness left (pid {child}) is gone");
+    let events: Vec<String> = std::fs::read_to_string(&conversation).unwrap().lines().map(String::from).collect();
+    assert!(events.iter().any(|e| e.contains("on the new node")), "the event in the same conversation");
 }
 
 /// The same move with the real Claude Code CLI offline (its HOME and the workdir on the shared folder): the
