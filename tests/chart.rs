@@ -246,6 +246,68 @@ fn a_namespaces_egress_hosts_and_the_sessions_switch_reach_the_agent_config() {
     assert!(!out.status.success() && said.contains("'Team_A' does not match"), "the chart's schema: {said}");
 }
 
+/// A namespace's keys: in each listed namespace a Role to get its one Secret by name, bound to the agent, and the
+/// agent config names the Secret and its variables; the name of a Secret the chart hands its own containers, in the
+/// release's namespace, is refused.
+#[test]
+fn namespace_keys_give_the_agent_one_secret_of_each_listed_namespace() {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let sets = [
+        "--set",
+        "bridge.enabled=false",
+        "--set",
+        "agent.rooms.namespaceKeys.namespaces={team-a,team-b}",
+        "--set",
+        "agent.rooms.namespaceKeys.variables={COPILOT_GITHUB_TOKEN}",
+    ];
+    let rendered = template("ws", "worksession", &sets);
+    let docs: Vec<&str> = rendered.split("\n---").collect();
+    let roles: Vec<Role> = docs
+        .iter()
+        .filter(|d| d.contains("\nkind: Role\n") && d.contains("namespace-keys"))
+        .map(|d| serde_yaml_ng::from_str(d).unwrap())
+        .collect();
+    let namespaces: Vec<_> = roles.iter().map(|r| r.metadata.namespace.clone().unwrap()).collect();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
+    for role in &roles {
+        let rules = role.rules.clone().unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, ["get"]);
+        assert_eq!(rules[0].resources.as_deref(), Some(&["secrets".to_string()][..]));
+        assert_eq!(rules[0].resource_names.as_deref(), Some(&["worksession-harness-keys".to_string()][..]));
+    }
+    let bindings: Vec<RoleBinding> = docs
+        .iter()
+        .filter(|d| d.contains("\nkind: RoleBinding\n") && d.contains("namespace-keys"))
+        .map(|d| serde_yaml_ng::from_str(d).unwrap())
+        .collect();
+    assert_eq!(bindings.len(), 2);
+    for binding in &bindings {
+        let subject = &binding.subjects.as_ref().unwrap()[0];
+        assert_eq!(
+            (subject.name.as_str(), subject.namespace.as_deref()),
+            ("ws-worksession-agent", Some("worksession"))
+        );
+    }
+    let configmap = docs.iter().find(|doc| doc.contains("agent.yaml: |")).unwrap();
+    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+    let config = worksession::config::Config::parse(doc["data"]["agent.yaml"].as_str().unwrap(), "a.yaml".as_ref());
+    let keys = config.unwrap().rooms.unwrap().namespace_keys.unwrap();
+    assert_eq!(
+        (keys.secret_name.as_str(), keys.variables.as_slice()),
+        ("worksession-harness-keys", &["COPILOT_GITHUB_TOKEN".to_string()][..])
+    );
+
+    let out = try_template(&[
+        "bridge.enabled=false",
+        "agent.rooms.namespaceKeys.namespaces={default}",
+        "agent.tmux.credentialsSecret=harness-credentials",
+        "agent.rooms.namespaceKeys.secretName=harness-credentials",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("agent.rooms.namespaceKeys.secretName"), "{said}");
+}
+
 /// A cordon moves sessions only where their conversations are on storage every node mounts: the controller is told
 /// so by default exactly when the workspace is a shared volume claim, and a value set by hand wins.
 #[test]

@@ -415,6 +415,29 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
     assert!(!workdir.join("report").exists(), "nothing ran");
 }
 
+/// A room's eviction runs its shell with no environment of a session's: tmux hands a job the environment of a session
+/// it picks, and another tenant's keys may be there, where the uid evicted could read them before the kill lands.
+#[tokio::test]
+async fn an_eviction_holds_no_sessions_environment() {
+    let tmux = TmuxServer::new();
+    let mut keyed = tmux.spawn_of("loop-keyed", Mode::Fresh, "conv-keyed", None, &[]);
+    (keyed.binary, keyed.argv) = ("/bin/sh".into(), vec!["-c".into(), "sleep 600".into()]);
+    keyed.env = vec![("TENANT_TOKEN".into(), "another-tenants-key".into())];
+    tmux.runner.spawn(&keyed).await.unwrap();
+    tmux.await_liveness("loop-keyed", Liveness::Alive).await;
+    // The helper the eviction runs, as a witness: it writes the environment it was given.
+    let seen = tmux.dir.path().join("evicted-with");
+    let helper = tmux.dir.path().join("helper");
+    std::fs::write(&helper, format!("#!/bin/sh\nenv > {}\n", seen.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = tmux.dir.path().join("evicted-home");
+    let (uid, egress_port, env) = (4_000_125, None, Vec::new());
+    tmux.runner.evict(&worksession::node::tmux::Confine { helper, uid, home, egress_port, env }).await.unwrap();
+    let environment = std::fs::read_to_string(&seen).expect("the helper ran");
+    assert!(!environment.contains("another-tenants-key"), "{environment}");
+}
+
 /// How many processes run as `uid`.
 fn processes_of(uid: u32) -> usize {
     let entries = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok());

@@ -60,6 +60,9 @@ pub enum ReconcileError {
     /// Handing the session to another node.
     #[error("handing the session to another node: {0}")]
     Move(#[source] StoreError),
+    /// Reading the keys the session's namespace gives its harness (`rooms.namespaceKeys`), before a spawn.
+    #[error("reading the namespace's keys: {0}")]
+    NamespaceKeys(#[source] StoreError),
 }
 
 impl ReconcileError {
@@ -67,7 +70,8 @@ impl ReconcileError {
     pub fn category(&self) -> crate::words::ErrorCategory {
         use ReconcileError::*;
         match self {
-            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) | Move(e) => e.category(),
+            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) | Move(e)
+            | NamespaceKeys(e) => e.category(),
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
             Observe(e) | Stop(e) | Paste { source: e, .. } => e.category(),
             GiveRoom(_) | ReleaseRoom(_) => crate::words::ErrorCategory::Room,

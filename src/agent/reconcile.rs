@@ -289,6 +289,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         // What this plan wrote of each event so far: a second update of one event (returned by a death, then sent
         // again by the respawn, in one decision) applies to the first's result, not to the status read before.
         let mut written: std::collections::HashMap<&str, crate::api::WorkEventStatus> = Default::default();
+        // Read before any op runs: a failure to read them is a reconcile tried again, nothing of the plan done (a
+        // spawn refused would end a resume in a fresh conversation), and no wait falls between the spawn's fence
+        // check and the spawn.
+        let keys = self.namespace_keys(ws, plan, config).await?;
         for op in &plan.ops {
             // Each op asks the fence again: the reads before it may have waited past it (a frozen agent, a slow
             // API server), and a spawn or a paste must never reach a harness whose session runs elsewhere.
@@ -327,7 +331,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     tracing::info!(event = "session.moved", node, "handed to another node");
                 }
                 Op::Spawn(spawn) => {
-                    if let Err(message) = self.spawn(ws, spawn, config).await {
+                    if let Err(message) = self.spawn(spawn, &keys, config).await {
                         // The recorded intent is the status the next decision starts from; it is told why.
                         self.registries.spawn_failures.put(owner_name, &spawn.tag, message);
                         return Ok(Executed::SpawnRefused);
@@ -375,31 +379,43 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         Ok(Executed::All)
     }
 
-    /// Starts the harness: in a room, its home closed again, the workdir the room's first, and its namespace's keys
-    /// in its environment (read here, never part of a plan, which is logged). What tmux or the room said when it
+    /// Starts the harness: in a room, its home closed again, the workdir the room's first, and `keys` (its
+    /// namespace's) in its environment, never part of a plan, which is logged. What tmux or the room said when it
     /// refused.
-    async fn spawn(&self, ws: &WorkSession, spawn: &core::Spawn, config: &Config) -> Result<(), String> {
-        let mut keyed = None;
+    async fn spawn(&self, spawn: &core::Spawn, keys: &[(String, String)], config: &Config) -> Result<(), String> {
         if let (Some(room), Some(rooms)) = (&spawn.confine, &config.rooms) {
             crate::node::room::close_home(room.uid, &room.home)?;
             self.registries.rooms.hand_over(rooms, room.uid, &spawn.workdir, &agent_dirs(config))?;
-            if let Some(keys) = &rooms.namespace_keys {
-                let namespace = ws.namespace().unwrap_or_default();
-                let secret = self
-                    .store
-                    .namespace_keys(&namespace, &keys.secret_name)
-                    .await
-                    .map_err(|e| format!("cannot read the namespace's keys (Secret {}): {e}", keys.secret_name))?;
-                let mut given = spawn.clone();
-                if let Some(room) = given.confine.as_mut() {
-                    let taken: Vec<&str> = spawn.env.iter().chain(&room.env).map(|(name, _)| name.as_str()).collect();
-                    let more = keys.env(secret.unwrap_or_default(), &taken);
-                    room.env.extend(more);
-                }
-                keyed = Some(given);
+            if !keys.is_empty() {
+                let mut keyed = spawn.clone();
+                keyed.confine.iter_mut().for_each(|room| room.env.extend_from_slice(keys));
+                return self.observer.tmux().spawn(&keyed).await.map_err(|e| e.to_string());
             }
         }
-        self.observer.tmux().spawn(keyed.as_ref().unwrap_or(spawn)).await.map_err(|e| e.to_string())
+        self.observer.tmux().spawn(spawn).await.map_err(|e| e.to_string())
+    }
+
+    /// The keys the session's namespace gives the harness the plan starts in a room (`rooms.namespaceKeys`): its
+    /// Secret's entries named in `variables`, none the profile or a key gateway already sets; none without such a
+    /// spawn, or without a Secret the agent may read.
+    async fn namespace_keys(
+        &self,
+        ws: &WorkSession,
+        plan: &Plan,
+        config: &Config,
+    ) -> Result<Vec<(String, String)>, ReconcileError> {
+        let keys = config.rooms.as_ref().and_then(|r| r.namespace_keys.as_ref());
+        let spawn = plan.ops.iter().find_map(|op| match op {
+            Op::Spawn(spawn) => Some(spawn),
+            _ => None,
+        });
+        let (Some(keys), Some(spawn), Some(room)) = (keys, spawn, spawn.and_then(|s| s.confine.as_ref())) else {
+            return Ok(Vec::new());
+        };
+        let namespace = ws.namespace().unwrap_or_default();
+        let secret = self.store.namespace_keys(&namespace, &keys.secret_name).await;
+        let taken: Vec<&str> = spawn.env.iter().chain(&room.env).map(|(name, _)| name.as_str()).collect();
+        Ok(keys.env(secret.map_err(ReconcileError::NamespaceKeys)?.unwrap_or_default(), &taken))
     }
 
     /// Writes `update` over a WorkEvent's status (`old`: as this plan last wrote it, or as read); the status written.

@@ -531,7 +531,8 @@ harnessHome: /srv/home
         let c = parse(&keys("secretName: tenant-keys, variables: [COPILOT_GITHUB_TOKEN, GH_TOKEN, OPENAI_API_KEY]"));
         let k = c.unwrap().rooms.unwrap().namespace_keys.unwrap();
         assert_eq!(k.secret_name, "tenant-keys");
-        for bad in ["LD_PRELOAD", "PATH", "HOME", "HTTPS_PROXY", "lower", "1X", "A-B"] {
+        let refused_names = ["LD_PRELOAD", "PATH", "HOME", "HTTPS_PROXY", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX"];
+        for bad in refused_names.into_iter().chain(["WORKSESSION_LOG_JSON", "lower", "1X", "A-B"]) {
             let e = refused(&keys(&format!("secretName: k, variables: [{bad}]")));
             assert!(e.contains("rooms.namespaceKeys.variables"), "{bad}: {e}");
         }

@@ -249,27 +249,35 @@ pub fn valid_upstream(url: &str) -> bool {
 }
 
 /// Whether `name` may carry a namespace's key: an environment variable's name that changes nothing of how the room
-/// runs (its `HOME`, `PATH`, `TMPDIR`, its proxy, the loader's).
+/// runs (its `HOME`, `PATH`, `TMPDIR`, its proxy) or of the room helper, which reads its environment as root before it
+/// becomes the room's uid (the loader's and the C library's variables, the helper's own).
 pub fn is_key_variable(name: &str) -> bool {
-    const THE_ROOMS: [&str; 12] = [
-        "HOME",
-        "PATH",
-        "TMPDIR",
-        "USER",
-        "LOGNAME",
-        "SHELL",
-        "HTTPS_PROXY",
-        "HTTP_PROXY",
-        "ALL_PROXY",
-        "NO_PROXY",
+    const THE_ROOMS: &[&str] =
+        &["HOME", "PATH", "TMPDIR", "USER", "LOGNAME", "SHELL", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"];
+    // tmux's own, and glibc's list of variables it ignores in a privileged program, with its tunables.
+    const THE_LIBRARYS: &[&str] = &[
         "TMUX",
         "TERM",
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+        "TZ",
+        "LANGUAGE",
     ];
     let shape = !name.is_empty()
         && name.len() <= 128
         && !name.as_bytes()[0].is_ascii_digit()
         && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
-    shape && !name.starts_with("LD_") && !THE_ROOMS.contains(&name)
+    let prefixed = ["LD_", "MALLOC_", "LC_", "WORKSESSION_", "RUST_"].iter().any(|p| name.starts_with(p));
+    shape && !prefixed && !THE_ROOMS.contains(&name) && !THE_LIBRARYS.contains(&name)
 }
 
 impl RoomsFile {

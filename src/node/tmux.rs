@@ -389,9 +389,11 @@ impl Tmux for TmuxRunner {
                 false => Ok(format!("'{text}'")),
             }
         };
-        // As the room's uid, `kill -KILL -1` reaches every process of that uid and no other (not itself either).
+        // As the room's uid, `kill -KILL -1` reaches every process of that uid and no other (not itself either). With
+        // no environment: run-shell gives its job a session's, which may hold a tenant's keys, and the uid evicted
+        // could read them from the helper's shell before the kill lands.
         let kill = format!(
-            "{} room --uid {} --home {} --workdir / -- /bin/sh -c 'kill -KILL -1 2>/dev/null; true'",
+            "exec /usr/bin/env -i {} room --uid {} --home {} --workdir / -- /bin/sh -c 'kill -KILL -1 2>/dev/null; true'",
             quoted(&room.helper)?,
             room.uid,
             quoted(&room.home)?
