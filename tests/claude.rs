@@ -695,13 +695,7 @@ async fn through_a_key_gateway_the_model_gets_the_agents_key_and_the_cli_only_a_
         shared: false,
         namespace_keys: None,
     };
-    let egress = EgressConfig {
-        port,
-        hosts: Vec::new(),
-        namespaces: Default::default(),
-        session_hosts: true,
-        gateways: vec![gateway],
-    };
+    let egress = EgressConfig::serving(port, vec![gateway]);
     let forwarded = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = forwarded.clone();
     let seen = move |s: Seen<'_>| {

@@ -398,3 +398,106 @@ fn failing_with_a_retry() -> Reply {
     let retry = vec![("retry-after".to_string(), "1".to_string())];
     Reply::Error { status: 500, kind: "api_error".into(), message: "boom".into(), headers: retry }
 }
+
+/// A key gateway for `upstream` (its key `real` in `dir`), served in this process for this test's own uid (the one
+/// room); the port.
+async fn gateway_for(
+    name: &str,
+    upstream: String,
+    header: &str,
+    paths: &[&str],
+    real: &str,
+    dir: &std::path::Path,
+) -> u16 {
+    use worksession::config::rooms::{EgressConfig, GatewayConfig, RoomsConfig};
+    use worksession::node::egress::Proxy;
+    std::fs::write(dir.join("key"), format!("{real}\n")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let gateway = GatewayConfig {
+        name: name.into(),
+        upstream,
+        key_file: dir.join("key"),
+        header: header.into(),
+        base_url_env: None,
+        key_env: None,
+        placeholder: "placeholder-key".into(),
+        paths: paths.iter().map(|p| p.to_string()).collect(),
+    };
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    let (root, helper) = (dir.into(), "/bin/false".into());
+    let rooms =
+        RoomsConfig { root, first_uid: uid, count: 1, helper, egress: None, shared: false, namespace_keys: None };
+    let egress = EgressConfig::serving(port, vec![gateway]);
+    tokio::spawn(Proxy::new(egress, rooms).unwrap().serve(listener, |_| {}));
+    port
+}
+
+/// Runs the CLI `name` once with `args`, `HOME` at `home` and `env` (the proxy variables a room has besides), to its
+/// end; what it printed.
+async fn once(name: &str, home: &std::path::Path, args: &[&str], env: &[(&str, String)]) -> String {
+    let mut cmd = tokio::process::Command::new(clis::bin(name));
+    cmd.args(args).env("HOME", home).current_dir(home).kill_on_drop(true).stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("the CLI ends").unwrap();
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Gemini CLI and Codex through a key gateway, as a room's harness is given one: each does a real turn against the
+/// scripted model with a placeholder key and its proxy variables naming the egress port, and every request the model
+/// receives carries the gateway's key, never the placeholder; each asks only for the paths listed (docs/security.md
+/// says which).
+#[tokio::test]
+async fn gemini_and_codex_through_a_key_gateway_send_the_agents_key() {
+    const REAL: &str = "the-agents-own-key-never-in-a-room";
+    // Gemini: its base URL the gateway's, its key the placeholder, in `x-goog-api-key`.
+    let model = Model::start();
+    model.on("hello gemini", Reply::text("Answered through the gateway."));
+    // Under the user's cache: Gemini CLI skips a settings file under a folder others can write (`/tmp`).
+    let cache = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| support::repo_root().join("target"));
+    std::fs::create_dir_all(cache.join(".cache/worksession-tests")).unwrap();
+    let home = tempfile::tempdir_in(cache.join(".cache/worksession-tests")).unwrap();
+    let paths =
+        ["/v1beta/models/gemini-2.5-flash:streamGenerateContent", "/v1beta/models/gemini-2.5-flash:generateContent"];
+    let port = gateway_for("gemini", model.base_url(), "x-goog-api-key", &paths, REAL, home.path()).await;
+    std::fs::create_dir_all(home.path().join(".gemini")).unwrap();
+    let settings = json!({"security": {"auth": {"selectedType": "gemini-api-key"}}});
+    std::fs::write(home.path().join(".gemini/settings.json"), settings.to_string()).unwrap();
+    let proxy = format!("http://127.0.0.1:{port}");
+    let mut env = vec![
+        ("GOOGLE_GEMINI_BASE_URL", format!("{proxy}/gateway/gemini")),
+        ("GEMINI_API_KEY", "placeholder-key".into()),
+    ];
+    env.extend(["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"].map(|n| (n, proxy.clone())));
+    let said =
+        once("gemini", home.path(), &["--skip-trust", "-m", "gemini-2.5-flash", "-p", "hello gemini"], &env).await;
+    let requests = model.requests();
+    println!("gemini: {said}\n{:?}", requests.iter().map(|r| &r.path).collect::<Vec<_>>());
+    assert!(said.contains("Answered through the gateway."), "{said}");
+    let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
+    assert_eq!(keys, [Some(REAL)].into(), "gemini: every request with the agent's key");
+
+    // Codex: a custom provider whose base URL is the gateway's, its `env_key` the placeholder, sent as a bearer token.
+    let model = Model::start();
+    model.on("hello codex", Reply::text("Answered through the gateway."));
+    let home = tempfile::tempdir().unwrap();
+    let port = gateway_for("openai", model.base_url(), "authorization", &["/v1/responses"], REAL, home.path()).await;
+    let proxy = format!("http://127.0.0.1:{port}");
+    std::fs::create_dir_all(home.path().join(".codex")).unwrap();
+    let config = format!(
+        "model = \"mock-model\"\nmodel_provider = \"gateway\"\ncheck_for_update_on_startup = false\n\
+         [model_providers.gateway]\nname = \"gateway\"\nbase_url = \"{proxy}/gateway/openai/v1\"\n\
+         env_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n"
+    );
+    std::fs::write(home.path().join(".codex/config.toml"), config).unwrap();
+    let mut env = vec![("OPENAI_API_KEY", "placeholder-key".to_string())];
+    env.extend(["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"].map(|n| (n, proxy.clone())));
+    let said = once("codex", home.path(), &["exec", "--skip-git-repo-check", "hello codex"], &env).await;
+    let requests = model.requests();
+    println!("codex: {said}\n{:?}", requests.iter().map(|r| &r.path).collect::<Vec<_>>());
+    assert!(said.contains("Answered through the gateway."), "{said}");
+    let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
+    assert_eq!(keys, [Some(REAL)].into(), "codex: every request with the agent's key");
+}

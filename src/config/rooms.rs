@@ -43,6 +43,14 @@ pub struct NamespaceKeysConfig {
     pub variables: Vec<String>,
 }
 
+impl EgressConfig {
+    /// The proxy on `port` serving `gateways`, with no host listed and no namespace's or session's lists.
+    pub fn serving(port: u16, gateways: Vec<GatewayConfig>) -> Self {
+        let (hosts, namespaces) = (Vec::new(), BTreeMap::new());
+        Self { port, hosts, namespaces, session_hosts: false, gateways }
+    }
+}
+
 impl NamespaceKeysConfig {
     /// What a harness is given of its namespace's Secret: each entry named in `variables` and not `taken` (the
     /// profile's and a key gateway's variables keep theirs), its value without a control character (a trailing

@@ -147,13 +147,7 @@ fn a_harness_in_a_room_is_given_its_gateways_url_and_a_placeholder() {
         placeholder: "sk-placeholder".into(),
         paths: vec!["*".into()],
     };
-    let egress = crate::config::rooms::EgressConfig {
-        port: 3129,
-        hosts: Vec::new(),
-        namespaces: Default::default(),
-        session_hosts: true,
-        gateways: vec![gateway],
-    };
+    let egress = crate::config::rooms::EgressConfig::serving(3129, vec![gateway]);
     case.config.rooms.as_mut().unwrap().egress = Some(egress);
     case.room = Some(Ok(room()));
     let plan = case.decide();

@@ -438,13 +438,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         // A base path with a trailing slash, as a person may write it: never a `//` before the path.
         let gateway = gateway_to(format!("http://{upstream}/base/"), dir);
-        let config = EgressConfig {
-            port,
-            hosts: Vec::new(),
-            namespaces: Default::default(),
-            session_hosts: true,
-            gateways: vec![gateway],
-        };
+        let config = EgressConfig::serving(port, vec![gateway]);
         let rooms = RoomsConfig {
             root: dir.into(),
             first_uid,
