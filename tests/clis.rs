@@ -445,12 +445,12 @@ async fn once(name: &str, home: &std::path::Path, args: &[&str], env: &[(&str, S
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// Gemini CLI and Codex through a key gateway, as a room's harness is given one: each does a real turn against the
+/// Gemini CLI, Codex and opencode through a key gateway, as a room's harness is given one: each does a real turn against the
 /// scripted model with a placeholder key and its proxy variables naming the egress port, and every request the model
 /// receives carries the gateway's key, never the placeholder; each asks only for the paths listed (docs/security.md
 /// says which).
 #[tokio::test]
-async fn gemini_and_codex_through_a_key_gateway_send_the_agents_key() {
+async fn gemini_codex_and_opencode_through_a_key_gateway_send_the_agents_key() {
     const REAL: &str = "the-agents-own-key-never-in-a-room";
     // Gemini: its base URL the gateway's, its key the placeholder, in `x-goog-api-key`.
     let model = Model::start();
@@ -500,4 +500,30 @@ async fn gemini_and_codex_through_a_key_gateway_send_the_agents_key() {
     assert!(said.contains("Answered through the gateway."), "{said}");
     let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
     assert_eq!(keys, [Some(REAL)].into(), "codex: every request with the agent's key");
+
+    // opencode: its `anthropic` provider's `baseURL` the gateway's, its `apiKey` the placeholder.
+    let model = Model::start();
+    model.on("hello opencode", Reply::text("Answered through the gateway."));
+    let home = tempfile::tempdir().unwrap();
+    let port = gateway_for("anthropic", model.base_url(), "x-api-key", &["/v1/messages"], REAL, home.path()).await;
+    let proxy = format!("http://127.0.0.1:{port}");
+    let config = json!({
+        "provider": {"anthropic": {"options": {"baseURL": format!("{proxy}/gateway/anthropic/v1"), "apiKey": "{env:ANTHROPIC_API_KEY}"}}},
+        "model": "anthropic/claude-haiku-4-5",
+        "autoupdate": false,
+    });
+    std::fs::create_dir_all(home.path().join(".config/opencode")).unwrap();
+    std::fs::write(home.path().join(".config/opencode/opencode.json"), config.to_string()).unwrap();
+    let mut env = vec![
+        ("ANTHROPIC_API_KEY", "placeholder-key".to_string()),
+        ("OPENCODE_DISABLE_MODELS_FETCH", "1".into()),
+        ("OPENCODE_DISABLE_AUTOUPDATE", "1".into()),
+    ];
+    env.extend(["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"].map(|n| (n, proxy.clone())));
+    let said = once("opencode", home.path(), &["run", "hello opencode"], &env).await;
+    let requests = model.requests();
+    println!("opencode: {said}\n{:?}", requests.iter().map(|r| &r.path).collect::<Vec<_>>());
+    assert!(said.contains("Answered through the gateway."), "{said}");
+    let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
+    assert_eq!(keys, [Some(REAL)].into(), "opencode: every request with the agent's key");
 }
