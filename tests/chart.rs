@@ -60,7 +60,8 @@ fn template(release: &str, namespace: &str, values: &[&str]) -> String {
 /// `helm template` with each of `sets` as a `--set`, whether it succeeds or not.
 fn try_template(sets: &[&str]) -> std::process::Output {
     let mut cmd = tool("helm");
-    cmd.args(["template", "x"]).arg(chart());
+    // The release's namespace named, whatever the kube context says.
+    cmd.args(["template", "x", "--namespace", "default"]).arg(chart());
     for set in sets {
         cmd.args(["--set", set]);
     }
@@ -221,7 +222,7 @@ fn a_gateways_key_is_in_the_agents_container_alone() {
 }
 
 /// The egress lists the platform sets reach the agent config as written: a namespace's hosts, and whether a
-/// session's own widen its room's (by default they do).
+/// session's own widen its room's (by default they do not).
 #[test]
 fn a_namespaces_egress_hosts_and_the_sessions_switch_reach_the_agent_config() {
     let egress_of = |more: &[&str]| {
@@ -306,6 +307,18 @@ fn namespace_keys_give_the_agent_one_secret_of_each_listed_namespace() {
     ]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("agent.rooms.namespaceKeys.secretName"), "{said}");
+    // A variable the room helper reads as root is refused by the chart's schema, as by the agent.
+    let out = try_template(&["bridge.enabled=false", "agent.rooms.namespaceKeys.variables={LD_PRELOAD}"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("/agent/rooms/namespaceKeys/variables/0"), "{said}");
+    // Without rooms every harness shares one user: refused.
+    let out = try_template(&[
+        "bridge.enabled=false",
+        "agent.rooms.enabled=false",
+        "agent.rooms.namespaceKeys.namespaces={team-a}",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("agent.rooms.namespaceKeys needs agent.rooms.enabled"), "{said}");
 }
 
 /// A cordon moves sessions only where their conversations are on storage every node mounts: the controller is told

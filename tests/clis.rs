@@ -478,6 +478,7 @@ async fn gemini_codex_and_opencode_through_a_key_gateway_send_the_agents_key() {
     assert!(said.contains("Answered through the gateway."), "{said}");
     let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
     assert_eq!(keys, [Some(REAL)].into(), "gemini: every request with the agent's key");
+    assert!(requests.iter().all(|r| paths.contains(&r.path.split('?').next().unwrap())), "only the paths listed");
 
     // Codex: a custom provider whose base URL is the gateway's, its `env_key` the placeholder, sent as a bearer token.
     let model = Model::start();
@@ -500,6 +501,7 @@ async fn gemini_codex_and_opencode_through_a_key_gateway_send_the_agents_key() {
     assert!(said.contains("Answered through the gateway."), "{said}");
     let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
     assert_eq!(keys, [Some(REAL)].into(), "codex: every request with the agent's key");
+    assert!(requests.iter().all(|r| r.path == "/v1/responses"), "only the path listed");
 
     // opencode: its `anthropic` provider's `baseURL` the gateway's, its `apiKey` the placeholder.
     let model = Model::start();
@@ -526,4 +528,5 @@ async fn gemini_codex_and_opencode_through_a_key_gateway_send_the_agents_key() {
     assert!(said.contains("Answered through the gateway."), "{said}");
     let keys: std::collections::BTreeSet<Option<&str>> = requests.iter().map(|r| r.key.as_deref()).collect();
     assert_eq!(keys, [Some(REAL)].into(), "opencode: every request with the agent's key");
+    assert!(requests.iter().all(|r| r.path.split('?').next() == Some("/v1/messages")), "only the path listed");
 }

@@ -524,6 +524,16 @@ async fn a_confined_session_moves_with_its_room_on_shared_storage() {
     let (rooms, workdir) = (workspace.path().join(".rooms"), workspace.path().join("item"));
     std::fs::create_dir(&workdir).unwrap();
     let first_uid = 4_300_000;
+    // Whatever happens, nothing of these uids outlives the test (a harness's detached child would otherwise live on).
+    struct Reaped(u32);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            for uid in self.0..self.0 + 4 {
+                let _ = std::process::Command::new("pkill").args(["-KILL", "-U", &uid.to_string()]).status();
+            }
+        }
+    }
+    let _reaped = Reaped(first_uid);
     let with_rooms = |shared: &TmuxServer, yaml: String| {
         // The stand-in keeps its conversations in its HOME, the room's.
         let own_state = format!("extraArgs: [--state, {}]\n", shared.state().display());

@@ -358,6 +358,7 @@ async fn a_confined_spawn_runs_as_its_rooms_user_in_its_workdir() {
         home: home.clone(),
         egress_port: None,
         env: Vec::new(),
+        keys: None,
     });
     tmux.runner.spawn(&spawn).await.unwrap();
     let report = workdir.join("report");
@@ -433,7 +434,8 @@ async fn an_eviction_holds_no_sessions_environment() {
     std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let home = tmux.dir.path().join("evicted-home");
     let (uid, egress_port, env) = (4_000_125, None, Vec::new());
-    tmux.runner.evict(&worksession::node::tmux::Confine { helper, uid, home, egress_port, env }).await.unwrap();
+    let keys = None;
+    tmux.runner.evict(&worksession::node::tmux::Confine { helper, uid, home, egress_port, env, keys }).await.unwrap();
     let environment = std::fs::read_to_string(&seen).expect("the helper ran");
     assert!(!environment.contains("another-tenants-key"), "{environment}");
 }
@@ -525,6 +527,7 @@ open("report", "w").write(" ".join(tries) + "\n")
         home: home.clone(),
         egress_port: Some(proxy_port),
         env: vec![("A_BASE_URL".into(), format!("http://127.0.0.1:{proxy_port}/gateway/a"))],
+        keys: None,
     });
     tmux.runner.spawn(&spawn).await.unwrap();
     let report = workdir.join("report");

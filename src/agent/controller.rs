@@ -62,10 +62,7 @@ pub async fn run<S: Store + 'static>(
     let addressed_here = watcher::Config::default().labels(&format!("{NODE_LABEL}={}", node_label_value(&node)));
     let writer = reflector::store::Writer::default();
     let cache = writer.as_reader();
-    let refusals = egress.map(|link| {
-        let _ = link.sessions.set(cache.clone());
-        link.refusals
-    });
+    let (refusals, egress_view) = egress.map(|link| (link.refusals, link.sessions)).unzip();
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
     let misaddressed = left_behind.clone();
@@ -94,7 +91,7 @@ pub async fn run<S: Store + 'static>(
     });
     // The poll lives exactly as long as the controller: when the controller stops, the poll is dropped with it.
     let relabel_cache = cache.clone();
-    let refused_cache = cache.clone();
+    let (refused_cache, shown_cache) = (cache.clone(), cache.clone());
     let sessions = move || cache.state();
     tokio::select! {
         () = run => {}
@@ -102,6 +99,7 @@ pub async fn run<S: Store + 'static>(
         () = fenced(client.clone(), node.clone(), &ctx) => {}
         () = relabel_left_behind(client, &node, relabel_cache, left_behind, to_relabel) => {}
         () = told(&ctx, refused_cache, refusals) => {}
+        () = shown(shown_cache, egress_view) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
@@ -115,6 +113,21 @@ async fn told<S: Store, T: Tmux>(
 ) {
     if let Some(refusals) = refusals {
         super::refusals::tell(&ctx.store, cache, refusals).await;
+    }
+    // Never the reason the agent stops.
+    std::future::pending().await
+}
+
+/// The driver's view of its sessions handed to the egress proxy once it is filled (with egress): before, a lookup
+/// finding nothing would be taken for a session not held here.
+async fn shown(
+    cache: reflector::Store<WorkSession>,
+    view: Option<Arc<std::sync::OnceLock<reflector::Store<WorkSession>>>>,
+) {
+    if let Some(view) = view
+        && cache.wait_until_ready().await.is_ok()
+    {
+        let _ = view.set(cache);
     }
     // Never the reason the agent stops.
     std::future::pending().await

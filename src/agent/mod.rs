@@ -39,7 +39,7 @@ pub use reconcile::{Failpoint, Observer, Reconciler};
 pub struct EgressLink {
     /// The proxy's refusals of rooms' connections, to record as Events on their sessions.
     pub refusals: tokio::sync::mpsc::Receiver<refusals::Refused>,
-    /// The driver's view of its sessions, where the proxy reads a session's own hosts once the driver has made it.
+    /// The driver's view of its sessions, where the proxy reads a session's own hosts once the view is filled.
     pub sessions: Arc<std::sync::OnceLock<kube::runtime::reflector::Store<crate::api::WorkSession>>>,
 }
 
@@ -86,7 +86,7 @@ async fn reconciler<S: Store>(
     if let Some((rooms, egress)) = rooms.and_then(|r| Some((r.clone(), r.egress?))) {
         // The rooms' one way out, on loopback of the network they share with the agent; as at the agent's start, like
         // the rest of `rooms` (the rooms' harnesses were held to its port when they started).
-        use crate::node::egress::{Proxy, Seen};
+        use crate::node::egress::{Holding, Proxy, Seen};
         let (refused, forwarded) = (metrics.egress_refused.clone(), metrics.gateway_requests.clone());
         let (tell, told) = tokio::sync::mpsc::channel(refusals::QUEUE);
         let sessions = Arc::new(std::sync::OnceLock::new());
@@ -107,13 +107,15 @@ async fn reconciler<S: Store>(
         };
         // A session's own hosts, as the cluster driver's view holds its spec: no read of the API server per
         // connection, and a change applies to the next one.
-        let session_hosts = Box::new(move |owner: &str| {
-            let (namespace, name) = owner.split_once('/')?;
-            let at = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
-            let session = sessions.get()?.get(&at)?;
-            Some(session.spec.egress.as_ref().map(|e| e.hosts.clone()).unwrap_or_default())
+        let holding = Box::new(move |owner: &str| {
+            let Some(view) = sessions.get() else { return Holding::NotYetKnown };
+            let Some((namespace, name)) = owner.split_once('/') else { return Holding::NotHere };
+            match view.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace)) {
+                Some(ws) => Holding::Here(ws.spec.egress.as_ref().map(|e| e.hosts.clone()).unwrap_or_default()),
+                None => Holding::NotHere,
+            }
         });
-        let proxy = Proxy::new(egress, rooms)?.with_session_hosts(session_hosts);
+        let proxy = Proxy::new(egress, rooms)?.with_sessions(holding);
         let listener = proxy.bind().await?;
         // Each tunnel holds two descriptors: the soft limit raised to the hard one.
         use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};

@@ -292,7 +292,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         // Read before any op runs: a failure to read them is a reconcile tried again, nothing of the plan done (a
         // spawn refused would end a resume in a fresh conversation), and no wait falls between the spawn's fence
         // check and the spawn.
-        let keys = self.namespace_keys(ws, plan, config).await?;
+        let keys = self.namespace_keys(ws, plan).await?;
         for op in &plan.ops {
             // Each op asks the fence again: the reads before it may have waited past it (a frozen agent, a slow
             // API server), and a spawn or a paste must never reach a harness whose session runs elsewhere.
@@ -395,27 +395,27 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         self.observer.tmux().spawn(spawn).await.map_err(|e| e.to_string())
     }
 
-    /// The keys the session's namespace gives the harness the plan starts in a room (`rooms.namespaceKeys`): its
-    /// Secret's entries named in `variables`, none the profile or a key gateway already sets; none without such a
-    /// spawn, or without a Secret the agent may read.
-    async fn namespace_keys(
-        &self,
-        ws: &WorkSession,
-        plan: &Plan,
-        config: &Config,
-    ) -> Result<Vec<(String, String)>, ReconcileError> {
-        let keys = config.rooms.as_ref().and_then(|r| r.namespace_keys.as_ref());
-        let spawn = plan.ops.iter().find_map(|op| match op {
-            Op::Spawn(spawn) => Some(spawn),
+    /// The values of the variables the plan's spawn takes from its namespace's Secret ([`core::KeysFrom`], as the core
+    /// decided them); none without such a spawn, or where the Secret is absent or the agent may not read it (said in
+    /// the log, as is a variable left out for its value).
+    async fn namespace_keys(&self, ws: &WorkSession, plan: &Plan) -> Result<Vec<(String, String)>, ReconcileError> {
+        let keys = plan.ops.iter().find_map(|op| match op {
+            Op::Spawn(spawn) => spawn.confine.as_ref()?.keys.as_deref(),
             _ => None,
         });
-        let (Some(keys), Some(spawn), Some(room)) = (keys, spawn, spawn.and_then(|s| s.confine.as_ref())) else {
+        let Some(keys) = keys.filter(|k| !k.variables.is_empty()) else { return Ok(Vec::new()) };
+        let namespace = ws.namespace().unwrap_or_default();
+        let secret =
+            self.store.namespace_keys(&namespace, &keys.secret).await.map_err(ReconcileError::NamespaceKeys)?;
+        let Some(secret) = secret else {
+            tracing::info!(event = "keys.none", namespace, secret = keys.secret, "no keys Secret the agent may read");
             return Ok(Vec::new());
         };
-        let namespace = ws.namespace().unwrap_or_default();
-        let secret = self.store.namespace_keys(&namespace, &keys.secret_name).await;
-        let taken: Vec<&str> = spawn.env.iter().chain(&room.env).map(|(name, _)| name.as_str()).collect();
-        Ok(keys.env(secret.map_err(ReconcileError::NamespaceKeys)?.unwrap_or_default(), &taken))
+        let (given, left_out) = core::given(secret, keys);
+        if !left_out.is_empty() {
+            tracing::warn!(event = "keys.left_out", namespace, ?left_out, "a key's value holds a control character");
+        }
+        Ok(given)
     }
 
     /// Writes `update` over a WorkEvent's status (`old`: as this plan last wrote it, or as read); the status written.
@@ -513,7 +513,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     ) -> Result<Option<crate::node::room::Room>, TmuxError> {
         let Some(room) = self.registries.rooms.existing(rooms, owner_name) else { return Ok(None) };
         let (helper, home) = (rooms.helper.clone(), room.home.clone());
-        let confine = crate::node::tmux::Confine { helper, uid: room.uid, home, egress_port: None, env: Vec::new() };
+        let (uid, egress_port, env, keys) = (room.uid, None, Vec::new(), None);
+        let confine = crate::node::tmux::Confine { helper, uid, home, egress_port, env, keys };
         self.observer.tmux().evict(&confine).await?;
         Ok(Some(room))
     }

@@ -64,8 +64,8 @@ fn due(told: &mut Told, refused: &Refused, now: Instant) -> Option<String> {
         match refused.reason {
             "not_allowed" => format!(
                 "the egress proxy refused the harness's connection to {host}: on none of the lists its room may \
-                 reach (the node's rooms.egress.hosts, its namespace's in rooms.egress.namespaces, the session's \
-                 spec.egress.hosts)"
+                 reach (the node's rooms.egress.hosts, its namespace's in rooms.egress.namespaces, and where the \
+                 agent's rooms.egress.sessionHosts is on, the session's spec.egress.hosts)"
             ),
             "internal_address" => format!(
                 "the egress proxy refused the harness's connection to {host}: it is one of the node's or the \

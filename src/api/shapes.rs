@@ -114,6 +114,15 @@ static EGRESS_HOST: LazyLock<Regex> = LazyLock::new(|| Regex::new(EGRESS_HOST_PA
 pub fn is_egress_host(entry: &str) -> bool {
     entry.len() <= EGRESS_HOST_MAX && EGRESS_HOST.is_match(entry)
 }
+
+/// What is wrong with a session's list of egress hosts (`spec.egress.hosts`, a route's `egress.hosts`), if anything.
+pub fn egress_hosts_problem(hosts: &[String]) -> Option<String> {
+    if hosts.len() > EGRESS_HOSTS_MAX {
+        return Some(format!("must hold at most {EGRESS_HOSTS_MAX} hosts"));
+    }
+    let bad = hosts.iter().find(|h| !is_egress_host(h))?;
+    Some(format!("{bad:?} is not a host, host:port or *.domain (lowercase)"))
+}
 static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
 static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).unwrap());
 static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
@@ -289,13 +298,8 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
     if spec.handoff.as_ref().and_then(|h| h.max_characters).is_some_and(|n| !(200..=8000).contains(&n)) {
         return err("handoff.maxCharacters", "must be between 200 and 8000".into());
     }
-    if let Some(e) = &spec.egress {
-        if e.hosts.len() > EGRESS_HOSTS_MAX {
-            return err("egress.hosts", format!("must hold at most {EGRESS_HOSTS_MAX} hosts"));
-        }
-        if let Some(bad) = e.hosts.iter().find(|h| !is_egress_host(h)) {
-            return err("egress.hosts", format!("{bad:?} is not a host, host:port or *.domain (lowercase)"));
-        }
+    if let Some(problem) = spec.egress.as_ref().and_then(|e| egress_hosts_problem(&e.hosts)) {
+        return err("egress.hosts", problem);
     }
     Ok(())
 }

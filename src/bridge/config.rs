@@ -275,7 +275,7 @@ struct RouteFile {
     workdir: String,
     work_item: Option<String>,
     workspace: Option<crate::api::WorkspaceSpec>,
-    egress: Option<crate::api::EgressSpec>,
+    egress: Option<EgressFile>,
     allowed_author_associations: Option<Vec<String>>,
     max_sessions: Option<usize>,
     feedback: Option<Feedback>,
@@ -285,6 +285,14 @@ struct RouteFile {
     ci_on_success: bool,
     #[serde(default)]
     status_comment: bool,
+}
+
+/// A route's `egress`: the `spec.egress` of the sessions it creates, its keys checked (a misspelt one is refused, not
+/// read as no hosts).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct EgressFile {
+    hosts: Vec<String>,
 }
 
 /// `list` when every value is an `author_association` GitHub sends.
@@ -449,15 +457,8 @@ impl BridgeConfig {
                     "a status comment needs github.api (credentials)".into(),
                 ));
             }
-            if let Some(e) = &r.egress {
-                if e.hosts.len() > crate::api::EGRESS_HOSTS_MAX {
-                    let problem = format!("at most {} hosts", crate::api::EGRESS_HOSTS_MAX);
-                    return Err(invalid(format!("routes[{i}].egress.hosts"), problem));
-                }
-                if let Some(bad) = e.hosts.iter().find(|h| !crate::api::is_egress_host(h)) {
-                    let problem = format!("{bad:?} is not a host, host:port or *.domain (lowercase)");
-                    return Err(invalid(format!("routes[{i}].egress.hosts"), problem));
-                }
+            if let Some(problem) = r.egress.as_ref().and_then(|e| crate::api::egress_hosts_problem(&e.hosts)) {
+                return Err(invalid(format!("routes[{i}].egress.hosts"), problem));
             }
             if r.delete_after_seconds.is_some() && r.on_close != Some(OnClose::Delete) {
                 return Err(invalid(format!("routes[{i}].deleteAfterSeconds"), "only with onClose: Delete".into()));
@@ -479,7 +480,7 @@ impl BridgeConfig {
                 workdir: r.workdir,
                 work_item: r.work_item.unwrap_or_else(|| DEFAULT_WORK_ITEM.into()),
                 workspace: r.workspace,
-                egress: r.egress,
+                egress: r.egress.map(|e| crate::api::EgressSpec { hosts: e.hosts }),
                 ci_on_success: r.ci_on_success,
                 status_comment: r.status_comment,
             });
@@ -559,6 +560,9 @@ mod tests {
         let bad = e(&format!("{route}'API.example.com']}}}}\n"));
         assert!(bad.contains("routes[0].egress.hosts"), "{bad}");
         assert!(e(&format!("{route}'*']}}}}\n")).contains("routes[0].egress.hosts"));
+        let misspelt =
+            "routes:\n  - {repository: o/r, namespace: a, harness: claude, workdir: /w, egress: {host: [a.com]}}\n";
+        assert!(e(misspelt).contains("host"), "{}", e(misspelt));
     }
 
     #[test]

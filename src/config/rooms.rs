@@ -51,20 +51,6 @@ impl EgressConfig {
     }
 }
 
-impl NamespaceKeysConfig {
-    /// What a harness is given of its namespace's Secret: each entry named in `variables` and not `taken` (the
-    /// profile's and a key gateway's variables keep theirs), its value without a control character (a trailing
-    /// newline, as a file leaves it, dropped); any other is left out.
-    pub fn env(&self, secret: BTreeMap<String, String>, taken: &[&str]) -> Vec<(String, String)> {
-        secret
-            .into_iter()
-            .filter(|(name, _)| self.variables.contains(name) && !taken.contains(&name.as_str()))
-            .map(|(name, value)| (name, value.trim_end_matches(['\n', '\r']).to_string()))
-            .filter(|(_, value)| !value.chars().any(char::is_control))
-            .collect()
-    }
-}
-
 /// A room's way out (`rooms.egress`): its harness's TCP connects are held to the agent's egress proxy on loopback,
 /// which opens a tunnel only to an allowed host ([`crate::node::egress`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -56,7 +56,7 @@ pub use push::{
     GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, grant_key, push_dir, push_env, push_target,
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
-pub use session::{Confine, Liveness, SessionView, Spawn, TmuxSession, tmux_session};
+pub use session::{Confine, KeysFrom, Liveness, SessionView, Spawn, TmuxSession, given, tmux_session};
 pub use workspace::PREPARE_RECHECK;
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Confinement;
 use super::{CONFLICT_RECHECK, ConfinedReason, Decision, Op, ReadyReason};
-use super::{Confine, Liveness};
+use super::{Confine, KeysFrom, Liveness};
 use crate::api::Phase;
 
 impl Decision<'_, '_> {
@@ -50,7 +50,16 @@ impl Decision<'_, '_> {
             return None;
         };
         let egress_port = rooms.egress.as_ref().map(|e| e.port);
-        let env = rooms.egress.iter().flat_map(|e| e.gateways.iter().flat_map(|g| g.env(e.port))).collect();
-        Some(Confine { helper: rooms.helper.clone(), uid: room.uid, home: room.home.clone(), egress_port, env })
+        let env: Vec<(String, String)> =
+            rooms.egress.iter().flat_map(|e| e.gateways.iter().flat_map(|g| g.env(e.port))).collect();
+        // A namespace's key never takes the place of a gateway's placeholder.
+        let keys = rooms.namespace_keys.as_ref().map(|k| {
+            Box::new(KeysFrom {
+                secret: k.secret_name.clone(),
+                variables: k.variables.iter().filter(|v| !env.iter().any(|(name, _)| name == *v)).cloned().collect(),
+            })
+        });
+        let (helper, uid, home) = (rooms.helper.clone(), room.uid, room.home.clone());
+        Some(Confine { helper, uid, home, egress_port, env, keys })
     }
 }

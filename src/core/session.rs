@@ -84,6 +84,37 @@ pub struct Confine {
     pub egress_port: Option<u16>,
     /// Variables the room's harness is given beside its profile's: each key gateway's URL and placeholder key.
     pub env: Vec<(String, String)>,
+    /// The variables it takes from a Secret of its session's namespace (`rooms.namespaceKeys`), whose values the
+    /// executor reads at the spawn: no value is ever part of a plan, which is logged.
+    pub keys: Option<Box<KeysFrom>>,
+}
+
+/// Variables a spawn takes from a Secret of its session's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeysFrom {
+    /// The Secret's name.
+    pub secret: String,
+    /// The variables, none the profile or a key gateway sets.
+    pub variables: Vec<String>,
+}
+
+/// What a spawn is given of its namespace's Secret (`secret`, its entries by name): each of `keys`' variables it holds,
+/// its value without a trailing newline (as a file leaves it); a value with another control character is not given
+/// (it could end the `NAME=VALUE` word a terminal or a shell reads). The second list names the variables left out so.
+pub fn given(
+    secret: std::collections::BTreeMap<String, String>,
+    keys: &KeysFrom,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let mut left_out = Vec::new();
+    let mut given = Vec::new();
+    for (name, value) in secret.into_iter().filter(|(name, _)| keys.variables.contains(name)) {
+        let value = value.trim_end_matches(['\n', '\r']).to_string();
+        match value.chars().any(char::is_control) {
+            true => left_out.push(name),
+            false => given.push((name, value)),
+        }
+    }
+    (given, left_out)
 }
 
 /// The tmux sessions of one WorkSession.

@@ -275,6 +275,11 @@ impl<'a, 'i> Decision<'a, 'i> {
         if let Some((target, home, _)) = self.push() {
             env.extend(super::push::push_env(&target, &super::push::push_dir(&home, input.object.owner_name)));
         }
+        let mut confine = self.confine();
+        // Nor does it take the place of the profile's own variables.
+        if let Some(keys) = confine.as_mut().and_then(|c| c.keys.as_mut()) {
+            keys.variables.retain(|v| !env.iter().any(|(name, _)| name == v));
+        }
         Ok(Op::Spawn(Spawn {
             session: self.configured.clone(),
             workdir: input.object.spec.workdir.clone().into(),
@@ -284,7 +289,7 @@ impl<'a, 'i> Decision<'a, 'i> {
             tag: v.spawn.clone(),
             owner: input.object.owner.to_string(),
             owner_name: input.object.owner_name.to_string(),
-            confine: self.confine(),
+            confine,
             // The observation looked at the current name only.
             clear: input.observed.liveness != Liveness::Absent
                 || input.observed.view.is_some()

@@ -7,6 +7,7 @@
 //! ([`gateway`]).
 
 pub mod gateway;
+pub mod lists;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::rooms::{EgressConfig, RoomsConfig};
 use gateway::{Forwarded, Upstreams};
+use lists::{Lists, Reach, internal};
 
 /// How long a client may take to send its request, and a tunnel's connection to open.
 pub(super) const TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,16 +94,26 @@ const MAX_TUNNELS: usize = 512;
 /// How long a tunnel may stay open (a model's longest streamed answer is minutes).
 pub(super) const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
 
-/// A session's own hosts (`spec.egress.hosts`) by its `namespace/name`, as the agent's view of its sessions holds them;
-/// `None`: no session of this node by that name (a process left behind by a room's former session).
-pub type SessionHosts = Box<dyn Fn(&str) -> Option<Vec<String>> + Send + Sync>;
+/// Whether this node's agent holds the session a room's owner file names, as its view of its sessions shows it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Holding {
+    /// It does: the session's own hosts (`spec.egress.hosts`).
+    Here(Vec<String>),
+    /// It does not: a process left behind by the room's former session.
+    NotHere,
+    /// The view is not filled yet (the agent's first moments).
+    NotYetKnown,
+}
+
+/// Where the proxy learns a session's [`Holding`], by its `namespace/name`.
+pub type Sessions = Box<dyn Fn(&str) -> Holding + Send + Sync>;
 
 /// The proxy as the agent config describes it: its hosts, its gateways, and the rooms whose harnesses may use them.
 pub struct Proxy {
     config: EgressConfig,
     rooms: RoomsConfig,
     upstreams: Option<Upstreams>,
-    session_hosts: SessionHosts,
+    sessions: Sessions,
     /// Connections open, by the room (uid) whose socket opened them (`None`: no room's).
     open: std::sync::Mutex<std::collections::HashMap<Option<u32>, usize>>,
 }
@@ -113,12 +125,13 @@ impl Proxy {
     /// The proxy of `rooms.egress`; an error when a gateway is configured and the system has no trusted roots.
     pub fn new(config: EgressConfig, rooms: RoomsConfig) -> std::io::Result<Self> {
         let upstreams = if config.gateways.is_empty() { None } else { Some(Upstreams::new()?) };
-        Ok(Self { config, rooms, upstreams, session_hosts: Box::new(|_| None), open: Default::default() })
+        let sessions: Sessions = Box::new(|_| Holding::NotYetKnown);
+        Ok(Self { config, rooms, upstreams, sessions, open: Default::default() })
     }
 
-    /// Where the proxy reads a session's own hosts (with `rooms.egress.sessionHosts`); none until told.
-    pub fn with_session_hosts(mut self, session_hosts: SessionHosts) -> Self {
-        self.session_hosts = session_hosts;
+    /// Where the proxy learns whether a room's session is here, and its own hosts; not known until told.
+    pub fn with_sessions(mut self, sessions: Sessions) -> Self {
+        self.sessions = sessions;
         self
     }
 
@@ -172,14 +185,14 @@ impl Proxy {
     }
 
     /// One more connection of `uid`'s, held until the guard drops; `None` when it holds [`MAX_PER_ROOM`].
-    fn take(self: &Arc<Self>, uid: Option<u32>) -> Option<Held> {
+    fn take(self: &Arc<Self>, uid: Option<u32>) -> Option<Slot> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let count = open.entry(uid).or_default();
         if *count >= MAX_PER_ROOM {
             return None;
         }
         *count += 1;
-        Some(Held { proxy: self.clone(), uid })
+        Some(Slot { proxy: self.clone(), uid })
     }
 
     /// Reads one request and decides: a `CONNECT` is spliced to its host or refused; a room's request to a gateway
@@ -210,61 +223,30 @@ impl Proxy {
             return gateway::forward(client, &head, room, &self.config, upstreams).await.map(Some);
         }
         // The lists of the session whose room this is, while this node holds it: a socket no room owns, or one of a
-        // room whose session is not here (a process its former session left behind), has the node's alone.
+        // room whose session is not here (a process its former session left behind), has the node's alone. In the
+        // agent's first moments, before its view is filled, the owner file's namespace is taken at its word (harnesses
+        // that outlived a restart keep their namespace's hosts), and no session's own list is read.
         let owner = room.as_ref().and_then(|(_, owner)| owner.as_deref());
-        let held = owner.and_then(|owner| Some((owner, (self.session_hosts)(owner)?)));
-        let own = held.as_ref().filter(|_| self.config.session_hosts).map(|(_, own)| own.as_slice()).unwrap_or(&[]);
-        let namespace = held.as_ref().and_then(|(o, _)| self.config.namespaces.get(o.split_once('/')?.0));
+        let holding = owner.map_or(Holding::NotHere, |owner| (self.sessions)(owner));
+        let own = match &holding {
+            Holding::Here(hosts) if self.config.session_hosts => hosts.as_slice(),
+            _ => &[],
+        };
+        let namespace = owner
+            .filter(|_| holding != Holding::NotHere)
+            .and_then(|owner| self.config.namespaces.get(owner.split_once('/')?.0));
         let lists = Lists { node: &self.config.hosts, namespace: namespace.map_or(&[], Vec::as_slice), session: own };
         tunnel(client, target, &lists).await.map(|()| None)
     }
 }
 
-/// The hosts one room may reach: the platform's (the node's list and the one of its session's namespace), whose
-/// listed addresses are reachable even in the internal ranges, and its session's own, which reach public addresses
-/// only (a tenant lists what it likes there, the metadata address included).
-#[derive(Debug, Clone, Copy)]
-pub struct Lists<'a> {
-    /// `rooms.egress.hosts`.
-    pub node: &'a [String],
-    /// `rooms.egress.namespaces` of the session's namespace.
-    pub namespace: &'a [String],
-    /// The session's `spec.egress.hosts`.
-    pub session: &'a [String],
-}
-
-/// How far the lists let a tunnel go.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reach {
-    /// Not listed.
-    Unlisted,
-    /// Listed: to the addresses outside the internal ranges that the name resolves to.
-    Public,
-    /// An address the platform listed itself: to it, whatever its range.
-    Address,
-}
-
-impl Lists<'_> {
-    /// How far a tunnel to `host:port` may go.
-    pub fn reach(&self, host: &str, port: u16) -> Reach {
-        let by_platform = allowed(self.node, host, port) || allowed(self.namespace, host, port);
-        if by_platform && host.parse::<IpAddr>().is_ok() {
-            Reach::Address
-        } else if by_platform || allowed(self.session, host, port) {
-            Reach::Public
-        } else {
-            Reach::Unlisted
-        }
-    }
-}
-
 /// A connection counted against its room until it drops.
-struct Held {
+struct Slot {
     proxy: Arc<Proxy>,
     uid: Option<u32>,
 }
 
-impl Drop for Held {
+impl Drop for Slot {
     fn drop(&mut self) {
         let mut open = self.proxy.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(count) = open.get_mut(&self.uid) {
@@ -338,62 +320,6 @@ fn target(head: &str) -> Option<(String, u16)> {
     Some((host, port.parse().ok()?))
 }
 
-/// Whether `hosts` lets a tunnel go to `host:port`: an entry `host` (port 443), `host:port`, or `*.domain` (a name
-/// below it, port 443).
-pub fn allowed(hosts: &[String], host: &str, port: u16) -> bool {
-    hosts.iter().any(|entry| {
-        let (name, entry_port) = match entry.rsplit_once(':') {
-            Some((name, p)) if !name.contains(':') => (name, p.parse().unwrap_or(0)),
-            _ => (entry.as_str(), 443),
-        };
-        let matches = match name.strip_prefix("*.") {
-            Some(domain) => host.strip_suffix(domain).is_some_and(|below| below.len() > 1 && below.ends_with('.')),
-            None => host == name,
-        };
-        matches && entry_port == port
-    })
-}
-
-/// Whether `ip` is one of the node's or the cluster's own, or not a public address at all: loopback, private,
-/// link-local (the instance metadata address), shared (carrier-grade NAT, often a cluster's), the IETF's and the
-/// benchmarks' blocks, reserved (240/4, which some clusters use for pods), unspecified, multicast; IPv6's
-/// unique-local and link-local; and an IPv4 address carried in IPv6 (mapped, NAT64, 6to4) as that address. A
-/// cluster whose own ranges are other public addresses is not told apart (docs/security.md).
-pub fn internal(ip: IpAddr) -> bool {
-    let v4 = |hi: u16, lo: u16| IpAddr::V4(std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, c, _] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || a == 0
-                || a >= 240
-                || (a == 100 && (64..128).contains(&b))
-                || (a == 192 && b == 0 && c == 0)
-                || (a == 198 && (b == 18 || b == 19))
-        }
-        IpAddr::V6(v6) => match v6.segments() {
-            // Mapped, NAT64's well-known prefix and its local-use one: the IPv4 address in the last 32 bits.
-            [0, 0, 0, 0, 0, 0xffff, hi, lo]
-            | [0x64, 0xff9b, 0, 0, 0, 0, hi, lo]
-            | [0x64, 0xff9b, 1, _, _, _, hi, lo] => internal(v4(hi, lo)),
-            // 6to4: the IPv4 address in bits 16-48.
-            [0x2002, hi, lo, ..] => internal(v4(hi, lo)),
-            [first, ..] => {
-                v6.is_loopback()
-                    || v6.is_unspecified()
-                    || v6.is_multicast()
-                    || first & 0xfe00 == 0xfc00
-                    || first & 0xffc0 == 0xfe80
-            }
-        },
-    }
-}
-
 /// Connects to `host:port` as far as the lists reach: to an address outside the internal ranges unless the platform
 /// listed the address itself.
 async fn open(host: &str, port: u16, reach: Reach) -> Result<TcpStream, Refusal> {
@@ -425,54 +351,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_host_is_allowed_by_name_port_or_domain() {
-        let hosts: Vec<String> =
-            ["api.anthropic.com", "git.example.com:8443", "*.githubusercontent.com"].map(String::from).to_vec();
-        let table = [
-            ("api.anthropic.com", 443, true),
-            ("api.anthropic.com", 80, false),
-            ("evil-api.anthropic.com", 443, false),
-            ("git.example.com", 8443, true),
-            ("git.example.com", 443, false),
-            ("raw.githubusercontent.com", 443, true),
-            ("githubusercontent.com", 443, false),
-            ("xgithubusercontent.com", 443, false),
-            ("10.0.0.1", 443, false),
-        ];
-        for (host, port, expected) in table {
-            assert_eq!(allowed(&hosts, host, port), expected, "{host}:{port}");
-        }
-    }
-
-    #[test]
-    fn the_nodes_and_the_clusters_addresses_are_internal() {
-        for ip in [
-            "10.0.0.1",
-            "172.16.5.4",
-            "192.168.1.1",
-            "127.0.0.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "fd00::1",
-            "fe80::1",
-            "::ffff:10.0.0.1",
-            "192.0.0.8",
-            "198.18.0.1",
-            "240.0.0.1",
-            "64:ff9b::a9fe:a9fe",
-            "64:ff9b:1::a00:1",
-            "2002:a00:1::1",
-        ] {
-            assert!(internal(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["160.79.104.10", "140.82.112.3", "2606:4700::1", "100.128.0.1", "172.32.0.1", "64:ff9b::8c52:7003"] {
-            assert!(!internal(ip.parse().unwrap()), "{ip}");
-        }
-    }
-
-    #[test]
     fn only_a_connect_names_a_target() {
         assert_eq!(
             target("CONNECT API.Anthropic.com.:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
@@ -491,7 +369,7 @@ mod tests {
     /// A proxy for `hosts` on a free port (no gateway, no room of the test's uid), and the refusals it tells.
     async fn start(hosts: Vec<String>) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<&'static str>) {
         let config = EgressConfig { hosts, ..egress() };
-        start_with(config, rooms_of("/nonexistent".as_ref(), 200_000), Box::new(|_| None)).await
+        start_with(config, rooms_of("/nonexistent".as_ref(), 200_000), Box::new(|_| Holding::NotHere)).await
     }
 
     fn egress() -> EgressConfig {
@@ -508,7 +386,7 @@ mod tests {
     async fn start_with(
         mut config: EgressConfig,
         rooms: RoomsConfig,
-        session_hosts: SessionHosts,
+        sessions: Sessions,
     ) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<&'static str>) {
         let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = proxy.local_addr().unwrap();
@@ -519,7 +397,7 @@ mod tests {
                 seen.send(refusal.as_str()).unwrap()
             }
         };
-        let proxy_of = Proxy::new(config, rooms).unwrap().with_session_hosts(session_hosts);
+        let proxy_of = Proxy::new(config, rooms).unwrap().with_sessions(sessions);
         tokio::spawn(proxy_of.serve(proxy, report));
         (at, refusals)
     }
@@ -545,29 +423,6 @@ mod tests {
         up
     }
 
-    #[test]
-    fn the_platforms_lists_reach_an_address_a_sessions_list_only_public_ones() {
-        let strings = |list: &[&str]| list.iter().map(|h| h.to_string()).collect::<Vec<_>>();
-        let (node, namespace) = (strings(&["api.anthropic.com", "10.0.0.5:8080"]), strings(&["pypi.org", "10.0.0.6"]));
-        let session = strings(&["*.example.com", "169.254.169.254:80", "10.0.0.7"]);
-        let lists = Lists { node: &node, namespace: &namespace, session: &session };
-        let table = [
-            ("api.anthropic.com", 443, Reach::Public),
-            ("10.0.0.5", 8080, Reach::Address),
-            ("pypi.org", 443, Reach::Public),
-            ("10.0.0.6", 443, Reach::Address),
-            ("docs.example.com", 443, Reach::Public),
-            // A tenant's own list names the metadata address or a cluster address: listed, yet public only.
-            ("169.254.169.254", 80, Reach::Public),
-            ("10.0.0.7", 443, Reach::Public),
-            ("example.com", 443, Reach::Unlisted),
-            ("pypi.org", 80, Reach::Unlisted),
-        ];
-        for (host, port, expected) in table {
-            assert_eq!(lists.reach(host, port), expected, "{host}:{port}");
-        }
-    }
-
     /// A room's connection is held to its session's lists: its namespace's (the platform's, which may open an
     /// address of its own ranges) and its session's own (which opens none); another uid's gets the node's alone, and
     /// with `sessionHosts` off the session's own list is not read.
@@ -581,13 +436,15 @@ mod tests {
         let namespaces = [("team-a".to_string(), vec![format!("127.0.0.1:{}", up.port())])].into();
         let config = EgressConfig { namespaces, ..egress() };
         let own = format!("127.0.0.1:{}", other.port());
-        let session_hosts = |own: String| -> SessionHosts {
-            Box::new(move |owner| (owner == "team-a/ws-1").then(|| vec![own.clone()]))
+        let sessions = |own: String| -> Sessions {
+            Box::new(move |owner| match owner == "team-a/ws-1" {
+                true => Holding::Here(vec![own.clone()]),
+                false => Holding::NotHere,
+            })
         };
         let connect = |to: SocketAddr| format!("CONNECT {to} HTTP/1.1\r\n\r\n");
 
-        let (at, mut refusals) =
-            start_with(config.clone(), rooms_of(dir.path(), uid), session_hosts(own.clone())).await;
+        let (at, mut refusals) = start_with(config.clone(), rooms_of(dir.path(), uid), sessions(own.clone())).await;
         let through = ask(at, connect(up)).await;
         assert_eq!(through, "HTTP/1.1 200 Connection established\r\n\r\nhello from upstream\n");
         let listed_by_the_session = ask(at, connect(other)).await;
@@ -595,20 +452,29 @@ mod tests {
         assert_eq!(refusals.recv().await.unwrap(), "internal_address", "listed, but not to open an address of ours");
 
         let off = EgressConfig { session_hosts: false, ..config.clone() };
-        let (at, mut refusals) = start_with(off, rooms_of(dir.path(), uid), session_hosts(own.clone())).await;
+        let (at, mut refusals) = start_with(off, rooms_of(dir.path(), uid), sessions(own.clone())).await;
         assert!(ask(at, connect(other)).await.starts_with("HTTP/1.1 403"));
         assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "the session's list unread");
 
         let stranger = rooms_of(dir.path(), uid.wrapping_add(1));
-        let (at, mut refusals) = start_with(config.clone(), stranger, session_hosts(own)).await;
+        let (at, mut refusals) = start_with(config.clone(), stranger, sessions(own.clone())).await;
         assert!(ask(at, connect(up)).await.starts_with("HTTP/1.1 403"));
         assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "no room's socket: the node's list alone");
 
         // A room whose owner file names a session this node does not hold (a process its former session left
         // behind, the uid given to another tenant since): not that tenant's namespace's list either.
-        let (at, mut refusals) = start_with(config, rooms_of(dir.path(), uid), Box::new(|_| None)).await;
+        let (at, mut refusals) =
+            start_with(config.clone(), rooms_of(dir.path(), uid), Box::new(|_| Holding::NotHere)).await;
         assert!(ask(at, connect(up)).await.starts_with("HTTP/1.1 403"));
         assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "a session not held here: the node's list alone");
+
+        // Before the agent's view is filled: the owner file's namespace is taken at its word, no session's own list.
+        let (at, mut refusals) =
+            start_with(config, rooms_of(dir.path(), uid), Box::new(|_| Holding::NotYetKnown)).await;
+        let through = ask(at, connect(up)).await;
+        assert_eq!(through, "HTTP/1.1 200 Connection established\r\n\r\nhello from upstream\n");
+        assert!(ask(at, connect(other)).await.starts_with("HTTP/1.1 403"));
+        assert_eq!(refusals.recv().await.unwrap(), "not_allowed", "no session's own list before the view");
     }
 
     /// The proxy itself: a listed address gets a tunnel that carries bytes both ways; an unlisted host, a name of an

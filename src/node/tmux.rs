@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-pub use crate::core::{Confine, Liveness, SessionView, Spawn, is_tag};
+pub use crate::core::{Confine, KeysFrom, Liveness, SessionView, Spawn, is_tag};
 
 /// What the paste command prints when the pane turned out dead.
 const PANE_DEAD: &str = "worksession:pane-dead";

@@ -131,13 +131,9 @@ fn with_rooms_on_a_harness_starts_only_in_its_own_room() {
     assert_eq!(ops(&case.decide()), ["stop loop-ns_repo-12", "release room", "release finalizer"]);
 }
 
-/// With a key gateway, a room's harness is given the gateway's URL and the placeholder, never the key; and the
-/// egress proxy's port, the one it may connect to.
-#[test]
-fn a_harness_in_a_room_is_given_its_gateways_url_and_a_placeholder() {
-    let mut case = Case::new(ran_old());
-    rooms_on(&mut case);
-    let gateway = crate::config::rooms::GatewayConfig {
+/// Anthropic's API as a key gateway, its URL in `ANTHROPIC_BASE_URL` and a placeholder in `ANTHROPIC_API_KEY`.
+fn anthropic_gateway() -> crate::config::rooms::GatewayConfig {
+    crate::config::rooms::GatewayConfig {
         name: "anthropic".into(),
         upstream: "https://api.anthropic.com".into(),
         key_file: "/etc/worksession/gateways/anthropic/key".into(),
@@ -146,7 +142,16 @@ fn a_harness_in_a_room_is_given_its_gateways_url_and_a_placeholder() {
         key_env: Some("ANTHROPIC_API_KEY".into()),
         placeholder: "sk-placeholder".into(),
         paths: vec!["*".into()],
-    };
+    }
+}
+
+/// With a key gateway, a room's harness is given the gateway's URL and the placeholder, never the key; and the
+/// egress proxy's port, the one it may connect to.
+#[test]
+fn a_harness_in_a_room_is_given_its_gateways_url_and_a_placeholder() {
+    let mut case = Case::new(ran_old());
+    rooms_on(&mut case);
+    let gateway = anthropic_gateway();
     let egress = crate::config::rooms::EgressConfig::serving(3129, vec![gateway]);
     case.config.rooms.as_mut().unwrap().egress = Some(egress);
     case.room = Some(Ok(room()));
@@ -159,6 +164,34 @@ fn a_harness_in_a_room_is_given_its_gateways_url_and_a_placeholder() {
         [("ANTHROPIC_BASE_URL", "http://127.0.0.1:3129/gateway/anthropic"), ("ANTHROPIC_API_KEY", "sk-placeholder")]
     );
     assert_eq!(confine.egress_port, Some(3129));
+}
+
+/// With a namespace's keys, a room's spawn names the Secret and the variables it takes, none a key gateway or the
+/// profile sets (their values are read at the spawn, never part of the plan); what it is given of the Secret is those
+/// variables alone, a trailing newline dropped, a value with another control character left out and said.
+#[test]
+fn a_harness_in_a_room_takes_its_namespaces_keys_by_name_only() {
+    let mut case = Case::new(ran_old());
+    rooms_on(&mut case);
+    let gateway = crate::config::rooms::GatewayConfig { base_url_env: None, ..anthropic_gateway() };
+    let rooms = case.config.rooms.as_mut().unwrap();
+    rooms.egress = Some(crate::config::rooms::EgressConfig::serving(3129, vec![gateway]));
+    let variables = ["COPILOT_GITHUB_TOKEN", "ANTHROPIC_API_KEY", "EDITOR", "GH_TOKEN"].map(String::from).to_vec();
+    rooms.namespace_keys =
+        Some(crate::config::rooms::NamespaceKeysConfig { secret_name: "tenant-keys".into(), variables });
+    case.config.harnesses.get_mut("claude").unwrap().env = vec![("EDITOR".into(), "true".into())];
+    case.room = Some(Ok(room()));
+    let plan = case.decide();
+    let Some(Op::Spawn(spawn)) = plan.ops.iter().find(|op| matches!(op, Op::Spawn(_))) else { panic!("{plan:?}") };
+    let keys = spawn.confine.as_ref().and_then(|c| c.keys.as_deref().cloned()).expect("the namespace's keys");
+    assert_eq!(keys.secret, "tenant-keys");
+    assert_eq!(keys.variables, ["COPILOT_GITHUB_TOKEN", "GH_TOKEN"], "the gateway's and the profile's keep theirs");
+
+    let secret = [("COPILOT_GITHUB_TOKEN", "ghu_tenant\n"), ("GH_TOKEN", "two\nlines"), ("LD_PRELOAD", "/x.so")];
+    let secret = secret.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let (given, left_out) = crate::core::given(secret, &keys);
+    assert_eq!(given, [("COPILOT_GITHUB_TOKEN".to_string(), "ghu_tenant".to_string())]);
+    assert_eq!(left_out, ["GH_TOKEN"]);
 }
 
 /// A harness in a room gets no prompt on its command line (every user of the PID namespace reads it in `/proc`, and
