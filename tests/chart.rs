@@ -8,7 +8,7 @@ mod standin;
 mod support;
 mod world;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use axum::body::Body;
@@ -58,6 +58,15 @@ fn template(release: &str, namespace: &str, values: &[&str]) -> String {
 }
 
 /// `helm template` with each of `sets` as a `--set`, whether it succeeds or not.
+/// The agent config a rendered chart holds: its text, and what the agent makes of it.
+fn agent_config(rendered: &str) -> (String, worksession::config::Config) {
+    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).expect("the agent ConfigMap");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
+    let yaml = doc["data"]["agent.yaml"].as_str().unwrap().to_string();
+    let config = worksession::config::Config::parse(&yaml, std::path::Path::new("agent.yaml")).unwrap();
+    (yaml, config)
+}
+
 fn try_template(sets: &[&str]) -> std::process::Output {
     let mut cmd = tool("helm");
     // The release's namespace named, whatever the kube context says.
@@ -134,10 +143,7 @@ fn rooms_give_each_harness_its_own_user_and_each_container_only_what_it_needs() 
         let mut all = vec!["--set", "bridge.enabled=false"];
         all.extend(values);
         let rendered = template("ws", "worksession", &all);
-        let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap().to_string();
-        let doc: serde_json::Value = serde_yaml_ng::from_str(&configmap).unwrap();
-        let yaml = doc["data"]["agent.yaml"].as_str().unwrap().to_string();
-        let config = worksession::config::Config::parse(&yaml, std::path::Path::new("agent.yaml")).unwrap();
+        let (_, config) = agent_config(&rendered);
         let doc = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
         let daemonset: DaemonSet = serde_yaml_ng::from_str(doc).unwrap();
         (config, daemonset.spec.unwrap().template.spec.unwrap())
@@ -190,10 +196,7 @@ fn a_gateways_key_is_in_the_agents_container_alone() {
     let mut values = vec!["--set", "bridge.enabled=false", "--set", "agent.rooms.egress.enabled=true"];
     values.extend(gateway);
     let rendered = template("ws", "worksession", &values);
-    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap();
-    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
-    let config = worksession::config::Config::parse(doc["data"]["agent.yaml"].as_str().unwrap(), "a.yaml".as_ref());
-    let gateways = config.unwrap().rooms.unwrap().egress.unwrap().gateways;
+    let gateways = agent_config(&rendered).1.rooms.unwrap().egress.unwrap().gateways;
     assert_eq!(gateways.len(), 1);
     assert_eq!(gateways[0].key_file, std::path::Path::new("/etc/worksession-gateways/anthropic/key"));
     assert_eq!(gateways[0].env(3129), [("ANTHROPIC_API_KEY".into(), gateways[0].placeholder.clone())]);
@@ -229,10 +232,7 @@ fn a_namespaces_egress_hosts_and_the_sessions_switch_reach_the_agent_config() {
         let mut values = vec!["--set", "bridge.enabled=false", "--set", "agent.rooms.egress.enabled=true"];
         values.extend(more.iter().flat_map(|v| ["--set", v]));
         let rendered = template("ws", "worksession", &values);
-        let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap();
-        let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
-        let agent = doc["data"]["agent.yaml"].as_str().unwrap();
-        worksession::config::Config::parse(agent, "a.yaml".as_ref()).unwrap().rooms.unwrap().egress.unwrap()
+        agent_config(&rendered).1.rooms.unwrap().egress.unwrap()
     };
     let defaults = egress_of(&[]);
     assert!(!defaults.session_hosts && defaults.namespaces.is_empty());
@@ -290,10 +290,7 @@ fn namespace_keys_give_the_agent_one_secret_of_each_listed_namespace() {
             ("ws-worksession-agent", Some("worksession"))
         );
     }
-    let configmap = docs.iter().find(|doc| doc.contains("agent.yaml: |")).unwrap();
-    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
-    let config = worksession::config::Config::parse(doc["data"]["agent.yaml"].as_str().unwrap(), "a.yaml".as_ref());
-    let keys = config.unwrap().rooms.unwrap().namespace_keys.unwrap();
+    let keys = agent_config(&rendered).1.rooms.unwrap().namespace_keys.unwrap();
     assert_eq!(
         (keys.secret_name.as_str(), keys.variables.as_slice()),
         ("worksession-harness-keys", &["COPILOT_GITHUB_TOKEN".to_string()][..])
@@ -353,10 +350,7 @@ fn the_nodes_clones_are_out_of_every_harness_reach() {
             "worksession",
             &["--set", "bridge.enabled=false", "--set", &format!("agent.rooms.enabled={rooms}")],
         );
-        let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).unwrap();
-        let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
-        let config =
-            worksession::config::Config::parse(doc["data"]["agent.yaml"].as_str().unwrap(), Path::new("a")).unwrap();
+        let (_, config) = agent_config(&rendered);
         let clones = config.workspaces.mirrors.expect("the chart names the clones' place");
         let doc = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
         let pod = serde_yaml_ng::from_str::<DaemonSet>(doc).unwrap().spec.unwrap().template.spec.unwrap();
@@ -386,10 +380,7 @@ fn the_nodes_clones_are_out_of_every_harness_reach() {
 #[test]
 fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     let rendered = template("ws", "worksession", &["--set", "bridge.enabled=false"]);
-    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).expect("the agent ConfigMap");
-    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
-    let yaml = doc["data"]["agent.yaml"].as_str().unwrap();
-    let config = worksession::config::Config::parse(yaml, std::path::Path::new("agent.yaml")).unwrap();
+    let (yaml, config) = agent_config(&rendered);
     assert!(!config.tmux.start_server, "{yaml}");
     assert_eq!(config.tmux.socket.as_deref(), Some(std::path::Path::new("/run/worksession/tmux.sock")));
     assert_eq!(config.harness_home.as_deref(), Some(std::path::Path::new("/srv/worksession/.home")));
@@ -401,13 +392,7 @@ fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
         "worksession",
         &["--set", "bridge.enabled=false", "--set", "agent.workspaces.credentials.existingSecret=git"],
     );
-    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).expect("the agent ConfigMap");
-    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
-    let config = worksession::config::Config::parse(
-        doc["data"]["agent.yaml"].as_str().unwrap(),
-        std::path::Path::new("agent.yaml"),
-    )
-    .unwrap();
+    let (_, config) = agent_config(&rendered);
     assert_eq!(config.workspaces.token_file.as_deref(), Some(std::path::Path::new("/etc/worksession-git/token")));
     let daemonset = rendered.split("\n---").find(|doc| doc.contains("kind: DaemonSet")).unwrap();
     assert!(daemonset.contains("secretName: git") && daemonset.contains("mountPath: /etc/worksession-git"));
@@ -415,10 +400,7 @@ fn the_rendered_agent_config_is_valid_and_names_the_harness_home() {
     // Every option on: the agent takes it all (profiles with storePath and discover included).
     let values = format!("--values={}", support::repo_root().join("tests/chart/all-on.yaml").display());
     let rendered = template("ws", "worksession", &[values.as_str()]);
-    let configmap = rendered.split("\n---").find(|doc| doc.contains("agent.yaml: |")).expect("the agent ConfigMap");
-    let doc: serde_json::Value = serde_yaml_ng::from_str(configmap).unwrap();
-    let yaml = doc["data"]["agent.yaml"].as_str().unwrap();
-    let config = worksession::config::Config::parse(yaml, std::path::Path::new("agent.yaml")).unwrap();
+    let (yaml, config) = agent_config(&rendered);
     assert!(config.harnesses["otherharness"].discover.as_ref().is_some_and(|d| d.names_workdir), "{yaml}");
 }
 

@@ -109,6 +109,9 @@ pub const EGRESS_HOSTS_MAX: usize = 64;
 
 static SESSION_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(SESSION_ID_PATTERN).unwrap());
 static EGRESS_HOST: LazyLock<Regex> = LazyLock::new(|| Regex::new(EGRESS_HOST_PATTERN).unwrap());
+static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
+static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).unwrap());
+static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
 
 /// Whether `entry` has the shape of an egress host ([`EGRESS_HOST_PATTERN`]).
 pub fn is_egress_host(entry: &str) -> bool {
@@ -123,9 +126,6 @@ pub fn egress_hosts_problem(hosts: &[String]) -> Option<String> {
     let bad = hosts.iter().find(|h| !is_egress_host(h))?;
     Some(format!("{bad:?} is not a host, host:port or *.domain (lowercase)"))
 }
-static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
-static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).unwrap());
-static HARNESS_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(HARNESS_PATTERN).unwrap());
 
 /// Whether `id` has the shape of a harness session id (checked before an id becomes argv).
 pub fn is_valid_session_id(id: &str) -> bool {

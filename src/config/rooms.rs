@@ -246,12 +246,23 @@ pub fn valid_upstream(url: &str) -> bool {
 /// runs (its `HOME`, `PATH`, `TMPDIR`, its proxy) or of the room helper, which reads its environment as root before it
 /// becomes the room's uid (the loader's and the C library's variables, the helper's own).
 pub fn is_key_variable(name: &str) -> bool {
-    const THE_ROOMS: &[&str] =
-        &["HOME", "PATH", "TMPDIR", "USER", "LOGNAME", "SHELL", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"];
-    // tmux's own, and glibc's list of variables it ignores in a privileged program, with its tunables.
-    const THE_LIBRARYS: &[&str] = &[
+    // What the room, tmux or the helper sets for the harness.
+    const ROOM_SETS: &[&str] = &[
+        "HOME",
+        "PATH",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
         "TMUX",
         "TERM",
+    ];
+    // glibc's list of variables it ignores in a privileged program, with its tunables: the helper reads them as root.
+    const READ_AS_ROOT: &[&str] = &[
         "GCONV_PATH",
         "GETCONF_DIR",
         "GLIBC_TUNABLES",
@@ -271,7 +282,7 @@ pub fn is_key_variable(name: &str) -> bool {
         && !name.as_bytes()[0].is_ascii_digit()
         && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
     let prefixed = ["LD_", "MALLOC_", "LC_", "WORKSESSION_", "RUST_"].iter().any(|p| name.starts_with(p));
-    shape && !prefixed && !THE_ROOMS.contains(&name) && !THE_LIBRARYS.contains(&name)
+    shape && !prefixed && !ROOM_SETS.contains(&name) && !READ_AS_ROOT.contains(&name)
 }
 
 impl RoomsFile {
@@ -344,7 +355,8 @@ impl RoomsFile {
                 if let Some(bad) = k.variables.iter().find(|v| !is_key_variable(v)) {
                     let problem = format!(
                         "{bad:?}: an environment variable's name (A-Z, 0-9, _), none the room itself sets (HOME, \
-                         PATH, TMPDIR, the proxy's, LD_*)"
+                         PATH, TMPDIR, the proxy's) nor one its helper reads as root (LD_*, MALLOC_*, GLIBC_TUNABLES, \
+                         LC_*, WORKSESSION_*, RUST_*, ...)"
                     );
                     return Err(invalid("rooms.namespaceKeys.variables".into(), problem));
                 }

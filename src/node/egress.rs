@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::rooms::{EgressConfig, RoomsConfig};
 use gateway::{Forwarded, Upstreams};
+pub use lists::Holding;
 use lists::{Lists, Reach, internal};
 
 /// How long a client may take to send its request, and a tunnel's connection to open.
@@ -93,17 +94,6 @@ pub enum Seen<'a> {
 const MAX_TUNNELS: usize = 512;
 /// How long a tunnel may stay open (a model's longest streamed answer is minutes).
 pub(super) const MAX_TUNNEL_LIFE: Duration = Duration::from_secs(3600);
-
-/// Whether this node's agent holds the session a room's owner file names, as its view of its sessions shows it.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Holding {
-    /// It does: the session's own hosts (`spec.egress.hosts`).
-    Here(Vec<String>),
-    /// It does not: a process left behind by the room's former session.
-    NotHere,
-    /// The view is not filled yet (the agent's first moments).
-    NotYetKnown,
-}
 
 /// Where the proxy learns a session's [`Holding`], by its `namespace/name`.
 pub type Sessions = Box<dyn Fn(&str) -> Holding + Send + Sync>;
@@ -222,21 +212,9 @@ impl Proxy {
             let Some(room) = room else { return refuse(client, Refusal::NotARoom, "a gateway".into()).await };
             return gateway::forward(client, &head, room, &self.config, upstreams).await.map(Some);
         }
-        // The lists of the session whose room this is, while this node holds it: a socket no room owns, or one of a
-        // room whose session is not here (a process its former session left behind), has the node's alone. In the
-        // agent's first moments, before its view is filled, the owner file's namespace is taken at its word (harnesses
-        // that outlived a restart keep their namespace's hosts), and no session's own list is read.
         let owner = room.as_ref().and_then(|(_, owner)| owner.as_deref());
         let holding = owner.map_or(Holding::NotHere, |owner| (self.sessions)(owner));
-        let own = match &holding {
-            Holding::Here(hosts) if self.config.session_hosts => hosts.as_slice(),
-            _ => &[],
-        };
-        let namespace = owner
-            .filter(|_| holding != Holding::NotHere)
-            .and_then(|owner| self.config.namespaces.get(owner.split_once('/')?.0));
-        let lists = Lists { node: &self.config.hosts, namespace: namespace.map_or(&[], Vec::as_slice), session: own };
-        tunnel(client, target, &lists).await.map(|()| None)
+        tunnel(client, target, &Lists::of(&self.config, owner, &holding)).await.map(|()| None)
     }
 }
 

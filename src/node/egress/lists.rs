@@ -4,6 +4,19 @@
 
 use std::net::IpAddr;
 
+use crate::config::rooms::EgressConfig;
+
+/// Whether this node's agent holds the session a room's owner file names, as its view of its sessions shows it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Holding {
+    /// It does: the session's own hosts (`spec.egress.hosts`).
+    Here(Vec<String>),
+    /// It does not: a process left behind by the room's former session.
+    NotHere,
+    /// The view is not filled yet (the agent's first moments).
+    NotYetKnown,
+}
+
 /// The hosts one room may reach: the platform's (the node's list and the one of its session's namespace), whose
 /// listed addresses are reachable even in the internal ranges, and its session's own, which reach public addresses
 /// only (a tenant lists what it likes there, the metadata address included).
@@ -28,7 +41,23 @@ pub enum Reach {
     Address,
 }
 
-impl Lists<'_> {
+impl<'a> Lists<'a> {
+    /// The lists of a connection from the room whose owner file names `owner` (`namespace/name`), while this node
+    /// holds that session: a socket no room owns, or one of a room whose session is not here (a process its former
+    /// session left behind), has the node's alone. In the agent's first moments, before its view is filled, the owner
+    /// file's namespace is taken at its word (harnesses that outlived a restart keep their namespace's hosts), and no
+    /// session's own list is read; nor is one without `sessionHosts`.
+    pub fn of(config: &'a EgressConfig, owner: Option<&str>, holding: &'a Holding) -> Self {
+        let session = match holding {
+            Holding::Here(hosts) if config.session_hosts => hosts.as_slice(),
+            _ => &[],
+        };
+        let namespace = owner
+            .filter(|_| *holding != Holding::NotHere)
+            .and_then(|owner| config.namespaces.get(owner.split_once('/')?.0));
+        Lists { node: &config.hosts, namespace: namespace.map_or(&[], Vec::as_slice), session }
+    }
+
     /// How far a tunnel to `host:port` may go.
     pub fn reach(&self, host: &str, port: u16) -> Reach {
         let by_platform = allowed(self.node, host, port) || allowed(self.namespace, host, port);
