@@ -721,3 +721,70 @@ async fn through_a_key_gateway_the_model_gets_the_agents_key_and_the_cli_only_a_
     assert!(forwarded.load(std::sync::atomic::Ordering::SeqCst) >= requests.len(), "each one by the gateway");
     assert!(model.prompts().iter().any(|p| p.contains("through the gateway: hello")));
 }
+
+/// What the work item's conversations spent, from `status.usage`.
+fn usage_of(ws: &worksession::api::WorkSession) -> worksession::api::Usage {
+    ws.status.as_ref().and_then(|s| s.usage.clone()).unwrap_or_default()
+}
+
+/// Usage from the real CLI's transcript, as the scripted model reported it: two turns of one conversation, a third
+/// after the CLI was killed and the conversation resumed, and a fourth in a fresh conversation after the transcript
+/// was lost; the work item's total holds all four, the conversation's share only the fresh one's, each reply counted
+/// once, and the cost is the config's price table's.
+#[tokio::test]
+async fn usage_adds_up_across_turns_a_resume_and_a_fresh_conversation() {
+    use worksession::api::Tokens;
+    let model = Model::start();
+    // Per reply: 100 fresh input tokens, 20 out, 30 written to the cache, 900 read from it.
+    model.set_usage(support::model::Usage { input: 100, output: 20, cache_creation: 30, cache_read: 900 });
+    // Dollars per million: 10 in, 100 out, 100 to write the cache, 1 to read it: $0.0069 a reply.
+    let prices = "prices:\n  claude-opus-5-5: {input: 10, output: 100, cacheWrite: 100, cacheRead: 1}\n";
+    let w = World::with_yaml(|tmux, yaml| {
+        yaml.replace("confirmTimeoutSeconds: 15", "confirmTimeoutSeconds: 60").replace("prices:\n", prices)
+            + &support::claude::scripted_profile(&tmux.state(), &tmux.workdir(), &model)
+            + "    extraArgs: [\"--permission-mode\", \"default\"]\n"
+    })
+    .await;
+    let per_reply = Tokens { input: 100, output: 20, cache_write: 30, cache_read: 900 };
+    let times = |n: u64| Tokens { input: 100 * n, output: 20 * n, cache_write: 30 * n, cache_read: 900 * n };
+    let turns = |n: u64| move |ws: &worksession::api::WorkSession| usage_of(ws).turns == n;
+
+    w.create_session("us", json!({"harness": "claude", "initialPrompt": "first turn"})).await;
+    w.await_session("us", "the first turn counted", turns(1)).await;
+    w.send("us", "us-1", "second turn").await;
+    let ws = w.await_session("us", "the second turn counted", turns(2)).await;
+    let usage = usage_of(&ws);
+    let id = recorded_id(&ws);
+    assert_eq!(usage.models.len(), 1, "{usage:?}");
+    assert_eq!((usage.models[0].model.as_str(), usage.models[0].tokens), ("claude-opus-5-5", times(2)));
+    assert_eq!((usage.models[0].replies, usage.tokens), (2, 2 * per_reply.total()));
+    assert_eq!(usage.estimated_cost.as_deref(), Some("0.0138"));
+    assert!(usage.last_turn_time.is_some());
+    let share = usage.conversation.clone().unwrap();
+    assert_eq!((share.harness_session_id.as_str(), share.tokens, share.turns), (id.as_str(), times(2), 2));
+
+    // Killed, then resumed by the next event: the same conversation's record goes on, read from where it stood.
+    w.tmux.kill_pane(&w.tmux_session("us")).await;
+    w.send("us", "us-2", "third turn").await;
+    let st = w.await_event("us-2", PromptPhase::Delivered).await.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    let ws = w.await_session("us", "the third turn counted", turns(3)).await;
+    let usage = usage_of(&ws);
+    assert_eq!((usage.models[0].tokens, usage.models[0].replies), (times(3), 3), "{usage:?}");
+    assert_eq!(usage.conversation.as_ref().map(|c| (c.tokens, c.turns)), Some((times(3), 3)));
+
+    // Its transcript lost while it is down: the next event starts a fresh conversation, which adds to the total.
+    w.tmux.kill_pane(&w.tmux_session("us")).await;
+    std::fs::remove_file(transcript_dir(&w, &id).join(format!("{id}.jsonl"))).unwrap();
+    w.send("us", "us-3", "fourth turn").await;
+    let st = w.await_event("us-3", PromptPhase::Delivered).await.status.unwrap();
+    assert_eq!(st.via, Some(Via::Fresh));
+    let fresh = st.harness_session_id.unwrap();
+    let ws = w.await_session("us", "the fourth turn counted", turns(4)).await;
+    let usage = usage_of(&ws);
+    assert_eq!((usage.models[0].tokens, usage.models[0].replies), (times(4), 4), "{usage:?}");
+    assert_eq!(usage.tokens, 4 * per_reply.total());
+    assert_eq!(usage.estimated_cost.as_deref(), Some("0.0276"));
+    let share = usage.conversation.unwrap();
+    assert_eq!((share.harness_session_id, share.tokens, share.turns), (fresh, times(1), 1), "the fresh one's own");
+}

@@ -530,3 +530,76 @@ async fn gemini_codex_and_opencode_through_a_key_gateway_send_the_agents_key() {
     assert_eq!(keys, [Some(REAL)].into(), "opencode: every request with the agent's key");
     assert!(requests.iter().all(|r| r.path.split('?').next() == Some("/v1/messages")), "only the path listed");
 }
+
+/// Each CLI whose record states usage, in a real turn against the scripted model (a tool call, then the answer), and
+/// its record read as the agent reads it, by the built-in profile's `usage`: the tokens the model reported for each of
+/// its two calls, by kind, under the model's name, and one turn ended.
+#[tokio::test]
+async fn each_clis_record_of_a_real_turn_counts_what_its_model_reported() {
+    use worksession::api::Tokens;
+    // The scripted model reports 100 fresh input tokens, 30 written to the cache, 900 read from it, 20 out; the
+    // Responses API has no cache write (Codex).
+    let usage = support::model::Usage { input: 100, output: 20, cache_creation: 30, cache_read: 900 };
+    for (name, model_name, spent) in [
+        ("claude", "claude-opus-5-5", Tokens { input: 100, output: 20, cache_write: 30, cache_read: 900 }),
+        ("codex", "mock-model", Tokens { input: 100, output: 20, cache_write: 0, cache_read: 900 }),
+        ("copilot", "claude-haiku-4-5", Tokens { input: 100, output: 20, cache_write: 30, cache_read: 900 }),
+    ] {
+        let model = Model::start();
+        model.set_usage(usage);
+        model.on("usage please", Reply::bash("echo hi", "All done."));
+        let cache = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| support::repo_root().join("target"));
+        std::fs::create_dir_all(cache.join(".cache/worksession-tests")).unwrap();
+        let home = tempfile::tempdir_in(cache.join(".cache/worksession-tests")).unwrap();
+        let workdir = home.path().join("work");
+        std::fs::create_dir_all(&workdir).unwrap();
+        clis::scripted_profile(name, home.path(), &workdir, &model);
+        let id = uuid::Uuid::new_v4().to_string();
+        let args: Vec<String> = match name {
+            "claude" => {
+                ["-p", "usage please", "--session-id", &id, "--allowedTools", "Bash(echo hi)"].map(String::from).into()
+            }
+            "codex" => ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "usage please"]
+                .map(String::from)
+                .into(),
+            _ => [format!("--session-id={id}"), "-p".into(), "usage please".into(), "--allow-all-tools".into()].into(),
+        };
+        let mut cmd = tokio::process::Command::new(home.path().join(format!("{name}-offline")));
+        cmd.args(&args).current_dir(&workdir).kill_on_drop(true).stdin(std::process::Stdio::null());
+        let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("the CLI ends").unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(said.contains("All done."), "{name}: {said}");
+        let requests = model.requests();
+        assert_eq!(requests.iter().filter(|r| r.tool_result).count(), 1, "{name}: the tool's result went back");
+        // Codex makes its own id: it prints it.
+        let id = match name {
+            "codex" => said.lines().find_map(|l| l.strip_prefix("session id: ")).expect("its id").trim().to_string(),
+            _ => id,
+        };
+        let profile = &worksession::harness::builtin()[name];
+        let status = worksession::api::WorkSessionStatus::default();
+        let place = (home.path(), &*workdir.to_string_lossy().into_owned());
+        let read = worksession::agent::usage::read(profile, &status, place, &id)
+            .await
+            .unwrap_or_else(|| panic!("{name}: its record read"));
+        assert_eq!(read.tally.models, [(model_name.to_string(), spent.plus(spent), 2)], "{name}");
+        assert_eq!(read.tally.turns, 1, "{name}");
+        assert!(read.tally.last_turn_end.is_some(), "{name}");
+        assert_eq!((read.from, read.more), (0, false), "{name}");
+        // Read again from where that read ended: nothing new.
+        let counted = worksession::api::WorkSessionStatus {
+            usage: Some(worksession::api::Usage {
+                conversation: Some(worksession::api::ConversationUsage {
+                    harness_session_id: id.clone(),
+                    read_offset: read.to,
+                    last_reply: read.tally.last_reply.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let again = worksession::agent::usage::read(profile, &counted, place, &id);
+        assert_eq!(again.await.map(|r| r.tally), None, "{name}: read once");
+    }
+}

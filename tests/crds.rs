@@ -65,7 +65,8 @@ async fn established_and_served_with_defaults_status_and_selectable_node() {
     assert_eq!(crd.spec.names.short_names, Some(vec!["ws".to_string()]));
     let columns: Vec<String> =
         crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
-    assert_eq!(columns, ["Node", "Harness", "Phase", "Activity", "Resumed", "Session id", "PR", "CI", "Age"]);
+    let want = ["Node", "Harness", "Phase", "Activity", "Resumed", "Session id", "PR", "CI", "Tokens", "Cost", "Age"];
+    assert_eq!(columns, want);
 }
 
 #[tokio::test]

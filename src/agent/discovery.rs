@@ -181,6 +181,14 @@ pub fn stored(template: &str, home: &Path, workdir: &str, ids: &[String]) -> Vec
     ids.iter().filter(|id| kept.iter().any(|m| m.id.as_deref() == Some(id.as_str()))).cloned().collect()
 }
 
+/// The file matching `template` whose name holds `id` (the newest, if several do): a record the harness names by the
+/// conversation in a folder of its choosing (Codex's rollouts by day).
+pub fn located(template: &str, home: &Path, workdir: &str, id: &str) -> Option<PathBuf> {
+    let expanded = template.replace(HOME, &home.to_string_lossy()).replace(CWD_SLUG, &cwd_slug(workdir));
+    let (found, _) = matches(home, &expanded);
+    found.into_iter().filter(|m| m.id.as_deref() == Some(id)).max_by_key(|m| m.modified).map(|m| m.path)
+}
+
 /// A file that matches a template.
 #[derive(Debug)]
 struct Match {

@@ -348,6 +348,9 @@ impl<T: Tmux> Gathering<'_, T> {
             }
             reads.evidence.hooked = named.filter(|id| status.harness_session_id.as_ref().is_some_and(|r| r != id));
         }
+        if let (Some(profile), Some(id)) = (profile.usage.as_ref().map(|_| profile), conversation) {
+            reads.evidence.usage = super::usage::read(profile, status, (home, workdir), id).await;
+        }
         let said = match proof {
             Proof::Hooks => super::record::hooks(&place, &sent, profile).await,
             Proof::Transcript => super::record::transcript(&place, &sent, profile).await,

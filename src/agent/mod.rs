@@ -16,6 +16,7 @@ pub mod reconcile;
 pub mod record;
 pub mod refusals;
 pub mod registries;
+pub mod usage;
 pub mod workspaces;
 
 use std::net::SocketAddr;

@@ -7,6 +7,7 @@
 mod handoff;
 mod pull_request;
 mod shapes;
+mod usage;
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,7 @@ pub use pull_request::{ChecksState, PullRequestState, PullRequestStatus};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 pub use shapes::*;
+pub use usage::{ConversationUsage, CountedReply, ModelUsage, Tokens, Usage};
 
 /// The API group.
 pub const GROUP: &str = "worksession.dev";
@@ -105,6 +107,18 @@ pub fn identity(obj: &impl kube::ResourceExt) -> String {
         type_ = "string",
         json_path = ".status.pullRequest.checks",
         description = "What CI said of its head commit: Pending, Passing or Failing."
+    ),
+    printcolumn(
+        name = "Tokens",
+        type_ = "integer",
+        json_path = ".status.usage.tokens",
+        description = "Tokens its conversations spent, every kind together."
+    ),
+    printcolumn(
+        name = "Cost",
+        type_ = "string",
+        json_path = ".status.usage.estimatedCost",
+        description = "The estimated cost in US dollars by the agent config's prices; empty while a model has no price."
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -347,6 +361,9 @@ pub struct WorkSessionStatus {
     /// What the latest fresh conversation after a failed resume was told of the lost one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffStatus>,
+    /// What the work item's conversations spent, read from the harness's own record (where its profile says how).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 /// The delivery of a prompt that is not a WorkEvent (`spec.initialPrompt`).

@@ -5,6 +5,7 @@
 //! when an edit is bad.
 
 pub mod placement;
+pub mod prices;
 pub mod rooms;
 pub mod workspaces;
 
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::harness::{self, Profile};
 pub use placement::PlacementConfig;
+pub use prices::{Price, Prices};
 pub use workspaces::WorkspacesConfig;
 
 /// The tmux session prefix when the config names none.
@@ -52,6 +54,8 @@ pub struct Config {
     pub hook_receiver: Option<PathBuf>,
     /// What this agent offers the placement, and its Lease (`placement`).
     pub placement: PlacementConfig,
+    /// The price of each model's tokens, for a session's estimated cost (`prices`).
+    pub prices: Prices,
 }
 
 impl Config {
@@ -136,6 +140,7 @@ impl Default for Config {
             // A test or a bench binary is no receiver: it names one in its config.
             hook_receiver: std::env::current_exe().ok().filter(|p| p.file_name().is_some_and(|n| n == "worksession")),
             placement: PlacementConfig::default(),
+            prices: Prices::default(),
         }
     }
 }
@@ -189,6 +194,8 @@ struct ConfigFile {
     rooms: Option<rooms::RoomsFile>,
     #[serde(default)]
     placement: placement::PlacementFile,
+    #[serde(default)]
+    prices: BTreeMap<String, Option<Price>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -287,6 +294,7 @@ impl Config {
         config.workspaces = file.workspaces.into_config(&invalid)?;
         config.rooms = file.rooms.map(|r| r.into_config(&invalid)).transpose()?;
         config.placement = file.placement.into_config(&invalid)?;
+        config.prices = Prices::with(file.prices).map_err(|(key, problem)| invalid(key, problem))?;
         for (name, p) in file.harnesses {
             let base = config.harnesses.remove(&name);
             let profile = p.into_profile(&name, base).map_err(|e| invalid(e.key, e.problem))?;

@@ -37,6 +37,7 @@ pub mod resume;
 mod room;
 mod session;
 mod spawn;
+mod usage;
 mod verify;
 mod workspace;
 pub use crate::api::is_tag;
@@ -57,6 +58,7 @@ pub use push::{
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
 pub use session::{Confine, KeysFrom, Liveness, SessionView, Spawn, TmuxSession, given, tmux_session};
+pub use usage::{MAX_MODELS, OTHER_MODELS, UsageRead, count_stands};
 pub use workspace::PREPARE_RECHECK;
 
 #[cfg(test)]
@@ -185,10 +187,18 @@ impl<'a, 'i> Decision<'a, 'i> {
         // What GitHub said of the work item's pull request, as the bridge recorded it: shown, never decided on.
         status.pull_request = input.object.pull_request.and_then(api::PullRequestStatus::from_annotation);
         discover::carried_over(&mut status);
+        if let Some(read) = &input.evidence.usage {
+            usage::count(&mut status, read, &input.context.config.prices);
+        } else if let Some(usage) = status.usage.as_mut() {
+            // The prices may have changed.
+            usage::price(usage, &input.context.config.prices);
+        }
         let TmuxSession { current: session, configured } = input.observed.session.clone();
         status.tmux_session = Some(session.clone());
         let (claims, intent, ops) = (Vec::new(), None, Vec::new());
-        Self { input, session, configured, status, claims, intent, ops, requeue_after: None }
+        // A record longer than one read is read on soon.
+        let requeue_after = input.evidence.usage.as_ref().filter(|r| r.more).map(|_| usage::READ_AGAIN);
+        Self { input, session, configured, status, claims, intent, ops, requeue_after }
     }
 
     /// The plan in the executor's order: the room's record of a checkout prepared just now, expired events, claims,

@@ -279,6 +279,8 @@ pub struct Evidence {
     pub checkout: Option<(String, String)>,
     /// The harness's push token, as the executor last handed it out (`workspaces.push`).
     pub push: super::push::PushGrant,
+    /// What its record says its model calls spent since the last count, if its profile states usage.
+    pub usage: Option<super::UsageRead>,
 }
 
 /// The agent config, the clock, and fresh values a decision may use.

@@ -29,6 +29,15 @@ pub struct ProfileFile {
     env: Option<std::collections::BTreeMap<String, Option<String>>>,
     queues_prompts: Option<bool>,
     handoff: Option<bool>,
+    usage: Option<UsageFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct UsageFile {
+    /// A format's name, or empty to turn a built-in profile's off.
+    format: String,
+    path: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -102,7 +111,20 @@ impl ProfileFile {
                 invalid("hooks", format!("unknown hooks {name:?} (known: {})", known.join(", ")))
             })?),
         };
+        let usage = match self.usage {
+            None => base.as_ref().and_then(|b| b.usage.clone()),
+            Some(u) if u.format.is_empty() => None,
+            Some(u) => {
+                let known = super::usage::UsageFormat::ALL;
+                let format = known.iter().find(|(n, _)| *n == u.format).map(|(_, f)| *f).ok_or_else(|| {
+                    let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+                    invalid("usage.format", format!("unknown format {:?} (known: {})", u.format, names.join(", ")))
+                })?;
+                Some(super::usage::UsageRecord { format, path: u.path.filter(|p| !p.is_empty()) })
+            }
+        };
         let profile = Profile {
+            usage,
             hooks,
             binary,
             extra_args: self.extra_args.or_else(|| base.as_ref().map(|b| b.extra_args.clone())).unwrap_or_default(),

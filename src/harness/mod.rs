@@ -8,6 +8,7 @@
 mod file;
 pub mod hooks;
 pub mod through;
+pub mod usage;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -76,6 +77,8 @@ pub struct Profile {
     /// Whether a fresh conversation after a failed resume is handed what the lost one had taken
     /// ([`crate::api::HandoffSpec`]); a WorkSession can turn it off too.
     pub handoff: bool,
+    /// Where the harness's record states what its model calls spent (`status.usage`); `None`: it is not read.
+    pub usage: Option<usage::UsageRecord>,
 }
 
 /// Where a harness shows the id of the conversation it started.
@@ -287,6 +290,27 @@ impl Profile {
             if rest.contains('{') || rest.contains('}') || !path.contains(SESSION_ID) {
                 let known = format!("{}, {} and {SESSION_ID}", HOME, CWD_SLUG);
                 return Err(err(key, format!("{path:?} must name {SESSION_ID} and no placeholder but {known}")));
+            }
+        }
+        if let Some(usage) = &self.usage {
+            match usage.path.as_ref().or(self.conversation_path.as_ref()) {
+                None => {
+                    return Err(err("usage.path", "is required where the profile names no conversationPath".into()));
+                }
+                Some(path) => {
+                    let rest = path.replace(SESSION_ID, "").replace(HOME, "").replace(CWD_SLUG, "");
+                    if rest.contains('{')
+                        || rest.contains('}')
+                        || !path.contains(SESSION_ID)
+                        || !path.starts_with('/') && !path.starts_with(HOME)
+                    {
+                        let known = format!("{}, {}, * and {SESSION_ID}", HOME, CWD_SLUG);
+                        return Err(err(
+                            "usage.path",
+                            format!("{path:?} must be absolute, name {SESSION_ID} and no placeholder but {known}"),
+                        ));
+                    }
+                }
             }
         }
         Ok(())

@@ -10,6 +10,7 @@ pub mod hazards;
 pub mod hooks;
 pub mod pull_requests;
 pub mod shapes;
+pub mod usage;
 pub mod workspace;
 
 use serde_json::Value;
@@ -79,6 +80,8 @@ macro_rules! shared_scenarios {
                 hazards::a_harness_without_a_queue_gets_prompts_between_turns;
             shared_a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issue:
                 pull_requests::a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issue;
+            shared_usage_adds_up_across_a_resume_and_a_fresh_conversation:
+                usage::usage_adds_up_across_a_resume_and_a_fresh_conversation;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {

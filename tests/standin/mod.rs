@@ -110,6 +110,8 @@ impl TmuxServer {
     /// - `standin-codex-notify`, `standin-codex-titled`: `standin-codex` with Codex CLI's hooks (`hooks: codex`), the
     ///   first writing no rollout, the second notifying for a title thread of its own as Codex does;
     ///   `standin-codex-deaf`: with its hooks, losing the first paste it is given;
+    /// - `standin-usage`: `standin-hooks` writing each prompt's reply with its usage (Claude Code's shape), which its
+    ///   profile reads (`usage: {format: claude}`); the config prices its model, `standin-model`;
     /// - `standin-gemini`, `standin-copilot`, `standin-opencode`, `standin-codex`: those CLIs' shapes with the built-in
     ///   profiles' argv, patterns and hooks (opencode's logging nothing, so its hooks alone name its conversation).
     ///
@@ -169,7 +171,7 @@ impl TmuxServer {
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-codex-titled:\n    {codex_titled}\n  standin-codex-deaf:\n    {codex_deaf}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nprices:\n  standin-model: {{input: 10, output: 100, cacheWrite: 100, cacheRead: 1}}\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-codex-titled:\n    {codex_titled}\n  standin-codex-deaf:\n    {codex_deaf}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n  standin-usage:\n    {usage}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             receiver = env!("CARGO_BIN_EXE_worksession"),
@@ -193,6 +195,8 @@ impl TmuxServer {
             copilot = copilot,
             opencode = opencode,
             claude = claude_hazards(profile(", --summary-picker, --resume-fail-delay, '2'", true, true)),
+            usage =
+                profile(", --usage, '100,20,30,900'", true, true) + "\n    hooks: claude\n    usage: {format: claude}",
         )
     }
 
@@ -320,6 +324,7 @@ pub fn standin_profile(state: &Path, flags: &[&str]) -> Profile {
         hooks: None,
         queues_prompts: true,
         handoff: true,
+        usage: None,
     }
 }
 

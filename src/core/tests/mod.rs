@@ -15,6 +15,7 @@ mod isolation;
 mod moves;
 mod push;
 mod resume;
+mod usage;
 mod whole;
 mod workspace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -116,6 +117,7 @@ struct Case {
     pull_request: Option<String>,
     checkout: Option<(&'static str, &'static str)>,
     push: PushGrant,
+    usage: Option<UsageRead>,
 }
 
 impl Case {
@@ -160,6 +162,7 @@ impl Case {
             pull_request: None,
             checkout: None,
             push: PushGrant::Missing,
+            usage: None,
         }
     }
 
@@ -220,6 +223,7 @@ impl Case {
                 spawn_failure: self.spawn_failure.map(str::to_string),
                 checkout: self.checkout.map(|(b, c)| (b.to_string(), c.to_string())),
                 push: self.push,
+                usage: self.usage.clone(),
             },
             context: Context { config: &self.config, now: self.now, new_session_id: NEW },
         })

@@ -1,0 +1,100 @@
+//! Usage counted: what the agent read of the harness's record since the last count ([`UsageRead`]) added to
+//! `status.usage`, the work item's total and the current conversation's share, with the estimated cost by the config's
+//! prices. A read that does not start where the status says the count stands (another decision counted meanwhile) is
+//! not added.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{ConversationUsage, ModelUsage, Tokens, Usage, WorkSessionStatus};
+use crate::config::Prices;
+use crate::harness::usage::Tally;
+
+/// Models kept apart in `status.usage.models`; the rest count as [`OTHER_MODELS`].
+pub const MAX_MODELS: usize = 32;
+/// The model the rest count as.
+pub const OTHER_MODELS: &str = "other";
+/// How soon a record longer than one read is read on.
+pub const READ_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What the agent read of a conversation's record.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UsageRead {
+    /// The conversation.
+    pub conversation: String,
+    /// Where the read started: the conversation's `readOffset`, or 0 when its record is new (or shorter than that).
+    pub from: u64,
+    /// Where it ended (after the last whole line).
+    pub to: u64,
+    /// Whether the record holds more than was read (a read is bounded): read again soon.
+    pub more: bool,
+    /// What it said.
+    pub tally: Tally,
+}
+
+/// Where the count of `conversation` stands: the offset and the last reply counted, as the next read takes them.
+pub fn count_stands<'s>(
+    status: &'s WorkSessionStatus,
+    conversation: &str,
+) -> (u64, Option<&'s crate::api::CountedReply>) {
+    match status.usage.as_ref().and_then(|u| u.conversation.as_ref()) {
+        Some(c) if c.harness_session_id == conversation => (c.read_offset, c.last_reply.as_ref()),
+        _ => (0, None),
+    }
+}
+
+/// Adds `read` to `status.usage`, and prices it all again by `prices`.
+pub fn count(status: &mut WorkSessionStatus, read: &UsageRead, prices: &Prices) {
+    let (offset, _) = count_stands(status, &read.conversation);
+    if read.from != offset && read.from != 0 {
+        return;
+    }
+    let usage = status.usage.get_or_insert_with(Usage::default);
+    let conversation = match usage.conversation.take() {
+        Some(c) if c.harness_session_id == read.conversation && read.from == c.read_offset => c,
+        _ => ConversationUsage { harness_session_id: read.conversation.clone(), ..Default::default() },
+    };
+    let tally = &read.tally;
+    let mut tokens = conversation.tokens;
+    for (model, spent, replies) in &tally.models {
+        tokens = tokens.plus(*spent);
+        let name = if usage.models.len() < MAX_MODELS || usage.models.iter().any(|m| &m.model == model) {
+            model.as_str()
+        } else {
+            OTHER_MODELS
+        };
+        match usage.models.iter_mut().find(|m| m.model == name) {
+            Some(m) => {
+                m.tokens = m.tokens.plus(*spent);
+                m.replies += replies;
+            }
+            None => usage.models.push(ModelUsage { model: name.into(), tokens: *spent, replies: *replies }),
+        }
+    }
+    usage.turns += tally.turns;
+    if let Some(end) = tally.last_turn_end {
+        usage.last_turn_time = Some(Time(usage.last_turn_time.as_ref().map_or(end, |t| t.0.max(end))));
+    }
+    usage.conversation = Some(ConversationUsage {
+        tokens,
+        turns: conversation.turns + tally.turns,
+        read_offset: read.to,
+        last_reply: tally.last_reply.clone(),
+        ..conversation
+    });
+    price(usage, prices);
+}
+
+/// Sets the total and the estimated cost from the models' tokens; a cost only when every model that spent has a price.
+pub fn price(usage: &mut Usage, prices: &Prices) {
+    usage.tokens = usage.models.iter().map(|m| m.tokens.total()).fold(0, u64::saturating_add);
+    let spent = usage.models.iter().filter(|m| m.tokens != Tokens::default());
+    let (mut cost, mut unpriced) = (0.0, Vec::new());
+    for m in spent {
+        match prices.of(&m.model) {
+            Some(price) => cost += price.of(&m.tokens),
+            None => unpriced.push(m.model.clone()),
+        }
+    }
+    usage.estimated_cost = unpriced.is_empty().then(|| format!("{cost:.4}"));
+    usage.unpriced_models = unpriced;
+}

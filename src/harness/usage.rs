@@ -1,0 +1,317 @@
+//! Where a harness's own record states what its model calls spent, and how to read it: each reply's tokens by kind and
+//! model, and each turn's end. Pure: the agent reads the bytes (`agent::usage`), this turns them into a [`Tally`], the
+//! core adds the tally to `status.usage`.
+//!
+//! Measured with each CLI against a scripted model: Claude Code 2.1.332 writes each reply's final `message.usage` and
+//! `stop_reason` on its line of the transcript (a reply of several content blocks may take a line each under one
+//! `message.id`, as earlier versions wrote them: counted once); Codex 0.171.0 a `token_usage_record` per model call
+//! after a `turn_context` naming the model; Copilot CLI 1.0.102 a `session.usage_record` event per call. Not read:
+//! Gemini CLI 0.61.0 (a `tokens` object on each `gemini` message, restated under the same id, in a chat file named
+//! by the id's first eight characters, which no path template can name yet) and opencode (SQLite only).
+
+use k8s_openapi::jiff::Timestamp;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::api::{CountedReply, Tokens};
+
+/// How a harness's record states usage (a profile's `usage.format`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageFormat {
+    /// Claude Code's transcript.
+    Claude,
+    /// Codex's rollout.
+    Codex,
+    /// Copilot CLI's events file.
+    Copilot,
+}
+
+impl UsageFormat {
+    /// Every format, by its name in a profile.
+    pub const ALL: [(&'static str, UsageFormat); 3] =
+        [("claude", UsageFormat::Claude), ("codex", UsageFormat::Codex), ("copilot", UsageFormat::Copilot)];
+
+    /// Words of which every line that states usage or a turn's end holds one: a line with none is skipped unparsed.
+    fn markers(self) -> &'static [&'static str] {
+        match self {
+            UsageFormat::Claude => &["\"assistant\""],
+            UsageFormat::Codex => &["\"turn_context\"", "\"token_usage_record\"", "\"task_complete\""],
+            UsageFormat::Copilot => &["\"session.usage_record\"", "\"assistant.message\""],
+        }
+    }
+}
+
+/// Where a profile's harness records usage (`usage` in a profile).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageRecord {
+    /// How.
+    pub format: UsageFormat,
+    /// The record's path template (`{home}`, `{cwdSlug}`, `{sessionId}`, and `*` for a folder or a name's part the
+    /// harness chooses); `None`: the profile's `conversationPath`.
+    pub path: Option<String>,
+}
+
+/// The model a call is counted under when the record does not say.
+pub const UNKNOWN_MODEL: &str = "unknown";
+
+/// What a stretch of the record said, added up.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tally {
+    /// Tokens and replies by model, in the order first seen.
+    pub models: Vec<(String, Tokens, u64)>,
+    /// Turns that ended.
+    pub turns: u64,
+    /// When the last of them ended.
+    pub last_turn_end: Option<Timestamp>,
+    /// The last reply counted, which the record may state again with more tokens; the model later replies use
+    /// (Codex names it once per turn).
+    pub last_reply: Option<CountedReply>,
+}
+
+impl Tally {
+    /// A tally that goes on from the last reply counted before.
+    pub fn after(last_reply: Option<CountedReply>) -> Self {
+        Tally { last_reply, ..Tally::default() }
+    }
+
+    /// Adds what one line of the record says.
+    pub fn line(&mut self, format: UsageFormat, line: &str) {
+        if !format.markers().iter().any(|m| line.contains(m)) {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(line) else { return };
+        match format {
+            UsageFormat::Claude => self.claude(&v),
+            UsageFormat::Codex => self.codex(&v),
+            UsageFormat::Copilot => self.copilot(&v),
+        }
+    }
+
+    fn add(&mut self, model: &str, tokens: Tokens, reply: bool) {
+        let at = match self.models.iter().position(|(m, ..)| m == model) {
+            Some(at) => at,
+            None => {
+                self.models.push((model.to_string(), Tokens::default(), 0));
+                self.models.len() - 1
+            }
+        };
+        let entry = &mut self.models[at];
+        entry.1 = entry.1.plus(tokens);
+        entry.2 += u64::from(reply);
+    }
+
+    fn turn_ended(&mut self, at: Option<Timestamp>) {
+        self.turns += 1;
+        self.last_turn_end = at.or(self.last_turn_end);
+    }
+
+    /// A reply `id` stating `tokens`: counted once, and what a later line of the same reply states beyond that.
+    fn reply(&mut self, id: &str, model: &str, tokens: Tokens) {
+        match &mut self.last_reply {
+            Some(last) if last.id == id && last.model == model => {
+                let grown = tokens.minus(last.tokens);
+                last.tokens = Tokens {
+                    input: last.tokens.input.max(tokens.input),
+                    output: last.tokens.output.max(tokens.output),
+                    cache_write: last.tokens.cache_write.max(tokens.cache_write),
+                    cache_read: last.tokens.cache_read.max(tokens.cache_read),
+                };
+                self.add(model, grown, false);
+            }
+            _ => {
+                self.last_reply = Some(CountedReply { id: id.into(), model: model.into(), tokens, ended_turn: false });
+                self.add(model, tokens, true);
+            }
+        }
+    }
+
+    /// Claude Code: `{"type":"assistant","message":{"id","model","usage":{...},"stop_reason"},"timestamp"}`; a
+    /// reply that stops for any reason but a tool call ends the turn. Its own error lines (model `<synthetic>`)
+    /// spent nothing.
+    fn claude(&mut self, v: &Value) {
+        let message = &v["message"];
+        let (Some(id), Some(model)) = (message["id"].as_str(), message["model"].as_str()) else { return };
+        if v["type"] != "assistant" || model == "<synthetic>" {
+            return;
+        }
+        let usage = &message["usage"];
+        let n = |key: &str| usage[key].as_u64().unwrap_or(0);
+        let tokens = Tokens {
+            input: n("input_tokens"),
+            output: n("output_tokens"),
+            cache_write: n("cache_creation_input_tokens"),
+            cache_read: n("cache_read_input_tokens"),
+        };
+        self.reply(id, model, tokens);
+        let ends = message["stop_reason"].as_str().is_some_and(|r| r != "tool_use");
+        if let Some(last) = self.last_reply.as_mut().filter(|last| ends && !last.ended_turn) {
+            last.ended_turn = true;
+            self.turn_ended(timestamp(&v["timestamp"]));
+        }
+    }
+
+    /// Codex: `turn_context` lines name the model; a `token_usage_record` line states one model call's `usage`
+    /// (its input counting the cached and the cache written), and a `task_complete` event ends a turn.
+    fn codex(&mut self, v: &Value) {
+        let payload = &v["payload"];
+        match (v["type"].as_str(), payload["type"].as_str()) {
+            (Some("turn_context"), _) => {
+                if let Some(model) = payload["model"].as_str() {
+                    // Where the model is kept between reads: a reply of no id, which nothing restates.
+                    let id = String::new();
+                    let tokens = Tokens::default();
+                    self.last_reply = Some(CountedReply { id, model: model.into(), tokens, ended_turn: false });
+                }
+            }
+            (Some("token_usage_record"), _) => {
+                let usage = &payload["usage"];
+                if !usage.is_object() {
+                    return;
+                }
+                let keys = ["input_tokens", "output_tokens", "cache_write_input_tokens", "cached_input_tokens"];
+                let tokens = lumped(usage, keys);
+                let model = self.last_reply.as_ref().map(|r| r.model.clone()).filter(|m| !m.is_empty());
+                self.add(model.as_deref().unwrap_or(UNKNOWN_MODEL), tokens, true);
+            }
+            (Some("event_msg"), Some("task_complete")) => self.turn_ended(timestamp(&v["timestamp"])),
+            _ => {}
+        }
+    }
+
+    /// Copilot CLI: a `session.usage_record` event states one model call's `data.usage` (`model`, `inputTokens`
+    /// counting both cache kinds, `outputTokens`, `cacheReadTokens`, `cacheWriteTokens`); an `assistant.message`
+    /// that asks for no tool ends the turn (its `assistant.turn_end` closes each model call, tool calls included).
+    fn copilot(&mut self, v: &Value) {
+        let data = &v["data"];
+        match v["type"].as_str() {
+            Some("session.usage_record") => {
+                let usage = &data["usage"];
+                let Some(model) = usage["model"].as_str() else { return };
+                let tokens = lumped(usage, ["inputTokens", "outputTokens", "cacheWriteTokens", "cacheReadTokens"]);
+                self.add(model, tokens, true);
+            }
+            Some("assistant.message") if data["toolRequests"].as_array().is_none_or(Vec::is_empty) => {
+                self.turn_ended(timestamp(&v["timestamp"]));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Tokens from a usage object whose input counts both cache kinds: the keys of its input, output, cache write and
+/// cache read.
+fn lumped(usage: &Value, [input, output, write, read]: [&str; 4]) -> Tokens {
+    let n = |key: &str| usage[key].as_u64().unwrap_or(0);
+    let (cache_write, cache_read) = (n(write), n(read));
+    let input = n(input).saturating_sub(cache_read).saturating_sub(cache_write);
+    Tokens { input, output: n(output), cache_write, cache_read }
+}
+
+fn timestamp(v: &Value) -> Option<Timestamp> {
+    v.as_str()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(format: UsageFormat, after: Option<CountedReply>, lines: &[&str]) -> Tally {
+        let mut tally = Tally::after(after);
+        for line in lines {
+            tally.line(format, line);
+        }
+        tally
+    }
+
+    fn tokens(input: u64, output: u64, cache_write: u64, cache_read: u64) -> Tokens {
+        Tokens { input, output, cache_write, cache_read }
+    }
+
+    /// A Claude Code transcript line of a reply, as 2.1.332 writes one (fields it writes beside these left out).
+    fn claude(id: &str, output: u64, stop: &str, at: &str) -> String {
+        format!(
+            r#"{{"parentUuid":"p","type":"assistant","message":{{"id":"{id}","type":"message","role":"assistant","model":"claude-opus-5-5","content":[{{"type":"text","text":"All done."}}],"stop_reason":{stop},"usage":{{"input_tokens":100,"cache_creation_input_tokens":30,"cache_read_input_tokens":900,"output_tokens":{output},"cache_creation":{{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0}}}}}},"timestamp":"{at}"}}"#
+        )
+    }
+
+    #[test]
+    fn claude_codes_replies_count_once_each_and_a_reply_that_calls_no_tool_ends_the_turn() {
+        let lines = [
+            r#"{"type":"user","message":{"role":"user","content":"usage please"},"timestamp":"2026-12-05T03:31:26.818Z"}"#.to_string(),
+            claude("msg_1", 20, r#""tool_use""#, "2026-12-05T03:31:26.880Z"),
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"hi"}]}}"#.into(),
+            // A reply of two content blocks, written a line each: the first as its stream began.
+            claude("msg_2", 1, "null", "2026-12-05T03:31:26.950Z"),
+            claude("msg_2", 20, r#""end_turn""#, "2026-12-05T03:31:26.952Z"),
+            r#"{"type":"cost-state","modelUsage":{"claude-opus-5-5":{"inputTokens":200}}}"#.into(),
+        ];
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let t = tally(UsageFormat::Claude, None, &lines);
+        assert_eq!(t.models, [("claude-opus-5-5".to_string(), tokens(200, 40, 60, 1800), 2)]);
+        assert_eq!(t.turns, 1);
+        assert_eq!(t.last_turn_end, Some("2026-12-05T03:31:26.952Z".parse().unwrap()));
+
+        // The same reply's lines split between two reads: the second adds only what grew.
+        let first = tally(UsageFormat::Claude, None, &lines[..4]);
+        let second = tally(UsageFormat::Claude, first.last_reply.clone(), &lines[4..]);
+        assert_eq!(first.models[0].1.plus(second.models[0].1), tokens(200, 40, 60, 1800));
+        assert_eq!((first.turns, second.turns), (0, 1));
+    }
+
+    #[test]
+    fn claude_codes_own_error_lines_spent_nothing() {
+        let error = r#"{"type":"assistant","message":{"id":"e1","model":"<synthetic>","role":"assistant","stop_reason":"stop_sequence","usage":{"input_tokens":0,"output_tokens":0},"content":[{"type":"text","text":"API Error: Request rejected (429)"}]},"isApiErrorMessage":true}"#;
+        assert_eq!(tally(UsageFormat::Claude, None, &[error]), Tally::default());
+    }
+
+    #[test]
+    fn codex_counts_each_calls_usage_under_the_turns_model() {
+        let lines = [
+            r#"{"timestamp":"2026-12-05T03:31:29.579Z","type":"turn_context","payload":{"turn_id":"t1","cwd":"/w","model":"mock-model"}}"#,
+            r#"{"timestamp":"2026-12-05T03:31:29.607Z","type":"token_usage_record","payload":{"thread_id":"x","response_id":"r1","usage":{"input_tokens":1000,"cached_input_tokens":900,"cache_write_input_tokens":0,"output_tokens":20,"reasoning_output_tokens":0,"total_tokens":1020},"thread_token_usage":{"input_tokens":1000}}}"#,
+            r#"{"timestamp":"2026-12-05T03:31:29.608Z","type":"event_msg","payload":{"type":"token_count","info":{"last_token_usage":{"input_tokens":1000,"cached_input_tokens":900,"output_tokens":20}}}}"#,
+            r#"{"timestamp":"2026-12-05T03:31:29.643Z","type":"token_usage_record","payload":{"thread_id":"x","response_id":"r2","usage":{"input_tokens":1000,"cached_input_tokens":900,"cache_write_input_tokens":0,"output_tokens":20,"reasoning_output_tokens":0,"total_tokens":1020}}}"#,
+            r#"{"timestamp":"2026-12-05T03:31:29.645Z","type":"event_msg","payload":{"type":"task_complete","turn_id":"t1","last_agent_message":"All done."}}"#,
+        ];
+        let t = tally(UsageFormat::Codex, None, &lines);
+        assert_eq!(t.models, [("mock-model".to_string(), tokens(200, 40, 0, 1800), 2)]);
+        assert_eq!((t.turns, t.last_turn_end), (1, Some("2026-12-05T03:31:29.645Z".parse().unwrap())));
+        // A read that starts after the turn's context still knows its model.
+        let first = tally(UsageFormat::Codex, None, &lines[..2]);
+        let second = tally(UsageFormat::Codex, first.last_reply.clone(), &lines[2..]);
+        assert_eq!(second.models, [("mock-model".to_string(), tokens(100, 20, 0, 900), 1)]);
+        // And with none at all, its calls still count.
+        assert_eq!(tally(UsageFormat::Codex, None, &lines[1..2]).models[0].0, UNKNOWN_MODEL);
+    }
+
+    #[test]
+    fn copilot_counts_each_usage_record_and_a_message_that_asks_for_no_tool_ends_the_turn() {
+        let usage = r#"{"type":"session.usage_record","data":{"usage":{"model":"claude-haiku-4-5","inputTokens":1030,"outputTokens":20,"cacheReadTokens":900,"cacheWriteTokens":30,"cost":0.0}},"timestamp":"2026-12-05T03:31:31.700Z"}"#;
+        let lines = [
+            r#"{"type":"assistant.turn_start","data":{"turnId":"0"},"timestamp":"2026-12-05T03:31:31.632Z"}"#,
+            usage,
+            r#"{"type":"assistant.message","data":{"model":"claude-haiku-4-5","content":"","toolRequests":[{"toolCallId":"t","name":"Bash"}]},"timestamp":"2026-12-05T03:31:31.710Z"}"#,
+            r#"{"type":"assistant.turn_end","data":{"turnId":"0"},"timestamp":"2026-12-05T03:31:31.721Z"}"#,
+            usage,
+            r#"{"type":"assistant.message","data":{"model":"claude-haiku-4-5","content":"All done.","toolRequests":[]},"timestamp":"2026-12-05T03:31:31.753Z"}"#,
+            r#"{"type":"assistant.turn_end","data":{"turnId":"1"},"timestamp":"2026-12-05T03:31:31.754Z"}"#,
+        ];
+        let t = tally(UsageFormat::Copilot, None, &lines);
+        assert_eq!(t.models, [("claude-haiku-4-5".to_string(), tokens(200, 40, 60, 1800), 2)]);
+        assert_eq!((t.turns, t.last_turn_end), (1, Some("2026-12-05T03:31:31.753Z".parse().unwrap())));
+    }
+
+    #[test]
+    fn a_line_that_is_no_json_or_of_another_shape_counts_nothing() {
+        for format in UsageFormat::ALL.map(|(_, f)| f) {
+            let lines = [
+                "",
+                "not json \"assistant\" \"token_usage_record\"",
+                r#"{"type":"assistant"}"#,
+                "{\"type\":\"session.usage_record\",\"data\":7}",
+            ];
+            assert_eq!(tally(format, None, &lines), Tally::default(), "{format:?}");
+        }
+    }
+}
