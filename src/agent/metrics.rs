@@ -55,6 +55,18 @@ pub struct PhaseLabel {
     pub phase: &'static str,
 }
 
+/// `namespace="team-a",harness="claude",kind="cacheRead"`: what this agent's sessions spent, by namespace and harness
+/// (bounded by the namespaces with sessions on the node and the profiles, never by session).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpentLabel {
+    /// The sessions' namespace.
+    pub namespace: String,
+    /// Their harness.
+    pub harness: String,
+    /// The token kind: `input`, `output`, `cacheWrite`, `cacheRead`; empty for a cost.
+    pub kind: &'static str,
+}
+
 /// The `sessions` gauge's label for a session with no status yet.
 pub const NO_PHASE: &str = "None";
 
@@ -100,6 +112,12 @@ pub struct AgentMetrics {
     pub egress_refused: Family<ReasonLabel, Counter>,
     /// Model API requests the key gateways forwarded with their key, by gateway and namespace.
     pub gateway_requests: Family<GatewayLabel, Counter>,
+    /// Tokens this agent's sessions spent (their `status.usage`), by namespace, harness and kind.
+    pub usage_tokens: Family<SpentLabel, Gauge>,
+    /// Their estimated cost in US dollars, by namespace and harness, of the sessions whose cost is known.
+    pub usage_cost: Family<SpentLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Sessions with tokens of a model the price table does not know, by namespace and harness.
+    pub usage_unpriced: Family<SpentLabel, Gauge>,
 }
 
 impl AgentMetrics {
@@ -121,6 +139,42 @@ impl AgentMetrics {
 }
 
 impl AgentMetrics {
+    /// Sets the usage gauges from the `status.usage` of every session of this agent.
+    pub fn count_usage<'a>(&self, sessions: impl IntoIterator<Item = &'a crate::api::WorkSession>) {
+        type Sums = (crate::api::Tokens, f64, i64);
+        let mut sums: std::collections::BTreeMap<(String, String), Sums> = Default::default();
+        for ws in sessions {
+            let Some(usage) = ws.status.as_ref().and_then(|s| s.usage.as_ref()) else { continue };
+            let key = (ws.metadata.namespace.clone().unwrap_or_default(), ws.spec.harness.clone());
+            let sum = sums.entry(key).or_default();
+            for m in &usage.models {
+                sum.0 = sum.0.plus(m.tokens);
+            }
+            match usage.estimated_cost.as_deref().and_then(|c| c.parse::<f64>().ok()) {
+                Some(cost) => sum.1 += cost,
+                None => sum.2 += i64::from(!usage.unpriced_models.is_empty()),
+            }
+        }
+        // Rebuilt whole: a namespace whose sessions left this node has no series left.
+        (self.usage_tokens.clear(), self.usage_cost.clear(), self.usage_unpriced.clear());
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for ((namespace, harness), (tokens, cost, unpriced)) in sums {
+            let label = |kind| SpentLabel { namespace: namespace.clone(), harness: harness.clone(), kind };
+            for (kind, n) in [
+                ("input", tokens.input),
+                ("output", tokens.output),
+                ("cacheWrite", tokens.cache_write),
+                ("cacheRead", tokens.cache_read),
+            ] {
+                self.usage_tokens.get_or_create(&label(kind)).set(gauge(n));
+            }
+            self.usage_cost.get_or_create(&label("")).set(cost);
+            self.usage_unpriced.get_or_create(&label("")).set(unpriced);
+        }
+    }
+}
+
+impl AgentMetrics {
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
@@ -136,7 +190,25 @@ impl AgentMetrics {
             tmux_observations: Counter::default(),
             egress_refused: Family::default(),
             gateway_requests: Family::default(),
+            usage_tokens: Family::default(),
+            usage_cost: Family::default(),
+            usage_unpriced: Family::default(),
         };
+        registry.register(
+            "usage_tokens",
+            "Tokens this agent's sessions spent, by namespace, harness and kind (per session: their status.usage)",
+            m.usage_tokens.clone(),
+        );
+        registry.register(
+            "usage_estimated_cost_dollars",
+            "Estimated cost of this agent's sessions whose models all have a price, by namespace and harness",
+            m.usage_cost.clone(),
+        );
+        registry.register(
+            "usage_unpriced_sessions",
+            "This agent's sessions that spent tokens of a model without a price, by namespace and harness",
+            m.usage_unpriced.clone(),
+        );
         registry.register(
             "egress_refused",
             "Rooms' connections the egress proxy refused, by why (the host is in the agent's log)",
@@ -186,5 +258,42 @@ impl AgentMetrics {
         }
         m.count_sessions([]);
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ModelUsage, Tokens, Usage, WorkSession, WorkSessionSpec, WorkSessionStatus};
+
+    fn spent(ns: &str, usage: Usage) -> WorkSession {
+        let mut ws = WorkSession::new("s", WorkSessionSpec { harness: "claude".into(), ..Default::default() });
+        ws.metadata.namespace = Some(ns.into());
+        ws.status = Some(WorkSessionStatus { usage: Some(usage), ..Default::default() });
+        ws
+    }
+
+    #[test]
+    fn usage_is_summed_by_namespace_and_harness_and_an_unknown_cost_is_counted_apart() {
+        let mut registry = Registry::default();
+        let m = AgentMetrics::register(&mut registry);
+        let tokens = Tokens { input: 100, output: 20, cache_write: 30, cache_read: 900 };
+        let model = ModelUsage { model: "m".into(), tokens, replies: 1 };
+        let priced = Usage { models: vec![model.clone()], estimated_cost: Some("0.0069".into()), ..Default::default() };
+        let unpriced = Usage { models: vec![model], unpriced_models: vec!["m".into()], ..Default::default() };
+        let sessions = [spent("team-a", priced.clone()), spent("team-a", priced), spent("team-a", unpriced)];
+        m.count_usage(&sessions);
+        let text = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            text
+        };
+        let label = |kind: &'static str| SpentLabel { namespace: "team-a".into(), harness: "claude".into(), kind };
+        assert_eq!(m.usage_tokens.get_or_create(&label("cacheRead")).get(), 2700);
+        assert_eq!(m.usage_tokens.get_or_create(&label("input")).get(), 300);
+        assert!((m.usage_cost.get_or_create(&label("")).get() - 0.0138).abs() < 1e-9);
+        assert_eq!(m.usage_unpriced.get_or_create(&label("")).get(), 1);
+        m.count_usage([]);
+        assert!(!text().contains("team-a"), "gone with the sessions: {}", text());
     }
 }

@@ -65,6 +65,7 @@ pub async fn run_on_changes<S: Changes>(store: S, options: AgentOptions) -> std:
         };
         if polled {
             ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
+            ctx.metrics.count_usage(&sessions);
             match ctx.observer.since(woke.into_std()).await {
                 Ok(obs) => {
                     let config = ctx.config.borrow().clone();

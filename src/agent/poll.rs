@@ -99,6 +99,7 @@ pub async fn run<S: Store, T: Tmux>(
         let sessions = sessions();
         tracing::trace!(event = "tmux.polled", server = obs.server, panes = obs.len(), sessions = sessions.len());
         ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
+        ctx.metrics.count_usage(sessions.iter().map(|ws| &**ws));
         let server_changes = ctx.observer.server_changes();
         let hook_len = |ws: &WorkSession| super::evidence::hook_len(&ctx.registries, ws, &config);
         for key in wakes.after(&obs, server_changes, sessions.iter().map(|ws| &**ws), &config, hook_len) {

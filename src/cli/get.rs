@@ -128,7 +128,8 @@ fn header(query: &Query) -> Vec<String> {
     let wide = query.output == Some(Output::Wide);
     match query.kind {
         Resource::WorkSessions => {
-            h.extend(["NAME", "NODE", "HARNESS", "PHASE", "ACTIVITY", "RESUMED", "SESSION ID", "PR", "CI", "AGE"]);
+            h.extend(["NAME", "NODE", "HARNESS", "PHASE", "ACTIVITY", "RESUMED", "SESSION ID", "PR", "CI"]);
+            h.extend(["TOKENS", "COST", "AGE"]);
             if wide {
                 h.extend(["TMUX", "RESPAWNS", "FAILURES", "REASON"]);
             }
@@ -165,6 +166,8 @@ pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<Strin
         id,
         st.pull_request.as_ref().map(|p| p.number.to_string()).unwrap_or_default(),
         st.pull_request.as_ref().and_then(|p| p.checks).map(|c| c.to_string()).unwrap_or_default(),
+        st.usage.as_ref().map(|u| u.tokens.to_string()).unwrap_or_default(),
+        st.usage.as_ref().map(cost_words).unwrap_or_default(),
         age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
     ]);
     if wide {
@@ -176,6 +179,24 @@ pub fn session_row(ws: &WorkSession, query: &Query, now: Timestamp) -> Vec<Strin
         ]);
     }
     row
+}
+
+/// An estimated cost as people read it: `$0.0276`, or `unknown` while a model has no price.
+pub fn cost_words(usage: &crate::api::Usage) -> String {
+    match &usage.estimated_cost {
+        Some(cost) => format!("${cost}"),
+        None if usage.tokens == 0 => String::new(),
+        None => "unknown".into(),
+    }
+}
+
+/// Usage as people read it: `4200 tokens in 4 turns, $0.0276` (the cost `unknown` while a model has no price).
+pub fn usage_words(usage: &crate::api::Usage) -> String {
+    let turns = if usage.turns == 1 { "1 turn".to_string() } else { format!("{} turns", usage.turns) };
+    match cost_words(usage) {
+        cost if cost.is_empty() => format!("{} tokens in {turns}", usage.tokens),
+        cost => format!("{} tokens in {turns}, {cost}", usage.tokens),
+    }
 }
 
 /// A pull request as people read it: `#57 Open, CI Failing`.
@@ -336,6 +357,11 @@ mod tests {
                 checks: Some(crate::api::ChecksState::Failing),
                 updated_at: None,
             }),
+            usage: Some(crate::api::Usage {
+                tokens: 4200,
+                estimated_cost: Some("0.0276".into()),
+                ..Default::default()
+            }),
             ..Default::default()
         });
         ws
@@ -352,9 +378,13 @@ mod tests {
         let one = query(Scope::One("team-a".into()), &[], None);
         assert_eq!(
             render_sessions(std::slice::from_ref(&ws), &one, now),
-            "NAME      NODE     HARNESS   PHASE     ACTIVITY          RESUMED   SESSION ID   PR   CI        AGE\n\
-             repo-12   node-a   claude    Running   WaitingForInput             01234567     57   Failing   10m\n"
+            "NAME      NODE     HARNESS   PHASE     ACTIVITY          RESUMED   SESSION ID   PR   CI        TOKENS   COST      AGE\n\
+             repo-12   node-a   claude    Running   WaitingForInput             01234567     57   Failing   4200     $0.0276   10m\n"
         );
+        let mut unpriced = ws.clone();
+        let usage = crate::api::Usage { tokens: 10, unpriced_models: vec!["m".into()], ..Default::default() };
+        unpriced.status.as_mut().unwrap().usage = Some(usage);
+        assert!(render_sessions(&[unpriced], &one, now).contains("   10       unknown   "), "never zero");
         let all = render_sessions(std::slice::from_ref(&ws), &query(Scope::All, &[], None), now);
         assert!(all.starts_with("NAMESPACE   NAME") && all.contains("\nteam-a      repo-12"), "{all}");
         assert!(

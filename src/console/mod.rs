@@ -65,6 +65,8 @@ pub struct Row {
     pub failure: String,
     /// Its work item's pull request: `#57 Open, CI Failing`.
     pub pull_request: String,
+    /// What its conversations spent: `4200 tokens in 4 turns, $0.0276`.
+    pub spent: String,
 }
 
 /// `Ready=False` reasons that are a state, not a failure.
@@ -109,6 +111,7 @@ pub fn row(ws: &WorkSession, now: Timestamp) -> Row {
         age: crate::cli::get::age(ws.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
         failure,
         pull_request: st.pull_request.as_ref().map(crate::cli::get::pull_request_words).unwrap_or_default(),
+        spent: st.usage.as_ref().map(crate::cli::get::usage_words).unwrap_or_default(),
     }
 }
 

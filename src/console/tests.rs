@@ -71,7 +71,11 @@ async fn get(app: &Router, path: &str, host: &str) -> (StatusCode, axum::http::H
 
 fn app() -> Router {
     let mut memory = Memory::default();
-    memory.sessions.lock().unwrap().push(session("fine", ("True", "Running", "the harness is running")));
+    let mut fine = session("fine", ("True", "Running", "the harness is running"));
+    let usage =
+        crate::api::Usage { tokens: 4200, turns: 4, estimated_cost: Some("0.0276".into()), ..Default::default() };
+    fine.status.as_mut().unwrap().usage = Some(usage);
+    memory.sessions.lock().unwrap().push(fine);
     memory.sessions.lock().unwrap().push(session("broken", ("False", "SpawnFailed", "tmux said no")));
     memory.events.push(WorkEvent::new(
         "fine-1",
@@ -100,6 +104,10 @@ async fn rows_say_phase_and_the_last_failure_in_the_status_words() {
     assert_eq!(rows.iter().map(|r| r["name"].as_str().unwrap()).collect::<Vec<_>>(), ["broken", "fine"], "sorted");
     assert_eq!(rows[0]["failure"], "SpawnFailed: tmux said no");
     assert_eq!((rows[1]["failure"].as_str(), rows[1]["phase"].as_str()), (Some(""), Some("Running")));
+    assert_eq!(
+        (rows[0]["spent"].as_str(), rows[1]["spent"].as_str()),
+        (Some(""), Some("4200 tokens in 4 turns, $0.0276"))
+    );
 }
 
 #[tokio::test]

@@ -39,7 +39,8 @@ function listPage() {
       link.textContent = s.name;
       name.append(link);
       tr.append(cell(s.namespace), name, cell(s.phase, "phase phase-" + s.phase), cell(s.activity), cell(s.resumed),
-        cell(s.conversation, "mono"), cell(s.pull_request), cell(s.node), cell(s.age), cell(s.failure, "failure"));
+        cell(s.conversation, "mono"), cell(s.pull_request), cell(s.spent), cell(s.node), cell(s.age),
+        cell(s.failure, "failure"));
       return tr;
     }));
     $("#empty").hidden = shown.length > 0;
@@ -73,7 +74,7 @@ function sessionPage() {
   function summary(d) {
     const r = d.row;
     const items = [["Phase", r.phase], ["Activity", r.activity], ["Resumed", r.resumed], ["Conversation", r.conversation],
-      ["Pull request", r.pull_request],
+      ["Pull request", r.pull_request], ["Spent", r.spent],
       ["Node", r.node], ["Harness", r.harness], ["Work item", d.workItem], ["Workdir", d.workdir],
       ["tmux session", d.tmuxSession], ["Age", r.age], ["Last failure", r.failure]];
     $("#summary").replaceChildren(...items.flatMap(([k, v]) => {
