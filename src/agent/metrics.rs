@@ -156,7 +156,9 @@ impl AgentMetrics {
             }
         }
         // Rebuilt whole: a namespace whose sessions left this node has no series left.
-        (self.usage_tokens.clear(), self.usage_cost.clear(), self.usage_unpriced.clear());
+        self.usage_tokens.clear();
+        self.usage_cost.clear();
+        self.usage_unpriced.clear();
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         for ((namespace, harness), (tokens, cost, unpriced)) in sums {
             let label = |kind| SpentLabel { namespace: namespace.clone(), harness: harness.clone(), kind };
