@@ -103,6 +103,9 @@ async fn schema_rejects_what_it_forbids() {
         ("an egress host in capitals", with("egress", json!({"hosts": ["API.example.com"]})), "egress.hosts"),
         ("an egress port past 65535", with("egress", json!({"hosts": ["example.com:65536"]})), "egress.hosts"),
         ("65 egress hosts", with("egress", json!({"hosts": vec!["example.com"; 65]})), "egress.hosts"),
+        // A budget is at least one token, and dollars as a decimal.
+        ("a budget of no tokens", with("budget", json!({"tokens": 0})), "budget.tokens"),
+        ("a budget in words", with("budget", json!({"cost": "5 dollars"})), "budget.cost"),
     ];
     for (i, (what, spec, field)) in cases.into_iter().enumerate() {
         match sessions.create(&PostParams::default(), &session(&format!("bad-{i}"), spec)).await {
@@ -119,6 +122,7 @@ async fn schema_rejects_what_it_forbids() {
     limits["resume"] = json!({"probeSeconds": 0, "settleSeconds": 3600});
     limits["workItem"] = json!("a".repeat(63));
     limits["egress"] = json!({"hosts": vec!["*.example.com:65535"; 64]});
+    limits["budget"] = json!({"tokens": 1, "cost": "123456789.123456"});
     sessions.create(&PostParams::default(), &session("limits", limits)).await.unwrap();
     // Moving a session to another work item would run its conversation twice (its harness runs on while
     // another resumes it): it is fixed at creation. Nor may its workdir move (with rooms it is handed to the

@@ -291,10 +291,15 @@ impl scenarios::Rig for Local {
         !self.dir.join(format!("{name}.yaml")).exists() && !self.dir.join(format!("{name}.status.yaml")).exists()
     }
 
-    async fn suspend(&self, name: &str, on: bool) {
+    async fn patch_spec(&self, name: &str, patch: Value) {
         let path = self.dir.join(format!("{name}.yaml"));
         let mut manifest: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        manifest["spec"]["suspend"] = Value::Bool(on);
+        for (key, value) in patch.as_object().unwrap() {
+            match value {
+                Value::Null => manifest["spec"].as_object_mut().unwrap().remove(key),
+                _ => manifest["spec"].as_object_mut().unwrap().insert(key.clone(), value.clone()),
+            };
+        }
         worksession::store::local::write_atomic(&path, &manifest).unwrap();
     }
 

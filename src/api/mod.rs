@@ -196,6 +196,10 @@ pub struct WorkSessionSpec {
     /// Where the session's harness may connect beside what its node allows (with rooms and egress on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressSpec>,
+    /// What the work item's conversations may spend (`status.usage`): once reached, the harness is stopped after its
+    /// turn (the conversation kept) and prompts wait; raising or removing it resumes the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetSpec>,
 }
 
 /// A session's own way out, beside its node's and its namespace's lists (the agent config's `rooms.egress.hosts` and
@@ -212,6 +216,21 @@ pub struct EgressSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = EGRESS_HOSTS_MAX), inner(regex(pattern = EGRESS_HOST_PATTERN), length(max = EGRESS_HOST_MAX)))]
     pub hosts: Vec<String>,
+}
+
+/// What a work item's conversations may spend: tokens, an estimated cost, or both (whichever is reached first).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetSpec {
+    /// Tokens of every kind together (`status.usage.tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub tokens: Option<u64>,
+    /// US dollars (`status.usage.estimatedCost`), a decimal such as `"5"` or `"12.50"`. While the cost is unknown (a
+    /// model without a price), a cost budget counts as reached: spending on is never a guess.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = BUDGET_COST_PATTERN))]
+    pub cost: Option<String>,
 }
 
 /// Where a work item's checkout comes from.
@@ -425,6 +444,9 @@ crate::words::words! {
         /// Stopped because its work item is closed (`spec.archived`), its conversation kept; the next prompt, or the
         /// work item reopening, resumes it.
         Archived,
+        /// Stopped after its turn because it reached its budget (`spec.budget`), its conversation kept; prompts wait
+        /// until the budget is raised or removed.
+        Paused,
         /// Failing repeatedly; waiting until `nextRetryTime`.
         BackOff,
         /// Cannot run as specified; see the `Ready` condition.

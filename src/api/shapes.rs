@@ -104,9 +104,13 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
 pub const EGRESS_HOST_PATTERN: &str = r"^(\*\.)?[a-z0-9][-a-z0-9]*(\.[a-z0-9][-a-z0-9]*)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$";
 /// The longest egress host: `*.`, a name of 253, `:65535`.
 pub const EGRESS_HOST_MAX: usize = 261;
+/// The shape of a cost budget: US dollars as a decimal, at most six places after the point.
+pub const BUDGET_COST_PATTERN: &str = r"^[0-9]{1,9}(\.[0-9]{1,6})?$";
+
 /// The most hosts a session may list.
 pub const EGRESS_HOSTS_MAX: usize = 64;
 
+static BUDGET_COST: LazyLock<Regex> = LazyLock::new(|| Regex::new(BUDGET_COST_PATTERN).unwrap());
 static SESSION_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(SESSION_ID_PATTERN).unwrap());
 static EGRESS_HOST: LazyLock<Regex> = LazyLock::new(|| Regex::new(EGRESS_HOST_PATTERN).unwrap());
 static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(WORK_ITEM_PATTERN).unwrap());
@@ -125,6 +129,17 @@ pub fn egress_hosts_problem(hosts: &[String]) -> Option<String> {
     }
     let bad = hosts.iter().find(|h| !is_egress_host(h))?;
     Some(format!("{bad:?} is not a host, host:port or *.domain (lowercase)"))
+}
+
+/// What is wrong with a budget (`spec.budget`, a route's `budget`), if anything: the field and the problem.
+pub fn budget_problem(budget: &super::BudgetSpec) -> Option<(&'static str, String)> {
+    if budget.tokens == Some(0) {
+        return Some(("budget.tokens", "must be at least 1".into()));
+    }
+    if budget.cost.as_ref().is_some_and(|c| !BUDGET_COST.is_match(c)) {
+        return Some(("budget.cost", "must be US dollars as a decimal, such as \"5\" or \"12.50\"".into()));
+    }
+    None
 }
 
 /// Whether `id` has the shape of a harness session id (checked before an id becomes argv).
@@ -294,6 +309,9 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
         if r.settle_seconds.is_some_and(|s| s > 3600) {
             return err("resume.settleSeconds", "must be between 0 and 3600".into());
         }
+    }
+    if let Some((field, problem)) = spec.budget.as_ref().and_then(budget_problem) {
+        return err(field, problem);
     }
     if spec.handoff.as_ref().and_then(|h| h.max_characters).is_some_and(|n| !(200..=8000).contains(&n)) {
         return err("handoff.maxCharacters", "must be between 200 and 8000".into());

@@ -15,7 +15,9 @@ pub use loops::{
 use loops::{CiFile, RedeliverFile, ci, redeliver};
 
 mod loops;
+mod session;
 use crate::config::ConfigError;
+use session::{BudgetFile, EgressFile};
 
 /// The default `maxBodyBytes`: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -194,6 +196,8 @@ pub struct Route {
     pub workspace: Option<crate::api::WorkspaceSpec>,
     /// The `spec.egress` of the sessions it creates (the hosts their harnesses may reach beside their node's).
     pub egress: Option<crate::api::EgressSpec>,
+    /// The `spec.budget` of the sessions it creates.
+    pub budget: Option<crate::api::BudgetSpec>,
     /// Who may prompt through this route, instead of `github.allowedAuthorAssociations`.
     pub allowed_author_associations: Option<Vec<String>>,
     /// The most WorkSessions this route keeps (counted on the store by the [`ROUTE_LABEL`] it puts on them); past it
@@ -276,6 +280,7 @@ struct RouteFile {
     work_item: Option<String>,
     workspace: Option<crate::api::WorkspaceSpec>,
     egress: Option<EgressFile>,
+    budget: Option<BudgetFile>,
     allowed_author_associations: Option<Vec<String>>,
     max_sessions: Option<usize>,
     feedback: Option<Feedback>,
@@ -285,14 +290,6 @@ struct RouteFile {
     ci_on_success: bool,
     #[serde(default)]
     status_comment: bool,
-}
-
-/// A route's `egress`: the `spec.egress` of the sessions it creates, its keys checked (a misspelt one is refused, not
-/// read as no hosts).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct EgressFile {
-    hosts: Vec<String>,
 }
 
 /// `list` when every value is an `author_association` GitHub sends.
@@ -457,9 +454,10 @@ impl BridgeConfig {
                     "a status comment needs github.api (credentials)".into(),
                 ));
             }
-            if let Some(problem) = r.egress.as_ref().and_then(|e| crate::api::egress_hosts_problem(&e.hosts)) {
-                return Err(invalid(format!("routes[{i}].egress.hosts"), problem));
-            }
+            let egress = r.egress.map(EgressFile::into_spec).transpose();
+            let egress = egress.map_err(|problem| invalid(format!("routes[{i}].egress.hosts"), problem))?;
+            let budget = r.budget.map(BudgetFile::into_spec).transpose();
+            let budget = budget.map_err(|(key, problem)| invalid(format!("routes[{i}].{key}"), problem))?;
             if r.delete_after_seconds.is_some() && r.on_close != Some(OnClose::Delete) {
                 return Err(invalid(format!("routes[{i}].deleteAfterSeconds"), "only with onClose: Delete".into()));
             }
@@ -480,7 +478,8 @@ impl BridgeConfig {
                 workdir: r.workdir,
                 work_item: r.work_item.unwrap_or_else(|| DEFAULT_WORK_ITEM.into()),
                 workspace: r.workspace,
-                egress: r.egress.map(|e| crate::api::EgressSpec { hosts: e.hosts }),
+                egress,
+                budget,
                 ci_on_success: r.ci_on_success,
                 status_comment: r.status_comment,
             });
@@ -563,6 +562,10 @@ mod tests {
         let misspelt =
             "routes:\n  - {repository: o/r, namespace: a, harness: claude, workdir: /w, egress: {host: [a.com]}}\n";
         assert!(e(misspelt).contains("host"), "{}", e(misspelt));
+        let route = "routes:\n  - {repository: o/r, namespace: a, harness: claude, workdir: /w, budget: ";
+        assert!(e(&format!("{route}{{cost: '5 dollars'}}}}\n")).contains("routes[0].budget.cost"));
+        assert!(e(&format!("{route}{{tokens: 0}}}}\n")).contains("routes[0].budget.tokens"));
+        assert!(e(&format!("{route}{{dollars: 5}}}}\n")).contains("dollars"), "a misspelt key is refused");
     }
 
     #[test]

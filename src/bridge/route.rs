@@ -218,6 +218,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
                     r#ref: w.r#ref.as_ref().map(|r| render(r, &vars)),
                 }),
                 egress: route.egress.clone(),
+                budget: route.budget.clone(),
                 ..Default::default()
             },
         );

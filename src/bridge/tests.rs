@@ -208,6 +208,7 @@ fn config() -> BridgeConfig {
                 r#ref: None,
             }),
             egress: Some(crate::api::EgressSpec { hosts: vec!["pypi.org".into(), "*.pythonhosted.org".into()] }),
+            budget: Some(crate::api::BudgetSpec { tokens: None, cost: Some("20".into()) }),
             allowed_author_associations: None,
             max_sessions: None,
             id: config::slug("octo-org/*"),
@@ -290,6 +291,8 @@ async fn github_accepts_a_signed_comment_once() {
         );
         // And the hosts its harness may reach beside its node's.
         assert_eq!(ws.spec.egress.as_ref().unwrap().hosts, ["pypi.org", "*.pythonhosted.org"]);
+        // And what its conversations may spend.
+        assert_eq!(ws.spec.budget.as_ref().and_then(|b| b.cost.as_deref()), Some("20"));
         let events = rec.events.lock().unwrap();
         let ev = &events[0];
         assert_eq!(ev.spec.session, "hello-1347");

@@ -547,6 +547,33 @@ harnessHome: /srv/home
         assert!(refused(&keys("secretName: 'Not A Name', variables: []")).contains("rooms.namespaceKeys.secretName"));
     }
 
+    /// Prices over the built-in ones, and where a profile's record states usage.
+    #[test]
+    fn prices_and_a_profiles_usage_record() {
+        let c = parse(
+            "prices:\n  my-model: {input: 1, output: 4, cacheWrite: 1, cacheRead: 0.1}\n  gpt-5: null\n\
+             harnesses:\n  mine:\n    binary: m\n    interactive: ['{prompt}']\n    usage: {format: copilot, path: '{home}/s/*/{sessionId}/e.jsonl'}\n  claude:\n    usage: {format: ''}\n",
+        )
+        .unwrap();
+        assert_eq!(c.prices.of("my-model-2").map(|p| p.output), Some(4.0));
+        assert_eq!(c.prices.of("gpt-5"), None);
+        let usage = c.harnesses["mine"].usage.clone().unwrap();
+        assert_eq!(usage.format, crate::harness::usage::UsageFormat::Copilot);
+        assert_eq!(c.harnesses["claude"].usage, None, "turned off");
+        assert_eq!(
+            c.harnesses["codex"].usage.as_ref().map(|u| u.format),
+            Some(crate::harness::usage::UsageFormat::Codex)
+        );
+        assert!(refused("prices:\n  m: {input: -1, output: 1, cacheWrite: 1, cacheRead: 1}\n").contains("prices.m"));
+        assert!(refused("prices:\n  m: {input: 1}\n").contains("prices"));
+        let usage =
+            |u: &str| format!("harnesses:\n  x:\n    binary: x\n    interactive: ['{{prompt}}']\n    usage: {u}\n");
+        assert!(refused(&usage("{format: gemini}")).contains("harnesses.x.usage.format"));
+        assert!(refused(&usage("{format: claude}")).contains("harnesses.x.usage.path"), "no path and no transcript");
+        assert!(refused(&usage("{format: claude, path: 'rel/{sessionId}'}")).contains("harnesses.x.usage.path"));
+        assert!(refused(&usage("{format: claude, path: '/s/{id}'}")).contains("harnesses.x.usage.path"));
+    }
+
     #[test]
     fn malformed_files_are_refused_naming_the_key() {
         assert!(refused("tmux: [").contains("agent.yaml"));

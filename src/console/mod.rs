@@ -73,6 +73,7 @@ pub struct Row {
 const NOT_FAILURES: &[&str] = &[
     "Idle",
     "Archived",
+    "BudgetReached",
     "Suspended",
     "Moving",
     "Starting",

@@ -97,6 +97,8 @@ words! {
         /// Stopped because its work item is closed (`spec.archived`); the next prompt, or the work item reopening,
         /// resumes it.
         Archived,
+        /// Its conversations reached `spec.budget`: stopped after its turn; prompts wait until the budget is raised.
+        BudgetReached,
         /// Another session of the workdir is still discovering its conversation's id.
         WaitingForDiscovery,
         /// Rooms are on and this session has none: no harness starts.

@@ -221,7 +221,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         let busy = input.evidence.turn.as_ref().is_some_and(|t| {
             matches!(super::hooks::activity(t).0, ActivityReason::Working | ActivityReason::WaitingForInput)
         });
-        let mut blocked = false;
+        // Over its budget, nothing new is sent; what was sent is still confirmed.
+        let mut blocked = self.paused.is_some();
         for prompt in self.prompts() {
             match prompt.phase {
                 PromptPhase::Delivering if proof == Proof::Settle => {
@@ -366,7 +367,10 @@ impl<'a, 'i> Decision<'a, 'i> {
                 }
             }
         }
-        self.idle_check(settings);
+        match self.paused.clone() {
+            Some(why) => self.pause_when_quiet(&why),
+            None => self.idle_check(settings),
+        }
     }
 
     /// A paste that a harness taking prompts one at a time has written nothing about since: Enter is pressed again,

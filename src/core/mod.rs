@@ -23,6 +23,7 @@ use crate::api::{self, Phase, PromptPhase, PromptStatus, Via, WorkSessionSpec, W
 use crate::config::Config;
 use crate::harness::{ArgvError, Profile};
 
+mod budget;
 mod conditions;
 mod deliver;
 pub mod discover;
@@ -178,6 +179,8 @@ struct Decision<'a, 'i> {
     intent: Option<WorkSessionStatus>,
     ops: Vec<Op>,
     requeue_after: Option<Duration>,
+    /// Why the session may spend no more (`spec.budget`), if it may not: no new prompt is sent.
+    paused: Option<String>,
 }
 
 impl<'a, 'i> Decision<'a, 'i> {
@@ -198,7 +201,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         let (claims, intent, ops) = (Vec::new(), None, Vec::new());
         // A record longer than one read is read on soon.
         let requeue_after = input.evidence.usage.as_ref().filter(|r| r.more).map(|_| usage::READ_AGAIN);
-        Self { input, session, configured, status, claims, intent, ops, requeue_after }
+        let mut decision =
+            Self { input, session, configured, status, claims, intent, ops, requeue_after, paused: None };
+        decision.paused = decision.over_budget();
+        decision
     }
 
     /// The plan in the executor's order: the room's record of a checkout prepared just now, expired events, claims,

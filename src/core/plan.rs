@@ -540,6 +540,8 @@ crate::words::words! {
         Archived,
         /// The egress proxy refused a connection of the session's harness (the host and why; once per host a while).
         EgressRefused,
+        /// The session reached its budget: its harness stopped after its turn.
+        BudgetReached,
     }
 }
 
@@ -567,6 +569,7 @@ impl EventReason {
             EventReason::Moved => "session.moved",
             EventReason::Archived => "session.archived",
             EventReason::EgressRefused => "egress.refused",
+            EventReason::BudgetReached => "session.budget_reached",
         }
     }
 

@@ -82,6 +82,8 @@ macro_rules! shared_scenarios {
                 pull_requests::a_pull_request_and_its_ci_reach_the_conversation_that_took_the_issue;
             shared_usage_adds_up_across_a_resume_and_a_fresh_conversation:
                 usage::usage_adds_up_across_a_resume_and_a_fresh_conversation;
+            shared_a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on:
+                usage::a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {
@@ -112,7 +114,11 @@ pub trait Rig {
     /// Whether the WorkSession is gone altogether (deleted and released).
     fn session_gone(&self, name: &str) -> impl Future<Output = bool>;
     /// Sets `spec.suspend`.
-    fn suspend(&self, name: &str, on: bool) -> impl Future<Output = ()>;
+    fn suspend(&self, name: &str, on: bool) -> impl Future<Output = ()> {
+        self.patch_spec(name, serde_json::json!({"suspend": on}))
+    }
+    /// Merges `patch` into the WorkSession's spec, key by key (`null` takes one away).
+    fn patch_spec(&self, name: &str, patch: Value) -> impl Future<Output = ()>;
     /// Deletes the WorkSession.
     fn delete_session(&self, name: &str) -> impl Future<Output = ()>;
     /// Stops the agent and starts a new one that stops forever at `failpoint`, as if killed there.

@@ -1,9 +1,11 @@
 //! What a session's conversations spent, from the stand-in's transcript (Claude Code's shape: each reply's usage on
 //! each of its lines), in both modes.
 
-use worksession::api::{Tokens, Usage, Via, WorkSessionStatus};
+use worksession::api::{Phase, PromptPhase, Tokens, Usage, Via, WorkSessionStatus};
+use worksession::core::ConditionType;
+use worksession::node::tmux::Liveness;
 
-use super::{Rig, await_delivered, await_value, id};
+use super::{Rig, await_delivered, await_value, condition, id};
 
 /// Awaits `name`'s usage counting `turns` turns.
 async fn await_turns(rig: &impl Rig, name: &str, turns: u64) -> WorkSessionStatus {
@@ -48,4 +50,39 @@ pub async fn usage_adds_up_across_a_resume_and_a_fresh_conversation(rig: &impl R
     let share = u.conversation.unwrap();
     assert_ne!(share.harness_session_id, first);
     assert_eq!((share.tokens, share.turns), (times(1), 1), "the fresh conversation's own");
+}
+
+/// A budget reached mid-turn: the turn goes on to its end, nothing new is sent meanwhile, then the harness is stopped
+/// (`Paused`, `BudgetReached`) with a prompt still waiting, never failed; the budget raised, that prompt reaches the
+/// same conversation, once.
+pub async fn a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on(rig: &impl Rig) {
+    // 1,050 tokens a reply: the first turn is within 1,500, the second is not.
+    let spec = serde_json::json!({"harness": "standin-usage", "initialPrompt": "first", "budget": {"tokens": 1500}});
+    rig.create_session("thrift", spec).await;
+    let st = await_turns(rig, "thrift", 1).await;
+    let conversation = id(&st);
+    // A turn of 4 s: its reply's usage is written at once, its Stop when it ends.
+    rig.send("thrift", "thrift-1", "WORK 4").await;
+    await_delivered(rig, "thrift-1").await;
+    await_turns(rig, "thrift", 2).await;
+    rig.send("thrift", "thrift-2", "after the budget").await;
+    let paused = |s: &WorkSessionStatus| s.phase == Some(Phase::Paused);
+    let st = await_value("thrift Paused", || rig.session_status("thrift"), paused).await;
+    let (status, reason, message) = condition(&st, ConditionType::Ready);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "BudgetReached"));
+    assert!(message.starts_with("spent 2100 of its budget of 1500 tokens; 1 prompt waits"), "{message}");
+    let tmux = rig.tmux();
+    let prompts: Vec<String> = tmux.prompts().into_iter().map(|p| p.prompt).collect();
+    assert_eq!(prompts, ["first", "WORK 4"], "nothing sent past the budget");
+    // Its turn had ended: the stand-in's Stop is in its hook file before the stop.
+    tmux.await_liveness(&rig.tmux_session("thrift"), Liveness::Absent).await;
+    assert_eq!(rig.event_status("thrift-2").await.phase.unwrap_or(PromptPhase::Pending), PromptPhase::Pending);
+
+    rig.patch_spec("thrift", serde_json::json!({"budget": {"tokens": 100000}})).await;
+    let ev = await_delivered(rig, "thrift-2").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(conversation.as_str())));
+    let prompts = tmux.await_prompts(3).await;
+    assert_eq!(prompts.iter().filter(|p| p.prompt == "after the budget").count(), 1, "{prompts:?}");
+    let st = await_turns(rig, "thrift", 3).await;
+    assert_eq!(st.phase, Some(Phase::Running));
 }

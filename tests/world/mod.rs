@@ -292,8 +292,8 @@ impl crate::scenarios::Rig for World {
         self.sessions().get_opt(name).await.unwrap().is_none()
     }
 
-    async fn suspend(&self, name: &str, on: bool) {
-        let patch = json!({"spec": {"suspend": on}});
+    async fn patch_spec(&self, name: &str, patch: serde_json::Value) {
+        let patch = json!({"spec": patch});
         self.sessions()
             .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
             .await

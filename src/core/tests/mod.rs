@@ -5,6 +5,7 @@ use super::*;
 use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
 use crate::harness::hooks::Turn;
 
+mod budget;
 mod delivery;
 mod discover;
 mod front_door;

@@ -1,0 +1,101 @@
+//! Budgets: a session that spent what `spec.budget` allows sends no new prompt, is stopped after its turn with its
+//! conversation kept, keeps its prompts waiting, and goes on once the budget is raised.
+
+use super::*;
+use crate::api::{BudgetSpec, Usage};
+
+/// A live harness of `OLD` over a 1,000-token budget, with one prompt waiting.
+fn spent_live(turn: Option<Turn>) -> Case {
+    let tokens = crate::api::Tokens { input: 100, output: 20, cache_write: 30, cache_read: 900 };
+    let models = vec![crate::api::ModelUsage { model: "claude-opus-5-5".into(), tokens, replies: 1 }];
+    let usage = Usage { models, turns: 1, ..Default::default() };
+    let mut case = Case::new(WorkSessionStatus { phase: Some(Phase::Running), usage: Some(usage), ..ran_old() });
+    case.spec.budget = Some(BudgetSpec { tokens: Some(1000), cost: None });
+    (case.liveness, case.tmux, case.turn) = (Liveness::Alive, Some(ours()), turn);
+    case
+}
+
+/// `Ready`'s reason and message.
+fn ready_of(status: &WorkSessionStatus) -> (String, String) {
+    let c = status.conditions.iter().find(|c| c.type_ == READY.as_str()).expect("Ready");
+    (c.reason.clone(), c.message.clone())
+}
+
+fn hook(hook: &str) -> Option<Turn> {
+    Some(Turn { hook: hook.into(), at: Some(t(90)), message: None, kind: None })
+}
+
+#[test]
+fn over_budget_mid_turn_nothing_new_is_sent_and_the_harness_works_on() {
+    let plan = spent_live(hook("UserPromptSubmit")).decide();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "no paste, no stop while it works");
+    assert_eq!(plan.status.phase, Some(Phase::Running));
+}
+
+#[test]
+fn over_budget_after_its_turn_it_is_stopped_and_its_prompt_waits() {
+    let mut case = spent_live(hook("Stop"));
+    let plan = case.step();
+    assert_eq!(
+        ops(&plan),
+        [format!("stop {}", case.config.tmux_session("ns/repo-12")), "session.budget_reached".into()]
+    );
+    assert_eq!(plan.status.phase, Some(Phase::Paused));
+    let (reason, message) = ready_of(&plan.status);
+    assert_eq!(reason, "BudgetReached");
+    assert!(message.starts_with("spent 1050 of its budget of 1000 tokens; 1 prompt waits"), "{message}");
+    assert_eq!(plan.status.harness_session_id.as_deref(), Some(OLD), "the conversation kept");
+
+    // Stopped: no spawn for the waiting prompt, said once, the prompt still Pending.
+    (case.liveness, case.tmux) = (Liveness::Absent, None);
+    let plan = case.step();
+    assert_eq!(ops(&plan), Vec::<String>::new(), "no spawn, no second Event");
+    assert_eq!(plan.status.phase, Some(Phase::Paused));
+    assert_eq!(case.events[0].phase, PromptPhase::Pending, "waits, never failed");
+
+    // The budget raised: the conversation is resumed with the prompt that waited.
+    case.spec.budget = Some(BudgetSpec { tokens: Some(5000), cost: None });
+    let plan = case.decide();
+    assert!(spawned(&plan).contains(&format!("--resume {OLD}")), "{:?}", ops(&plan));
+    assert!(spawned(&plan).ends_with("please fix the bug"), "{:?}", ops(&plan));
+}
+
+#[test]
+fn without_hooks_it_is_stopped_once_its_screen_is_quiet() {
+    let mut case = spent_live(None);
+    case.tmux = Some(SessionView { activity: t(99).as_second(), ..ours() });
+    let plan = case.decide();
+    assert!(!ops(&plan).iter().any(|op| op.starts_with("stop")), "it printed a second ago: {:?}", ops(&plan));
+    assert!(plan.requeue_after.is_some());
+    case.now = t(106);
+    assert!(ops(&case.decide())[0].starts_with("stop"));
+}
+
+#[test]
+fn a_cost_budget_with_an_unknown_cost_counts_as_reached() {
+    let mut case = spent_live(hook("Stop"));
+    case.spec.budget = Some(BudgetSpec { tokens: None, cost: Some("5".into()) });
+    let message = ready_of(&case.decide().status).1;
+    assert!(message.starts_with("its cost is unknown (claude-opus-5-5 has no price"), "{message}");
+    // Known and under, then reached: by the config's prices ($1,000 and $4,000 per million of each kind).
+    let price =
+        |dollars| crate::config::Price { input: dollars, output: dollars, cache_write: dollars, cache_read: dollars };
+    for (dollars, phase) in [(1000.0, Phase::Running), (5000.0, Phase::Paused)] {
+        let prices = std::collections::BTreeMap::from([("claude-opus-5-5".to_string(), Some(price(dollars)))]);
+        case.config.prices = crate::config::Prices::with(prices).unwrap();
+        assert_eq!(case.decide().status.phase, Some(phase), "${dollars} per million");
+    }
+}
+
+#[test]
+fn a_budget_that_is_no_budget_is_refused() {
+    let mut spec = spec();
+    spec.budget = Some(BudgetSpec { tokens: Some(0), cost: None });
+    assert_eq!(crate::api::validate_spec(&spec).unwrap_err().field, "budget.tokens");
+    for cost in ["", "-1", "1e3", "5 dollars", "1.1234567"] {
+        spec.budget = Some(BudgetSpec { tokens: None, cost: Some(cost.into()) });
+        assert_eq!(crate::api::validate_spec(&spec).unwrap_err().field, "budget.cost", "{cost:?}");
+    }
+    spec.budget = Some(BudgetSpec { tokens: Some(1), cost: Some("12.50".into()) });
+    assert!(crate::api::validate_spec(&spec).is_ok());
+}
