@@ -1,4 +1,4 @@
-//! Delivery benchmarks (issue 11), through the agent on the real API server and real tmux (they print figures).
+//! Delivery benchmarks, through the agent on the real API server and real tmux (they print figures).
 //!
 //!     cargo bench --bench delivery [standin] [claude] [pull-request]
 //!

@@ -1,4 +1,4 @@
-//! Fleet benchmark (issue 16), on the real API server and real tmux, with the agents as separate processes (the
+//! Fleet benchmark, on the real API server and real tmux, with the agents as separate processes (the
 //! `worksession` binary of this build). It prints figures.
 //!
 //!     cargo bench --bench fleet              # 20 agents x 50 sessions, 1,000 events, then a minute at rest

@@ -1,4 +1,4 @@
-//! Idle suspension benchmark (issue 15), through the agent on the real API server and real tmux (it prints figures).
+//! Idle suspension benchmark, through the agent on the real API server and real tmux (it prints figures).
 //!
 //!     cargo bench --bench idle
 //!

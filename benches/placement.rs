@@ -1,4 +1,4 @@
-//! Placement benchmark (issue 27, point 6), on the real API server: 20 agents (their Leases and Ready Nodes, as
+//! Placement benchmark, on the real API server: 20 agents (their Leases and Ready Nodes, as
 //! the agents and kubelets keep them) and `worksession controller`'s placement, in this process. 1,000 WorkSessions
 //! without a node are created at once; it prints the time until every one is bound, the requests the API server
 //! counted meanwhile on WorkSessions and WorkEvents (by verb, resource and code: conflicts are the 409s), and the

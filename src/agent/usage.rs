@@ -49,7 +49,7 @@ pub async fn read(
             tally.line(record.format, line);
         }
         let to = from + whole as u64;
-        Some(UsageRead { conversation, from, to, more: full && to < len, tally })
+        Some(UsageRead { conversation, stood: offset, from, to, more: full && to < len, tally })
     };
     tokio::task::spawn_blocking(read).await.ok().flatten()
 }

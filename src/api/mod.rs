@@ -18,7 +18,7 @@ pub use pull_request::{ChecksState, PullRequestState, PullRequestStatus};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 pub use shapes::*;
-pub use usage::{ConversationUsage, CountedReply, ModelUsage, Tokens, Usage};
+pub use usage::{ConversationUsage, CountedConversation, CountedReply, MAX_COUNT, ModelUsage, Tokens, Usage};
 
 /// The API group.
 pub const GROUP: &str = "worksession.dev";

@@ -6,6 +6,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The largest count kept (2^53 - 1): what every JSON reader takes as an exact integer, and far beyond any spend.
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+
 /// Tokens by kind, as the model's API bills them. `input` is the input read at the full price: the cached input read
 /// back and the input written to the cache are counted apart, whichever way the harness's record lumps them.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -26,18 +29,31 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    /// Every kind together.
+    /// Every kind together, at most [`MAX_COUNT`].
     pub fn total(&self) -> u64 {
-        self.input.saturating_add(self.output).saturating_add(self.cache_write).saturating_add(self.cache_read)
+        let sum =
+            self.input.saturating_add(self.output).saturating_add(self.cache_write).saturating_add(self.cache_read);
+        sum.min(MAX_COUNT)
     }
 
-    /// These and `other`, kind by kind.
+    /// These and `other`, kind by kind, each at most [`MAX_COUNT`].
     pub fn plus(self, other: Tokens) -> Tokens {
+        let add = |a: u64, b: u64| a.saturating_add(b).min(MAX_COUNT);
         Tokens {
-            input: self.input.saturating_add(other.input),
-            output: self.output.saturating_add(other.output),
-            cache_write: self.cache_write.saturating_add(other.cache_write),
-            cache_read: self.cache_read.saturating_add(other.cache_read),
+            input: add(self.input, other.input),
+            output: add(self.output, other.output),
+            cache_write: add(self.cache_write, other.cache_write),
+            cache_read: add(self.cache_read, other.cache_read),
+        }
+    }
+
+    /// These, each kind at most `limit`.
+    pub fn at_most(self, limit: u64) -> Tokens {
+        Tokens {
+            input: self.input.min(limit),
+            output: self.output.min(limit),
+            cache_write: self.cache_write.min(limit),
+            cache_read: self.cache_read.min(limit),
         }
     }
 
@@ -57,6 +73,7 @@ impl Tokens {
 #[serde(rename_all = "camelCase")]
 pub struct ModelUsage {
     /// The model, as the harness's record names it.
+    #[schemars(length(max = 128))]
     pub model: String,
     /// Its tokens.
     #[serde(flatten)]
@@ -90,10 +107,27 @@ pub struct Usage {
     pub estimated_cost: Option<String>,
     /// The models that spent tokens and have no price.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 33), inner(length(max = 128)))]
     pub unpriced_models: Vec<String>,
     /// The current conversation's share, and how far its record was read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<ConversationUsage>,
+    /// How far the records of the conversations it ran before were read, newest first (at most ten): a return to one
+    /// reads on from there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub earlier: Vec<CountedConversation>,
+}
+
+/// How far a conversation's record was read.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CountedConversation {
+    /// The conversation.
+    pub harness_session_id: String,
+    /// How many bytes of its record were counted.
+    #[serde(default)]
+    pub read_offset: u64,
 }
 
 /// The current conversation's share of [`Usage`], and where the agent stands in its record.
@@ -122,8 +156,10 @@ pub struct ConversationUsage {
 #[serde(rename_all = "camelCase")]
 pub struct CountedReply {
     /// Its id in the record.
+    #[schemars(length(max = 128))]
     pub id: String,
     /// Its model.
+    #[schemars(length(max = 128))]
     pub model: String,
     /// What was counted of it.
     #[serde(flatten)]

@@ -555,7 +555,7 @@ harnessHome: /srv/home
              harnesses:\n  mine:\n    binary: m\n    interactive: ['{prompt}']\n    usage: {format: copilot, path: '{home}/s/*/{sessionId}/e.jsonl'}\n  claude:\n    usage: {format: ''}\n",
         )
         .unwrap();
-        assert_eq!(c.prices.of("my-model-2").map(|p| p.output), Some(4.0));
+        assert_eq!(c.prices.of("my-model-20261201").map(|p| p.output), Some(4.0));
         assert_eq!(c.prices.of("gpt-5"), None);
         let usage = c.harnesses["mine"].usage.clone().unwrap();
         assert_eq!(usage.format, crate::harness::usage::UsageFormat::Copilot);

@@ -33,8 +33,8 @@ impl Price {
     }
 }
 
-/// The price table: a model's price is its own entry, else the longest entry its name begins with (a model's dated
-/// versions, `claude-sonnet-4-5-20250929`, take `claude-sonnet-4-5`'s).
+/// The price table: a model's price is its own entry, or for a dated version (`claude-sonnet-4-5-20250929`) its
+/// model's (`claude-sonnet-4-5`); never another model's whose name it begins with (`gpt-5-pro` is not `gpt-5`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prices(BTreeMap<String, Price>);
 
@@ -43,11 +43,14 @@ pub struct Prices(BTreeMap<String, Price>);
 const BUILT_IN: &[(&str, [f64; 4])] = &[
     // input, output, cache write, cache read
     ("claude-opus-4", [15.0, 75.0, 18.75, 1.5]),
+    ("claude-opus-4-1", [15.0, 75.0, 18.75, 1.5]),
     ("claude-opus-4-5", [5.0, 25.0, 6.25, 0.5]),
     ("claude-sonnet-4", [3.0, 15.0, 3.75, 0.3]),
+    ("claude-sonnet-4-5", [3.0, 15.0, 3.75, 0.3]),
     ("claude-haiku-4-5", [1.0, 5.0, 1.25, 0.1]),
     ("claude-3-5-haiku", [0.8, 4.0, 1.0, 0.08]),
     ("gpt-5", [1.25, 10.0, 1.25, 0.125]),
+    ("gpt-5-codex", [1.25, 10.0, 1.25, 0.125]),
     ("gpt-5-mini", [0.25, 2.0, 0.25, 0.025]),
     ("gpt-5-nano", [0.05, 0.4, 0.05, 0.005]),
     ("gemini-2.5-pro", [1.25, 10.0, 1.25, 0.125]),
@@ -65,8 +68,10 @@ impl Default for Prices {
 impl Prices {
     /// `model`'s price, if the table has one.
     pub fn of(&self, model: &str) -> Option<&Price> {
-        let begins = self.0.iter().filter(|(name, _)| model.starts_with(name.as_str()));
-        begins.max_by_key(|(name, _)| name.len()).map(|(_, price)| price)
+        self.0.get(model).or_else(|| {
+            let (name, date) = model.rsplit_once('-')?;
+            (date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit())).then(|| self.0.get(name)).flatten()
+        })
     }
 
     /// The built-ins with `file`'s entries over them; the error names the entry.
@@ -99,15 +104,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_model_takes_its_own_price_else_the_longest_name_it_begins_with() {
+    fn a_model_takes_its_own_price_or_its_dated_versions_do() {
         let prices = Prices::default();
         let input = |model: &str| prices.of(model).map(|p| p.input);
         assert_eq!(input("claude-opus-4-5"), Some(5.0));
         assert_eq!(input("claude-opus-4-5-20251101"), Some(5.0), "a dated version");
-        assert_eq!(input("claude-opus-4-1-20250805"), Some(15.0), "Opus 4.1 is Opus 4's price");
+        assert_eq!(input("claude-opus-4-1-20250805"), Some(15.0));
         assert_eq!(input("claude-sonnet-4-5-20250929"), Some(3.0));
         assert_eq!(input("gpt-5-mini"), Some(0.25), "its own, not gpt-5's");
         assert_eq!(input("gpt-5-codex"), Some(1.25));
+        assert_eq!(input("gpt-5-pro"), None, "another model, whatever its name begins with");
+        assert_eq!(input("claude-opus-4-6"), None);
+        assert_eq!(input("claude-opus-4-5-2025"), None, "no date");
         assert_eq!(input("claude-opus-5-5"), None, "unknown: never priced as zero");
         assert_eq!(input("<synthetic>"), None);
         assert_eq!(input(""), None);
@@ -118,7 +126,8 @@ mod tests {
         let price = Price { input: 2.0, output: 4.0, cache_write: 3.0, cache_read: 0.5 };
         let file = BTreeMap::from([("claude-opus-5".into(), Some(price)), ("gpt-5".into(), None)]);
         let prices = Prices::with(file).unwrap();
-        assert_eq!(prices.of("claude-opus-5-5"), Some(&price));
+        assert_eq!(prices.of("claude-opus-5"), Some(&price));
+        assert_eq!(prices.of("claude-opus-5-20261101"), Some(&price));
         assert_eq!(prices.of("gpt-5"), None, "taken away");
         assert_eq!(prices.of("gpt-5-mini").map(|p| p.input), Some(0.25), "the others stay");
         let tokens = Tokens { input: 1_000_000, output: 500_000, cache_write: 0, cache_read: 2_000_000 };

@@ -39,7 +39,9 @@ impl Decision<'_, '_> {
     pub(super) fn pause_when_quiet(&mut self, why: &str) {
         let input = self.input;
         if self.prompts().iter().any(|p| p.phase == PromptPhase::Delivering) || !self.ops.is_empty() {
-            return; // the prompts' own requeues and hooks bring it back
+            // The prompts' own requeues and hooks bring it back; a paste recorded now, this.
+            self.requeue(Duration::from_secs(1));
+            return;
         }
         let between_turns = match input.evidence.turn.as_ref().map(super::hooks::activity) {
             Some((ActivityReason::Working | ActivityReason::WaitingForInput, _)) => false,

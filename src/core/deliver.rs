@@ -221,8 +221,11 @@ impl<'a, 'i> Decision<'a, 'i> {
         let busy = input.evidence.turn.as_ref().is_some_and(|t| {
             matches!(super::hooks::activity(t).0, ActivityReason::Working | ActivityReason::WaitingForInput)
         });
-        // Over its budget, nothing new is sent; what was sent is still confirmed.
-        let mut blocked = self.paused.is_some();
+        // Over its budget, nothing new is sent; what was sent is still confirmed (a paste not yet recorded too). Nor
+        // while a budget is set and the count has yet to catch up with the record (read again within a second).
+        let catching_up = input.object.spec.budget.is_some() && input.evidence.usage.as_ref().is_some_and(|r| r.more);
+        let held = self.paused.is_some() || catching_up;
+        let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
                 PromptPhase::Delivering if proof == Proof::Settle => {
@@ -299,6 +302,7 @@ impl<'a, 'i> Decision<'a, 'i> {
                     self.requeue(DELIVERY_RECHECK);
                     blocked |= one_unconfirmed;
                 }
+                _ if held => {}
                 _ if one_at_a_time && busy => {
                     // Its turn's end (a hook) wakes the session; no deadline: a turn takes as long as it takes (the
                     // Activity condition says it works, or waits for a person).
@@ -367,9 +371,10 @@ impl<'a, 'i> Decision<'a, 'i> {
                 }
             }
         }
+        // An archived session's quiet stop is the archive's, over budget or not.
         match self.paused.clone() {
-            Some(why) => self.pause_when_quiet(&why),
-            None => self.idle_check(settings),
+            Some(why) if !settings.archived => self.pause_when_quiet(&why),
+            _ => self.idle_check(settings),
         }
     }
 

@@ -49,14 +49,17 @@ impl<'a, 'i> Decision<'a, 'i> {
         waiting.retain(|p| {
             !(p.phase == PromptPhase::Delivering && input.evidence.confirmed.iter().any(|k| k == p.key.as_str()))
         });
-        if let Some(why) = self.paused.clone() {
-            self.paused(&why);
-            return;
-        }
         let reopened = self.status.phase == Some(Phase::Archived) && !input.object.spec.archived;
         // Stopped on purpose (idle, archived, paused), not exited: restartPolicy Never does not keep a prompt from
         // waking it.
         let stopped = matches!(self.status.phase, Some(Phase::Idle | Phase::Archived | Phase::Paused));
+        // Idle or archived with nothing waiting stays so, over budget or not; anything that would start it waits
+        // while over budget.
+        let quiet = self.status.phase == Some(Phase::Idle) || input.object.spec.archived;
+        if let Some(why) = self.paused.clone().filter(|_| !(quiet && waiting.is_empty())) {
+            self.paused(&why);
+            return;
+        }
         if self.stays_idle(waiting.len(), settings) {
             return;
         }

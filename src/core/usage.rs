@@ -5,7 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{ConversationUsage, ModelUsage, Tokens, Usage, WorkSessionStatus};
+use crate::api::{ConversationUsage, CountedConversation, ModelUsage, Tokens, Usage, WorkSessionStatus};
 use crate::config::Prices;
 use crate::harness::usage::Tally;
 
@@ -16,11 +16,16 @@ pub const OTHER_MODELS: &str = "other";
 /// How soon a record longer than one read is read on.
 pub const READ_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The conversations left whose count is kept beside the current one's.
+pub const EARLIER_KEPT: usize = 10;
+
 /// What the agent read of a conversation's record.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct UsageRead {
     /// The conversation.
     pub conversation: String,
+    /// Where the status the read was made from said the count stood ([`count_stands`]).
+    pub stood: u64,
     /// Where the read started: the conversation's `readOffset`, or 0 when its record is new (or shorter than that).
     pub from: u64,
     /// Where it ended (after the last whole line).
@@ -36,22 +41,46 @@ pub fn count_stands<'s>(
     status: &'s WorkSessionStatus,
     conversation: &str,
 ) -> (u64, Option<&'s crate::api::CountedReply>) {
-    match status.usage.as_ref().and_then(|u| u.conversation.as_ref()) {
+    let Some(usage) = status.usage.as_ref() else { return (0, None) };
+    match &usage.conversation {
         Some(c) if c.harness_session_id == conversation => (c.read_offset, c.last_reply.as_ref()),
-        _ => (0, None),
+        _ => {
+            let earlier = usage.earlier.iter().find(|e| e.harness_session_id == conversation);
+            (earlier.map_or(0, |e| e.read_offset), None)
+        }
     }
 }
 
 /// Adds `read` to `status.usage`, and prices it all again by `prices`.
 pub fn count(status: &mut WorkSessionStatus, read: &UsageRead, prices: &Prices) {
+    // Read from where this status says the count stands (or from the start of a record that was rewritten shorter);
+    // a read made from another status's count is not added.
     let (offset, _) = count_stands(status, &read.conversation);
-    if read.from != offset && read.from != 0 {
+    if read.stood != offset || (read.from != offset && read.from != 0) {
         return;
     }
     let usage = status.usage.get_or_insert_with(Usage::default);
     let conversation = match usage.conversation.take() {
-        Some(c) if c.harness_session_id == read.conversation && read.from == c.read_offset => c,
-        _ => ConversationUsage { harness_session_id: read.conversation.clone(), ..Default::default() },
+        Some(c) if c.harness_session_id == read.conversation => c,
+        left => {
+            // Another conversation now: where the one left stands is kept, so a return to it reads on from there.
+            if let Some(c) = left {
+                usage.earlier.retain(|e| e.harness_session_id != c.harness_session_id);
+                usage.earlier.insert(
+                    0,
+                    CountedConversation { harness_session_id: c.harness_session_id, read_offset: c.read_offset },
+                );
+            }
+            usage.earlier.retain(|e| e.harness_session_id != read.conversation);
+            usage.earlier.truncate(EARLIER_KEPT);
+            ConversationUsage { harness_session_id: read.conversation.clone(), ..Default::default() }
+        }
+    };
+    let conversation = if read.from == 0 && offset > 0 {
+        // Its record was rewritten: its share starts again.
+        ConversationUsage { harness_session_id: read.conversation.clone(), ..Default::default() }
+    } else {
+        conversation
     };
     let tally = &read.tally;
     let mut tokens = conversation.tokens;
@@ -86,7 +115,8 @@ pub fn count(status: &mut WorkSessionStatus, read: &UsageRead, prices: &Prices) 
 
 /// Sets the total and the estimated cost from the models' tokens; a cost only when every model that spent has a price.
 pub fn price(usage: &mut Usage, prices: &Prices) {
-    usage.tokens = usage.models.iter().map(|m| m.tokens.total()).fold(0, u64::saturating_add);
+    usage.tokens =
+        usage.models.iter().map(|m| m.tokens.total()).fold(0, u64::saturating_add).min(crate::api::MAX_COUNT);
     let spent = usage.models.iter().filter(|m| m.tokens != Tokens::default());
     let (mut cost, mut unpriced) = (0.0, Vec::new());
     for m in spent {

@@ -182,6 +182,11 @@ impl Decision<'_, '_> {
             }
             self.return_prompt(&p, "its resume failed; it goes to the fresh conversation");
         }
+        // Over its budget (the resumed harness spent before it died): nothing starts until the budget is raised.
+        if let Some(over) = self.paused.clone() {
+            self.paused(&over);
+            return;
+        }
         self.respawn_fresh(profile, settings, boot, Fresh { reason: why, message, reported: true });
     }
 

@@ -52,6 +52,25 @@ pub struct UsageRecord {
     pub path: Option<String>,
 }
 
+/// The most tokens of one kind a single reply is taken to have spent (a record stating more is cut to it).
+pub const MAX_REPLY_TOKENS: u64 = 100_000_000;
+/// The longest model name or reply id kept.
+pub const MAX_NAME: usize = 128;
+
+/// Whether `name` has a model's shape: 1 to [`MAX_NAME`] printable characters.
+fn is_model_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_NAME && !name.chars().any(char::is_control)
+}
+
+/// `id`, at most [`MAX_NAME`] bytes of it.
+fn bounded(id: &str) -> String {
+    let mut end = id.len().min(MAX_NAME);
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    id[..end].to_string()
+}
+
 /// The model a call is counted under when the record does not say.
 pub const UNKNOWN_MODEL: &str = "unknown";
 
@@ -89,6 +108,16 @@ impl Tally {
     }
 
     fn add(&mut self, model: &str, tokens: Tokens, reply: bool) {
+        // What a harness wrote is bounded before it reaches a status: a name of a model's shape, the models kept
+        // apart as many as the status keeps, each reply's count within what a model can take.
+        let model = if is_model_name(model) { model } else { UNKNOWN_MODEL };
+        let known = self.models.iter().position(|(m, ..)| m == model);
+        let model = if known.is_none() && self.models.len() >= crate::core::MAX_MODELS {
+            crate::core::OTHER_MODELS
+        } else {
+            model
+        };
+        let tokens = tokens.at_most(MAX_REPLY_TOKENS);
         let at = match self.models.iter().position(|(m, ..)| m == model) {
             Some(at) => at,
             None => {
@@ -109,7 +138,7 @@ impl Tally {
     /// A reply `id` stating `tokens`: counted once, and what a later line of the same reply states beyond that.
     fn reply(&mut self, id: &str, model: &str, tokens: Tokens) {
         match &mut self.last_reply {
-            Some(last) if last.id == id && last.model == model => {
+            Some(last) if last.id == bounded(id) && last.model == model => {
                 let grown = tokens.minus(last.tokens);
                 last.tokens = Tokens {
                     input: last.tokens.input.max(tokens.input),
@@ -120,7 +149,8 @@ impl Tally {
                 self.add(model, grown, false);
             }
             _ => {
-                self.last_reply = Some(CountedReply { id: id.into(), model: model.into(), tokens, ended_turn: false });
+                let (id, model) = (bounded(id), if is_model_name(model) { model } else { UNKNOWN_MODEL });
+                self.last_reply = Some(CountedReply { id, model: model.into(), tokens, ended_turn: false });
                 self.add(model, tokens, true);
             }
         }
@@ -300,6 +330,37 @@ mod tests {
         let t = tally(UsageFormat::Copilot, None, &lines);
         assert_eq!(t.models, [("claude-haiku-4-5".to_string(), tokens(200, 40, 60, 1800), 2)]);
         assert_eq!((t.turns, t.last_turn_end), (1, Some("2026-12-05T03:31:31.753Z".parse().unwrap())));
+    }
+
+    #[test]
+    fn what_a_record_says_is_bounded_before_it_reaches_a_status() {
+        let line = |id: &str, model: &str, n: u64| {
+            let usage = serde_json::json!({"input_tokens": n, "output_tokens": n, "cache_read_input_tokens": u64::MAX});
+            let message = serde_json::json!({"id": id, "model": model, "usage": usage, "stop_reason": "end_turn"});
+            serde_json::json!({"type": "assistant", "message": message}).to_string()
+        };
+        let huge = u64::MAX;
+        let long_name = "m".repeat(MAX_NAME + 1);
+        let lines =
+            [line("a", "ok-model", huge), line(&"i".repeat(10_000), &long_name, 5), line("c", "bad\u{7}model", 5)];
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let t = tally(UsageFormat::Claude, None, &lines);
+        let names: Vec<&str> = t.models.iter().map(|(m, ..)| m.as_str()).collect();
+        assert_eq!(names, ["ok-model", UNKNOWN_MODEL], "a name too long or unprintable is no model's");
+        assert_eq!(t.models[0].1, tokens(MAX_REPLY_TOKENS, MAX_REPLY_TOKENS, 0, MAX_REPLY_TOKENS));
+        assert!(t.last_reply.as_ref().is_some_and(|r| r.id.len() <= MAX_NAME));
+        // Sums stay exact integers for every JSON reader.
+        let big = tokens(crate::api::MAX_COUNT, 1, 0, 0).plus(tokens(5, 0, 0, 0));
+        assert_eq!((big.input, big.total()), (crate::api::MAX_COUNT, crate::api::MAX_COUNT));
+        // Models beyond what a status keeps apart count as one.
+        let many: Vec<String> = (0..100).map(|i| line(&format!("r{i}"), &format!("model-{i}"), 1)).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let t = tally(UsageFormat::Claude, None, &many);
+        assert_eq!(t.models.len(), crate::core::MAX_MODELS + 1);
+        assert_eq!(
+            t.models.last().map(|(m, _, replies)| (m.as_str(), *replies)),
+            Some((crate::core::OTHER_MODELS, 68))
+        );
     }
 
     #[test]

@@ -99,3 +99,44 @@ fn a_budget_that_is_no_budget_is_refused() {
     spec.budget = Some(BudgetSpec { tokens: Some(1), cost: Some("12.50".into()) });
     assert!(crate::api::validate_spec(&spec).is_ok());
 }
+
+#[test]
+fn an_idle_or_archived_session_with_nothing_waiting_stays_so_over_budget() {
+    for (phase, archived) in [(Phase::Idle, false), (Phase::Archived, true)] {
+        let mut case = spent_live(None);
+        (case.liveness, case.tmux, case.events) = (Liveness::Absent, None, vec![]);
+        (case.status.phase, case.spec.archived) = (Some(phase), archived);
+        let plan = case.decide();
+        assert_eq!(plan.status.phase, Some(phase), "{phase:?}");
+        assert!(!ops(&plan).contains(&"session.budget_reached".to_string()), "{:?}", ops(&plan));
+        // A prompt for it, or its work item reopening, waits for the budget instead.
+        case.events = vec![ev("e1", "please fix the bug")];
+        assert_eq!(case.decide().status.phase, Some(Phase::Paused), "{phase:?}");
+        (case.events, case.spec.archived) = (vec![], false);
+        if phase == Phase::Archived {
+            assert_eq!(case.decide().status.phase, Some(Phase::Paused), "reopened");
+        }
+    }
+}
+
+#[test]
+fn a_paste_an_agent_made_before_it_stopped_is_recorded_while_over_budget() {
+    let mut case = spent_live(hook("Stop"));
+    // The earlier agent pasted e1 and stopped before recording it: its tag is on the tmux session.
+    case.tmux = Some(SessionView { pasted: format!("{}/1/7", case.events[0].tag), ..ours() });
+    let plan = case.decide();
+    assert!(ops(&plan).contains(&"event e1 Delivering via Pasted".to_string()), "{:?}", ops(&plan));
+    assert!(!ops(&plan).iter().any(|op| op.starts_with("stop")), "not stopped before its word");
+}
+
+#[test]
+fn nothing_new_is_sent_while_the_count_catches_up_with_the_record() {
+    let mut case = spent_live(hook("Stop"));
+    case.spec.budget = Some(BudgetSpec { tokens: Some(1_000_000), cost: None });
+    let more = crate::core::UsageRead { conversation: OLD.into(), more: true, ..Default::default() };
+    case.usage = Some(more);
+    let plan = case.decide();
+    assert!(!ops(&plan).iter().any(|op| op.starts_with("paste")), "{:?}", ops(&plan));
+    case.usage = None;
+    assert!(ops(&case.decide()).iter().any(|op| op.starts_with("paste")), "caught up: sent");
+}

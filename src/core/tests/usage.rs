@@ -16,7 +16,7 @@ fn read(conversation: &str, (from, to): (u64, u64), model: &str, spent: Tokens) 
         Some(CountedReply { id: format!("msg-{to}"), model: model.into(), tokens: spent, ended_turn: true });
     let tally =
         Tally { models: vec![(model.into(), spent, 1)], turns: 1, last_turn_end: Some(t(to as i64)), last_reply };
-    UsageRead { conversation: conversation.into(), from, to, more: false, tally }
+    UsageRead { conversation: conversation.into(), stood: from, from, to, more: false, tally }
 }
 
 /// A live session running `OLD`, whose record was read as `usage` says.
@@ -74,10 +74,42 @@ fn a_record_shorter_than_the_count_is_read_again_from_its_start() {
     let mut case = running(None);
     case.usage = Some(read(OLD, (0, 400), "claude-sonnet-4-5", tokens(100, 20, 0, 0)));
     case.status = case.step().status;
-    case.usage = Some(read(OLD, (0, 100), "claude-sonnet-4-5", tokens(1, 1, 0, 0)));
+    case.usage = Some(UsageRead { stood: 400, ..read(OLD, (0, 100), "claude-sonnet-4-5", tokens(1, 1, 0, 0)) });
     let usage = case.step().status.usage.unwrap();
     assert_eq!(usage.models[0].tokens, tokens(101, 21, 0, 0));
-    assert_eq!(usage.conversation.unwrap().read_offset, 100);
+    let share = usage.conversation.unwrap();
+    assert_eq!((share.read_offset, share.tokens), (100, tokens(1, 1, 0, 0)), "its share starts again");
+}
+
+#[test]
+fn a_read_made_from_another_status_is_not_added() {
+    let mut case = running(None);
+    case.usage = Some(read(OLD, (0, 400), "m", tokens(100, 20, 0, 0)));
+    case.status = case.step().status;
+    // Read when the count stood at 0, and from 0: as if the record had been rewritten, but the status moved since.
+    case.usage = Some(read(OLD, (0, 400), "m", tokens(100, 20, 0, 0)));
+    assert_eq!(case.step().status.usage.unwrap().tokens, 120, "counted once");
+}
+
+#[test]
+fn a_return_to_an_earlier_conversation_reads_on_from_where_it_stood() {
+    let mut case = running(None);
+    case.usage = Some(read(OLD, (0, 400), "m", tokens(100, 0, 0, 0)));
+    case.status = case.step().status;
+    // The harness moved to NEW (a /clear), then back to OLD (its /resume).
+    case.status.harness_session_id = Some(NEW.into());
+    case.usage = Some(read(NEW, (0, 50), "m", tokens(10, 0, 0, 0)));
+    case.status = case.step().status;
+    assert_eq!(crate::core::count_stands(&case.status, OLD).0, 400, "where OLD stood is kept");
+    case.status.harness_session_id = Some(OLD.into());
+    case.usage = Some(read(OLD, (400, 450), "m", tokens(1, 0, 0, 0)));
+    let usage = case.step().status.usage.unwrap();
+    assert_eq!(usage.tokens, 111, "OLD's first 400 bytes were not counted again");
+    assert_eq!(usage.conversation.as_ref().map(|c| c.read_offset), Some(450));
+    assert_eq!(
+        usage.earlier.iter().map(|e| (e.harness_session_id.as_str(), e.read_offset)).collect::<Vec<_>>(),
+        [(NEW, 50)]
+    );
 }
 
 #[test]
