@@ -167,7 +167,8 @@ async fn growing(reads: bool) {
         let path = worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/g{i}", w.ns.name));
         hooks.push(std::fs::OpenOptions::new().append(true).create(true).open(path).unwrap());
     }
-    let stop = || format!("{}\n", json!({"hook": "Stop", "spawn": "", "at": k8s_openapi::jiff::Timestamp::now().to_string()}));
+    let stop =
+        || format!("{}\n", json!({"hook": "Stop", "spawn": "", "at": k8s_openapi::jiff::Timestamp::now().to_string()}));
     for file in &mut hooks {
         file.write_all(stop().as_bytes()).unwrap();
     }

@@ -486,8 +486,11 @@ async fn a_lost_conversation_is_handed_over_to_the_fresh_one() {
     assert_eq!(st.via, Some(Via::Fresh), "on the fresh conversation's command line");
     let fresh = st.harness_session_id.unwrap();
     assert_ne!(fresh, lost);
-    let ws = w.sessions().get("ho").await.unwrap();
-    assert_eq!(condition(&ws, "Resumed").map(|c| (c.0, c.1)), Some(("False".into(), "ConversationNotFound".into())));
+    // The event's status is written before the session's: the session's says so once written.
+    let not_found = |ws: &worksession::api::WorkSession| {
+        condition(ws, "Resumed").map(|c| (c.0, c.1)) == Some(("False".into(), "ConversationNotFound".into()))
+    };
+    let ws = w.await_session("ho", "Resumed=False ConversationNotFound", not_found).await;
     let handoff = ws.status.as_ref().unwrap().handoff.clone().expect("the handoff recorded");
     assert_eq!((handoff.from.as_str(), handoff.prompt.as_deref()), (lost.as_str(), Some("ho-2")));
 

@@ -68,10 +68,12 @@ impl Default for Prices {
 impl Prices {
     /// `model`'s price, if the table has one.
     pub fn of(&self, model: &str) -> Option<&Price> {
-        self.0.get(model).or_else(|| {
-            let (name, date) = model.rsplit_once('-')?;
-            (date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit())).then(|| self.0.get(name)).flatten()
-        })
+        // The names the harnesses write for one model: `claude-sonnet-4.5` (Copilot CLI), `...@20250929` (Vertex),
+        // `...-20250929` and `...-2025-08-07` (dated versions).
+        let dotless = model.replace('.', "-");
+        let name = dotless.split_once('@').map_or(dotless.as_str(), |(name, _)| name);
+        let undated = undated(name).unwrap_or(name);
+        self.0.get(model).or_else(|| self.0.get(name)).or_else(|| self.0.get(undated))
     }
 
     /// The built-ins with `file`'s entries over them; the error names the entry.
@@ -99,6 +101,18 @@ impl Prices {
     }
 }
 
+/// `name` without a trailing date, `-YYYYMMDD` or `-YYYY-MM-DD`, if it has one.
+fn undated(name: &str) -> Option<&str> {
+    let shape = |date: &[u8], dashes: &[usize]| {
+        date.iter().enumerate().all(|(i, b)| if dashes.contains(&i) { *b == b'-' } else { b.is_ascii_digit() })
+    };
+    let bytes = name.as_bytes();
+    [(9, &[0][..]), (11, &[0, 5, 8][..])].into_iter().find_map(|(len, dashes)| {
+        let at = bytes.len().checked_sub(len)?;
+        shape(&bytes[at..], dashes).then(|| &name[..at])
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +130,12 @@ mod tests {
         assert_eq!(input("gpt-5-pro"), None, "another model, whatever its name begins with");
         assert_eq!(input("claude-opus-4-6"), None);
         assert_eq!(input("claude-opus-4-5-2025"), None, "no date");
+        assert_eq!(input("claude-sonnet-4.5"), Some(3.0), "Copilot CLI's name");
+        assert_eq!(input("claude-sonnet-4-5@20250929"), Some(3.0), "Vertex's");
+        assert_eq!(input("gpt-5-2025-08-07"), Some(1.25));
+        assert_eq!(input("gpt-5-pro-2025-10-06"), None);
+        assert_eq!(input("é-2025-08-07"), None, "any name is looked up, none panics");
+        assert_eq!(input("ééééééééééé"), None);
         assert_eq!(input("claude-opus-5-5"), None, "unknown: never priced as zero");
         assert_eq!(input("<synthetic>"), None);
         assert_eq!(input(""), None);

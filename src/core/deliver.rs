@@ -371,9 +371,9 @@ impl<'a, 'i> Decision<'a, 'i> {
                 }
             }
         }
-        // An archived session's quiet stop is the archive's, over budget or not.
+        // An archived session's quiet stop with nothing owed is the archive's, over budget or not.
         match self.paused.clone() {
-            Some(why) if !settings.archived => self.pause_when_quiet(&why),
+            Some(why) if !settings.archived || !self.prompts().is_empty() => self.pause_when_quiet(&why),
             _ => self.idle_check(settings),
         }
     }

@@ -384,8 +384,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         if !input.observed.server && !input.context.config.tmux.start_server {
             // tmux runs in a container of its own: never start a server here; wait for it to come back.
             self.return_unconfirmed("the tmux server is gone; it will be sent again");
-            // An idle session stays idle: it was stopped on purpose, and only a prompt wakes it.
-            if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived)) {
+            // An idle (or paused) session stays so: it was stopped on purpose, and only a prompt (a raise) wakes it.
+            if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived | Phase::Paused)) {
                 self.status.phase = Some(Phase::Pending);
             }
             self.ready(

@@ -56,7 +56,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         // Idle or archived with nothing waiting stays so, over budget or not; anything that would start it waits
         // while over budget.
         let quiet = self.status.phase == Some(Phase::Idle) || input.object.spec.archived;
-        if let Some(why) = self.paused.clone().filter(|_| !(quiet && waiting.is_empty())) {
+        // One that failed for good (restartPolicy Never after an exit) stays failed: a raise must not bring it back.
+        let never = input.object.spec.restart_policy == RestartPolicy::Never && !first_start && !stopped;
+        let failed = never || self.status.phase == Some(Phase::Failed);
+        if let Some(why) = self.paused.clone().filter(|_| !(quiet && waiting.is_empty()) && !failed) {
             self.paused(&why);
             return;
         }

@@ -77,7 +77,7 @@ impl Decision<'_, '_> {
         }
         let workdir = &self.input.object.spec.workdir;
         // A stopped session stays so until the spawn goes ahead: it is what a prompt or a reopening wakes.
-        if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived)) {
+        if !matches!(self.status.phase, Some(Phase::Idle | Phase::Archived | Phase::Paused)) {
             self.status.phase = Some(Phase::Pending);
         }
         let message = format!(

@@ -11,7 +11,6 @@
 
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::api::{CountedReply, Tokens};
 
@@ -99,11 +98,10 @@ impl Tally {
         if !format.markers().iter().any(|m| line.contains(m)) {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(line) else { return };
         match format {
-            UsageFormat::Claude => self.claude(&v),
-            UsageFormat::Codex => self.codex(&v),
-            UsageFormat::Copilot => self.copilot(&v),
+            UsageFormat::Claude => self.claude(line),
+            UsageFormat::Codex => self.codex(line),
+            UsageFormat::Copilot => self.copilot(line),
         }
     }
 
@@ -137,6 +135,7 @@ impl Tally {
 
     /// A reply `id` stating `tokens`: counted once, and what a later line of the same reply states beyond that.
     fn reply(&mut self, id: &str, model: &str, tokens: Tokens) {
+        let model = if is_model_name(model) { model } else { UNKNOWN_MODEL };
         match &mut self.last_reply {
             Some(last) if last.id == bounded(id) && last.model == model => {
                 let grown = tokens.minus(last.tokens);
@@ -149,7 +148,7 @@ impl Tally {
                 self.add(model, grown, false);
             }
             _ => {
-                let (id, model) = (bounded(id), if is_model_name(model) { model } else { UNKNOWN_MODEL });
+                let id = bounded(id);
                 self.last_reply = Some(CountedReply { id, model: model.into(), tokens, ended_turn: false });
                 self.add(model, tokens, true);
             }
@@ -159,52 +158,50 @@ impl Tally {
     /// Claude Code: `{"type":"assistant","message":{"id","model","usage":{...},"stop_reason"},"timestamp"}`; a
     /// reply that stops for any reason but a tool call ends the turn. Its own error lines (model `<synthetic>`)
     /// spent nothing.
-    fn claude(&mut self, v: &Value) {
-        let message = &v["message"];
-        let (Some(id), Some(model)) = (message["id"].as_str(), message["model"].as_str()) else { return };
-        if v["type"] != "assistant" || model == "<synthetic>" {
+    fn claude(&mut self, line: &str) {
+        let Ok(v) = serde_json::from_str::<ClaudeLine>(line) else { return };
+        let Some(message) = v.message.filter(|_| v.kind.as_deref() == Some("assistant")) else { return };
+        let (Some(id), Some(model)) = (message.id, message.model) else { return };
+        if model == "<synthetic>" {
             return;
         }
-        let usage = &message["usage"];
-        let n = |key: &str| usage[key].as_u64().unwrap_or(0);
+        let u = message.usage.unwrap_or_default();
+        let n = |count: Option<u64>| count.unwrap_or(0);
         let tokens = Tokens {
-            input: n("input_tokens"),
-            output: n("output_tokens"),
-            cache_write: n("cache_creation_input_tokens"),
-            cache_read: n("cache_read_input_tokens"),
+            input: n(u.input_tokens),
+            output: n(u.output_tokens),
+            cache_write: n(u.cache_creation_input_tokens),
+            cache_read: n(u.cache_read_input_tokens),
         };
-        self.reply(id, model, tokens);
-        let ends = message["stop_reason"].as_str().is_some_and(|r| r != "tool_use");
+        self.reply(&id, &model, tokens);
+        let ends = message.stop_reason.is_some_and(|r| r != "tool_use");
         if let Some(last) = self.last_reply.as_mut().filter(|last| ends && !last.ended_turn) {
             last.ended_turn = true;
-            self.turn_ended(timestamp(&v["timestamp"]));
+            self.turn_ended(timestamp(v.timestamp.as_deref()));
         }
     }
 
     /// Codex: `turn_context` lines name the model; a `token_usage_record` line states one model call's `usage`
     /// (its input counting the cached and the cache written), and a `task_complete` event ends a turn.
-    fn codex(&mut self, v: &Value) {
-        let payload = &v["payload"];
-        match (v["type"].as_str(), payload["type"].as_str()) {
+    fn codex(&mut self, line: &str) {
+        let Ok(v) = serde_json::from_str::<CodexLine>(line) else { return };
+        let payload = v.payload.unwrap_or_default();
+        match (v.kind.as_deref(), payload.kind.as_deref()) {
             (Some("turn_context"), _) => {
-                if let Some(model) = payload["model"].as_str() {
+                if let Some(model) = payload.model {
                     // Where the model is kept between reads: a reply of no id, which nothing restates.
-                    let id = String::new();
+                    let model = if is_model_name(&model) { model } else { UNKNOWN_MODEL.into() };
                     let tokens = Tokens::default();
-                    self.last_reply = Some(CountedReply { id, model: model.into(), tokens, ended_turn: false });
+                    self.last_reply = Some(CountedReply { id: String::new(), model, tokens, ended_turn: false });
                 }
             }
             (Some("token_usage_record"), _) => {
-                let usage = &payload["usage"];
-                if !usage.is_object() {
-                    return;
-                }
-                let keys = ["input_tokens", "output_tokens", "cache_write_input_tokens", "cached_input_tokens"];
-                let tokens = lumped(usage, keys);
+                let Some(u) = payload.usage else { return };
+                let tokens = lumped(u.input_tokens, u.output_tokens, u.cache_write_input_tokens, u.cached_input_tokens);
                 let model = self.last_reply.as_ref().map(|r| r.model.clone()).filter(|m| !m.is_empty());
                 self.add(model.as_deref().unwrap_or(UNKNOWN_MODEL), tokens, true);
             }
-            (Some("event_msg"), Some("task_complete")) => self.turn_ended(timestamp(&v["timestamp"])),
+            (Some("event_msg"), Some("task_complete")) => self.turn_ended(timestamp(v.timestamp.as_deref())),
             _ => {}
         }
     }
@@ -212,34 +209,110 @@ impl Tally {
     /// Copilot CLI: a `session.usage_record` event states one model call's `data.usage` (`model`, `inputTokens`
     /// counting both cache kinds, `outputTokens`, `cacheReadTokens`, `cacheWriteTokens`); an `assistant.message`
     /// that asks for no tool ends the turn (its `assistant.turn_end` closes each model call, tool calls included).
-    fn copilot(&mut self, v: &Value) {
-        let data = &v["data"];
-        match v["type"].as_str() {
+    fn copilot(&mut self, line: &str) {
+        let Ok(v) = serde_json::from_str::<CopilotLine>(line) else { return };
+        let data = v.data.unwrap_or_default();
+        match v.kind.as_deref() {
             Some("session.usage_record") => {
-                let usage = &data["usage"];
-                let Some(model) = usage["model"].as_str() else { return };
-                let tokens = lumped(usage, ["inputTokens", "outputTokens", "cacheWriteTokens", "cacheReadTokens"]);
-                self.add(model, tokens, true);
+                let Some(u) = data.usage else { return };
+                let Some(model) = u.model else { return };
+                let tokens = lumped(u.input_tokens, u.output_tokens, u.cache_write_tokens, u.cache_read_tokens);
+                self.add(&model, tokens, true);
             }
-            Some("assistant.message") if data["toolRequests"].as_array().is_none_or(Vec::is_empty) => {
-                self.turn_ended(timestamp(&v["timestamp"]));
+            Some("assistant.message") if data.tool_requests.is_none_or(|r| r.is_empty()) => {
+                self.turn_ended(timestamp(v.timestamp.as_deref()));
             }
             _ => {}
         }
     }
 }
 
-/// Tokens from a usage object whose input counts both cache kinds: the keys of its input, output, cache write and
-/// cache read.
-fn lumped(usage: &Value, [input, output, write, read]: [&str; 4]) -> Tokens {
-    let n = |key: &str| usage[key].as_u64().unwrap_or(0);
-    let (cache_write, cache_read) = (n(write), n(read));
-    let input = n(input).saturating_sub(cache_read).saturating_sub(cache_write);
-    Tokens { input, output: n(output), cache_write, cache_read }
+// The lines as read: only the fields counted, everything else passed over unbuilt (`IgnoredAny`), so a hostile line
+// of any shape costs its parse, never memory in proportion to what it nests.
+
+#[derive(Deserialize)]
+struct ClaudeLine {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    message: Option<ClaudeMessage>,
+    timestamp: Option<String>,
 }
 
-fn timestamp(v: &Value) -> Option<Timestamp> {
-    v.as_str()?.parse().ok()
+#[derive(Deserialize)]
+struct ClaudeMessage {
+    id: Option<String>,
+    model: Option<String>,
+    usage: Option<ClaudeUsage>,
+    stop_reason: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+struct ClaudeUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CodexLine {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    payload: Option<CodexPayload>,
+    timestamp: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+struct CodexPayload {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    model: Option<String>,
+    usage: Option<CodexUsage>,
+}
+
+#[derive(Deserialize)]
+struct CodexUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_write_input_tokens: Option<u64>,
+    cached_input_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CopilotLine {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    data: Option<CopilotData>,
+    timestamp: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CopilotData {
+    usage: Option<CopilotUsage>,
+    /// Counted, never built: what each request holds is passed over.
+    tool_requests: Option<Vec<serde::de::IgnoredAny>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CopilotUsage {
+    model: Option<String>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_write_tokens: Option<u64>,
+    cache_read_tokens: Option<u64>,
+}
+
+/// Tokens from a usage whose input counts both cache kinds.
+fn lumped(input: Option<u64>, output: Option<u64>, cache_write: Option<u64>, cache_read: Option<u64>) -> Tokens {
+    let (cache_write, cache_read) = (cache_write.unwrap_or(0), cache_read.unwrap_or(0));
+    let input = input.unwrap_or(0).saturating_sub(cache_read).saturating_sub(cache_write);
+    Tokens { input, output: output.unwrap_or(0), cache_write, cache_read }
+}
+
+fn timestamp(at: Option<&str>) -> Option<Timestamp> {
+    at?.parse().ok()
 }
 
 #[cfg(test)]
@@ -352,6 +425,19 @@ mod tests {
         // Sums stay exact integers for every JSON reader.
         let big = tokens(crate::api::MAX_COUNT, 1, 0, 0).plus(tokens(5, 0, 0, 0));
         assert_eq!((big.input, big.total()), (crate::api::MAX_COUNT, crate::api::MAX_COUNT));
+        // Codex names its model apart from its calls: bounded the same way.
+        let context = format!(r#"{{"type":"turn_context","payload":{{"model":"{long_name}"}}}}"#);
+        let call = r#"{"type":"token_usage_record","payload":{"usage":{"input_tokens":5}}}"#;
+        let t = tally(UsageFormat::Codex, None, &[&context, call]);
+        assert_eq!(t.last_reply.map(|r| r.model), Some(UNKNOWN_MODEL.to_string()));
+        assert_eq!(t.models[0].0, UNKNOWN_MODEL);
+        // A line that nests what it likes beside the fields read is passed over field by field, never built: it
+        // counts what its fields say.
+        let wide = format!(
+            r#"{{"type":"assistant","x":[{}],"message":{{"id":"w","model":"m","usage":{{"input_tokens":1}}}}}}"#,
+            vec![r#"{"":0}"#; 100_000].join(",")
+        );
+        assert_eq!(tally(UsageFormat::Claude, None, &[&wide]).models, [("m".to_string(), tokens(1, 0, 0, 0), 1)]);
         // Models beyond what a status keeps apart count as one.
         let many: Vec<String> = (0..100).map(|i| line(&format!("r{i}"), &format!("model-{i}"), 1)).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();

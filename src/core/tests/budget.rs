@@ -140,3 +140,24 @@ fn nothing_new_is_sent_while_the_count_catches_up_with_the_record() {
     case.usage = None;
     assert!(ops(&case.decide()).iter().any(|op| op.starts_with("paste")), "caught up: sent");
 }
+
+#[test]
+fn an_archived_session_over_budget_with_a_prompt_waiting_is_paused_after_its_turn() {
+    let mut case = spent_live(hook("Stop"));
+    case.spec.archived = true;
+    let plan = case.decide();
+    assert_eq!(plan.status.phase, Some(Phase::Paused), "{:?}", ops(&plan));
+    assert!(ops(&plan)[0].starts_with("stop"));
+}
+
+#[test]
+fn a_harness_that_exited_under_restart_policy_never_stays_failed_over_budget() {
+    let mut case = spent_live(None);
+    (case.liveness, case.tmux) = (Liveness::Dead, Some(SessionView { alive: false, ..ours() }));
+    case.spec.restart_policy = RestartPolicy::Never;
+    let plan = case.step();
+    assert_eq!(plan.status.phase, Some(Phase::Failed), "{:?}", ops(&plan));
+    // A raise does not bring it back.
+    case.spec.budget = None;
+    assert!(!ops(&case.decide()).iter().any(|op| op.starts_with("spawn")));
+}
