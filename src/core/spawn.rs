@@ -59,7 +59,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         // One that failed for good (restartPolicy Never after an exit) stays failed: a raise must not bring it back.
         let never = input.object.spec.restart_policy == RestartPolicy::Never && !first_start && !stopped;
         let failed = never || self.status.phase == Some(Phase::Failed);
-        if let Some(why) = self.paused.clone().filter(|_| !(quiet && waiting.is_empty()) && !failed) {
+        let stays = failed || (quiet && waiting.is_empty());
+        if let Some(why) = self.paused.clone().filter(|_| !stays) {
             self.paused(&why);
             return;
         }
