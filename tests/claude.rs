@@ -540,8 +540,9 @@ async fn a_handoff_too_long_for_the_command_line_is_pasted_whole() {
 
 /// An API error the CLI does not retry by itself (a 429 whose limit resets later, `x-should-retry: false`): the real
 /// CLI took the prompt (`Delivered`), asked the model once, and records the error in its transcript as an assistant
-/// line of model `<synthetic>`; its turn does not end with `Stop`. The next prompt, once the limit is gone, is taken
-/// and answered in the same conversation.
+/// line of model `<synthetic>`; its turn does not end with `Stop`, and the session says `Activity=False UsageLimited`
+/// from that line. The next prompt, once the limit is gone, is taken and answered in the same conversation, and the
+/// limit is behind.
 #[tokio::test]
 async fn a_rate_limited_turn_is_recorded_as_an_api_error_and_the_next_prompt_goes_on() {
     let model = Model::start();
@@ -561,12 +562,20 @@ async fn a_rate_limited_turn_is_recorded_as_an_api_error_and_the_next_prompt_goe
     let hooks =
         std::fs::read_to_string(worksession::node::hook::file_of(&w.tmux.state(), &format!("{}/rl", w.ns.name)));
     assert!(!hooks.unwrap_or_default().contains("\"Stop\""), "no Stop after an API error");
+    // What the record says of it: the session is no longer taken to be working.
+    let ws = w.await_session("rl", "Activity UsageLimited", |ws| activity_is(ws, "UsageLimited")).await;
+    let limit = ws.status.and_then(|s| s.usage).and_then(|u| u.limit).expect("status.usage.limit");
+    assert_eq!(limit.message, "the model's API refused the turn: HTTP 429 rate_limit_error");
 
     model.on("after the limit", Reply::text("Back at work."));
     w.send("rl", "rl-1", "after the limit: go on").await;
     let st = w.await_event("rl-1", PromptPhase::Delivered).await.status.unwrap();
     assert_eq!(st.harness_session_id.as_deref(), Some(id.as_str()));
     await_in_transcript(&w, &id, "Back at work.").await;
+    let behind = |ws: &worksession::api::WorkSession| {
+        activity_is(ws, "Idle") && ws.status.as_ref().and_then(|s| s.usage.as_ref()).is_some_and(|u| u.limit.is_none())
+    };
+    w.await_session("rl", "the limit behind, the turn over", behind).await;
 }
 
 /// The pull request loop with the real CLI: a member's comment on the issue starts the work item's conversation (a

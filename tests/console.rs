@@ -123,7 +123,7 @@ async fn in_local_mode_a_person_sees_the_list_a_live_phase_change_and_the_screen
         ),
     );
     await_cell(&b, "default/hostile", 2, "Running").await;
-    assert_eq!(cell(&b, "default/fix-parser", 9).await, json!(""), "a first start is no failure");
+    assert_eq!(cell(&b, "default/fix-parser", 10).await, json!(""), "a first start is no failure");
     let list = b.screenshot().await;
     assert!(png(&list));
     std::fs::write(shots().join("console-list.png"), &list).unwrap();

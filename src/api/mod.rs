@@ -18,7 +18,10 @@ pub use pull_request::{ChecksState, PullRequestState, PullRequestStatus};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 pub use shapes::*;
-pub use usage::{ConversationUsage, CountedConversation, CountedReply, MAX_COUNT, ModelUsage, Tokens, Usage};
+pub use usage::{
+    ConversationUsage, CountedConversation, CountedReply, MAX_COUNT, MAX_MODELS, ModelUsage, OTHER_MODELS, Tokens,
+    Usage, UsageLimit,
+};
 
 /// The API group.
 pub const GROUP: &str = "worksession.dev";
@@ -92,7 +95,7 @@ pub fn identity(obj: &impl kube::ResourceExt) -> String {
         name = "Activity",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Activity\")].reason",
-        description = "What the harness does, by its hooks: Working, WaitingForInput (for a person), Idle or TurnFailed."
+        description = "What the harness does, by its hooks: Working, WaitingForInput (for a person), Idle, TurnFailed or UsageLimited."
     ),
     printcolumn(name = "Resumed", type_ = "string", json_path = ".status.conditions[?(@.type==\"Resumed\")].status"),
     printcolumn(name = "Session id", type_ = "string", json_path = ".status.harnessSessionId"),

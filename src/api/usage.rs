@@ -6,6 +6,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Models kept apart in `status.usage.models`; the rest count as [`OTHER_MODELS`].
+pub const MAX_MODELS: usize = 32;
+/// The model the rest count as.
+pub const OTHER_MODELS: &str = "other";
+
 /// The largest count kept (2^53 - 1): what every JSON reader takes as an exact integer, and far beyond any spend.
 pub const MAX_COUNT: u64 = (1 << 53) - 1;
 
@@ -112,11 +117,27 @@ pub struct Usage {
     /// The current conversation's share, and how far its record was read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<ConversationUsage>,
+    /// The model's API refused the current conversation's last turn for a usage or rate limit (HTTP 429), as its
+    /// record says, and no reply came since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<UsageLimit>,
     /// How far the records of the conversations it ran before were read, newest first (at most ten): a return to one
     /// reads on from there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub earlier: Vec<CountedConversation>,
+}
+
+/// A usage or rate limit the record shows.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageLimit {
+    /// When, as the record says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+    /// What it said.
+    #[schemars(length(max = 300))]
+    pub message: String,
 }
 
 /// How far a conversation's record was read.

@@ -56,6 +56,9 @@ pub fn render(ws: &WorkSession) -> String {
         (Some(Phase::Running), Some("Working")) => "working".to_string(),
         (Some(Phase::Running), Some("Idle")) => "idle, waiting for the next prompt".to_string(),
         (Some(Phase::Idle), _) => "stopped while idle (the next prompt resumes it)".to_string(),
+        (Some(Phase::Paused), _) => {
+            "paused: its conversations reached their budget (prompts wait; a raised spec.budget resumes it)".to_string()
+        }
         (Some(phase), _) => phase.to_string().to_lowercase(),
         (None, _) => "not started yet".to_string(),
     };
@@ -298,6 +301,7 @@ mod tests {
         );
         assert!(render(&session(Phase::Archived, None)).contains("is archived"));
         assert!(render(&session(Phase::Idle, None)).contains("stopped while idle"));
+        assert!(render(&session(Phase::Paused, None)).contains("is paused: its conversations reached their budget"));
     }
 
     #[test]

@@ -175,6 +175,9 @@ words! {
         /// `False`: its last turn failed for good (`StopFailure`: opencode's `session.error`, after its own retries);
         /// the message has its words. It takes the next prompt.
         TurnFailed,
+        /// `False`: the model's API refused its turn for a usage or rate limit (HTTP 429), as its record says; it takes
+        /// the next prompt (the turn is not sent again by itself).
+        UsageLimited,
     }
 }
 

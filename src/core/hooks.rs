@@ -60,13 +60,20 @@ impl Decision<'_, '_> {
     /// wait for a person.
     pub(super) fn follow_the_activity(&mut self) {
         let Some(turn) = self.input.evidence.turn.as_ref() else { return };
-        let (reason, message) = activity(turn);
+        let (mut reason, mut message) = activity(turn);
+        // A turn its model's API refused for a limit sends no hook of its end (Claude Code): its record says so.
+        let limit = self.status.usage.as_ref().and_then(|u| u.limit.as_ref());
+        let after_the_turn = |l: &&crate::api::UsageLimit| l.time.as_ref().map(|t| t.0) >= turn.at;
+        if let Some(limit) = limit.filter(after_the_turn).filter(|_| reason == ActivityReason::Working) {
+            (reason, message) = (ActivityReason::UsageLimited, limit.message.clone());
+        }
         if !self.condition(reason, reason == ActivityReason::Working, message.clone()) {
             return; // said already
         }
         match reason {
             ActivityReason::WaitingForInput => self.notice(Notice::new(EventReason::WaitingForInput, message)),
             ActivityReason::TurnFailed => self.notice(Notice::new(EventReason::TurnFailed, message)),
+            ActivityReason::UsageLimited => self.notice(Notice::new(EventReason::UsageLimited, message)),
             ActivityReason::Working | ActivityReason::Idle => {}
         }
     }

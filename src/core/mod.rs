@@ -59,7 +59,7 @@ pub use push::{
 };
 pub use resume::{Fresh, ResumeReason, try_resume};
 pub use session::{Confine, KeysFrom, Liveness, SessionView, Spawn, TmuxSession, given, tmux_session};
-pub use usage::{MAX_MODELS, OTHER_MODELS, UsageRead, count_stands};
+pub use usage::{UsageRead, count_stands};
 pub use workspace::PREPARE_RECHECK;
 
 #[cfg(test)]

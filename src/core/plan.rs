@@ -542,6 +542,8 @@ crate::words::words! {
         EgressRefused,
         /// The session reached its budget: its harness stopped after its turn.
         BudgetReached,
+        /// The model's API refused the harness's turn for a usage or rate limit (429).
+        UsageLimited,
     }
 }
 
@@ -570,6 +572,7 @@ impl EventReason {
             EventReason::Archived => "session.archived",
             EventReason::EgressRefused => "egress.refused",
             EventReason::BudgetReached => "session.budget_reached",
+            EventReason::UsageLimited => "session.usage_limited",
         }
     }
 

@@ -5,14 +5,13 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{ConversationUsage, CountedConversation, ModelUsage, Tokens, Usage, WorkSessionStatus};
+use crate::api::{
+    ConversationUsage, CountedConversation, MAX_MODELS, ModelUsage, OTHER_MODELS, Tokens, Usage, UsageLimit,
+    WorkSessionStatus,
+};
 use crate::config::Prices;
-use crate::harness::usage::Tally;
+use crate::harness::usage::{Limit, Tally};
 
-/// Models kept apart in `status.usage.models`; the rest count as [`OTHER_MODELS`].
-pub const MAX_MODELS: usize = 32;
-/// The model the rest count as.
-pub const OTHER_MODELS: &str = "other";
 /// How soon a record longer than one read is read on.
 pub const READ_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -100,6 +99,13 @@ pub fn count(status: &mut WorkSessionStatus, read: &UsageRead, prices: &Prices) 
         }
     }
     usage.turns += tally.turns;
+    match &tally.limit {
+        Some(Limit::Reached { at, message }) => {
+            usage.limit = Some(UsageLimit { time: at.map(Time), message: message.clone() });
+        }
+        Some(Limit::Behind) => usage.limit = None,
+        None => {}
+    }
     if let Some(end) = tally.last_turn_end {
         usage.last_turn_time = Some(Time(usage.last_turn_time.as_ref().map_or(end, |t| t.0.max(end))));
     }

@@ -85,6 +85,18 @@ pub struct Tally {
     /// The last reply counted, which the record may state again with more tokens; the model later replies use
     /// (Codex names it once per turn).
     pub last_reply: Option<CountedReply>,
+    /// Whether the model's API refused a turn for a usage or rate limit (HTTP 429) after the last reply read, or a
+    /// reply came after such a refusal; `None`: neither was read.
+    pub limit: Option<Limit>,
+}
+
+/// What the record last said of a usage or rate limit.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Limit {
+    /// The API refused a turn (429), at this time, with these words.
+    Reached { at: Option<Timestamp>, message: String },
+    /// A reply came after: the limit is behind.
+    Behind,
 }
 
 impl Tally {
@@ -110,8 +122,8 @@ impl Tally {
         // apart as many as the status keeps, each reply's count within what a model can take.
         let model = if is_model_name(model) { model } else { UNKNOWN_MODEL };
         let known = self.models.iter().position(|(m, ..)| m == model);
-        let model = if known.is_none() && self.models.len() >= crate::core::MAX_MODELS {
-            crate::core::OTHER_MODELS
+        let model = if known.is_none() && self.models.len() >= crate::api::MAX_MODELS {
+            crate::api::OTHER_MODELS
         } else {
             model
         };
@@ -163,8 +175,15 @@ impl Tally {
         let Some(message) = v.message.filter(|_| v.kind.as_deref() == Some("assistant")) else { return };
         let (Some(id), Some(model)) = (message.id, message.model) else { return };
         if model == "<synthetic>" {
+            // Its own line for an API error: a 429 is a usage or rate limit (Claude Code 2.1.332 writes no reset time).
+            if v.is_api_error_message == Some(true) && v.api_error_status == Some(429) {
+                let kind = v.api_error_type.filter(|k| is_model_name(k)).unwrap_or_else(|| "rate_limit_error".into());
+                let message = format!("the model's API refused the turn: HTTP 429 {kind}");
+                self.limit = Some(Limit::Reached { at: timestamp(v.timestamp.as_deref()), message });
+            }
             return;
         }
+        self.limit = Some(Limit::Behind);
         let u = message.usage.unwrap_or_default();
         let n = |count: Option<u64>| count.unwrap_or(0);
         let tokens = Tokens {
@@ -231,11 +250,15 @@ impl Tally {
 // of any shape costs its parse, never memory in proportion to what it nests.
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ClaudeLine {
     #[serde(rename = "type")]
     kind: Option<String>,
     message: Option<ClaudeMessage>,
     timestamp: Option<String>,
+    is_api_error_message: Option<bool>,
+    api_error_status: Option<u16>,
+    api_error_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -363,9 +386,18 @@ mod tests {
     }
 
     #[test]
-    fn claude_codes_own_error_lines_spent_nothing() {
-        let error = r#"{"type":"assistant","message":{"id":"e1","model":"<synthetic>","role":"assistant","stop_reason":"stop_sequence","usage":{"input_tokens":0,"output_tokens":0},"content":[{"type":"text","text":"API Error: Request rejected (429)"}]},"isApiErrorMessage":true}"#;
-        assert_eq!(tally(UsageFormat::Claude, None, &[error]), Tally::default());
+    fn claude_codes_own_error_lines_spent_nothing_and_a_429_is_a_limit_until_a_reply() {
+        // As Claude Code 2.1.332 writes a 429 its API answered (fields it writes beside these left out).
+        let error = r#"{"type":"assistant","timestamp":"2026-12-05T04:39:55.910Z","message":{"id":"e1","model":"<synthetic>","role":"assistant","stop_reason":"stop_sequence","usage":{"input_tokens":0,"output_tokens":0},"content":[{"type":"text","text":"API Error: Request rejected (429) · This request would exceed your account's rate limit."}]},"error":"rate_limit","isApiErrorMessage":true,"apiErrorStatus":429,"apiErrorType":"rate_limit_error"}"#;
+        let t = tally(UsageFormat::Claude, None, &[error]);
+        assert_eq!((t.models.len(), t.turns), (0, 0), "spent nothing, ended no turn");
+        let at = Some("2026-12-05T04:39:55.910Z".parse().unwrap());
+        let message = "the model's API refused the turn: HTTP 429 rate_limit_error".to_string();
+        assert_eq!(t.limit, Some(Limit::Reached { at, message }));
+        let reply = claude("msg_3", 20, r#""end_turn""#, "2026-12-05T05:39:00.000Z");
+        assert_eq!(tally(UsageFormat::Claude, None, &[error, &reply]).limit, Some(Limit::Behind), "a reply after it");
+        let other = error.replace("429", "500");
+        assert_eq!(tally(UsageFormat::Claude, None, &[&other]).limit, None, "another error is no limit");
     }
 
     #[test]
@@ -442,11 +474,8 @@ mod tests {
         let many: Vec<String> = (0..100).map(|i| line(&format!("r{i}"), &format!("model-{i}"), 1)).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         let t = tally(UsageFormat::Claude, None, &many);
-        assert_eq!(t.models.len(), crate::core::MAX_MODELS + 1);
-        assert_eq!(
-            t.models.last().map(|(m, _, replies)| (m.as_str(), *replies)),
-            Some((crate::core::OTHER_MODELS, 68))
-        );
+        assert_eq!(t.models.len(), crate::api::MAX_MODELS + 1);
+        assert_eq!(t.models.last().map(|(m, _, replies)| (m.as_str(), *replies)), Some((crate::api::OTHER_MODELS, 68)));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and priced by the config's table.
 
 use super::*;
-use crate::api::{CountedReply, Tokens, Usage};
+use crate::api::{CountedReply, MAX_MODELS, OTHER_MODELS, Tokens, Usage};
 use crate::config::{Price, Prices};
 use crate::harness::usage::Tally;
 
@@ -14,8 +14,13 @@ fn tokens(input: u64, output: u64, cache_write: u64, cache_read: u64) -> Tokens 
 fn read(conversation: &str, (from, to): (u64, u64), model: &str, spent: Tokens) -> UsageRead {
     let last_reply =
         Some(CountedReply { id: format!("msg-{to}"), model: model.into(), tokens: spent, ended_turn: true });
-    let tally =
-        Tally { models: vec![(model.into(), spent, 1)], turns: 1, last_turn_end: Some(t(to as i64)), last_reply };
+    let tally = Tally {
+        models: vec![(model.into(), spent, 1)],
+        turns: 1,
+        last_turn_end: Some(t(to as i64)),
+        last_reply,
+        limit: None,
+    };
     UsageRead { conversation: conversation.into(), stood: from, from, to, more: false, tally }
 }
 
@@ -158,4 +163,25 @@ fn a_record_longer_than_one_read_is_read_on_soon() {
     case.usage = Some(UsageRead { more: true, ..read(OLD, (0, 400), "m", tokens(1, 1, 0, 0)) });
     let plan = case.step();
     assert!(plan.requeue_after.is_some_and(|d| d <= std::time::Duration::from_secs(1)), "{:?}", plan.requeue_after);
+}
+
+#[test]
+fn a_turn_refused_for_a_limit_is_said_once_and_a_reply_puts_it_behind() {
+    use crate::harness::usage::Limit;
+    let mut case = running(None);
+    case.turn = Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(50)), message: None, kind: None });
+    let message = "the model's API refused the turn: HTTP 429 rate_limit_error".to_string();
+    let limited = Tally { limit: Some(Limit::Reached { at: Some(t(60)), message }), ..Tally::default() };
+    case.usage = Some(UsageRead { conversation: OLD.into(), tally: limited, to: 10, ..Default::default() });
+    let plan = case.step();
+    assert_eq!(condition(&plan.status, ConditionType::Activity), Some(("False", "UsageLimited")));
+    assert!(ops(&plan).contains(&"session.usage_limited".to_string()), "{:?}", ops(&plan));
+    case.usage = None;
+    assert!(!ops(&case.step()).contains(&"session.usage_limited".to_string()), "said once");
+    // The next prompt taken after it: working again; its reply puts the limit behind.
+    case.turn = Some(Turn { hook: "UserPromptSubmit".into(), at: Some(t(70)), message: None, kind: None });
+    assert_eq!(condition(&case.step().status, ConditionType::Activity), Some(("True", "Working")));
+    let reply = Tally { limit: Some(Limit::Behind), ..Tally::default() };
+    case.usage = Some(UsageRead { conversation: OLD.into(), stood: 10, from: 10, to: 20, tally: reply, more: false });
+    assert_eq!(case.step().status.usage.unwrap().limit, None);
 }
