@@ -247,6 +247,27 @@ fn a_namespaces_egress_hosts_and_the_sessions_switch_reach_the_agent_config() {
     assert!(!out.status.success() && said.contains("'Team_A' does not match"), "the chart's schema: {said}");
 }
 
+/// Prices and a profile's usage record, set through the chart, reach the agent config; a price that is no number of
+/// dollars is refused by the chart's schema.
+#[test]
+fn prices_and_a_profiles_usage_reach_the_agent_config() {
+    let values = [
+        "--set",
+        "bridge.enabled=false",
+        "--set-json",
+        r#"agent.config.prices={"my-gateway-model":{"input":1,"output":4,"cacheWrite":1,"cacheRead":0.1}}"#,
+        "--set-json",
+        r#"agent.config.harnesses.claude={"usage":{"format":"claude"}}"#,
+    ];
+    let config = agent_config(&template("ws", "worksession", &values)).1;
+    assert_eq!(config.prices.of("my-gateway-model").map(|p| p.output), Some(4.0));
+    assert_eq!(config.prices.of("claude-sonnet-4-5").map(|p| p.input), Some(3.0), "the built-in ones stay");
+    assert!(config.harnesses["claude"].usage.is_some());
+    let out = try_template(&["bridge.enabled=false", "agent.config.prices.m.input=lots"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("prices"), "the chart's schema: {said}");
+}
+
 /// A namespace's keys: in each listed namespace a Role to get its one Secret by name, bound to the agent, and the
 /// agent config names the Secret and its variables; the name of a Secret the chart hands its own containers, in the
 /// release's namespace, is refused.
