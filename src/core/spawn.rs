@@ -67,8 +67,10 @@ impl<'a, 'i> Decision<'a, 'i> {
         if self.stays_idle(waiting.len(), settings) {
             return;
         }
-        let wanted =
-            !waiting.is_empty() || reopened || first_start || input.object.spec.restart_policy == RestartPolicy::Always;
+        // A harness its budget stopped goes on once the budget is raised, as it was stopped mid-work.
+        let raised = self.status.phase == Some(Phase::Paused);
+        let always = input.object.spec.restart_policy == RestartPolicy::Always;
+        let wanted = !waiting.is_empty() || reopened || raised || first_start || always;
         if input.object.spec.restart_policy == RestartPolicy::Never && !first_start && !stopped {
             self.status.phase = Some(Phase::Failed);
             let message = format!("the harness exited and restartPolicy is Never ({} prompts wait)", waiting.len());
@@ -78,6 +80,11 @@ impl<'a, 'i> Decision<'a, 'i> {
         if !wanted {
             self.status.phase = Some(Phase::Pending);
             self.ready(false, ReadyReason::HarnessNotRunning, "the harness is not running; the next event respawns it");
+            return;
+        }
+        // Under a budget, nothing starts on a count that has yet to catch up with the record (read on within a second).
+        if input.object.spec.budget.is_some() && input.evidence.usage.as_ref().is_some_and(|r| r.more) {
+            self.requeue(super::usage::READ_AGAIN);
             return;
         }
         if !self.workdir_ready() {

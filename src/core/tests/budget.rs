@@ -161,3 +161,28 @@ fn a_harness_that_exited_under_restart_policy_never_stays_failed_over_budget() {
     case.spec.budget = None;
     assert!(!ops(&case.decide()).iter().any(|op| op.starts_with("spawn")));
 }
+
+#[test]
+fn a_session_paused_with_nothing_waiting_goes_on_when_its_budget_is_raised() {
+    let mut case = spent_live(hook("Stop"));
+    case.events.clear();
+    case.status = case.step().status;
+    assert_eq!(case.status.phase, Some(Phase::Paused));
+    (case.liveness, case.tmux) = (Liveness::Absent, None);
+    assert!(!ops(&case.decide()).iter().any(|op| op.starts_with("spawn")), "still over budget");
+    case.spec.budget = None;
+    assert!(spawned(&case.decide()).contains(&format!("--resume {OLD}")), "resumed without a prompt");
+}
+
+#[test]
+fn nothing_starts_while_the_count_catches_up_under_a_budget() {
+    let mut case = spent_live(None);
+    case.spec.budget = Some(BudgetSpec { tokens: Some(1_000_000), cost: None });
+    (case.liveness, case.tmux) = (Liveness::Absent, None);
+    case.usage = Some(crate::core::UsageRead { conversation: OLD.into(), more: true, ..Default::default() });
+    let plan = case.decide();
+    assert!(!ops(&plan).iter().any(|op| op.starts_with("spawn")), "{:?}", ops(&plan));
+    assert!(plan.requeue_after.is_some());
+    case.usage = None;
+    assert!(ops(&case.decide()).iter().any(|op| op.starts_with("spawn")), "caught up: it starts");
+}
