@@ -171,16 +171,31 @@ pub struct Gathering<'a, T> {
     pub tmux: &'a T,
 }
 
-/// How long the hook file of `ws`'s harness is (0 while there is none), for a hook-backed profile (`None`: no hooks,
-/// or no `HOME` for them).
-pub fn hook_len(registries: &Registries, ws: &WorkSession, config: &Config) -> Option<u64> {
-    config.harnesses.get(&ws.spec.harness)?.hooks?;
+/// How long what `ws`'s harness writes about itself is, together: its hook file, for a hook-backed profile, and its
+/// usage record, where its profile names one by a plain template (a record found by a pattern, Codex's, is read at
+/// the wakes its hooks give); 0 while there is none, `None`: neither, or no `HOME` for them. One stat each: when it
+/// changes, the session is reconciled (a turn the model's API refused writes its record and no hook).
+pub fn records_len(registries: &Registries, ws: &WorkSession, config: &Config) -> Option<u64> {
+    let profile = config.harnesses.get(&ws.spec.harness)?;
+    let usage = profile.usage.as_ref().and_then(|u| u.path.as_ref().or(profile.conversation_path.as_ref()));
+    let usage = usage.filter(|path| !path.contains('*'));
+    if profile.hooks.is_none() && usage.is_none() {
+        return None;
+    }
     let identity = crate::api::identity(ws);
     let home = match &config.rooms {
         Some(rooms) => registries.rooms.existing(rooms, &identity)?.home,
         None => config.harness_home.clone()?,
     };
-    Some(crate::node::hook::length(&home, &identity).unwrap_or(0))
+    let hooks = profile.hooks.and_then(|_| crate::node::hook::length(&home, &identity)).unwrap_or(0);
+    let conversation = ws.status.as_ref().and_then(|s| s.harness_session_id.as_deref());
+    let record = match (usage, conversation.filter(|id| crate::api::is_valid_session_id(id))) {
+        (Some(template), Some(id)) => {
+            transcript::length(&home, &transcript::locate(template, &home, &ws.spec.workdir, id))
+        }
+        _ => None,
+    };
+    Some(hooks.wrapping_add(record.unwrap_or(0)))
 }
 
 impl<T: Tmux> Gathering<'_, T> {

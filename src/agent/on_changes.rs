@@ -70,10 +70,13 @@ pub async fn run_on_changes<S: Changes>(store: S, options: AgentOptions) -> std:
                 Ok(obs) => {
                     let config = ctx.config.borrow().clone();
                     let server_changes = ctx.observer.server_changes();
-                    let hook_len =
-                        |ws: &crate::api::WorkSession| super::evidence::hook_len(&ctx.registries, ws, &config);
+                    let records_len =
+                        |ws: &crate::api::WorkSession| super::evidence::records_len(&ctx.registries, ws, &config);
                     wake.extend(
-                        wakes.after(&obs, server_changes, &sessions, &config, hook_len).into_iter().map(|key| key.name),
+                        wakes
+                            .after(&obs, server_changes, &sessions, &config, records_len)
+                            .into_iter()
+                            .map(|key| key.name),
                     );
                 }
                 Err(e) => tracing::warn!(event = "tmux.observe_failed", error = %e, "cannot observe tmux"),

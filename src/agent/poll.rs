@@ -39,7 +39,7 @@ impl Wakes {
         server_changes: u64,
         sessions: impl IntoIterator<Item = &'a WorkSession>,
         config: &Config,
-        hook_len: impl Fn(&WorkSession) -> Option<u64>,
+        records_len: impl Fn(&WorkSession) -> Option<u64>,
     ) -> Vec<ObjectRef<WorkSession>> {
         // The server going away (or coming back) changes every session's Ready, whether or not its liveness changed
         // (an absent harness stays absent when the server goes: found on a node, where status kept saying
@@ -52,9 +52,10 @@ impl Wakes {
             let key = ObjectRef::from_obj(ws);
             let liveness = obs.liveness(&crate::core::tmux_session(ws, config, |s| obs.session(s).is_some()).current);
             let running = ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
-            // A live harness's hooks said something (it took a prompt, finished its turn, moved to another
-            // conversation): one stat a second. A file not seen before grew from nothing.
-            let hooked = hook_len(ws).filter(|_| liveness == Liveness::Alive);
+            // A live harness's hooks or its usage record said something (it took a prompt, finished its turn, moved
+            // to another conversation, its API refused a turn): a stat or two a second. A file not seen before grew
+            // from nothing.
+            let hooked = records_len(ws).filter(|_| liveness == Liveness::Alive);
             let said = hooked.is_some_and(|len| self.hooks.get(&key).copied().unwrap_or(0) != len);
             if let Some(len) = hooked {
                 hooks.insert(key.clone(), len);
@@ -101,8 +102,8 @@ pub async fn run<S: Store, T: Tmux>(
         ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
         ctx.metrics.count_usage(sessions.iter().map(|ws| &**ws));
         let server_changes = ctx.observer.server_changes();
-        let hook_len = |ws: &WorkSession| super::evidence::hook_len(&ctx.registries, ws, &config);
-        for key in wakes.after(&obs, server_changes, sessions.iter().map(|ws| &**ws), &config, hook_len) {
+        let records_len = |ws: &WorkSession| super::evidence::records_len(&ctx.registries, ws, &config);
+        for key in wakes.after(&obs, server_changes, sessions.iter().map(|ws| &**ws), &config, records_len) {
             if poke.unbounded_send(key).is_err() {
                 return;
             }

@@ -12,6 +12,8 @@ use crate::api::{
 use crate::config::Prices;
 use crate::harness::usage::{Limit, Tally};
 
+/// How much of a record that says nothing of usage is read again rather than counted past with a status write.
+pub const QUIET_BYTES: u64 = 256 << 10;
 /// How soon a record longer than one read is read on.
 pub const READ_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -54,8 +56,22 @@ pub fn count_stands<'s>(
 pub fn count(status: &mut WorkSessionStatus, read: &UsageRead, prices: &Prices) {
     // Read from where this status says the count stands (or from the start of a record that was rewritten shorter);
     // a read made from another status's count is not added.
-    let (offset, _) = count_stands(status, &read.conversation);
+    let (offset, last_reply) = count_stands(status, &read.conversation);
     if read.stood != offset || (read.from != offset && read.from != 0) {
+        return;
+    }
+    // Lines that say nothing of usage (most of a transcript) move no offset until they are many: the next read goes
+    // over them again, which costs less than a status write for each.
+    let current = status.usage.as_ref().and_then(|u| u.conversation.as_ref()).map(|c| c.harness_session_id.as_str());
+    let tally = &read.tally;
+    let silent = tally.models.is_empty() && tally.turns == 0 && tally.limit.is_none();
+    if silent
+        && current == Some(read.conversation.as_str())
+        && tally.last_reply.as_ref() == last_reply
+        && read.from == offset
+        && read.to - offset < QUIET_BYTES
+        && !read.more
+    {
         return;
     }
     let usage = status.usage.get_or_insert_with(Usage::default);
@@ -81,7 +97,6 @@ pub fn count(status: &mut WorkSessionStatus, read: &UsageRead, prices: &Prices) 
     } else {
         conversation
     };
-    let tally = &read.tally;
     let mut tokens = conversation.tokens;
     for (model, spent, replies) in &tally.models {
         tokens = tokens.plus(*spent);

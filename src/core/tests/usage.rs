@@ -185,3 +185,19 @@ fn a_turn_refused_for_a_limit_is_said_once_and_a_reply_puts_it_behind() {
     case.usage = Some(UsageRead { conversation: OLD.into(), stood: 10, from: 10, to: 20, tally: reply, more: false });
     assert_eq!(case.step().status.usage.unwrap().limit, None);
 }
+
+#[test]
+fn lines_that_say_nothing_of_usage_move_no_offset_until_they_are_many() {
+    let mut case = running(None);
+    case.usage = Some(read(OLD, (0, 400), "m", tokens(100, 20, 0, 0)));
+    case.status = case.step().status;
+    let silent = |to: u64| UsageRead { conversation: OLD.into(), stood: 400, from: 400, to, ..Default::default() };
+    let last_reply = case.status.usage.as_ref().unwrap().conversation.as_ref().unwrap().last_reply.clone();
+    let quiet = UsageRead { tally: Tally { last_reply: last_reply.clone(), ..Tally::default() }, ..silent(900) };
+    case.usage = Some(quiet);
+    let usage = case.decide().status.usage;
+    assert_eq!(usage, case.status.usage, "nothing of the usage changes: read again next time");
+    let many = UsageRead { tally: Tally { last_reply, ..Tally::default() }, ..silent(400 + (256 << 10)) };
+    case.usage = Some(many);
+    assert_eq!(crate::core::count_stands(&case.decide().status, OLD).0, 400 + (256 << 10), "counted past");
+}
