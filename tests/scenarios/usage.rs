@@ -9,9 +9,8 @@ use super::{Rig, await_delivered, await_value, condition, id};
 
 /// Awaits `name`'s usage counting `turns` turns, its harness verified (a turn may be counted while its spawn is).
 async fn await_turns(rig: &impl Rig, name: &str, turns: u64) -> WorkSessionStatus {
-    let counted = |s: &WorkSessionStatus| {
-        s.usage.as_ref().is_some_and(|u| u.turns == turns) && s.phase == Some(Phase::Running)
-    };
+    let counted =
+        |s: &WorkSessionStatus| s.usage.as_ref().is_some_and(|u| u.turns == turns) && s.phase == Some(Phase::Running);
     await_value(&format!("{name}: {turns} turns counted"), || rig.session_status(name), counted).await
 }
 
