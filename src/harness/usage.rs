@@ -15,8 +15,7 @@ use serde::Deserialize;
 use crate::api::{CountedReply, Tokens};
 
 /// How a harness's record states usage (a profile's `usage.format`).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UsageFormat {
     /// Claude Code's transcript.
     Claude,
