@@ -564,6 +564,11 @@ harnessHome: /srv/home
             c.harnesses["codex"].usage.as_ref().map(|u| u.format),
             Some(crate::harness::usage::UsageFormat::Codex)
         );
+        // A built-in told not to look at its conversation before resuming still counts what it spends.
+        for name in ["claude", "copilot", "codex"] {
+            let c = parse(&format!("harnesses:\n  {name}:\n    conversationPath: ''\n")).unwrap();
+            assert!(c.harnesses[name].usage.as_ref().is_some_and(|u| u.path.is_some()), "{name}");
+        }
         assert!(refused("prices:\n  m: {input: -1, output: 1, cacheWrite: 1, cacheRead: 1}\n").contains("prices.m"));
         assert!(refused("prices:\n  m: {input: 1}\n").contains("prices"));
         let usage =
