@@ -128,7 +128,8 @@ pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedWorkEvent> {
         let delivered = st.phase == Some(PromptPhase::Delivered);
         let conversation = st.harness_session_id.clone().filter(|_| delivered);
         let (name, prompt, tag) = (e.name_any(), e.spec.prompt.clone(), delivery_tag(e));
-        Some(FinishedWorkEvent { name, at, prompt, conversation, tag, delivered })
+        let sent = st.sent_time.as_ref().map(|t| t.0);
+        Some(FinishedWorkEvent { name, at, prompt, conversation, tag, delivered, sent })
     };
     events.iter().filter_map(finished).collect()
 }
@@ -258,6 +259,7 @@ impl<T: Tmux> Gathering<'_, T> {
                     .then(|| crate::node::workspace::head_of(Path::new(&ws.spec.workdir)))
                     .flatten(),
                 push: self.registries.push.of(&owner.1),
+                limited: self.registries.limits.of(&owner.1, &ws.spec.harness),
                 ..read.evidence
             },
             now: Timestamp::now(),

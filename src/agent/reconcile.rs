@@ -158,11 +158,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     }
 
     /// Keeps the node's claims in step with the status a session records (`None`: it is gone): the conversation it
-    /// runs, and its workdir while a fresh harness discovers its id. Every status the agent reads at its start or
+    /// runs, and its workdir while a fresh harness discovers its id; and the usage limit it holds. Every status the agent reads at its start or
     /// records (an intent, a plan's status) goes through here, so the claims are what the statuses say.
     fn claims_follow(&self, ws: &WorkSession, owner_name: &str, status: Option<&WorkSessionStatus>, config: &Config) {
         let discovers = config.harnesses.get(&ws.spec.harness).is_some_and(|p| p.discovers());
         self.registries.discoveries.recorded(&ws.spec.workdir, owner_name, status, discovers);
+        self.registries.limits.recorded(owner_name, &ws.spec.harness, status);
     }
 
     /// Reconciles the WorkSession `namespace/name`; returns when to look again (`None`: on the next change).

@@ -21,6 +21,49 @@ pub struct Registries {
     pub spawn_failures: SpawnFailures,
     /// The push tokens handed to harnesses (`workspaces.push`), for the next decision.
     pub push: PushGrants,
+    /// The usage limits the sessions' statuses hold, by credential, for the decisions of its other sessions.
+    pub limits: Limits,
+}
+
+/// The usage limits the node's sessions' statuses hold ([`crate::api::UsageLimit`]), by session (`namespace/name`),
+/// with the credential each spends: its namespace's sessions of its harness, which share the harness's account
+/// (a key or a subscription) and never another tenant's: a refusal parks them together.
+#[derive(Debug, Default)]
+pub struct Limits(std::sync::Mutex<std::collections::HashMap<String, (String, k8s_openapi::jiff::Timestamp)>>);
+
+impl Limits {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, k8s_openapi::jiff::Timestamp)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The credential of the session `namespace/…` that runs `harness`.
+    pub fn credential(session: &str, harness: &str) -> String {
+        let namespace = session.split_once('/').map_or("", |(namespace, _)| namespace);
+        format!("{namespace}/{harness}")
+    }
+
+    /// Follows the status `session` records (`None`: it is gone).
+    pub(super) fn recorded(&self, session: &str, harness: &str, status: Option<&crate::api::WorkSessionStatus>) {
+        let limit = status.and_then(|s| s.usage.as_ref()).and_then(|u| u.limit.as_ref());
+        match limit.and_then(|l| l.time.as_ref()) {
+            Some(at) => {
+                self.lock().insert(session.to_string(), (Self::credential(session, harness), at.0));
+            }
+            None => {
+                self.lock().remove(session);
+            }
+        }
+    }
+
+    /// The other sessions on the credential of `session`, which runs `harness`, whose statuses hold a limit.
+    pub fn of(&self, session: &str, harness: &str) -> Vec<crate::core::Limited> {
+        let credential = Self::credential(session, harness);
+        let limits = self.lock();
+        let peers = limits.iter().filter(|(s, (c, _))| *s != session && *c == credential);
+        peers.map(|(s, (_, at))| crate::core::Limited { session: s.clone(), at: *at }).collect()
+    }
 }
 
 /// Spawns tmux refused, by session (`namespace/name`): the spawn's tag and what tmux said, told to that session's
@@ -70,5 +113,28 @@ mod tests {
         failures.put("ns/b", "spawn-3", "no server".into());
         failures.settle("ns/b", None);
         assert_eq!(failures.of("ns/b", "spawn-3"), None, "gone or verifying nothing: forgotten");
+    }
+
+    /// A limit is told to the other sessions of its namespace and harness alone, and forgotten with it.
+    #[test]
+    fn a_limit_is_told_to_its_credentials_other_sessions_alone() {
+        use crate::api::{Usage, UsageLimit, WorkSessionStatus};
+        let at = k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap();
+        let limit =
+            UsageLimit { time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at)), ..Default::default() };
+        let limited =
+            WorkSessionStatus { usage: Some(Usage { limit: Some(limit), ..Default::default() }), ..Default::default() };
+        let limits = Limits::default();
+        limits.recorded("ns/a", "claude", Some(&limited));
+        let told = |s: &str, h: &str| limits.of(s, h).into_iter().map(|l| (l.session, l.at)).collect::<Vec<_>>();
+        assert_eq!(told("ns/b", "claude"), [("ns/a".to_string(), at)]);
+        assert_eq!(told("ns/a", "claude"), [], "not to itself");
+        assert_eq!(told("ns/b", "codex"), [], "another harness: another account");
+        assert_eq!(told("other/b", "claude"), [], "another namespace: another tenant");
+        limits.recorded("ns/a", "claude", Some(&WorkSessionStatus::default()));
+        assert_eq!(told("ns/b", "claude"), [], "its limit behind");
+        limits.recorded("ns/a", "claude", Some(&limited));
+        limits.recorded("ns/a", "claude", None);
+        assert_eq!(told("ns/b", "claude"), [], "gone");
     }
 }

@@ -46,6 +46,9 @@ fn marker(ws: &WorkSession) -> String {
 pub fn render(ws: &WorkSession) -> String {
     let st = ws.status.clone().unwrap_or_default();
     let activity = st.conditions.iter().find(|c| c.type_ == ConditionType::Activity.as_str());
+    // Parked with its harness running on, or stopped: the `Ready` condition says so either way.
+    let ready = st.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str());
+    let parked = ready.is_some_and(|c| c.reason == "UsageLimited");
     let doing = match (st.phase, activity.map(|c| c.reason.as_str())) {
         (Some(Phase::Archived), _) => "archived (the work item is closed; a comment wakes it)".to_string(),
         (_, Some("WaitingForInput")) => {
@@ -58,6 +61,11 @@ pub fn render(ws: &WorkSession) -> String {
         (Some(Phase::Idle), _) => "stopped while idle (the next prompt resumes it)".to_string(),
         (Some(Phase::Paused), _) => {
             "paused: its conversations reached their budget (prompts wait; a raised spec.budget resumes it)".to_string()
+        }
+        _ if parked => {
+            let wake = st.usage.as_ref().and_then(|u| u.limit.as_ref()).and_then(|l| l.wake_time.as_ref());
+            let until = wake.map(|t| format!(" until {}", t.0.strftime("%Y-%m-%d %H:%M UTC"))).unwrap_or_default();
+            format!("parked{until}: the model's usage limit was reached (prompts wait until it is waited out)")
         }
         (Some(phase), _) => phase.to_string().to_lowercase(),
         (None, _) => "not started yet".to_string(),
@@ -302,6 +310,11 @@ mod tests {
         assert!(render(&session(Phase::Archived, None)).contains("is archived"));
         assert!(render(&session(Phase::Idle, None)).contains("stopped while idle"));
         assert!(render(&session(Phase::Paused, None)).contains("is paused: its conversations reached their budget"));
+        // Parked, its harness running on: the `Ready` condition says so.
+        let mut parked = session(Phase::Running, Some(("UsageLimited", "")));
+        let conditions = &mut parked.status.as_mut().unwrap().conditions;
+        conditions.push(Condition { type_: ConditionType::Ready.as_str().into(), ..conditions[0].clone() });
+        assert!(render(&parked).contains("is parked: the model's usage limit was reached"), "{}", render(&parked));
     }
 
     #[test]

@@ -41,6 +41,12 @@ pub struct Config {
     /// How long a sent prompt waits for the harness's word (its hooks, its transcript) before it is sent once more,
     /// and after a second attempt, fails (`delivery.confirmTimeoutSeconds`).
     pub confirm_timeout: Duration,
+    /// How long a session whose turn its model's API refused for a usage limit is parked before its refused prompt
+    /// is sent again (`delivery.usageLimitWaitSeconds`): the records the harnesses write carry no reset time.
+    pub usage_limit_wait: Duration,
+    /// How far apart the node's sessions of one harness parked together wake (`delivery.usageLimitSpreadSeconds`),
+    /// so the account's new allowance is not spent by all at once.
+    pub usage_limit_spread: Duration,
     /// The harnesses' `HOME`, the `{home}` of a profile's `conversationPath` (`harnessHome`; default: the agent's
     /// own `HOME`).
     pub harness_home: Option<PathBuf>,
@@ -81,6 +87,12 @@ pub const DEFAULT_READY_TIMEOUT_SECONDS: u64 = 120;
 /// The default `delivery.confirmTimeoutSeconds`: a harness's hook or transcript says so within a second or two, even
 /// while it is busy (a prompt pasted into a busy Claude Code is queued and reported at once, measured).
 pub const DEFAULT_CONFIRM_TIMEOUT_SECONDS: u64 = 300;
+
+/// The default `delivery.usageLimitWaitSeconds`: a per-minute rate limit is over by then; a subscription's hours-long
+/// one costs one refused request per parked session per wait.
+pub const DEFAULT_USAGE_LIMIT_WAIT_SECONDS: u64 = 300;
+/// The default `delivery.usageLimitSpreadSeconds`.
+pub const DEFAULT_USAGE_LIMIT_SPREAD_SECONDS: u64 = 10;
 
 /// The default `delivery.retentionSeconds`: one hour, as Kubernetes keeps its Events. At 1,000 nodes with 50 sessions
 /// each and 10 events per session per day, a day of events would fill most of etcd's default 2 GiB quota; an hour
@@ -134,6 +146,8 @@ impl Default for Config {
             event_retention: Some(Duration::from_secs(DEFAULT_EVENT_RETENTION_SECONDS)),
             ready_timeout: Duration::from_secs(DEFAULT_READY_TIMEOUT_SECONDS),
             confirm_timeout: Duration::from_secs(DEFAULT_CONFIRM_TIMEOUT_SECONDS),
+            usage_limit_wait: Duration::from_secs(DEFAULT_USAGE_LIMIT_WAIT_SECONDS),
+            usage_limit_spread: Duration::from_secs(DEFAULT_USAGE_LIMIT_SPREAD_SECONDS),
             harness_home: std::env::var_os("HOME").map(PathBuf::from),
             workspaces: WorkspacesConfig::default(),
             rooms: None,
@@ -205,6 +219,8 @@ struct DeliveryFile {
     retention_seconds: Option<u64>,
     ready_timeout_seconds: Option<u64>,
     confirm_timeout_seconds: Option<u64>,
+    usage_limit_wait_seconds: Option<u64>,
+    usage_limit_spread_seconds: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -277,6 +293,18 @@ impl Config {
                 return Err(invalid("delivery.confirmTimeoutSeconds".into(), "must be between 1 and 3600".into()));
             }
             config.confirm_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = file.delivery.usage_limit_wait_seconds {
+            if !(1..=86_400).contains(&secs) {
+                return Err(invalid("delivery.usageLimitWaitSeconds".into(), "must be between 1 and 86400".into()));
+            }
+            config.usage_limit_wait = Duration::from_secs(secs);
+        }
+        if let Some(secs) = file.delivery.usage_limit_spread_seconds {
+            if secs > 3600 {
+                return Err(invalid("delivery.usageLimitSpreadSeconds".into(), "must be between 0 and 3600".into()));
+            }
+            config.usage_limit_spread = Duration::from_secs(secs);
         }
         if let Some(home) = file.harness_home {
             if !home.is_absolute() {
@@ -486,6 +514,8 @@ delivery:
   retentionSeconds: 3600
   readyTimeoutSeconds: 30
   confirmTimeoutSeconds: 45
+  usageLimitWaitSeconds: 60
+  usageLimitSpreadSeconds: 0
 harnessHome: /srv/home
 "#,
         )
@@ -513,6 +543,7 @@ harnessHome: /srv/home
         assert!(mine.ready(Some("> ")) && !mine.ready(Some("booting")));
         assert_eq!(mine.conversation_path.as_deref(), Some("{home}/.myharness/{cwdSlug}/{sessionId}.jsonl"));
         assert_eq!(c.confirm_timeout, Duration::from_secs(45));
+        assert_eq!((c.usage_limit_wait, c.usage_limit_spread), (Duration::from_secs(60), Duration::ZERO));
         assert_eq!(
             (c.ready_timeout, c.harness_home.as_deref()),
             (Duration::from_secs(30), Some(Path::new("/srv/home")))
@@ -597,6 +628,8 @@ harnessHome: /srv/home
         );
         assert!(refused("delivery:\n  readyTimeoutSeconds: 0\n").contains("delivery.readyTimeoutSeconds"));
         assert!(refused("delivery:\n  confirmTimeoutSeconds: 0\n").contains("delivery.confirmTimeoutSeconds"));
+        assert!(refused("delivery:\n  usageLimitWaitSeconds: 0\n").contains("delivery.usageLimitWaitSeconds"));
+        assert!(refused("delivery:\n  usageLimitSpreadSeconds: 3601\n").contains("delivery.usageLimitSpreadSeconds"));
         assert!(refused("harnessHome: relative/home\n").contains("harnessHome"));
         assert!(refused("workspaces:\n  protocols: [https, ftp]\n").contains("workspaces.protocols"));
         assert!(refused("workspaces:\n  credentials: {hosts: ['*']}\n").contains("workspaces.credentials.hosts"));

@@ -99,6 +99,9 @@ words! {
         Archived,
         /// Its conversations reached `spec.budget`: stopped after its turn; prompts wait until the budget is raised.
         BudgetReached,
+        /// Parked: its model's API refused a turn for a usage limit (or refused another session of its harness on
+        /// this node); prompts wait until `status.usage.limit.wakeTime`, or their credential's turn after it.
+        UsageLimited,
         /// Another session of the workdir is still discovering its conversation's id.
         WaitingForDiscovery,
         /// Rooms are on and this session has none: no harness starts.

@@ -149,9 +149,9 @@ impl<'a, 'i> Decision<'a, 'i> {
     pub(super) fn prompts(&self) -> Vec<Prompt<'i>> {
         let input = self.input;
         let mut prompts = Vec::with_capacity(input.object.events.len() + 1);
-        if let (Some(phase), Some(text)) =
-            (initial_prompt_owed(input.object.spec, input.object.status), input.object.spec.initial_prompt.as_deref())
-        {
+        let owed = initial_prompt_owed(input.object.spec, input.object.status);
+        let owed = owed.filter(|_| !self.refused.iter().any(|k| k == INITIAL_PROMPT));
+        if let (Some(phase), Some(text)) = (owed, input.object.spec.initial_prompt.as_deref()) {
             let recorded = input.object.status.initial_prompt.as_ref();
             prompts.push(Prompt {
                 key: PromptKey::Initial,
@@ -170,7 +170,8 @@ impl<'a, 'i> Decision<'a, 'i> {
         // An event not due yet (`spec.notBefore`) waits without holding up the others; `held` wakes the decision then.
         let now = input.context.now;
         let due = |e: &&PendingWorkEvent| e.phase != PromptPhase::Pending || e.not_before.is_none_or(|t| t <= now);
-        prompts.extend(input.object.events.iter().filter(due).map(|e| Prompt {
+        let refused = |e: &&PendingWorkEvent| !self.refused.contains(&e.name);
+        prompts.extend(input.object.events.iter().filter(due).filter(refused).map(|e| Prompt {
             key: PromptKey::Event(&e.name),
             tag: &e.tag,
             text: &e.prompt,
@@ -198,7 +199,11 @@ impl<'a, 'i> Decision<'a, 'i> {
         let input = self.input;
         let now = input.context.now;
         self.status.phase = Some(Phase::Running);
-        self.ready(true, ReadyReason::Running, "the harness is running");
+        // Parked, it runs on: said before any other word on it, so the condition does not flip within a decision.
+        match self.parked {
+            Some(wake) => self.parked(wake),
+            None => self.ready(true, ReadyReason::Running, "the harness is running"),
+        }
         let started = self.status.last_respawn.as_ref().map(|r| r.time.0);
         if self.status.failure_count > 0 && started.is_some_and(|t| later(t, HEALTHY_AFTER) <= now) {
             self.status.failure_count = 0;
@@ -224,7 +229,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // Over its budget, nothing new is sent; what was sent is still confirmed (a paste not yet recorded too). Nor
         // while a budget is set and the count has yet to catch up with the record (read again within a second).
         let catching_up = input.object.spec.budget.is_some() && input.evidence.usage.as_ref().is_some_and(|r| r.more);
-        let held = self.paused.is_some() || catching_up;
+        let held = self.paused.is_some() || self.parked.is_some() || catching_up;
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
@@ -372,8 +377,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             }
         }
         // An archived session's quiet stop with nothing owed is the archive's, over budget or not.
-        match self.paused.clone() {
-            Some(why) if !settings.archived || !self.prompts().is_empty() => self.pause_when_quiet(&why),
+        match (self.paused.clone(), self.parked) {
+            (Some(why), _) if !settings.archived || !self.prompts().is_empty() => self.pause_when_quiet(&why),
+            // Its harness is left as it is: the refused prompt is sent to it again at the wake.
+            (None, Some(_)) => {}
             _ => self.idle_check(settings),
         }
     }

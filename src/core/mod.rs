@@ -31,6 +31,7 @@ mod exits;
 mod handoff;
 mod hooks;
 mod idle;
+mod limit;
 mod plan;
 mod push;
 pub mod queue;
@@ -50,8 +51,8 @@ pub use deliver::{AFTER_OFFSET_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hoo
 pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
-    Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Notice, Object,
-    Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Room, Severity, WorkEventUpdate, Workspace,
+    Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Limited, Notice,
+    Object, Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Room, Severity, WorkEventUpdate, Workspace,
     goes_with_its_session,
 };
 pub use push::{
@@ -181,6 +182,10 @@ struct Decision<'a, 'i> {
     requeue_after: Option<Duration>,
     /// Why the session may spend no more (`spec.budget`), if it may not: no new prompt is sent.
     paused: Option<String>,
+    /// Until when a usage limit parks the session, if it does: nothing is sent or started before then.
+    parked: Option<Timestamp>,
+    /// The prompts a refusal read now sent back to `Pending` (their keys): none is confirmed or sent by this decision.
+    refused: Vec<String>,
 }
 
 impl<'a, 'i> Decision<'a, 'i> {
@@ -190,6 +195,7 @@ impl<'a, 'i> Decision<'a, 'i> {
         // What GitHub said of the work item's pull request, as the bridge recorded it: shown, never decided on.
         status.pull_request = input.object.pull_request.and_then(api::PullRequestStatus::from_annotation);
         discover::carried_over(&mut status);
+        let limit_before = status.usage.as_ref().and_then(|u| u.limit.clone());
         if let Some(read) = &input.evidence.usage {
             usage::count(&mut status, read, &input.context.config.prices);
         } else if let Some(usage) = status.usage.as_mut() {
@@ -201,9 +207,12 @@ impl<'a, 'i> Decision<'a, 'i> {
         let (claims, intent, ops) = (Vec::new(), None, Vec::new());
         // A record longer than one read is read on soon.
         let requeue_after = input.evidence.usage.as_ref().filter(|r| r.more).map(|_| usage::READ_AGAIN);
+        let (paused, parked, refused) = (None, None, Vec::new());
         let mut decision =
-            Self { input, session, configured, status, claims, intent, ops, requeue_after, paused: None };
+            Self { input, session, configured, status, claims, intent, ops, requeue_after, paused, parked, refused };
         decision.paused = decision.over_budget();
+        decision.take_refusal(limit_before.as_ref());
+        decision.parked = decision.parked_until();
         decision
     }
 
@@ -224,9 +233,12 @@ impl<'a, 'i> Decision<'a, 'i> {
             // and only a checkout the agent made for this very session is ever handed to its room.
             ops.push(Op::MarkPrepared);
         }
-        if let Some(retention) = self.input.context.config.event_retention {
+        // The prompt a parked session's wake sends again is kept until then, however long the wait.
+        let retention = self.input.context.config.event_retention.filter(|_| !limit::limit_unwoken(&self.status));
+        if let Some(retention) = retention {
             let (due, next) = queue::expired(self.input.object.finished, self.input.context.now, retention);
-            ops.extend(due.into_iter().map(|event| Op::ExpireEvent { event: event.to_string() }));
+            let due = due.into_iter().filter(|event| !self.refused.iter().any(|r| r == event));
+            ops.extend(due.map(|event| Op::ExpireEvent { event: event.to_string() }));
             if let Some(next) = next {
                 self.requeue(next);
             }

@@ -156,12 +156,15 @@ pub struct FinishedWorkEvent {
     pub tag: String,
     /// `Delivered` (else `Failed`).
     pub delivered: bool,
+    /// When it was last sent, if it was.
+    pub sent: Option<Timestamp>,
 }
 
 impl FinishedWorkEvent {
     /// A failed event (no prompt, no conversation), tagged by its name.
     pub fn new(name: &str, at: Timestamp) -> Self {
-        Self { name: name.into(), at, prompt: String::new(), conversation: None, tag: name.into(), delivered: false }
+        let (prompt, conversation, tag) = (String::new(), None, name.into());
+        Self { name: name.into(), at, prompt, conversation, tag, delivered: false, sent: None }
     }
 }
 
@@ -281,6 +284,17 @@ pub struct Evidence {
     pub push: super::push::PushGrant,
     /// What its record says its model calls spent since the last count, if its profile states usage.
     pub usage: Option<super::UsageRead>,
+    /// The node's other sessions on its credential (its harness) whose model's API refused a turn for a usage limit.
+    pub limited: Vec<Limited>,
+}
+
+/// A session whose status holds a usage limit its harness's record showed ([`crate::api::UsageLimit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limited {
+    /// Its `namespace/name`.
+    pub session: String,
+    /// When its turn was refused.
+    pub at: Timestamp,
 }
 
 /// The agent config, the clock, and fresh values a decision may use.

@@ -64,6 +64,10 @@ impl<'a, 'i> Decision<'a, 'i> {
             self.paused(&why);
             return;
         }
+        if let Some(wake) = self.parked.filter(|_| !stays) {
+            self.parked_stopped(wake);
+            return;
+        }
         if self.stays_idle(waiting.len(), settings) {
             return;
         }

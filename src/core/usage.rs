@@ -116,7 +116,7 @@ pub fn count(status: &mut WorkSessionStatus, read: &UsageRead, prices: &Prices) 
     usage.turns += tally.turns;
     match &tally.limit {
         Some(Limit::Reached { at, message }) => {
-            usage.limit = Some(UsageLimit { time: at.map(Time), message: message.clone() });
+            usage.limit = Some(UsageLimit { time: at.map(Time), message: message.clone(), ..Default::default() });
         }
         Some(Limit::Behind) => usage.limit = None,
         None => {}

@@ -187,6 +187,11 @@ impl Decision<'_, '_> {
             self.paused(&over);
             return;
         }
+        // Parked (another session of its account refused meanwhile): the fresh conversation waits for the wake.
+        if let Some(wake) = self.parked {
+            self.parked_stopped(wake);
+            return;
+        }
         self.respawn_fresh(profile, settings, boot, Fresh { reason: why, message, reported: true });
     }
 

@@ -84,6 +84,8 @@ macro_rules! shared_scenarios {
                 usage::usage_adds_up_across_a_resume_and_a_fresh_conversation;
             shared_a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on:
                 usage::a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on;
+            shared_a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_prompt_is_answered_once:
+                usage::a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_prompt_is_answered_once;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {

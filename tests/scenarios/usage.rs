@@ -87,3 +87,78 @@ pub async fn a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on(rig: &im
     let st = await_turns(rig, "thrift", 3).await;
     assert_eq!(st.phase, Some(Phase::Running));
 }
+
+/// The account's usage limit reached (the stand-in refuses every turn while its `limited` file is there, as Claude
+/// Code records a 429): the three sessions of its harness are each refused and parked (not failed, not restarted, no
+/// fresh conversation), their wakes spread the config's 2 s apart; a session woken while the limit holds is refused
+/// and parked again. Once the limit is gone, each refused prompt reaches its own conversation and is answered once.
+pub async fn a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_prompt_is_answered_once(rig: &impl Rig) {
+    let names = ["cap-a", "cap-b", "cap-c"];
+    for name in names {
+        let spec = serde_json::json!({"harness": "standin-usage", "initialPrompt": format!("{name}: first")});
+        rig.create_session(name, spec).await;
+    }
+    let mut before = Vec::new();
+    for name in names {
+        before.push(await_turns(rig, name, 1).await);
+    }
+    let tmux = rig.tmux();
+    let limited = tmux.state().join("limited");
+    std::fs::write(&limited, "").unwrap();
+    for name in names {
+        rig.send(name, &format!("{name}-1"), &format!("{name}: second")).await;
+    }
+    // Each parked in turn while the limit holds (woken, sent again, refused and parked again).
+    for name in names {
+        let parked = |s: &WorkSessionStatus| {
+            let (status, reason, message) = condition(s, ConditionType::Ready);
+            status == "False"
+                && reason == "UsageLimited"
+                && message.contains("HTTP 429")
+                && message.contains("parked until")
+        };
+        await_value(&format!("{name} parked"), || rig.session_status(name), parked).await;
+    }
+    // The first wakes spread: each session's prompt sent again (its hook's second report of it) apart from the others'.
+    let resent = |name: &str| {
+        let hooks = worksession::node::hook::file_of(&tmux.state(), &format!("{}/{name}", rig.namespace()));
+        let second = format!("{name}: second");
+        let reports = std::fs::read_to_string(hooks).unwrap_or_default();
+        let at = reports
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["hook"] == "UserPromptSubmit" && v["data"]["prompt"] == second.as_str());
+        at.filter_map(|v| v["at"].as_str()?.parse::<k8s_openapi::jiff::Timestamp>().ok()).nth(1)
+    };
+    let mut first_resends = Vec::new();
+    for name in names {
+        let at = await_value(&format!("{name} sent again"), || async { resent(name) }, Option::is_some).await;
+        first_resends.push(at.unwrap());
+    }
+    first_resends.sort();
+    for pair in first_resends.windows(2) {
+        let apart = pair[1].duration_since(pair[0]);
+        assert!(apart.as_secs_f64() >= 1.0, "woken 2 s apart, not at once: {first_resends:?}");
+    }
+
+    std::fs::remove_file(&limited).unwrap();
+    for (name, was) in names.iter().zip(&before) {
+        let ev = await_delivered(rig, &format!("{name}-1")).await;
+        assert_eq!(ev.harness_session_id, was.harness_session_id, "{name}: its own conversation");
+        let behind = |s: &WorkSessionStatus| {
+            s.usage.as_ref().is_some_and(|u| u.turns == 2 && u.limit.is_none()) && s.phase == Some(Phase::Running)
+        };
+        let st = await_value(&format!("{name}: answered, the limit behind"), || rig.session_status(name), behind).await;
+        assert_eq!(st.respawn_count, was.respawn_count, "{name}: never restarted");
+    }
+    for (name, was) in names.iter().zip(&before) {
+        // Sent once more after each refusal its transcript records, and answered once: no third turn.
+        let transcript = std::fs::read_to_string(crate::standin::transcript_of(&tmux.state(), &id(was))).unwrap();
+        let refusals = transcript.lines().filter(|l| l.contains("\"apiErrorStatus\": 429")).count();
+        let second = format!("{name}: second");
+        let sent = tmux.prompts().into_iter().filter(|p| p.prompt == second).count();
+        assert!(refusals >= 1, "{name}: refused while the limit held");
+        assert_eq!(sent, refusals + 1, "{name}: sent again once per refusal");
+        assert_eq!(rig.session_status(name).await.usage.map(|u| u.turns), Some(2), "{name}: answered once");
+    }
+}

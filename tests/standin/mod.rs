@@ -115,7 +115,8 @@ impl TmuxServer {
     /// - `standin-gemini`, `standin-copilot`, `standin-opencode`, `standin-codex`: those CLIs' shapes with the built-in
     ///   profiles' argv, patterns and hooks (opencode's logging nothing, so its hooks alone name its conversation).
     ///
-    /// A sent prompt waits 15 s (`delivery.confirmTimeoutSeconds`) for its confirmation before it is sent again.
+    /// A sent prompt waits 15 s (`delivery.confirmTimeoutSeconds`) for its confirmation before it is sent again; a
+    /// session refused for a usage limit is parked 3 s, those parked together woken 2 s apart.
     pub fn agent_config_yaml(&self) -> String {
         let profile = |flags: &str, ready: bool, transcript: bool| {
             let mut sees = String::new();
@@ -171,7 +172,7 @@ impl TmuxServer {
             )
         };
         format!(
-            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nprices:\n  standin-model: {{input: 10, output: 100, cacheWrite: 100, cacheRead: 1}}\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-codex-titled:\n    {codex_titled}\n  standin-codex-deaf:\n    {codex_deaf}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n  standin-usage:\n    {usage}\n",
+            "tmux:\n  socket: {sock}\nharnessHome: {home}\nhookReceiver: {receiver}\ndelivery:\n  confirmTimeoutSeconds: 15\n  usageLimitWaitSeconds: 3\n  usageLimitSpreadSeconds: 2\nworkspaces:\n  mirrors: {home}/repos\n  credentials: {{tokenFile: {home}/git-token, hosts: [127.0.0.1]}}\n  protocols: [https, ssh, http, file]\n  repositories: {{'*': ['file://*', 'http://*']}}\n  gitTimeoutSeconds: 60\ndefaults:\n  resumeProbeSeconds: 1\n  resumeSettleSeconds: 10\nprices:\n  standin-model: {{input: 10, output: 100, cacheWrite: 100, cacheRead: 1}}\nharnesses:\n  standin:\n    {a}\n  standin-hooks:\n    {hooks}\n  standin-unkind:\n    {unkind}\n  standin-deaf:\n    {deaf}\n  standin-late:\n    {late}\n  standin-blind:\n    {b}\n  standin-slow:\n    {c}\n  standin-boot:\n    {boot}\n  standin-crash:\n    {d}\n  standin-chatty:\n    {chatty}\n  standin-codex:\n    {codex}\n  standin-codex-notify:\n    {codex_notify}\n  standin-codex-titled:\n    {codex_titled}\n  standin-codex-deaf:\n    {codex_deaf}\n  standin-gemini:\n    {gemini}\n  standin-copilot:\n    {copilot}\n  standin-opencode:\n    {opencode}\n  standin-claude:\n    {claude}\n  standin-usage:\n    {usage}\n",
             sock = self.socket().display(),
             home = self.state().display(),
             receiver = env!("CARGO_BIN_EXE_worksession"),

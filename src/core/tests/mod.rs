@@ -13,6 +13,7 @@ mod handoff;
 mod hooks;
 mod idle;
 mod isolation;
+mod limit;
 mod moves;
 mod push;
 mod resume;
@@ -119,6 +120,7 @@ struct Case {
     checkout: Option<(&'static str, &'static str)>,
     push: PushGrant,
     usage: Option<UsageRead>,
+    limited: Vec<Limited>,
 }
 
 impl Case {
@@ -164,6 +166,7 @@ impl Case {
             checkout: None,
             push: PushGrant::Missing,
             usage: None,
+            limited: Vec::new(),
         }
     }
 
@@ -225,6 +228,7 @@ impl Case {
                 checkout: self.checkout.map(|(b, c)| (b.to_string(), c.to_string())),
                 push: self.push,
                 usage: self.usage.clone(),
+                limited: self.limited.clone(),
             },
             context: Context { config: &self.config, now: self.now, new_session_id: NEW },
         })
@@ -253,6 +257,16 @@ impl Case {
                     }
                 }
                 Op::WorkEventStatus(u) => {
+                    // A finished event sent back (a refused turn's) waits again, where its creation puts it.
+                    let back = self.finished.iter().position(|f| f.name == u.event && u.phase == PromptPhase::Pending);
+                    if let Some(i) = back {
+                        let f = self.finished.remove(i);
+                        // Sent once, as delivered ones here were.
+                        let back =
+                            PendingWorkEvent { attempts: 1, ..PendingWorkEvent::pending(&f.name, &f.prompt, t(-10)) };
+                        self.events.push(back);
+                        self.events = crate::core::queue::ordered(std::mem::take(&mut self.events));
+                    }
                     if matches!(u.phase, PromptPhase::Delivered | PromptPhase::Failed) {
                         self.events.retain(|e| e.name != u.event);
                     } else if let Some(e) = self.events.iter_mut().find(|e| e.name == u.event) {
