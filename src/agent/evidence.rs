@@ -260,6 +260,7 @@ impl<T: Tmux> Gathering<'_, T> {
                     .flatten(),
                 push: self.registries.push.of(&owner.1),
                 limited: self.registries.limits.of(&owner.1, &ws.spec.harness),
+                limit_reset: self.registries.limits.reset(&owner.1, &ws.spec.harness),
                 ..read.evidence
             },
             now: Timestamp::now(),

@@ -84,12 +84,15 @@ async fn reconciler<S: Store>(
     }
     let rooms = options.config.borrow().rooms.clone();
     let mut egress_link = None;
+    // Told by the key gateways when a credential's limit resets.
+    let limits = registries::Limits::default();
     if let Some((rooms, egress)) = rooms.and_then(|r| Some((r.clone(), r.egress?))) {
         // The rooms' one way out, on loopback of the network they share with the agent; as at the agent's start, like
         // the rest of `rooms` (the rooms' harnesses were held to its port when they started).
         use crate::node::egress::{Holding, Proxy, Seen};
         let (refused, forwarded) = (metrics.egress_refused.clone(), metrics.gateway_requests.clone());
         let (tell, told) = tokio::sync::mpsc::channel(refusals::QUEUE);
+        let gateway_limits = limits.clone();
         let sessions = Arc::new(std::sync::OnceLock::new());
         egress_link = Some(EgressLink { refusals: told, sessions: sessions.clone() });
         let count = move |seen: Seen<'_>| match seen {
@@ -104,6 +107,9 @@ async fn reconciler<S: Store>(
                 let namespace = f.owner.as_deref().and_then(|o| o.split_once('/')).map_or("", |(ns, _)| ns);
                 let label = metrics::GatewayLabel { gateway: f.gateway.clone(), namespace: namespace.to_string() };
                 forwarded.get_or_create(&label).inc();
+                if let (Some(owner), Some(reset)) = (&f.owner, f.reset) {
+                    gateway_limits.told(owner, reset);
+                }
             }
         };
         // A session's own hosts, as the cluster driver's view holds its spec: no read of the API server per
@@ -137,7 +143,7 @@ async fn reconciler<S: Store>(
         config,
         metrics,
         failpoint,
-        registries: Default::default(),
+        registries: registries::Registries { limits, ..Default::default() },
         rooms_at_start,
         rooms_reload_refused: Default::default(),
         fence: fence_node.is_some().then(lease::Fence::default),

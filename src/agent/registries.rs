@@ -7,6 +7,7 @@ use super::discovery::Discoveries;
 use super::push::PushGrants;
 use super::workspaces::Workspaces;
 use crate::node::room::Rooms;
+use k8s_openapi::jiff::Timestamp;
 
 /// The node's registries.
 #[derive(Default)]
@@ -27,14 +28,21 @@ pub struct Registries {
 
 /// The usage limits the node's sessions' statuses hold ([`crate::api::UsageLimit`]), by session (`namespace/name`),
 /// with the credential each spends: its namespace's sessions of its harness, which share the harness's account
-/// (a key or a subscription) and never another tenant's: a refusal parks them together.
+/// (a key or a subscription) and never another tenant's: a refusal parks them together. And when a credential's
+/// limit resets, where a key gateway relayed a refusal that said so. Shared with the egress proxy, which tells it.
+#[derive(Clone, Debug, Default)]
+pub struct Limits(std::sync::Arc<std::sync::Mutex<Known>>);
+
 #[derive(Debug, Default)]
-pub struct Limits(std::sync::Mutex<std::collections::HashMap<String, (String, k8s_openapi::jiff::Timestamp)>>);
+struct Known {
+    /// Each session's credential, and the time of the refusal its status holds.
+    sessions: std::collections::HashMap<String, (String, Option<Timestamp>)>,
+    /// When each credential's limit resets, as a gateway was told.
+    resets: std::collections::HashMap<String, Timestamp>,
+}
 
 impl Limits {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, k8s_openapi::jiff::Timestamp)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Known> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -46,23 +54,35 @@ impl Limits {
 
     /// Follows the status `session` records (`None`: it is gone).
     pub(super) fn recorded(&self, session: &str, harness: &str, status: Option<&crate::api::WorkSessionStatus>) {
-        let limit = status.and_then(|s| s.usage.as_ref()).and_then(|u| u.limit.as_ref());
-        match limit.and_then(|l| l.time.as_ref()) {
-            Some(at) => {
-                self.lock().insert(session.to_string(), (Self::credential(session, harness), at.0));
-            }
-            None => {
-                self.lock().remove(session);
-            }
-        }
+        let mut known = self.lock();
+        let Some(status) = status else {
+            known.sessions.remove(session);
+            return;
+        };
+        let limit = status.usage.as_ref().and_then(|u| u.limit.as_ref());
+        let at = limit.and_then(|l| l.time.as_ref()).map(|t| t.0);
+        known.sessions.insert(session.to_string(), (Self::credential(session, harness), at));
+    }
+
+    /// A gateway relayed a refusal of `session`'s request whose limit resets `at`.
+    pub fn told(&self, session: &str, at: Timestamp) {
+        let mut known = self.lock();
+        let Some((credential, _)) = known.sessions.get(session).cloned() else { return };
+        let reset = known.resets.entry(credential).or_insert(at);
+        *reset = (*reset).max(at);
     }
 
     /// The other sessions on the credential of `session`, which runs `harness`, whose statuses hold a limit.
     pub fn of(&self, session: &str, harness: &str) -> Vec<crate::core::Limited> {
         let credential = Self::credential(session, harness);
-        let limits = self.lock();
-        let peers = limits.iter().filter(|(s, (c, _))| *s != session && *c == credential);
-        peers.map(|(s, (_, at))| crate::core::Limited { session: s.clone(), at: *at }).collect()
+        let known = self.lock();
+        let peers = known.sessions.iter().filter(|(s, (c, _))| *s != session && *c == credential);
+        peers.filter_map(|(s, (_, at))| Some(crate::core::Limited { session: s.clone(), at: (*at)? })).collect()
+    }
+
+    /// When the limit of the credential of `session`, which runs `harness`, resets, as a gateway was last told.
+    pub fn reset(&self, session: &str, harness: &str) -> Option<Timestamp> {
+        self.lock().resets.get(&Self::credential(session, harness)).copied()
     }
 }
 
@@ -136,5 +156,11 @@ mod tests {
         limits.recorded("ns/a", "claude", Some(&limited));
         limits.recorded("ns/a", "claude", None);
         assert_eq!(told("ns/b", "claude"), [], "gone");
+        // A gateway's word on when the limit resets: for the credential of the session it relayed, once it is known.
+        limits.told("ns/unknown", at);
+        limits.recorded("ns/a", "claude", Some(&limited));
+        limits.told("ns/a", at);
+        assert_eq!((limits.reset("ns/b", "claude"), limits.reset("ns/b", "codex")), (Some(at), None));
+        assert_eq!(limits.reset("other/a", "claude"), None, "another tenant's account");
     }
 }

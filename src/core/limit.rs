@@ -86,8 +86,11 @@ impl Decision<'_, '_> {
         let mut parked: Vec<(Timestamp, &str)> = peers.map(|l| (l.at, l.session.as_str())).collect();
         parked.extend(own.map(|at| (at, input.object.owner_name)));
         parked.sort();
-        // The latest refusal says the limit still holds; the first refused wakes first.
-        let reset = later(parked.iter().map(|(at, _)| *at).max()?, config.usage_limit_wait);
+        // The latest refusal says the limit still holds, until the reset a gateway was told after it (else for the
+        // config's wait); the first refused wakes first.
+        let latest = parked.iter().map(|(at, _)| *at).max()?;
+        let told = input.evidence.limit_reset.filter(|reset| *reset > latest);
+        let reset = told.unwrap_or_else(|| later(latest, config.usage_limit_wait));
         let rank = parked.iter().position(|(_, s)| *s == input.object.owner_name).unwrap_or(parked.len());
         let wake = later(reset, config.usage_limit_spread.saturating_mul(rank as u32));
         if let Some(limit) = self.status.usage.as_mut().and_then(|u| u.limit.as_mut()).filter(|_| own.is_some()) {

@@ -286,6 +286,8 @@ pub struct Evidence {
     pub usage: Option<super::UsageRead>,
     /// The node's other sessions on its credential (its harness) whose model's API refused a turn for a usage limit.
     pub limited: Vec<Limited>,
+    /// When its credential's limit resets, as a key gateway relaying a refusal was last told.
+    pub limit_reset: Option<Timestamp>,
 }
 
 /// A session whose status holds a usage limit its harness's record showed ([`crate::api::UsageLimit`]).

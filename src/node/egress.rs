@@ -8,6 +8,7 @@
 
 pub mod gateway;
 pub mod lists;
+pub mod reset;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

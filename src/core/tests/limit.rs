@@ -244,3 +244,13 @@ fn a_fresh_conversation_after_a_failed_resume_waits_for_the_wake() {
     assert!(!ops(&plan).iter().any(|o| o.starts_with("spawn")), "{:?}", ops(&plan));
     assert_eq!(plan.status.phase, Some(Phase::Parked));
 }
+
+#[test]
+fn the_reset_a_gateway_was_told_is_the_wake_not_the_configs_wait() {
+    let mut case = delivered_then_refused(95);
+    case.limit_reset = Some(t(150));
+    assert_eq!(wake_of(&case.decide()), Some(t(150)));
+    // One told before this refusal says nothing of it: the config's wait.
+    case.limit_reset = Some(t(90));
+    assert_eq!(wake_of(&case.decide()), Some(t(395)));
+}

@@ -121,6 +121,7 @@ struct Case {
     push: PushGrant,
     usage: Option<UsageRead>,
     limited: Vec<Limited>,
+    limit_reset: Option<Timestamp>,
 }
 
 impl Case {
@@ -167,6 +168,7 @@ impl Case {
             push: PushGrant::Missing,
             usage: None,
             limited: Vec::new(),
+            limit_reset: None,
         }
     }
 
@@ -229,6 +231,7 @@ impl Case {
                 push: self.push,
                 usage: self.usage.clone(),
                 limited: self.limited.clone(),
+                limit_reset: self.limit_reset,
             },
             context: Context { config: &self.config, now: self.now, new_session_id: NEW },
         })

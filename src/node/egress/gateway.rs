@@ -63,6 +63,8 @@ pub struct Forwarded {
     pub uid: u32,
     /// The WorkSession (`namespace/name`) the room is given to, from its owner file.
     pub owner: Option<String>,
+    /// When the upstream's limit resets, where it refused the request for one (HTTP 429) and said when.
+    pub reset: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// Whether `head` is a request to a gateway rather than a `CONNECT`: its target is under [`PREFIX`], as a path or as
@@ -123,11 +125,19 @@ pub async fn forward(
     let (upstreams, credential, name) = (upstreams.clone(), credential(&gateway.header, &key), gateway.name.clone());
     let gateway = gateway.clone();
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let told = answered.clone();
+    let reset = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (told, said) = (answered.clone(), reset.clone());
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        let (gateway, target, credential, upstreams, told) =
-            (gateway.clone(), target.clone(), credential.clone(), upstreams.clone(), told.clone());
-        async move { Ok::<_, Infallible>(relay(request, &gateway, &target, &credential, &upstreams, &told).await) }
+        let (gateway, target, credential, upstreams, told, said) =
+            (gateway.clone(), target.clone(), credential.clone(), upstreams.clone(), told.clone(), said.clone());
+        async move {
+            let answer = relay(request, &gateway, &target, &credential, &upstreams, &told).await;
+            if answer.status() == StatusCode::TOO_MANY_REQUESTS {
+                let at = super::reset::reset_of(answer.headers(), k8s_openapi::jiff::Timestamp::now());
+                *said.lock().unwrap_or_else(|e| e.into_inner()) = at;
+            }
+            Ok::<_, Infallible>(answer)
+        }
     });
     let served = hyper::server::conn::http1::Builder::new().keep_alive(false).serve_connection(io, service);
     let _ = tokio::time::timeout(MAX_TUNNEL_LIFE, served).await;
@@ -137,7 +147,8 @@ pub async fn forward(
     }
     let session = owner.as_deref().unwrap_or("");
     tracing::info!(event = "gateway.forwarded", gateway = %name, uid, session, "a room's model request forwarded with the key");
-    Ok(Forwarded { gateway: name, uid, owner })
+    let reset = *reset.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(Forwarded { gateway: name, uid, owner, reset })
 }
 
 /// The gateway `head` is for, the upstream URL it goes to, and the key; or the refusal.
@@ -452,7 +463,10 @@ mod tests {
         let report = move |s: Seen<'_>| {
             let said = match s {
                 Seen::Refused { refusal, .. } => refusal.as_str().to_string(),
-                Seen::Forwarded(f) => format!("{} {} {:?}", f.gateway, f.uid, f.owner),
+                Seen::Forwarded(f) => {
+                    let reset = f.reset.map(|at| format!(" resets {}", at.as_second())).unwrap_or_default();
+                    format!("{} {} {:?}{reset}", f.gateway, f.uid, f.owner)
+                }
             };
             tell.send(said).unwrap();
         };
@@ -505,6 +519,38 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 200 OK"), "{answer}");
         assert!(answer.contains("\r\nx-api-key: sk-real-key\r\n") && !answer.contains("placeholder"), "{answer}");
         assert_eq!(seen.recv().await.unwrap(), format!("model {uid} Some(\"team-a/ws-1\")"));
+    }
+
+    /// An upstream that refuses every request for a limit (HTTP 429) that resets in 30 s.
+    async fn limited() -> SocketAddr {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = upstream.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = upstream.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let answer = "HTTP/1.1 429 Too Many Requests\r\nretry-after: 30\r\nContent-Length: 0\r\n\r\n";
+                conn.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        at
+    }
+
+    /// The upstream's refusal for a limit reaches the room as it came, and its reset is told with the request.
+    #[tokio::test]
+    async fn a_refusal_for_a_limit_is_told_with_when_it_resets() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("key"), "sk-real-key\n").unwrap();
+        let uid = own_uid();
+        let (port, mut seen) = proxy(limited().await, dir.path(), uid).await;
+        let before = k8s_openapi::jiff::Timestamp::now().as_second();
+        let answer =
+            ask(port, "POST /gateway/model/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").await;
+        let after = k8s_openapi::jiff::Timestamp::now().as_second();
+        assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+        let said = seen.recv().await.unwrap();
+        let resets: i64 = said.rsplit_once(" resets ").expect(&said).1.parse().unwrap();
+        assert!((before + 30..=after + 30).contains(&resets), "{said}");
     }
 
     /// What is not a room's request to a gateway with a key gets its refusal, each told: another gateway's name, a
