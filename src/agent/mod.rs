@@ -108,7 +108,7 @@ async fn reconciler<S: Store>(
                 let label = metrics::GatewayLabel { gateway: f.gateway.clone(), namespace: namespace.to_string() };
                 forwarded.get_or_create(&label).inc();
                 if let (Some(owner), Some(reset)) = (&f.owner, f.reset) {
-                    gateway_limits.told(owner, reset);
+                    gateway_limits.told(owner, reset, k8s_openapi::jiff::Timestamp::now());
                 }
             }
         };

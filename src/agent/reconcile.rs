@@ -208,8 +208,12 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             self.store.events(namespace, name).instrument(tracing::debug_span!("read_events")),
             self.observer.since(observed_after).instrument(tracing::debug_span!("observe"))
         );
-        let Some(ws) = ws.map_err(ReconcileError::Read)? else { return Ok(None) };
+        let Some(ws) = ws.map_err(ReconcileError::Read)? else {
+            self.registries.limits.forget(&format!("{namespace}/{name}"));
+            return Ok(None);
+        };
         if !self.serves(&ws) {
+            self.registries.limits.forget(&format!("{namespace}/{name}"));
             // Another node's: never touched. Moved since this agent's cache saw it: its events addressed here go there.
             if let (Some(left), Some(node)) = (&self.left_behind, &self.node)
                 && ws.spec.node_name.as_ref() != Some(node)

@@ -1,7 +1,7 @@
 //! What the agent holds in memory for its node's sessions between reconciles, beside the pipeline: each registry
 //! serves the next decision (gathered into its input) and is changed by executing a plan's ops. None is state of
 //! record: an agent restart rebuilds them from the sessions' statuses, the rooms' owner files and the workspaces on
-//! disk.
+//! disk; the resets a key gateway was told are lost, and a parked session keeps the wake its status recorded.
 
 use super::discovery::Discoveries;
 use super::push::PushGrants;
@@ -37,8 +37,8 @@ pub struct Limits(std::sync::Arc<std::sync::Mutex<Known>>);
 struct Known {
     /// Each session's credential, and the time of the refusal its status holds.
     sessions: std::collections::HashMap<String, (String, Option<Timestamp>)>,
-    /// When each credential's limit resets, as a gateway was told.
-    resets: std::collections::HashMap<String, Timestamp>,
+    /// When each credential's limit resets, as a gateway was last told, and when it was told.
+    resets: std::collections::HashMap<String, crate::core::Reset>,
 }
 
 impl Limits {
@@ -64,12 +64,13 @@ impl Limits {
         known.sessions.insert(session.to_string(), (Self::credential(session, harness), at));
     }
 
-    /// A gateway relayed a refusal of `session`'s request whose limit resets `at`.
-    pub fn told(&self, session: &str, at: Timestamp) {
+    /// A gateway relayed a refusal of `session`'s request, at `now`, whose limit resets `at`: the latest word on its
+    /// credential (resets gone by are forgotten).
+    pub fn told(&self, session: &str, at: Timestamp, now: Timestamp) {
         let mut known = self.lock();
+        known.resets.retain(|_, reset| reset.at > now);
         let Some((credential, _)) = known.sessions.get(session).cloned() else { return };
-        let reset = known.resets.entry(credential).or_insert(at);
-        *reset = (*reset).max(at);
+        known.resets.insert(credential, crate::core::Reset { at, told: now });
     }
 
     /// The other sessions on the credential of `session`, which runs `harness`, whose statuses hold a limit.
@@ -81,8 +82,13 @@ impl Limits {
     }
 
     /// When the limit of the credential of `session`, which runs `harness`, resets, as a gateway was last told.
-    pub fn reset(&self, session: &str, harness: &str) -> Option<Timestamp> {
+    pub fn reset(&self, session: &str, harness: &str) -> Option<crate::core::Reset> {
         self.lock().resets.get(&Self::credential(session, harness)).copied()
+    }
+
+    /// Forgets `session`, gone from this agent's view (deleted, or no longer its to serve).
+    pub fn forget(&self, session: &str) {
+        self.lock().sessions.remove(session);
     }
 }
 
@@ -157,10 +163,18 @@ mod tests {
         limits.recorded("ns/a", "claude", None);
         assert_eq!(told("ns/b", "claude"), [], "gone");
         // A gateway's word on when the limit resets: for the credential of the session it relayed, once it is known.
-        limits.told("ns/unknown", at);
+        let (reset, now) = (crate::core::Reset { at, told: at }, at);
+        limits.told("ns/unknown", at, now);
         limits.recorded("ns/a", "claude", Some(&limited));
-        limits.told("ns/a", at);
-        assert_eq!((limits.reset("ns/b", "claude"), limits.reset("ns/b", "codex")), (Some(at), None));
+        limits.told("ns/a", at, now);
+        assert_eq!((limits.reset("ns/b", "claude"), limits.reset("ns/b", "codex")), (Some(reset), None));
         assert_eq!(limits.reset("other/a", "claude"), None, "another tenant's account");
+        // The latest word replaces the one before; one gone by is forgotten at the next.
+        let later = at.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(60)).unwrap();
+        limits.told("ns/a", later, at);
+        assert_eq!(limits.reset("ns/b", "claude").map(|r| r.at), Some(later));
+        limits.forget("ns/a");
+        limits.told("ns/a", at, later);
+        assert_eq!(limits.reset("ns/b", "claude"), None, "gone by, and its session forgotten");
     }
 }

@@ -9,7 +9,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Attempt, Decision, EventReason, Notice, PromptKey, ReadyReason, later, until};
+use super::{Attempt, Decision, EventReason, Notice, PromptKey, ReadyReason, later, secs, until};
+
+/// How near the refusal its record shows a key gateway must have relayed one for its reset to be that refusal's.
+pub const TOLD_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::api::{Phase, PromptPhase, UsageLimit};
 
 impl Decision<'_, '_> {
@@ -89,10 +92,21 @@ impl Decision<'_, '_> {
         // The latest refusal says the limit still holds, until the reset a gateway was told after it (else for the
         // config's wait); the first refused wakes first.
         let latest = parked.iter().map(|(at, _)| *at).max()?;
-        let told = input.evidence.limit_reset.filter(|reset| *reset > latest);
+        // A gateway's word is this refusal's when told about when it was made (a turn's request and its record),
+        // never an earlier refusal's long reset.
+        let close = |told: Timestamp| told.duration_since(latest).abs() <= secs(TOLD_WITHIN);
+        let told = input.evidence.limit_reset.filter(|r| r.at > latest && close(r.told)).map(|r| r.at);
+        // Without it, the wait is the config's, and never shorter than the wake its status recorded: an agent
+        // that restarted has forgotten what a gateway told it.
+        let recorded = limit.filter(|_| told.is_none()).and_then(|l| l.wake_time.as_ref()).map(|t| t.0);
         let reset = told.unwrap_or_else(|| later(latest, config.usage_limit_wait));
+        if told.is_none() && own.is_some() && now < later(latest, TOLD_WITHIN) {
+            // The gateway's word may come just after the record's: looked at again before then.
+            self.requeue(until(now, later(latest, TOLD_WITHIN)).max(super::deliver::DELIVERY_RECHECK));
+        }
         let rank = parked.iter().position(|(_, s)| *s == input.object.owner_name).unwrap_or(parked.len());
         let wake = later(reset, config.usage_limit_spread.saturating_mul(rank as u32));
+        let wake = recorded.map_or(wake, |recorded| recorded.max(wake));
         if let Some(limit) = self.status.usage.as_mut().and_then(|u| u.limit.as_mut()).filter(|_| own.is_some()) {
             limit.wake_time = Some(Time(wake));
         }

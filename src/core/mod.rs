@@ -52,7 +52,7 @@ pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
     Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Limited, Notice,
-    Object, Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Room, Severity, WorkEventUpdate, Workspace,
+    Object, Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Reset, Room, Severity, WorkEventUpdate, Workspace,
     goes_with_its_session,
 };
 pub use push::{

@@ -287,7 +287,16 @@ pub struct Evidence {
     /// The node's other sessions on its credential (its harness) whose model's API refused a turn for a usage limit.
     pub limited: Vec<Limited>,
     /// When its credential's limit resets, as a key gateway relaying a refusal was last told.
-    pub limit_reset: Option<Timestamp>,
+    pub limit_reset: Option<Reset>,
+}
+
+/// When a credential's limit resets, as a key gateway relaying a refusal was told, and when it was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reset {
+    /// When it resets.
+    pub at: Timestamp,
+    /// When the gateway relayed the refusal that said so.
+    pub told: Timestamp,
 }
 
 /// A session whose status holds a usage limit its harness's record showed ([`crate::api::UsageLimit`]).

@@ -246,11 +246,28 @@ fn a_fresh_conversation_after_a_failed_resume_waits_for_the_wake() {
 }
 
 #[test]
-fn the_reset_a_gateway_was_told_is_the_wake_not_the_configs_wait() {
-    let mut case = delivered_then_refused(95);
-    case.limit_reset = Some(t(150));
+fn the_reset_a_gateway_was_told_with_the_refusal_is_the_wake_not_the_configs_wait() {
+    let mut case = delivered_then_refused(97);
+    // No gateway's word yet: the config's wait, and a look again soon, as the word may follow the record.
+    let plan = case.decide();
+    assert_eq!((wake_of(&plan), plan.requeue_after), (Some(t(397)), Some(Duration::from_secs(2))));
+    case.limit_reset = Some(Reset { at: t(150), told: t(96) });
     assert_eq!(wake_of(&case.decide()), Some(t(150)));
-    // One told before this refusal says nothing of it: the config's wait.
-    case.limit_reset = Some(t(90));
-    assert_eq!(wake_of(&case.decide()), Some(t(395)));
+    // Told of an earlier refusal (a long reset a minute before), or of one gone by: the config's wait.
+    case.limit_reset = Some(Reset { at: t(5_000), told: t(30) });
+    assert_eq!(wake_of(&case.decide()), Some(t(397)));
+    case.limit_reset = Some(Reset { at: t(90), told: t(95) });
+    assert_eq!(wake_of(&case.decide()), Some(t(397)));
+}
+
+#[test]
+fn an_agent_that_forgot_the_gateways_word_keeps_the_wake_its_status_recorded() {
+    let mut case = delivered_then_refused(95);
+    case.limit_reset = Some(Reset { at: t(1_000), told: t(95) });
+    assert_eq!(wake_of(&case.step()), Some(t(1_000)));
+    // Restarted: the registry is empty, the status remembers.
+    (case.limit_reset, case.usage, case.now) = (None, None, t(400));
+    let plan = case.step();
+    assert_eq!(wake_of(&plan), Some(t(1_000)));
+    assert!(!ops(&plan).iter().any(|o| o.ends_with("Pending")), "not woken before: {:?}", ops(&plan));
 }

@@ -121,7 +121,7 @@ struct Case {
     push: PushGrant,
     usage: Option<UsageRead>,
     limited: Vec<Limited>,
-    limit_reset: Option<Timestamp>,
+    limit_reset: Option<Reset>,
 }
 
 impl Case {
