@@ -1,8 +1,9 @@
 //! Usage limits, part of decide. A turn its model's API refused for a usage limit (the 429 its harness's record
 //! shows, `status.usage.limit`) is not a failure, a crash or a reason for a fresh conversation: the session is
 //! parked until the limit's wake time, when the prompt the refused turn was given goes back to `Pending` and is sent
-//! again, once (a second refusal parks it again). The harnesses' records carry no reset time: the wait is the config's
-//! (`delivery.usageLimitWaitSeconds`) from the latest refusal. A namespace's sessions of one harness share its
+//! again, once (a second refusal parks it again). The harnesses' records carry no reset time: the wait is the reset a
+//! key gateway read as it relayed the refusal ([`super::Reset`]), else the config's (`delivery.usageLimitWaitSeconds`)
+//! from the latest refusal. A namespace's sessions of one harness share its
 //! account: one refused parks them all, and they wake `delivery.usageLimitSpreadSeconds` apart in the order they were
 //! refused, so the new allowance is not spent in a minute; one with nothing refused sends nothing until they all woke.
 
@@ -10,10 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Attempt, Decision, EventReason, Notice, PromptKey, ReadyReason, later, secs, until};
+use crate::api::{Phase, PromptPhase, UsageLimit};
 
 /// How near the refusal its record shows a key gateway must have relayed one for its reset to be that refusal's.
 pub const TOLD_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
-use crate::api::{Phase, PromptPhase, UsageLimit};
 
 impl Decision<'_, '_> {
     /// A refusal this decision's read brought (the status held `before`): its time is made the clock's when the
