@@ -90,8 +90,8 @@ pub async fn a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on(rig: &im
 
 /// The account's usage limit reached (the stand-in refuses every turn while its `limited` file is there, as Claude
 /// Code records a 429): the three sessions of its harness are each refused and parked (not failed, not restarted, no
-/// fresh conversation), their wakes spread the config's 2 s apart; a session woken while the limit holds is refused
-/// and parked again. Once the limit is gone, each refused prompt reaches its own conversation and is answered once.
+/// fresh conversation); a session woken while the limit holds is refused and parked again. Once the limit is gone,
+/// each refused prompt reaches its own conversation and is answered once.
 pub async fn a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_prompt_is_answered_once(rig: &impl Rig) {
     let names = ["cap-a", "cap-b", "cap-c"];
     for name in names {
@@ -119,27 +119,8 @@ pub async fn a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_pr
         };
         await_value(&format!("{name} parked"), || rig.session_status(name), parked).await;
     }
-    // The first wakes spread: each session's prompt sent again (its hook's second report of it) apart from the others'.
-    let resent = |name: &str| {
-        let hooks = worksession::node::hook::file_of(&tmux.state(), &format!("{}/{name}", rig.namespace()));
-        let second = format!("{name}: second");
-        let reports = std::fs::read_to_string(hooks).unwrap_or_default();
-        let at = reports
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["hook"] == "UserPromptSubmit" && v["data"]["prompt"] == second.as_str());
-        at.filter_map(|v| v["at"].as_str()?.parse::<k8s_openapi::jiff::Timestamp>().ok()).nth(1)
-    };
-    let mut first_resends = Vec::new();
-    for name in names {
-        let at = await_value(&format!("{name} sent again"), || async { resent(name) }, Option::is_some).await;
-        first_resends.push(at.unwrap());
-    }
-    first_resends.sort();
-    for pair in first_resends.windows(2) {
-        let apart = pair[1].duration_since(pair[0]);
-        assert!(apart.as_secs_f64() >= 1.0, "woken 2 s apart, not at once: {first_resends:?}");
-    }
+    // Their wakes are the core's to spread (`core::tests::limit`): when each is sent again here depends on how soon
+    // its reconcile runs, which a loaded machine delays, so the outcome asserted is what each conversation got.
 
     std::fs::remove_file(&limited).unwrap();
     for (name, was) in names.iter().zip(&before) {
