@@ -450,8 +450,8 @@ crate::words::words! {
         /// Stopped after its turn because it reached its budget (`spec.budget`), its conversation kept; prompts wait
         /// until the budget is raised or removed.
         Paused,
-        /// Its model's API refused a turn for a usage limit: its refused prompts wait, with every new one, until
-        /// `status.usage.limit.wakeTime` (the harness, if it runs, is left as it is), then are sent again once.
+        /// Not running while a usage limit parks it (`Ready=False UsageLimited`; a live harness stays `Running`):
+        /// nothing starts until `status.usage.limit.wakeTime`, then the refused prompt is sent again once.
         Parked,
         /// Failing repeatedly; waiting until `nextRetryTime`.
         BackOff,

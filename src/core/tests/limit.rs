@@ -44,6 +44,19 @@ fn refusal(at: i64) -> UsageRead {
     }
 }
 
+/// `initialPrompt` known delivered to `OLD` at t(`at`), sent a second before, after `attempts` sends.
+fn initial_prompt_delivered(case: &mut Case, at: i64, attempts: u32) {
+    case.spec.initial_prompt = Some("start the work".into());
+    case.status.initial_prompt = Some(PromptStatus {
+        phase: Some(PromptPhase::Delivered),
+        delivered_at: Some(Time(t(at))),
+        sent_time: Some(Time(t(at - 1))),
+        harness_session_id: Some(OLD.into()),
+        attempts,
+        ..Default::default()
+    });
+}
+
 fn wake_of(plan: &Plan) -> Option<Timestamp> {
     plan.status.usage.as_ref()?.limit.as_ref()?.wake_time.as_ref().map(|t| t.0)
 }
@@ -105,15 +118,7 @@ fn a_harness_gone_while_parked_is_resumed_at_the_wake_with_the_refused_prompt() 
 fn a_refused_initial_prompt_waits_again_and_a_record_dated_ahead_is_taken_at_the_clock() {
     let mut case = delivered_then_refused(5_000);
     case.finished.clear();
-    case.spec.initial_prompt = Some("start the work".into());
-    case.status.initial_prompt = Some(PromptStatus {
-        phase: Some(PromptPhase::Delivered),
-        delivered_at: Some(Time(t(40))),
-        sent_time: Some(Time(t(39))),
-        harness_session_id: Some(OLD.into()),
-        attempts: 1,
-        ..Default::default()
-    });
+    initial_prompt_delivered(&mut case, 40, 1);
     let plan = case.step();
     let limit = plan.status.usage.as_ref().unwrap().limit.clone().unwrap();
     assert_eq!(limit.time.map(|t| t.0), Some(t(100)), "a refusal is never dated after the clock");
@@ -169,14 +174,7 @@ fn in_the_second_of_the_initial_prompt_the_event_is_the_one_refused() {
     let mut case = delivered_then_refused(95);
     case.finished =
         vec![FinishedWorkEvent { conversation: Some(OLD.into()), delivered: true, ..finished("e1", 50, "x") }];
-    case.spec.initial_prompt = Some("start the work".into());
-    case.status.initial_prompt = Some(PromptStatus {
-        phase: Some(PromptPhase::Delivered),
-        delivered_at: Some(Time(t(50))),
-        sent_time: Some(Time(t(49))),
-        harness_session_id: Some(OLD.into()),
-        ..Default::default()
-    });
+    initial_prompt_delivered(&mut case, 50, 0);
     case.step();
     (case.usage, case.now) = (None, t(400));
     let plan = case.step();
