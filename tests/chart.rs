@@ -3,7 +3,7 @@
 //! ServiceAccount identities through a full scenario, and refused what they do not need.
 
 mod scenarios;
-use scenarios::fixtures;
+use scenarios::{Rig, fixtures};
 mod standin;
 mod support;
 mod world;
@@ -19,7 +19,7 @@ use serde_json::json;
 use support::WAIT;
 use support::eventually;
 use tower::ServiceExt;
-use worksession::api::{Phase, PromptPhase, Via, WorkEvent, WorkSession};
+use worksession::api::{Phase, PromptPhase, Via, WorkBudget, WorkEvent, WorkSession};
 use world::{World, condition};
 
 fn chart() -> PathBuf {
@@ -607,7 +607,25 @@ async fn chart_rbac_is_enough_for_the_scenario_and_no_more() {
     let ev = w.await_event("rho-2", PromptPhase::Delivered).await;
     assert_eq!(ev.labels().get(worksession::api::NODE_LABEL), Some(&worksession::api::node_label_value(&w.node)));
 
+    // The budgets: the controller lists them and writes their sums, as it does (server-side apply of the status);
+    // the agent lists them and writes nothing of them.
+    w.apply_budget("cap", json!({"tokens": 1_000_000_000})).await;
+    let labeler_budgets: Api<WorkBudget> = Api::namespaced(labeler.clone(), &w.ns.name);
+    labeler_budgets.list(&ListParams::default()).await.expect("the controller lists budgets");
+    let sum = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkBudget", "status": {"tokens": 0}});
+    let apply = PatchParams::apply(worksession::controller::budgets::FIELD_MANAGER).force();
+    labeler_budgets.patch_status("cap", &apply, &Patch::Apply(&sum)).await.expect("the controller writes a sum");
+    let agent_budgets: Api<WorkBudget> = Api::namespaced(agent.clone(), &w.ns.name);
+    agent_budgets.list(&ListParams::default()).await.expect("the agent lists budgets");
+
     // And no more than that.
+    forbidden(agent_budgets.patch_status("cap", &apply, &Patch::Apply(&sum)).await, "agent writes a budget's sum");
+    let raise = json!({"spec": {"tokens": 1}});
+    forbidden(agent_budgets.patch("cap", &PatchParams::default(), &Patch::Merge(&raise)).await, "agent edits a budget");
+    forbidden(
+        labeler_budgets.patch("cap", &PatchParams::default(), &Patch::Merge(&raise)).await,
+        "controller edits a budget",
+    );
     let bridge_sessions: Api<WorkSession> = Api::namespaced(bridge_client.clone(), &w.ns.name);
     let status = json!({"status": {"phase": "Failed"}});
     forbidden(

@@ -307,6 +307,13 @@ impl scenarios::Rig for Local {
         std::fs::remove_file(self.dir.join(format!("{name}.yaml"))).unwrap();
     }
 
+    async fn apply_budget(&self, name: &str, spec: Value) {
+        let budget = serde_json::json!({
+            "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkBudget", "metadata": {"name": name}, "spec": spec
+        });
+        worksession::store::local::write_atomic(&self.dir.join(format!("budget-{name}.yaml")), &budget).unwrap();
+    }
+
     fn restart_agent_with(&mut self, failpoint: Option<worksession::agent::Failpoint>) {
         self.agent.abort();
         self.agent = Self::spawn_agent(&self.tmux, &self.dir, failpoint);

@@ -16,7 +16,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::metrics::AddressedLabel;
 use super::{AgentOptions, ReconcileError, Reconciler, poll};
-use crate::api::{NODE_LABEL, WorkEvent, WorkSession, node_label_value};
+use crate::api::{NODE_LABEL, WorkBudget, WorkEvent, WorkSession, node_label_value};
 use crate::node::tmux::{Tmux, TmuxRunner};
 use crate::store::Store;
 
@@ -69,6 +69,7 @@ pub async fn run<S: Store + 'static>(
     // The cache keeps what a decision or a wake reads, not the objects' bookkeeping: every session's managedFields
     // (two managers' worth of status fields) would be most of what the agent holds at a thousand sessions.
     let watched = watcher(sessions, mine).modify(crate::api::slim);
+    let budgets = budgets_watched(client.clone(), ctx.clone(), cache.clone());
     let controller = Controller::for_stream(reflector(writer, watched).applied_objects(), cache.clone())
         .watches(events, addressed_here, move |ev: WorkEvent| {
             let session = ObjectRef::new(&ev.spec.session).within(&ev.namespace()?);
@@ -79,7 +80,7 @@ pub async fn run<S: Store + 'static>(
             }
             Some(session)
         })
-        .reconcile_on(poked)
+        .reconcile_on(futures::stream::select(poked, budgets))
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .shutdown_on_signal();
 
@@ -103,6 +104,40 @@ pub async fn run<S: Store + 'static>(
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
+}
+
+/// Every WorkBudget as the controller last summed it, kept in the node's registry for the decisions. A change that
+/// matters to them (a budget reached, raised, removed) wakes every session of its namespace: a paused one may go on,
+/// a live one between turns is stopped. The registry is written before the wake, so the reconcile reads the change.
+fn budgets_watched<S: Store + 'static>(
+    client: Client,
+    ctx: Arc<Agent<S>>,
+    sessions: reflector::Store<WorkSession>,
+) -> impl futures::Stream<Item = ObjectRef<WorkSession>> + Send {
+    let writer = reflector::store::Writer::default();
+    let cache = writer.as_reader();
+    let watched = watcher(Api::<WorkBudget>::all(client), watcher::Config::default()).modify(crate::api::slim);
+    reflector(writer, watched)
+        .default_backoff()
+        .filter_map(move |event| {
+            let woken = match event {
+                // While listed again, the cache keeps the old list until the new one is whole.
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Ok(_) => {
+                    let changed = ctx.registries.budgets.replace(cache.state().iter().map(AsRef::as_ref));
+                    let of = |ws: &&Arc<WorkSession>| changed.iter().any(|ns| ws.namespace().as_ref() == Some(ns));
+                    let woken: Vec<_> =
+                        sessions.state().iter().filter(of).map(|ws| ObjectRef::from_obj(ws.as_ref())).collect();
+                    Some(futures::stream::iter(woken))
+                }
+                Err(e) => {
+                    tracing::warn!(event = "agent.budgets_unwatched", error = %e, "cannot watch the WorkBudgets");
+                    None
+                }
+            };
+            futures::future::ready(woken)
+        })
+        .flatten()
 }
 
 /// The egress proxy's refusals recorded as Events on their sessions, for as long as the agent runs (with egress).

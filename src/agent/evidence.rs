@@ -261,6 +261,7 @@ impl<T: Tmux> Gathering<'_, T> {
                 push: self.registries.push.of(&owner.1),
                 limited: self.registries.limits.of(&owner.1, &ws.spec.harness),
                 limit_reset: self.registries.limits.reset(&owner.1, &ws.spec.harness),
+                budgets: self.registries.budgets.of(&ws.namespace().unwrap_or_default()),
                 ..read.evidence
             },
             now: Timestamp::now(),

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::AgentOptions;
 use super::controller::{ERROR_REQUEUE, RECONCILE_CONCURRENCY};
 use super::poll::{POLL_INTERVAL, Wakes};
+use crate::api::spent;
 use crate::store::Changes;
 use crate::store::DEFAULT_NAMESPACE as NAMESPACE;
 
@@ -63,6 +64,20 @@ pub async fn run_on_changes<S: Changes>(store: S, options: AgentOptions) -> std:
                 continue;
             }
         };
+        // The namespaces' budgets, summed here (no controller does): a change that matters wakes their sessions.
+        match ctx.store.budgets() {
+            Ok(mut budgets) => {
+                for budget in &mut budgets {
+                    let of_namespace = sessions.iter().filter(|ws| ws.namespace() == budget.namespace());
+                    budget.status =
+                        Some(spent(of_namespace.map(|ws| ws.status.as_ref().and_then(|s| s.usage.as_ref()))));
+                }
+                let changed = ctx.registries.budgets.replace(&budgets);
+                let of = |ws: &&crate::api::WorkSession| changed.iter().any(|ns| ws.namespace().as_ref() == Some(ns));
+                wake.extend(sessions.iter().filter(of).map(ResourceExt::name_any));
+            }
+            Err(e) => tracing::warn!(event = "store.list_failed", error = %e, "cannot read the budgets"),
+        }
         if polled {
             ctx.metrics.count_sessions(sessions.iter().map(|ws| ws.status.as_ref().and_then(|s| s.phase)));
             ctx.metrics.count_usage(&sessions);

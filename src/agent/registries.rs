@@ -24,6 +24,47 @@ pub struct Registries {
     pub push: PushGrants,
     /// The usage limits the sessions' statuses hold, by credential, for the decisions of its other sessions.
     pub limits: Limits,
+    /// The namespaces' budgets and what each namespace's sessions spent.
+    pub budgets: Budgets,
+}
+
+/// The namespaces' budgets ([`crate::api::WorkBudget`]) as last seen, each with what its namespace's sessions spent:
+/// the controller's sum on a cluster (the agent sees only its node's sessions), the local driver's in local mode.
+#[derive(Debug, Default)]
+pub struct Budgets(std::sync::RwLock<BudgetsByNamespace>);
+
+type BudgetsByNamespace = std::collections::BTreeMap<String, Vec<crate::core::NamespaceBudget>>;
+
+impl Budgets {
+    /// Takes `budgets` as every budget there is. Returns the namespaces whose sessions' decisions change: a budget
+    /// came, went, changed its limits, or was reached or no longer is (a sum that grew short of a limit changes none).
+    pub fn replace<'a>(&self, budgets: impl IntoIterator<Item = &'a crate::api::WorkBudget>) -> Vec<String> {
+        use kube::ResourceExt;
+        let mut by_namespace = BudgetsByNamespace::new();
+        for budget in budgets {
+            let spent = budget.status.clone().unwrap_or_default();
+            let known = crate::core::NamespaceBudget { name: budget.name_any(), limit: budget.spec.limit(), spent };
+            by_namespace.entry(budget.namespace().unwrap_or_default()).or_default().push(known);
+        }
+        by_namespace.values_mut().for_each(|b| b.sort_by(|x, y| x.name.cmp(&y.name)));
+        let mut held = self.0.write().unwrap_or_else(|e| e.into_inner());
+        fn weighed(budgets: Option<&Vec<crate::core::NamespaceBudget>>) -> Vec<(&str, &crate::api::BudgetSpec, bool)> {
+            let each = budgets.into_iter().flatten();
+            each.map(|b| (b.name.as_str(), &b.limit, crate::core::budget_reached(&b.limit, &b.spent).is_some()))
+                .collect()
+        }
+        let namespaces: std::collections::BTreeSet<&String> = held.keys().chain(by_namespace.keys()).collect();
+        let changed = namespaces.into_iter().filter(|ns| weighed(held.get(*ns)) != weighed(by_namespace.get(*ns)));
+        let changed = changed.cloned().collect();
+        *held = by_namespace;
+        changed
+    }
+
+    /// The budgets of `namespace`.
+    pub fn of(&self, namespace: &str) -> Vec<crate::core::NamespaceBudget> {
+        let held = self.0.read().unwrap_or_else(|e| e.into_inner());
+        held.get(namespace).cloned().unwrap_or_default()
+    }
 }
 
 /// The usage limits the node's sessions' statuses hold ([`crate::api::UsageLimit`]), by session (`namespace/name`),
@@ -139,6 +180,27 @@ mod tests {
         failures.put("ns/b", "spawn-3", "no server".into());
         failures.settle("ns/b", None);
         assert_eq!(failures.of("ns/b", "spawn-3"), None, "gone or verifying nothing: forgotten");
+    }
+
+    /// A budget's change wakes its namespace only when a decision there would change: it came or went, its limits
+    /// changed, or it was reached or no longer is.
+    #[test]
+    fn a_budget_wakes_its_namespace_when_its_limits_or_whether_it_is_reached_change() {
+        let budget = |ns: &str, tokens: u64, spent: u64| {
+            let mut b =
+                crate::api::WorkBudget::new("team", crate::api::WorkBudgetSpec { tokens: Some(tokens), cost: None });
+            b.metadata.namespace = Some(ns.into());
+            b.status = Some(crate::api::WorkBudgetStatus { tokens: spent, ..Default::default() });
+            b
+        };
+        let budgets = Budgets::default();
+        assert_eq!(budgets.replace([&budget("a", 100, 10), &budget("b", 100, 10)]), ["a", "b"], "they came");
+        assert_eq!(budgets.replace([&budget("a", 100, 50), &budget("b", 100, 10)]), Vec::<String>::new(), "it grew");
+        assert_eq!(budgets.of("a")[0].spent.tokens, 50, "what it spent is held all the same");
+        assert_eq!(budgets.replace([&budget("a", 100, 100), &budget("b", 100, 10)]), ["a"], "reached");
+        assert_eq!(budgets.replace([&budget("a", 200, 100), &budget("b", 100, 10)]), ["a"], "raised");
+        assert_eq!(budgets.replace([&budget("a", 200, 100)]), ["b"], "gone");
+        assert!(budgets.of("b").is_empty());
     }
 
     /// A limit is told to the other sessions of its namespace and harness alone, and forgotten with it.

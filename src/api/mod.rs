@@ -1,9 +1,11 @@
-//! The API: `WorkSession` and `WorkEvent` (`worksession.dev/v1alpha1`), the source of the generated CRDs.
+//! The API: `WorkSession`, `WorkEvent` and `WorkBudget` (`worksession.dev/v1alpha1`), the source of the generated
+//! CRDs.
 //!
 //! Everything the CRD schema can express is expressed here (required fields, enums, the session id shape, ranges,
 //! immutable fields); [`shapes`] holds the same rules as code, for local mode and for what reaches a command line
 //! (see [`is_valid_session_id`]).
 
+mod budget;
 mod handoff;
 mod pull_request;
 mod shapes;
@@ -11,6 +13,7 @@ mod usage;
 
 use std::collections::BTreeMap;
 
+pub use budget::{WorkBudget, WorkBudgetSpec, WorkBudgetStatus, spent};
 pub use handoff::{HANDOFF_DEFAULT_CHARACTERS, HandoffSpec, HandoffStatus, carried};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
@@ -713,13 +716,18 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
     session["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = serde_json::json!([
         {"rule": WORK_SESSION_NAME_RULE, "message": "metadata.name must be a DNS label (at most 63 characters)"}
     ]);
-    [session, serde_json::to_value(WorkEvent::crd()).expect("a CRD serializes")]
-        .into_iter()
-        .map(|mut value| {
-            drop_unknown_formats(&mut value);
-            serde_json::from_value(value).expect("a CRD without some formats is still a CRD")
-        })
-        .collect()
+    let (event, budget) = (WorkEvent::crd(), WorkBudget::crd());
+    [
+        session,
+        serde_json::to_value(event).expect("a CRD serializes"),
+        serde_json::to_value(budget).expect("a CRD serializes"),
+    ]
+    .into_iter()
+    .map(|mut value| {
+        drop_unknown_formats(&mut value);
+        serde_json::from_value(value).expect("a CRD without some formats is still a CRD")
+    })
+    .collect()
 }
 
 /// The CRDs as multi-document YAML: what `worksession crd` prints and `crds/` holds.
@@ -762,7 +770,7 @@ mod tests {
     }
 
     #[test]
-    fn crd_yaml_has_both_kinds_and_the_selectable_fields() {
+    fn crd_yaml_has_every_kind_and_the_selectable_fields() {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let yaml = crds_yaml();
         let docs: Vec<CustomResourceDefinition> =
@@ -772,7 +780,7 @@ mod tests {
             let fields = crd.spec.versions[0].selectable_fields.clone().unwrap_or_default();
             fields.into_iter().map(|f| f.json_path).collect()
         };
-        assert_eq!(docs.len(), 2);
+        assert_eq!(docs.len(), 3);
         // The agent's field selectors need these; a printer column with the same path must not satisfy this test.
         assert_eq!(selectable("worksessions.worksession.dev"), [".spec.nodeName"]);
         assert_eq!(selectable("workevents.worksession.dev"), [".spec.session"]);

@@ -165,6 +165,8 @@ pub enum Kind {
     WorkSession,
     /// A WorkEvent: a DNS subdomain, as the API server requires of custom resources.
     WorkEvent,
+    /// A WorkBudget: a DNS subdomain.
+    WorkBudget,
 }
 
 /// The root-level CEL rule of the WorkSession CRD that keeps its names DNS labels (the API server checks only that a
@@ -184,7 +186,7 @@ pub fn validate_name(kind: Kind, name: &str, namespace: Option<&str>) -> Result<
         Kind::WorkSession if !is_dns_label(name) => {
             Err(format!("metadata.name: {name:?} must be a DNS label (lowercase letters, digits, '-'; at most 63)"))
         }
-        Kind::WorkEvent if !is_dns_subdomain(name) => Err(format!(
+        Kind::WorkEvent | Kind::WorkBudget if !is_dns_subdomain(name) => Err(format!(
             "metadata.name: {name:?} must be a DNS subdomain (lowercase letters, digits, '-' and '.'; at most 253)"
         )),
         _ => Ok(()),

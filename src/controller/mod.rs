@@ -1,6 +1,7 @@
 //! The `worksession controller` process, beside the pipeline: the [`labeler`] (a WorkEvent made by hand gets its
-//! session's node) and, unless turned off, the [`placement`] controller (sessions placed on nodes, and placed again
-//! when a node is lost), with `/metrics`, `/livez` and `/readyz`.
+//! session's node), the [`budgets`] (what each namespace with a WorkBudget spent) and, unless turned off, the
+//! [`placement`] controller (sessions placed on nodes, and placed again when a node is lost), with `/metrics`,
+//! `/livez` and `/readyz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use prometheus_client::registry::Registry;
 use crate::telemetry::Admin;
 use labeler::LabelerMetrics;
 
+pub mod budgets;
 pub mod labeler;
 pub mod placement;
 
@@ -47,6 +49,7 @@ pub async fn run(
     };
     tokio::select! {
         () = labeler::run(client.clone(), metrics) => {}
+        () = budgets::run(client.clone()) => {}
         () = placing => {}
         () = readiness => {}
     }

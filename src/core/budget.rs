@@ -1,42 +1,73 @@
-//! Budgets, part of decide: a session whose conversations spent what `spec.budget` allows (`status.usage`) takes no
-//! new prompt; its live harness is stopped once its turn is over and nothing sent to it is unconfirmed (the
-//! conversation kept), and it stays `Paused`, its prompts waiting, until the budget is raised or removed. A pause is
-//! not a death: it never counts toward back-off.
+//! Budgets, part of decide: a session whose conversations spent what `spec.budget` allows (`status.usage`), or whose
+//! namespace's sessions together spent what one of its `WorkBudget`s allows, takes no new prompt; its live harness is
+//! stopped once its turn is over and nothing sent to it is unconfirmed (the conversation kept), and it stays `Paused`,
+//! its prompts waiting, until the budget is raised or removed. A pause is not a death: it never counts toward back-off.
 
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{ActivityReason, Decision, EventReason, Notice, Op, ReadyReason, later, until};
-use crate::api::{Phase, PromptPhase};
+use super::{ActivityReason, Decision, EventReason, NamespaceBudget, Notice, Op, ReadyReason, later, until};
+use crate::api::{BudgetSpec, Phase, PromptPhase, WorkBudgetStatus};
 
 /// How long a harness without hooks must have printed nothing before it is taken to be between turns.
 pub const PAUSE_QUIET: Duration = Duration::from_secs(5);
 
+/// Why a session may spend no more: which budget its spending reached, and what a person changes to go on.
+#[derive(Clone, Debug)]
+pub(super) struct Over {
+    why: String,
+    remedy: String,
+}
+
+/// What `spent` of `limit` says, if it reached it: the first limit reached, as "N of its budget of M tokens". An unknown
+/// cost (a model without a price) reaches a cost budget once anything was spent: spending on is never a guess.
+pub fn reached(limit: &BudgetSpec, spent: &WorkBudgetStatus) -> Option<String> {
+    if let Some(tokens) = limit.tokens.filter(|limit| spent.tokens >= *limit) {
+        return Some(format!("{} of its budget of {tokens} tokens", spent.tokens));
+    }
+    let dollars = limit.cost.as_deref()?;
+    let limit_value = dollars.parse::<f64>().ok()?;
+    match spent.estimated_cost.as_deref().and_then(|c| c.parse::<f64>().ok()) {
+        Some(cost) if cost >= limit_value => Some(format!("${cost:.4} of its budget of ${dollars}")),
+        Some(_) => None,
+        None if spent.tokens == 0 => None,
+        None => Some(format!(
+            "an unknown cost ({} has no price in the agent config's prices) against its budget of ${dollars}",
+            spent.unpriced_models.join(", ")
+        )),
+    }
+}
+
 impl Decision<'_, '_> {
-    /// Why the session may spend no more, if it may not: the first of its budget's limits its usage reached.
-    pub(super) fn over_budget(&self) -> Option<String> {
-        let budget = self.input.object.spec.budget.as_ref()?;
+    /// Why the session may spend no more, if it may not: its own budget (`spec.budget`) first, then its namespace's
+    /// ([`crate::api::WorkBudget`]s, by name).
+    pub(super) fn over_budget(&self) -> Option<Over> {
         let usage = self.status.usage.clone().unwrap_or_default();
-        if let Some(limit) = budget.tokens.filter(|limit| usage.tokens >= *limit) {
-            return Some(format!("spent {} of its budget of {limit} tokens", usage.tokens));
+        let own = WorkBudgetStatus {
+            tokens: usage.tokens,
+            estimated_cost: usage.estimated_cost,
+            unpriced_models: usage.unpriced_models,
+            sessions: 1,
+        };
+        let budget = self.input.object.spec.budget.as_ref();
+        if let Some(what) = budget.and_then(|budget| reached(budget, &own)) {
+            return Some(Over { why: format!("spent {what}"), remedy: "raise or remove spec.budget".into() });
         }
-        let limit = budget.cost.as_deref()?;
-        let dollars = limit.parse::<f64>().ok()?;
-        match usage.estimated_cost.as_deref().and_then(|c| c.parse::<f64>().ok()) {
-            Some(cost) if cost >= dollars => Some(format!("spent ${cost:.4} of its budget of ${limit}")),
-            Some(_) => None,
-            None if usage.tokens == 0 => None,
-            None => Some(format!(
-                "its cost is unknown ({} has no price in the agent config's prices) and its budget is ${limit}",
-                usage.unpriced_models.join(", ")
-            )),
-        }
+        let mut budgets: Vec<&NamespaceBudget> = self.input.evidence.budgets.iter().collect();
+        budgets.sort_by(|a, b| a.name.cmp(&b.name));
+        budgets.into_iter().find_map(|budget| {
+            let what = reached(&budget.limit, &budget.spent)?;
+            Some(Over {
+                why: format!("its namespace's sessions spent {what} (WorkBudget {})", budget.name),
+                remedy: format!("raise or remove WorkBudget {}", budget.name),
+            })
+        })
     }
 
     /// A live harness over its budget: stopped once its turn is over and nothing sent to it waits for its word;
     /// meanwhile it is looked at again.
-    pub(super) fn pause_when_quiet(&mut self, why: &str) {
+    pub(super) fn pause_when_quiet(&mut self, over: &Over) {
         let input = self.input;
         if self.prompts().iter().any(|p| p.phase == PromptPhase::Delivering) || !self.ops.is_empty() {
             // The prompts' own requeues and hooks bring it back; a paste recorded now, this.
@@ -64,14 +95,15 @@ impl Decision<'_, '_> {
             return; // its turn's end (a hook) wakes the session
         }
         self.ops.push(Op::Stop { session: self.session.clone() });
-        self.paused(why);
+        self.paused(over);
     }
 
     /// Not running and over its budget: no spawn; prompts wait.
-    pub(super) fn paused(&mut self, why: &str) {
+    pub(super) fn paused(&mut self, over: &Over) {
         let waiting = self.prompts().len();
         let prompts = if waiting == 1 { "1 prompt waits" } else { &format!("{waiting} prompts wait") };
-        let message = format!("{why}; {prompts}: raise or remove spec.budget to go on, the conversation kept");
+        let Over { why, remedy } = over;
+        let message = format!("{why}; {prompts}: {remedy} to go on, the conversation kept");
         if self.status.phase != Some(Phase::Paused) {
             self.notice(Notice::new(EventReason::BudgetReached, message.clone()));
         }

@@ -43,6 +43,7 @@ mod usage;
 mod verify;
 mod workspace;
 pub use crate::api::is_tag;
+pub use budget::reached as budget_reached;
 pub use conditions::{
     ActivityReason, ConditionType, ConfinedReason, DiscoveryReason, NodeLostReason, PlacedReason, ReadyReason, Reason,
     WorkspaceReason, condition, find, has_reason, set_condition,
@@ -51,9 +52,9 @@ pub use deliver::{AFTER_OFFSET_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hoo
 pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
 pub use plan::{
-    Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Limited, Notice,
-    Object, Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Reset, Room, Severity, WorkEventUpdate, Workspace,
-    goes_with_its_session,
+    Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Limited,
+    NamespaceBudget, Notice, Object, Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Reset, Room, Severity,
+    WorkEventUpdate, Workspace, goes_with_its_session,
 };
 pub use push::{
     GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, grant_key, push_dir, push_env, push_target,
@@ -181,7 +182,7 @@ struct Decision<'a, 'i> {
     ops: Vec<Op>,
     requeue_after: Option<Duration>,
     /// Why the session may spend no more (`spec.budget`), if it may not: no new prompt is sent.
-    paused: Option<String>,
+    paused: Option<budget::Over>,
     /// Until when a usage limit parks the session, if it does: nothing is sent or started before then.
     parked: Option<Timestamp>,
     /// The prompts a refusal read now sent back to `Pending` (their keys): none is confirmed or sent by this decision.

@@ -288,6 +288,19 @@ pub struct Evidence {
     pub limited: Vec<Limited>,
     /// When its credential's limit resets, as a key gateway relaying a refusal was last told.
     pub limit_reset: Option<Reset>,
+    /// The budgets of its namespace ([`crate::api::WorkBudget`]), with what the namespace's sessions spent.
+    pub budgets: Vec<NamespaceBudget>,
+}
+
+/// A budget of a session's namespace, and what the namespace's sessions spent as last summed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceBudget {
+    /// The WorkBudget's name.
+    pub name: String,
+    /// Its limits.
+    pub limit: crate::api::BudgetSpec,
+    /// What the namespace's sessions spent.
+    pub spent: crate::api::WorkBudgetStatus,
 }
 
 /// When a credential's limit resets, as a key gateway relaying a refusal was told, and when it was told.

@@ -104,6 +104,8 @@ pub trait Changes: Store {
     /// The names of the sessions whose manifest, status or events changed since the last call (the store's own
     /// writes included, as a watch reports them).
     fn touched(&self) -> Result<std::collections::HashSet<String>, StoreError>;
+    /// Every WorkBudget, without a status: where there is no controller, the driver sums what the sessions spent.
+    fn budgets(&self) -> Result<Vec<crate::api::WorkBudget>, StoreError>;
 }
 
 /// A write that did not happen.

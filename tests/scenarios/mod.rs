@@ -86,6 +86,8 @@ macro_rules! shared_scenarios {
                 usage::a_budget_reached_pauses_after_the_turn_and_a_raise_goes_on;
             shared_a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_prompt_is_answered_once:
                 usage::a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_prompt_is_answered_once;
+            shared_a_namespaces_budget_reached_by_its_sessions_together_pauses_each_and_a_raise_goes_on:
+                usage::a_namespaces_budget_reached_by_its_sessions_together_pauses_each_and_a_raise_goes_on;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {
@@ -123,6 +125,8 @@ pub trait Rig {
     fn patch_spec(&self, name: &str, patch: Value) -> impl Future<Output = ()>;
     /// Deletes the WorkSession.
     fn delete_session(&self, name: &str) -> impl Future<Output = ()>;
+    /// Creates the namespace's WorkBudget `name` with `spec`, or replaces its spec.
+    fn apply_budget(&self, name: &str, spec: Value) -> impl Future<Output = ()>;
     /// Stops the agent and starts a new one that stops forever at `failpoint`, as if killed there.
     fn restart_agent_with(&mut self, failpoint: Option<Failpoint>);
     /// Stops the agent and starts a new one.

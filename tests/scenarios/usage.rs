@@ -5,7 +5,7 @@ use worksession::api::{Phase, PromptPhase, Tokens, Usage, Via, WorkSessionStatus
 use worksession::core::ConditionType;
 use worksession::node::tmux::Liveness;
 
-use super::{Rig, await_delivered, await_value, condition, id};
+use super::{Rig, await_delivered, await_value, condition, id, ready_message};
 
 /// Awaits `name`'s usage counting `turns` turns, its harness verified (a turn may be counted while its spawn is).
 async fn await_turns(rig: &impl Rig, name: &str, turns: u64) -> WorkSessionStatus {
@@ -142,4 +142,49 @@ pub async fn a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_pr
         assert_eq!(sent, refusals + 1, "{name}: sent again once per refusal");
         assert_eq!(rig.session_status(name).await.usage.map(|u| u.turns), Some(2), "{name}: answered once");
     }
+}
+
+/// A namespace's budget (a WorkBudget) reached by its sessions together: each is stopped after its turn (`Paused`,
+/// `BudgetReached`, the budget named), a prompt sent meanwhile waits and a session made meanwhile does not start;
+/// the budget raised, the prompt reaches the same conversation, once, and the new session starts.
+pub async fn a_namespaces_budget_reached_by_its_sessions_together_pauses_each_and_a_raise_goes_on(rig: &impl Rig) {
+    // 1,050 tokens a reply: one turn each is within 2,000, the two together are not.
+    rig.apply_budget("team", serde_json::json!({"tokens": 2000})).await;
+    for name in ["pool-a", "pool-b"] {
+        let spec = serde_json::json!({"harness": "standin-usage", "initialPrompt": format!("{name}: first")});
+        rig.create_session(name, spec).await;
+    }
+    let paused = |s: &WorkSessionStatus| s.phase == Some(Phase::Paused);
+    let mut conversations = Vec::new();
+    for name in ["pool-a", "pool-b"] {
+        let st = await_value(&format!("{name} Paused"), || rig.session_status(name), paused).await;
+        assert_eq!(st.usage.as_ref().map(|u| u.turns), Some(1), "{name}: its turn ended first");
+        let (status, reason, message) = condition(&st, ConditionType::Ready);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "BudgetReached"));
+        assert!(
+            message.starts_with("its namespace's sessions spent 2100 of its budget of 2000 tokens (WorkBudget team)"),
+            "{message}"
+        );
+        assert!(message.ends_with("raise or remove WorkBudget team to go on, the conversation kept"), "{message}");
+        rig.tmux().await_liveness(&rig.tmux_session(name), Liveness::Absent).await;
+        conversations.push(id(&st));
+    }
+    rig.send("pool-a", "pool-a-1", "after the budget").await;
+    rig.create_session("pool-c", serde_json::json!({"harness": "standin-usage", "initialPrompt": "pool-c: first"}))
+        .await;
+    let st = await_value("pool-c Paused", || rig.session_status("pool-c"), paused).await;
+    assert!(ready_message(&st).contains("WorkBudget team"), "{st:?}");
+    assert_eq!(rig.event_status("pool-a-1").await.phase.unwrap_or(PromptPhase::Pending), PromptPhase::Pending);
+    let tmux = rig.tmux();
+    let mut prompts: Vec<String> = tmux.prompts().into_iter().map(|p| p.prompt).collect();
+    prompts.sort();
+    assert_eq!(prompts, ["pool-a: first", "pool-b: first"], "nothing sent past the budget");
+
+    rig.apply_budget("team", serde_json::json!({"tokens": 100000})).await;
+    let ev = await_delivered(rig, "pool-a-1").await;
+    assert_eq!((ev.via, ev.harness_session_id.as_deref()), (Some(Via::Resumed), Some(conversations[0].as_str())));
+    await_turns(rig, "pool-c", 1).await;
+    let prompts = tmux.await_prompts(4).await;
+    let sent = |prompt: &str| prompts.iter().filter(|p| p.prompt == prompt).count();
+    assert_eq!((sent("after the budget"), sent("pool-c: first")), (1, 1), "{prompts:?}");
 }

@@ -304,6 +304,13 @@ impl crate::scenarios::Rig for World {
         self.sessions().delete(name, &Default::default()).await.unwrap();
     }
 
+    async fn apply_budget(&self, name: &str, spec: serde_json::Value) {
+        let budget = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkBudget", "metadata": {"name": name}, "spec": spec});
+        let budgets: Api<worksession::api::WorkBudget> = self.ns.api();
+        let params = kube::api::PatchParams::apply("worksession-tests").force();
+        budgets.patch(name, &params, &kube::api::Patch::Apply(&budget)).await.unwrap();
+    }
+
     fn restart_agent_with(&mut self, failpoint: Option<worksession::agent::Failpoint>) {
         self.stop_agent();
         self.start_agent_full(self.ns.client.clone(), None, failpoint);

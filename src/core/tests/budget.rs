@@ -1,5 +1,6 @@
-//! Budgets: a session that spent what `spec.budget` allows sends no new prompt, is stopped after its turn with its
-//! conversation kept, keeps its prompts waiting, and goes on once the budget is raised.
+//! Budgets: a session that spent what `spec.budget` allows, or whose namespace's sessions together spent what a
+//! `WorkBudget` allows, sends no new prompt, is stopped after its turn with its conversation kept, keeps its prompts
+//! waiting, and goes on once the budget is raised.
 
 use super::*;
 use crate::api::{BudgetSpec, Usage};
@@ -76,7 +77,7 @@ fn a_cost_budget_with_an_unknown_cost_counts_as_reached() {
     let mut case = spent_live(hook("Stop"));
     case.spec.budget = Some(BudgetSpec { tokens: None, cost: Some("5".into()) });
     let message = ready_of(&case.decide().status).1;
-    assert!(message.starts_with("its cost is unknown (claude-opus-5-5 has no price"), "{message}");
+    assert!(message.starts_with("spent an unknown cost (claude-opus-5-5 has no price"), "{message}");
     // Known and under, then reached: by the config's prices ($1,000 and $4,000 per million of each kind).
     let price =
         |dollars| crate::config::Price { input: dollars, output: dollars, cache_write: dollars, cache_read: dollars };
@@ -185,4 +186,64 @@ fn nothing_starts_while_the_count_catches_up_under_a_budget() {
     assert!(plan.requeue_after.is_some());
     case.usage = None;
     assert!(ops(&case.decide()).iter().any(|op| op.starts_with("spawn")), "caught up: it starts");
+}
+
+/// A budget of the namespace, `limit` tokens, of which its sessions spent `spent`.
+fn namespace_budget(name: &str, limit: u64, spent: u64) -> crate::core::NamespaceBudget {
+    crate::core::NamespaceBudget {
+        name: name.into(),
+        limit: BudgetSpec { tokens: Some(limit), cost: None },
+        spent: crate::api::WorkBudgetStatus { tokens: spent, sessions: 3, ..Default::default() },
+    }
+}
+
+#[test]
+fn its_namespaces_budget_reached_by_all_its_sessions_pauses_it_after_its_turn_and_a_raise_resumes_it() {
+    let mut case = spent_live(hook("Stop"));
+    case.spec.budget = None;
+    case.budgets = vec![namespace_budget("team", 100_000, 20_000)];
+    assert_eq!(case.decide().status.phase, Some(Phase::Running), "under the namespace's budget: it goes on");
+
+    // The namespace's sessions together reached it: this one's turn is over, so it is stopped; its prompt waits.
+    case.budgets = vec![namespace_budget("team", 100_000, 20_000), namespace_budget("cap", 50_000, 50_000)];
+    let plan = case.step();
+    assert_eq!(
+        ops(&plan),
+        [format!("stop {}", case.config.tmux_session("ns/repo-12")), "session.budget_reached".into()]
+    );
+    let (reason, message) = ready_of(&plan.status);
+    assert_eq!(reason, "BudgetReached");
+    assert_eq!(
+        message,
+        "its namespace's sessions spent 50000 of its budget of 50000 tokens (WorkBudget cap); 1 prompt waits: \
+         raise or remove WorkBudget cap to go on, the conversation kept"
+    );
+
+    // Stopped, nothing starts while it holds; raised, the conversation resumes with the prompt that waited.
+    (case.liveness, case.tmux) = (Liveness::Absent, None);
+    assert_eq!(ops(&case.step()), Vec::<String>::new());
+    assert_eq!(case.events[0].phase, PromptPhase::Pending, "waits, never failed");
+    case.budgets[1].limit.tokens = Some(80_000);
+    let plan = case.decide();
+    assert!(spawned(&plan).contains(&format!("--resume {OLD}")), "{:?}", ops(&plan));
+    assert!(spawned(&plan).ends_with("please fix the bug"), "{:?}", ops(&plan));
+}
+
+#[test]
+fn a_new_session_in_a_namespace_over_its_budget_waits_for_its_first_spawn() {
+    let mut case = Case::new(WorkSessionStatus::default());
+    case.budgets = vec![namespace_budget("team", 1000, 1000)];
+    let plan = case.decide();
+    assert!(spawned(&plan).is_empty(), "{:?}", ops(&plan));
+    assert_eq!(plan.status.phase, Some(Phase::Paused));
+    // Its namespace's cost is unknown and its budget is in dollars: reached as well.
+    case.budgets = vec![crate::core::NamespaceBudget {
+        name: "team".into(),
+        limit: BudgetSpec { tokens: None, cost: Some("50".into()) },
+        spent: crate::api::WorkBudgetStatus { tokens: 10, unpriced_models: vec!["m-x".into()], ..Default::default() },
+    }];
+    let message = ready_of(&case.decide().status).1;
+    assert!(message.starts_with("its namespace's sessions spent an unknown cost (m-x has no price"), "{message}");
+    case.budgets.clear();
+    assert!(!spawned(&case.decide()).is_empty(), "its budget removed, it starts");
 }

@@ -122,6 +122,7 @@ struct Case {
     usage: Option<UsageRead>,
     limited: Vec<Limited>,
     limit_reset: Option<Reset>,
+    budgets: Vec<crate::core::NamespaceBudget>,
 }
 
 impl Case {
@@ -169,6 +170,7 @@ impl Case {
             usage: None,
             limited: Vec::new(),
             limit_reset: None,
+            budgets: Vec::new(),
         }
     }
 
@@ -232,6 +234,7 @@ impl Case {
                 usage: self.usage.clone(),
                 limited: self.limited.clone(),
                 limit_reset: self.limit_reset,
+                budgets: self.budgets.clone(),
             },
             context: Context { config: &self.config, now: self.now, new_session_id: NEW },
         })

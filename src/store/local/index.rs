@@ -15,13 +15,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::NAMESPACE;
-use crate::api::{self, WorkEvent, WorkSession};
+use crate::api::{self, WorkBudget, WorkEvent, WorkSession};
 use crate::store::FINALIZER;
 
 /// One manifest read from the directory.
 pub(super) enum Manifest {
     Session(Box<WorkSession>),
     Event(Box<WorkEvent>),
+    Budget(Box<WorkBudget>),
 }
 
 /// The status file of `manifest`.
@@ -76,6 +77,7 @@ impl Content {
             Content::Manifest(Manifest::Event(ev)) | Content::Status(Manifest::Event(ev)) => {
                 Some(ev.spec.session.clone())
             }
+            Content::Manifest(Manifest::Budget(_)) | Content::Status(Manifest::Budget(_)) => None,
             Content::Invalid(_) | Content::OtherStatus => None,
         }
     }
@@ -95,6 +97,8 @@ pub(super) struct Index {
     sessions: HashMap<String, PathBuf>,
     /// Event name to its manifest's path.
     events: HashMap<String, PathBuf>,
+    /// Budget name to its manifest's path.
+    budgets: HashMap<String, PathBuf>,
     /// Session name to the manifest paths of the events that name it.
     by_session: HashMap<String, Vec<PathBuf>>,
     /// Manifests the API server would refuse though they parse, and why: a session's edit of an immutable field (the
@@ -178,6 +182,7 @@ impl Index {
     /// behind again).
     fn rebuild(&mut self) -> bool {
         let (mut sessions, mut events): (HashMap<String, PathBuf>, HashMap<String, PathBuf>) = Default::default();
+        let mut budgets = HashMap::new();
         let mut by_session = HashMap::<_, Vec<_>>::new();
         let (mut orphans, mut refused, mut left) = (Vec::new(), BTreeMap::new(), Vec::new());
         let taken = |first: &PathBuf, name: String| format!("metadata.name {name:?} is taken by {}", first.display());
@@ -186,7 +191,7 @@ impl Index {
                 Content::Manifest(Manifest::Session(ws)) => {
                     let recorded = self.status(path, |m| match m {
                         Manifest::Session(ws) => Some(ws),
-                        Manifest::Event(_) => None,
+                        Manifest::Event(_) | Manifest::Budget(_) => None,
                     });
                     // The API server never renames an object: a name edited in place is refused, and the session
                     // its status file records runs on (a second one under the new name would run its conversation
@@ -208,6 +213,13 @@ impl Index {
                         }
                     }
                 }
+                Content::Manifest(Manifest::Budget(budget)) => match budgets.entry(budget.name_any()) {
+                    Entry::Occupied(first) => Some(taken(first.get(), budget.name_any())),
+                    Entry::Vacant(entry) => {
+                        entry.insert(path.clone());
+                        None
+                    }
+                },
                 Content::Manifest(Manifest::Event(ev)) => match events.entry(ev.name_any()) {
                     Entry::Occupied(first) => Some(taken(first.get(), ev.name_any())),
                     Entry::Vacant(entry) => {
@@ -222,7 +234,7 @@ impl Index {
                         left.push((path.clone(), ws.name_any(), ws.metadata.creation_timestamp.clone()));
                         None
                     }
-                    Manifest::Event(_) => {
+                    Manifest::Event(_) | Manifest::Budget(_) => {
                         orphans.push(path.clone());
                         None
                     }
@@ -298,6 +310,7 @@ impl Index {
             self.files.remove(&path);
         }
         (self.sessions, self.events, self.by_session, self.refused) = (sessions, events, by_session, refused);
+        self.budgets = budgets;
         moved
     }
 
@@ -327,7 +340,7 @@ impl Index {
         let path = self.maps().sessions.get(name)?.clone();
         let recorded = self.status(&path, |m| match m {
             Manifest::Session(ws) => Some(ws),
-            Manifest::Event(_) => None,
+            Manifest::Event(_) | Manifest::Budget(_) => None,
         });
         let ws = match self.files.get(&path).map(|f| &f.content) {
             Some(Content::Manifest(Manifest::Session(ws))) => {
@@ -361,6 +374,17 @@ impl Index {
         names.into_iter().filter_map(|(_, name)| self.session(&name)).collect()
     }
 
+    /// Every WorkBudget, in path order (local mode writes no status of one: the driver sums).
+    pub(super) fn budgets(&mut self) -> Vec<WorkBudget> {
+        let mut paths: Vec<PathBuf> = self.maps().budgets.values().cloned().collect();
+        paths.sort();
+        let budget = |path: &PathBuf| match self.files.get(path).map(|f| &f.content) {
+            Some(Content::Manifest(Manifest::Budget(budget))) => Some(budget.as_ref().clone()),
+            _ => None,
+        };
+        paths.iter().filter_map(budget).collect()
+    }
+
     /// The path of the WorkEvent `name`'s manifest.
     pub(super) fn event_path(&mut self, name: &str) -> Option<PathBuf> {
         self.maps().events.get(name).cloned()
@@ -378,7 +402,7 @@ impl Index {
         ev.status = self
             .status(path, |m| match m {
                 Manifest::Event(ev) => Some(ev),
-                Manifest::Session(_) => None,
+                Manifest::Session(_) | Manifest::Budget(_) => None,
             })
             .filter(|recorded| same(recorded))
             .and_then(|recorded| recorded.status.clone());
@@ -451,6 +475,13 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
             api::validate_spec(&ws.spec).map_err(|e| e.to_string())?;
             (api::Kind::WorkSession, Manifest::Session(Box::new(ws)))
         }
+        "WorkBudget" => {
+            let budget: WorkBudget = typed(value)?;
+            if let Some((field, problem)) = budget.spec.problem() {
+                return Err(format!("{field}: {problem}"));
+            }
+            (api::Kind::WorkBudget, Manifest::Budget(Box::new(budget)))
+        }
         "WorkEvent" => {
             let ev: WorkEvent = typed(value)?;
             if ev.spec.session.is_empty() || ev.spec.prompt.is_empty() {
@@ -458,11 +489,12 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
             }
             (api::Kind::WorkEvent, Manifest::Event(Box::new(ev)))
         }
-        other => return Err(format!("kind: {other:?} is neither WorkSession nor WorkEvent")),
+        other => return Err(format!("kind: {other:?} is none of WorkSession, WorkEvent and WorkBudget")),
     };
     let meta = match &mut manifest {
         Manifest::Session(ws) => &mut ws.metadata,
         Manifest::Event(ev) => &mut ev.metadata,
+        Manifest::Budget(budget) => &mut budget.metadata,
     };
     let Some(name) = meta.name.clone().filter(|n| !n.is_empty()) else {
         return Err("metadata.name is required".into());

@@ -1,7 +1,7 @@
 //! The directory backend of [`Store`] and [`Sink`] (local mode): the object store is a directory of YAML manifests instead of the API server, the way kubelet runs
 //! static pods from a folder.
 //!
-//! `DIR/*.yaml` hold WorkSession and WorkEvent manifests (the CRDs' schema, checked the same way). The agent writes
+//! `DIR/*.yaml` hold WorkSession, WorkEvent and WorkBudget manifests (the CRDs' schema, checked the same way). The agent writes
 //! each object's status beside it as `NAME.status.yaml` (the whole object, written to a temporary file, fsynced,
 //! then renamed). A session whose manifest is gone while its status file remains is being deleted: its tmux
 //! session is stopped and the status file removed. The bridge writes events with a hard link from a temporary
@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::{Changes, FINALIZER, Store, StoreError};
-use crate::api::{WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
+use crate::api::{WorkBudget, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus};
 use crate::core::Notice;
 use index::{Index, is_indexed, status_path};
 
@@ -194,6 +194,10 @@ impl Changes for LocalStore {
 
     fn touched(&self) -> Result<HashSet<String>, StoreError> {
         Ok(self.index()?.take_touched())
+    }
+
+    fn budgets(&self) -> Result<Vec<WorkBudget>, StoreError> {
+        Ok(self.index()?.budgets())
     }
 }
 
