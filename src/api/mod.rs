@@ -450,8 +450,8 @@ crate::words::words! {
         /// Stopped because its work item is closed (`spec.archived`), its conversation kept; the next prompt, or the
         /// work item reopening, resumes it.
         Archived,
-        /// Stopped after its turn because it reached its budget (`spec.budget`), its conversation kept; prompts wait
-        /// until the budget is raised or removed.
+        /// Stopped after its turn because it reached its budget (`spec.budget`) or its namespace's sessions together
+        /// reached a `WorkBudget`, its conversation kept; prompts wait until the budget is raised or removed.
         Paused,
         /// Not running while a usage limit parks it (`Ready=False UsageLimited`; a live harness stays `Running`):
         /// nothing starts until `status.usage.limit.wakeTime`, then the refused prompt is sent again once.

@@ -60,7 +60,8 @@ pub fn render(ws: &WorkSession) -> String {
         (Some(Phase::Running), Some("Idle")) => "idle, waiting for the next prompt".to_string(),
         (Some(Phase::Idle), _) => "stopped while idle (the next prompt resumes it)".to_string(),
         (Some(Phase::Paused), _) => {
-            "paused: its conversations reached their budget (prompts wait; a raised spec.budget resumes it)".to_string()
+            "paused: it reached its budget or its namespace's (prompts wait; raising that budget resumes it)"
+                .to_string()
         }
         _ if parked => {
             let wake = st.usage.as_ref().and_then(|u| u.limit.as_ref()).and_then(|l| l.wake_time.as_ref());
@@ -309,7 +310,7 @@ mod tests {
         );
         assert!(render(&session(Phase::Archived, None)).contains("is archived"));
         assert!(render(&session(Phase::Idle, None)).contains("stopped while idle"));
-        assert!(render(&session(Phase::Paused, None)).contains("is paused: its conversations reached their budget"));
+        assert!(render(&session(Phase::Paused, None)).contains("is paused: it reached its budget or its namespace's"));
         // Parked, its harness running on: the `Ready` condition says so.
         let mut parked = session(Phase::Running, Some(("UsageLimited", "")));
         let conditions = &mut parked.status.as_mut().unwrap().conditions;
