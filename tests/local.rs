@@ -307,6 +307,10 @@ impl scenarios::Rig for Local {
         std::fs::remove_file(self.dir.join(format!("{name}.yaml"))).unwrap();
     }
 
+    async fn notice_times(&self, _session: &str, _reason: &str) -> Option<Vec<k8s_openapi::jiff::Timestamp>> {
+        None // local mode records no Events
+    }
+
     async fn apply_budget(&self, name: &str, spec: Value) {
         let budget = serde_json::json!({
             "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkBudget", "metadata": {"name": name}, "spec": spec

@@ -65,6 +65,8 @@ impl Discoveries {
                 claimed.insert(owner.to_string(), id.clone());
                 Ok(())
             }
+            // The registry of limits takes a wake.
+            Claim::Wake(_) => Ok(()),
         }
     }
 

@@ -20,7 +20,7 @@ use super::registries::Registries;
 use crate::api::{WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::queue;
-use crate::core::{self, EventReason, Op, Plan};
+use crate::core::{self, Claim, EventReason, Op, Plan};
 use crate::node::tmux::{Observation, Tmux, TmuxError};
 use crate::store::{Store, StoreError};
 
@@ -318,7 +318,14 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.store.delete_event(ev).await.map_err(expire)?;
                 }
                 Op::Claim(claim) => {
-                    if let Err(other) = self.registries.discoveries.take(claim, owner_name) {
+                    let taken = match claim {
+                        Claim::Wake(credential) => {
+                            let (now, spread) = (Timestamp::now(), config.usage_limit_spread);
+                            self.registries.limits.take_wake(owner_name, credential, now, spread)
+                        }
+                        _ => self.registries.discoveries.take(claim, owner_name),
+                    };
+                    if let Err(other) = taken {
                         tracing::info!(event = "claim.lost", ?claim, holder = other, "another session took it first");
                         return Ok(Executed::ClaimLost);
                     }

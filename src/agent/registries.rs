@@ -76,21 +76,23 @@ pub struct Limits(std::sync::Arc<std::sync::Mutex<Known>>);
 
 #[derive(Debug, Default)]
 struct Known {
-    /// Each session's credential, and the time of the refusal its status holds.
-    sessions: std::collections::HashMap<String, (String, Option<Timestamp>)>,
+    /// Each session's credential, the refusal its status holds, and when that limit's wake came.
+    sessions: std::collections::HashMap<String, Held>,
     /// When each credential's limit resets, as a gateway was last told, and when it was told.
     resets: std::collections::HashMap<String, crate::core::Reset>,
+}
+
+/// What a session's status says of its credential's limit.
+#[derive(Clone, Debug)]
+struct Held {
+    credential: String,
+    at: Option<Timestamp>,
+    woke: Option<Timestamp>,
 }
 
 impl Limits {
     fn lock(&self) -> std::sync::MutexGuard<'_, Known> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The credential of the session `namespace/…` that runs `harness`.
-    pub fn credential(session: &str, harness: &str) -> String {
-        let namespace = session.split_once('/').map_or("", |(namespace, _)| namespace);
-        format!("{namespace}/{harness}")
     }
 
     /// Follows the status `session` records (`None`: it is gone).
@@ -102,7 +104,34 @@ impl Limits {
         };
         let limit = status.usage.as_ref().and_then(|u| u.limit.as_ref());
         let at = limit.and_then(|l| l.time.as_ref()).map(|t| t.0);
-        known.sessions.insert(session.to_string(), (Self::credential(session, harness), at));
+        let woke = limit.filter(|l| l.woken).and_then(|l| l.wake_time.as_ref()).map(|t| t.0);
+        let credential = crate::core::credential(session, harness);
+        known.sessions.insert(session.to_string(), Held { credential, at, woke });
+    }
+
+    /// Takes the wake of `session`'s limit on `credential` at `now`, unless another session of it woke less than
+    /// `spread` before (checked and taken under one lock: of two reconciles that decided at once, one wakes);
+    /// `Err` names that session.
+    pub(super) fn take_wake(
+        &self,
+        session: &str,
+        credential: &str,
+        now: Timestamp,
+        spread: std::time::Duration,
+    ) -> Result<(), String> {
+        let mut known = self.lock();
+        let near = |woke: Timestamp| now.duration_since(woke).unsigned_abs() < spread;
+        let other = known
+            .sessions
+            .iter()
+            .find(|(s, held)| *s != session && held.credential == credential && held.woke.is_some_and(near));
+        if let Some((other, _)) = other {
+            return Err(other.clone());
+        }
+        let held = Held { credential: credential.to_string(), at: None, woke: None };
+        let entry = known.sessions.entry(session.to_string()).or_insert(held);
+        (entry.credential, entry.woke) = (credential.to_string(), Some(now));
+        Ok(())
     }
 
     /// A gateway relayed a refusal of `session`'s request, at `now`, whose limit resets `at`: the latest word on its
@@ -110,21 +139,24 @@ impl Limits {
     pub fn told(&self, session: &str, at: Timestamp, now: Timestamp) {
         let mut known = self.lock();
         known.resets.retain(|_, reset| reset.at > now);
-        let Some((credential, _)) = known.sessions.get(session).cloned() else { return };
-        known.resets.insert(credential, crate::core::Reset { at, told: now });
+        let Some(held) = known.sessions.get(session).cloned() else { return };
+        known.resets.insert(held.credential, crate::core::Reset { at, told: now });
     }
 
     /// The other sessions on the credential of `session`, which runs `harness`, whose statuses hold a limit.
     pub fn of(&self, session: &str, harness: &str) -> Vec<crate::core::Limited> {
-        let credential = Self::credential(session, harness);
+        let credential = crate::core::credential(session, harness);
         let known = self.lock();
-        let peers = known.sessions.iter().filter(|(s, (c, _))| *s != session && *c == credential);
-        peers.filter_map(|(s, (_, at))| Some(crate::core::Limited { session: s.clone(), at: (*at)? })).collect()
+        let peers = known.sessions.iter().filter(|(s, held)| *s != session && held.credential == credential);
+        let limited = |(s, held): (&String, &Held)| {
+            Some(crate::core::Limited { session: s.clone(), at: held.at?, woke: held.woke })
+        };
+        peers.filter_map(limited).collect()
     }
 
     /// When the limit of the credential of `session`, which runs `harness`, resets, as a gateway was last told.
     pub fn reset(&self, session: &str, harness: &str) -> Option<crate::core::Reset> {
-        self.lock().resets.get(&Self::credential(session, harness)).copied()
+        self.lock().resets.get(&crate::core::credential(session, harness)).copied()
     }
 
     /// Forgets `session`, gone from this agent's view (deleted, or no longer its to serve).
@@ -201,6 +233,20 @@ mod tests {
         assert_eq!(budgets.replace([&budget("a", 200, 100), &budget("b", 100, 10)]), ["a"], "raised");
         assert_eq!(budgets.replace([&budget("a", 200, 100)]), ["b"], "gone");
         assert!(budgets.of("b").is_empty());
+    }
+
+    /// Of two sessions of one credential whose wakes were decided at once, one wakes; the other waits the spread.
+    #[test]
+    fn no_two_wakes_of_a_credential_are_taken_within_the_spread() {
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let spread = std::time::Duration::from_secs(10);
+        let limits = Limits::default();
+        assert_eq!(limits.take_wake("ns/a", "ns/claude", at(100), spread), Ok(()));
+        assert_eq!(limits.take_wake("ns/b", "ns/claude", at(100), spread), Err("ns/a".into()));
+        assert_eq!(limits.take_wake("ns/b", "ns/codex", at(100), spread), Ok(()), "another credential");
+        assert_eq!(limits.take_wake("ns/a", "ns/claude", at(105), spread), Ok(()), "its own wake again");
+        assert_eq!(limits.take_wake("ns/c", "ns/claude", at(114), spread), Err("ns/a".into()));
+        assert_eq!(limits.take_wake("ns/c", "ns/claude", at(115), spread), Ok(()));
     }
 
     /// A limit is told to the other sessions of its namespace and harness alone, and forgotten with it.

@@ -16,6 +16,13 @@ use crate::api::{Phase, PromptPhase, UsageLimit};
 /// How near the refusal its record shows a key gateway must have relayed one for its reset to be that refusal's.
 pub const TOLD_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The credential the session `namespace/name` spends running `harness`: its namespace's sessions of that harness
+/// share the harness's account (a key or a subscription), and never another tenant's.
+pub fn credential(session: &str, harness: &str) -> String {
+    let namespace = session.split_once('/').map_or("", |(namespace, _)| namespace);
+    format!("{namespace}/{harness}")
+}
+
 impl Decision<'_, '_> {
     /// A refusal this decision's read brought (the status held `before`): its time is made the clock's when the
     /// record gives none or a later one (a record is the harness's to write).
@@ -42,8 +49,12 @@ impl Decision<'_, '_> {
             return false;
         };
         let refused_at = limit.time.as_ref().map(|t| t.0);
-        limit.woken = true;
+        // When it came, for its credential's next wake to keep its distance (a wake may come after its time).
+        (limit.woken, limit.wake_time) = (true, Some(Time(input.context.now)));
+        self.claims.push(super::Claim::Wake(credential(input.object.owner_name, &input.object.spec.harness)));
         let message = format!("{}; it is sent again now the limit was waited out", limit.message);
+        let said = "the usage limit was waited out: the refused prompt is sent again";
+        self.notice(Notice::new(EventReason::UsageLimitWaitedOut, said.to_string()));
         let current = self.status.harness_session_id.clone();
         let this_conversation = |id: Option<&String>| id.is_none() || id == current.as_ref();
         let in_the_turn = |sent: Option<Timestamp>, at: Timestamp| {
@@ -108,6 +119,10 @@ impl Decision<'_, '_> {
         let rank = parked.iter().position(|(_, s)| *s == input.object.owner_name).unwrap_or(parked.len());
         let wake = later(reset, config.usage_limit_spread.saturating_mul(rank as u32));
         let wake = recorded.map_or(wake, |recorded| recorded.max(wake));
+        // And never within the spread of a wake that came: one held up (by its harness's word) is not followed at once.
+        let spread = config.usage_limit_spread;
+        let woke = input.evidence.limited.iter().filter_map(|l| l.woke).map(|w| later(w, spread)).max();
+        let wake = woke.map_or(wake, |after| after.max(wake));
         if let Some(limit) = self.status.usage.as_mut().and_then(|u| u.limit.as_mut()).filter(|_| own.is_some()) {
             limit.wake_time = Some(Time(wake));
         }

@@ -51,6 +51,7 @@ pub use conditions::{
 pub use deliver::{AFTER_OFFSET_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;
 pub use handoff::handoff_text;
+pub use limit::credential;
 pub use plan::{
     Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Limited,
     NamespaceBudget, Notice, Object, Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Reset, Room, Severity,

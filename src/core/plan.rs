@@ -319,6 +319,8 @@ pub struct Limited {
     pub session: String,
     /// When its turn was refused.
     pub at: Timestamp,
+    /// When its wake came, if it did.
+    pub woke: Option<Timestamp>,
 }
 
 /// The agent config, the clock, and fresh values a decision may use.
@@ -375,6 +377,10 @@ pub enum Claim {
     /// A conversation this session adopts (`spec.harnessSessionId`): two processes on one conversation would write
     /// one transcript.
     Conversation(String),
+    /// A wake of a session parked for its credential's usage limit (the credential, as [`super::credential`] names
+    /// it): no two of a credential's sessions wake within `delivery.usageLimitSpreadSeconds` of each other, even two
+    /// decided at once.
+    Wake(String),
 }
 
 /// One effect for the executor.
@@ -582,6 +588,9 @@ crate::words::words! {
         BudgetReached,
         /// The model's API refused the harness's turn for a usage or rate limit (429).
         UsageLimited,
+        /// A parked session's usage limit was waited out: the refused prompt is sent again (its credential's next
+        /// wake keeps `delivery.usageLimitSpreadSeconds` from this one).
+        UsageLimitWaitedOut,
     }
 }
 
@@ -611,6 +620,7 @@ impl EventReason {
             EventReason::EgressRefused => "egress.refused",
             EventReason::BudgetReached => "session.budget_reached",
             EventReason::UsageLimited => "session.usage_limited",
+            EventReason::UsageLimitWaitedOut => "session.usage_limit_waited_out",
         }
     }
 
@@ -625,7 +635,8 @@ impl EventReason {
             | EventReason::WorkspacePrepared
             | EventReason::ConversationChanged
             | EventReason::Moved
-            | EventReason::Archived => Severity::Normal,
+            | EventReason::Archived
+            | EventReason::UsageLimitWaitedOut => Severity::Normal,
             _ => Severity::Warning,
         }
     }

@@ -13,6 +13,7 @@ pub mod shapes;
 pub mod usage;
 pub mod workspace;
 
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use worksession::api::{Phase, PromptPhase, Via, WorkEventStatus, WorkSessionStatus};
 use worksession::core::ConditionType;
@@ -127,6 +128,9 @@ pub trait Rig {
     fn delete_session(&self, name: &str) -> impl Future<Output = ()>;
     /// Creates the namespace's WorkBudget `name` with `spec`, or replaces its spec.
     fn apply_budget(&self, name: &str, spec: Value) -> impl Future<Output = ()>;
+    /// When the agent recorded the Kubernetes Events of `reason` on the WorkSession `session` (each Event's first and
+    /// latest time: a series keeps no others); `None` where the store keeps no Events (local mode).
+    fn notice_times(&self, session: &str, reason: &str) -> impl Future<Output = Option<Vec<Timestamp>>>;
     /// Stops the agent and starts a new one that stops forever at `failpoint`, as if killed there.
     fn restart_agent_with(&mut self, failpoint: Option<Failpoint>);
     /// Stops the agent and starts a new one.

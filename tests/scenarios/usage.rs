@@ -119,8 +119,6 @@ pub async fn a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_pr
         };
         await_value(&format!("{name} parked"), || rig.session_status(name), parked).await;
     }
-    // Their wakes are the core's to spread (`core::tests::limit`): when each is sent again here depends on how soon
-    // its reconcile runs, which a loaded machine delays, so the outcome asserted is what each conversation got.
 
     std::fs::remove_file(&limited).unwrap();
     for (name, was) in names.iter().zip(&before) {
@@ -141,6 +139,19 @@ pub async fn a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_pr
         assert!(refusals >= 1, "{name}: refused while the limit held");
         assert_eq!(sent, refusals + 1, "{name}: sent again once per refusal");
         assert_eq!(rig.session_status(name).await.usage.map(|u| u.turns), Some(2), "{name}: answered once");
+    }
+    // The wakes, as the agent recorded each (a Kubernetes Event as it woke): no two of the account's within its
+    // spread (2 s in the test's config), however late a reconcile ran; a second apart allows for the time from
+    // the wake to its Event.
+    let mut wakes = Vec::new();
+    for name in names {
+        let Some(times) = rig.notice_times(name, "UsageLimitWaitedOut").await else { return };
+        assert!(!times.is_empty(), "{name}: its wake recorded");
+        wakes.extend(times);
+    }
+    wakes.sort();
+    for pair in wakes.windows(2) {
+        assert!(pair[1].duration_since(pair[0]).as_secs_f64() >= 1.0, "two wakes together: {wakes:?}");
     }
 }
 

@@ -304,6 +304,19 @@ impl crate::scenarios::Rig for World {
         self.sessions().delete(name, &Default::default()).await.unwrap();
     }
 
+    async fn notice_times(&self, session: &str, reason: &str) -> Option<Vec<k8s_openapi::jiff::Timestamp>> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = self.ns.api();
+        let list = events.list(&Default::default()).await.unwrap();
+        let of = list.items.into_iter().filter(|e| {
+            e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(session)
+        });
+        let times = of.flat_map(|e| {
+            let latest = e.series.map(|s| s.last_observed_time.0);
+            e.event_time.map(|t| t.0).into_iter().chain(latest)
+        });
+        Some(times.collect())
+    }
+
     async fn apply_budget(&self, name: &str, spec: serde_json::Value) {
         let budget = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkBudget", "metadata": {"name": name}, "spec": spec});
         let budgets: Api<worksession::api::WorkBudget> = self.ns.api();

@@ -83,7 +83,11 @@ fn a_refused_turn_parks_the_session_and_its_prompt_is_sent_again_once_at_the_wak
     // it is (no new conversation).
     case.now = t(395);
     let plan = case.step();
-    assert_eq!(ops(&plan), ["record intent", "event e1 Pending"], "the wake recorded first");
+    assert_eq!(
+        ops(&plan),
+        ["claim wake ns/claude", "record intent", "session.usage_limit_waited_out", "event e1 Pending"],
+        "the wake recorded first"
+    );
     assert_eq!(case.events.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["e1", "e2"], "back, first");
     let plan2 = case.step();
     assert_eq!(
@@ -148,7 +152,10 @@ fn a_second_refusal_after_the_wake_parks_it_again() {
 fn the_sessions_of_one_credential_wake_spread_the_first_refused_first() {
     // Two others refused before this one: it wakes third, two spreads (10 s each) after the latest refusal's wait.
     let mut case = delivered_then_refused(95);
-    case.limited = vec![Limited { session: "ns/b".into(), at: t(92) }, Limited { session: "ns/a".into(), at: t(90) }];
+    case.limited = vec![
+        Limited { session: "ns/b".into(), at: t(92), woke: None },
+        Limited { session: "ns/a".into(), at: t(90), woke: None },
+    ];
     let plan = case.step();
     assert_eq!(wake_of(&plan), Some(t(415)));
     case.now = t(414);
@@ -156,7 +163,10 @@ fn the_sessions_of_one_credential_wake_spread_the_first_refused_first() {
 
     // One with no refusal of its own and a prompt waiting: after them all; started then, not before.
     let mut case = Case::new(ran_old());
-    case.limited = vec![Limited { session: "ns/a".into(), at: t(90) }, Limited { session: "ns/b".into(), at: t(92) }];
+    case.limited = vec![
+        Limited { session: "ns/a".into(), at: t(90), woke: None },
+        Limited { session: "ns/b".into(), at: t(92), woke: None },
+    ];
     let plan = case.decide();
     assert_eq!((ops(&plan), plan.status.phase), (vec!["session.usage_limited".to_string()], Some(Phase::Parked)));
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(312)), "t(92) + 300 + 2 × 10");
@@ -178,7 +188,10 @@ fn in_the_second_of_the_initial_prompt_the_event_is_the_one_refused() {
     case.step();
     (case.usage, case.now) = (None, t(400));
     let plan = case.step();
-    assert_eq!(ops(&plan), ["record intent", "event e1 Pending"]);
+    assert_eq!(
+        ops(&plan),
+        ["claim wake ns/claude", "record intent", "session.usage_limit_waited_out", "event e1 Pending"]
+    );
     assert_eq!(plan.status.initial_prompt.unwrap().phase, Some(PromptPhase::Delivered), "answered: not sent again");
 }
 
@@ -212,7 +225,7 @@ fn a_refusal_dated_after_the_clock_in_a_status_parks_nothing() {
     case.usage = None;
     case.status.usage.as_mut().unwrap().limit =
         Some(crate::api::UsageLimit { time: Some(Time(t(10_000))), message: REFUSED.into(), ..Default::default() });
-    case.limited = vec![Limited { session: "ns/a".into(), at: t(20_000) }];
+    case.limited = vec![Limited { session: "ns/a".into(), at: t(20_000), woke: None }];
     let plan = case.decide();
     assert_eq!(condition(&plan.status, READY), Some(("True", "Running")));
     assert!(ops(&plan).iter().any(|o| o.starts_with("paste e2")), "{:?}", ops(&plan));
@@ -226,7 +239,11 @@ fn the_prompt_a_wake_sends_again_is_kept_past_the_retention() {
     assert!(!ops(&plan).iter().any(|o| o.starts_with("expire")), "parked: {:?}", ops(&plan));
     (case.usage, case.now) = (None, t(395));
     let plan = case.step();
-    assert_eq!(ops(&plan), ["expire e0", "record intent", "event e1 Pending"], "the one sent again kept");
+    assert_eq!(
+        ops(&plan),
+        ["expire e0", "claim wake ns/claude", "record intent", "session.usage_limit_waited_out", "event e1 Pending"],
+        "the one sent again kept"
+    );
 }
 
 #[test]
@@ -234,7 +251,7 @@ fn a_fresh_conversation_after_a_failed_resume_waits_for_the_wake() {
     let mut case = Case::new(ran_old());
     assert_eq!(spawned(&case.step()), RESUME_E1);
     // Its resume said "No conversation found"; meanwhile another session of its account was refused.
-    case.limited = vec![Limited { session: "ns/a".into(), at: t(99) }];
+    case.limited = vec![Limited { session: "ns/a".into(), at: t(99), woke: None }];
     (case.liveness, case.output) = (Liveness::Dead, "No conversation found with session ID: 0a0b0c0d-old");
     case.tmux.as_mut().unwrap().alive = false;
     let plan = case.decide();
@@ -268,4 +285,21 @@ fn an_agent_that_forgot_the_gateways_word_keeps_the_wake_its_status_recorded() {
     let plan = case.step();
     assert_eq!(wake_of(&plan), Some(t(1_000)));
     assert!(!ops(&plan).iter().any(|o| o.ends_with("Pending")), "not woken before: {:?}", ops(&plan));
+}
+
+#[test]
+fn a_wake_that_came_late_is_not_followed_at_once_by_the_next() {
+    // Its own wake is due (t(405)), but another of its credential woke just now, held up by its harness's word: this
+    // one keeps the spread (10 s) from that wake, not from when that one was due.
+    let mut case = delivered_then_refused(95);
+    case.limited = vec![Limited { session: "ns/a".into(), at: t(90), woke: Some(t(403)) }];
+    case.now = t(405);
+    let plan = case.step();
+    assert_eq!(wake_of(&plan), Some(t(413)));
+    assert_eq!(condition(&plan.status, READY), Some(("False", "UsageLimited")));
+    case.now = t(413);
+    let plan = case.decide();
+    let claim = format!("claim wake {}", crate::core::credential("ns/repo-12", &case.spec.harness));
+    assert_eq!(ops(&plan).first(), Some(&claim), "the wake is claimed before anything else: {:?}", ops(&plan));
+    assert_eq!(plan.status.usage.unwrap().limit.unwrap().wake_time.map(|t| t.0), Some(t(413)), "when it came");
 }

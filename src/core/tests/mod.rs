@@ -301,6 +301,7 @@ fn ops(plan: &Plan) -> Vec<String> {
             Op::ExpireEvent { event } => format!("expire {event}"),
             Op::Claim(Claim::Workdir(w)) => format!("claim workdir {w}"),
             Op::Claim(Claim::Conversation(id)) => format!("claim conversation {id}"),
+            Op::Claim(Claim::Wake(credential)) => format!("claim wake {credential}"),
             Op::RecordIntent(_) => "record intent".into(),
             Op::MarkPrepared => "mark prepared".into(),
             Op::Stop { session } => format!("stop {session}"),
