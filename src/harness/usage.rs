@@ -7,7 +7,9 @@
 //! `message.id`, as earlier versions wrote them: counted once); Codex 0.171.0 a `token_usage_record` per model call
 //! after a `turn_context` naming the model; Copilot CLI 1.0.102 a `session.usage_record` event per call. Not read:
 //! Gemini CLI 0.61.0 (a `tokens` object on each `gemini` message, restated under the same id, in a chat file named
-//! by the id's first eight characters, which no path template can name yet) and opencode (SQLite only).
+//! by the id's first eight characters, which no path template can name yet) and opencode (SQLite only). A turn the
+//! model's API refused with a 429 (a usage or rate limit) is each one's own line: Claude Code's `<synthetic>` reply,
+//! Codex's `task_complete` with an `error`, Copilot's `session.error`.
 
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
@@ -35,7 +37,7 @@ impl UsageFormat {
         match self {
             UsageFormat::Claude => &["\"assistant\""],
             UsageFormat::Codex => &["\"turn_context\"", "\"token_usage_record\"", "\"task_complete\""],
-            UsageFormat::Copilot => &["\"session.usage_record\"", "\"assistant.message\""],
+            UsageFormat::Copilot => &["\"session.usage_record\"", "\"assistant.message\"", "\"session.error\""],
         }
     }
 }
@@ -215,11 +217,29 @@ impl Tally {
             }
             (Some("token_usage_record"), _) => {
                 let Some(u) = payload.usage else { return };
+                self.limit = Some(Limit::Behind);
                 let tokens = lumped(u.input_tokens, u.output_tokens, u.cache_write_input_tokens, u.cached_input_tokens);
                 let model = self.last_reply.as_ref().map(|r| r.model.clone()).filter(|m| !m.is_empty());
                 self.add(model.as_deref().unwrap_or(UNKNOWN_MODEL), tokens, true);
             }
-            (Some("event_msg"), Some("task_complete")) => self.turn_ended(timestamp(v.timestamp.as_deref())),
+            // A turn that failed ends with its error and no answer: no turn ended. Codex 0.171.0 says a 429 in
+            // `codex_error_info`: `"usage_limit_exceeded"` (the account's limit, never retried), or
+            // `{"response_too_many_failed_attempts":{"http_status_code":429}}` (a rate limit it retried).
+            (Some("event_msg"), Some("task_complete")) => match payload.error {
+                Some(error) => {
+                    let kind = match error.codex_error_info {
+                        Some(CodexErrorInfo::UsageLimit) => "usage_limit_exceeded",
+                        Some(CodexErrorInfo::FailedAttempts(Some(429))) => "rate_limit",
+                        _ => return,
+                    };
+                    let message = format!("the model's API refused the turn: HTTP 429 {kind}");
+                    self.limit = Some(Limit::Reached { at: timestamp(v.timestamp.as_deref()), message });
+                }
+                None => {
+                    self.limit = Some(Limit::Behind);
+                    self.turn_ended(timestamp(v.timestamp.as_deref()));
+                }
+            },
             _ => {}
         }
     }
@@ -234,11 +254,19 @@ impl Tally {
             Some("session.usage_record") => {
                 let Some(u) = data.usage else { return };
                 let Some(model) = u.model else { return };
+                self.limit = Some(Limit::Behind);
                 let tokens = lumped(u.input_tokens, u.output_tokens, u.cache_write_tokens, u.cache_read_tokens);
                 self.add(&model, tokens, true);
             }
             Some("assistant.message") if data.tool_requests.is_none_or(|r| r.is_empty()) => {
                 self.turn_ended(timestamp(v.timestamp.as_deref()));
+            }
+            // Copilot CLI 1.0.102 ends a turn its provider refused with a `session.error` (after its own retries).
+            Some("session.error")
+                if data.status_code == Some(429) || data.error_type.as_deref() == Some("rate_limit") =>
+            {
+                let message = "the model's API refused the turn: HTTP 429 rate_limit".to_string();
+                self.limit = Some(Limit::Reached { at: timestamp(v.timestamp.as_deref()), message });
             }
             _ => {}
         }
@@ -290,6 +318,58 @@ struct CodexPayload {
     kind: Option<String>,
     model: Option<String>,
     usage: Option<CodexUsage>,
+    error: Option<CodexError>,
+}
+
+#[derive(Deserialize)]
+struct CodexError {
+    codex_error_info: Option<CodexErrorInfo>,
+}
+
+/// What Codex says of a failed turn: a word (`"usage_limit_exceeded"`) or an object of one key
+/// (`{"response_too_many_failed_attempts":{"http_status_code":429}}`); anything else passed over unbuilt.
+enum CodexErrorInfo {
+    UsageLimit,
+    FailedAttempts(Option<u16>),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for CodexErrorInfo {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        #[derive(Deserialize)]
+        struct Attempts {
+            http_status_code: Option<u16>,
+        }
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = CodexErrorInfo;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a word or an object")
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Self::Value, E> {
+                Ok(if word == "usage_limit_exceeded" { CodexErrorInfo::UsageLimit } else { CodexErrorInfo::Other })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut info = CodexErrorInfo::Other;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "response_too_many_failed_attempts" {
+                        info = CodexErrorInfo::FailedAttempts(map.next_value::<Attempts>()?.http_status_code);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(info)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(CodexErrorInfo::Other)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(CodexErrorInfo::Other)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Deserialize)]
@@ -314,6 +394,8 @@ struct CopilotData {
     usage: Option<CopilotUsage>,
     /// Counted, never built: what each request holds is passed over.
     tool_requests: Option<Vec<serde::de::IgnoredAny>>,
+    error_type: Option<String>,
+    status_code: Option<u16>,
 }
 
 #[derive(Deserialize)]
@@ -434,6 +516,41 @@ mod tests {
         let t = tally(UsageFormat::Copilot, None, &lines);
         assert_eq!(t.models, [("claude-haiku-4-5".to_string(), tokens(200, 40, 60, 1800), 2)]);
         assert_eq!((t.turns, t.last_turn_end), (1, Some("2026-12-05T03:31:31.753Z".parse().unwrap())));
+    }
+
+    /// As Codex 0.171.0 ends a turn its provider refused with a 429 (measured against a scripted model; fields it
+    /// writes beside these left out): no turn ended, a limit until a call is answered.
+    #[test]
+    fn codexs_failed_turn_for_a_429_is_a_limit_and_no_turn() {
+        let usage_limit = r#"{"timestamp":"2026-12-05T10:12:09.212Z","type":"event_msg","payload":{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"message":"You've hit your usage limit. Try again later.","codex_error_info":"usage_limit_exceeded"},"duration_ms":85}}"#;
+        let rate_limit = r#"{"timestamp":"2026-12-05T10:12:09.212Z","type":"event_msg","payload":{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"message":"exceeded retry limit, last status: 429 Too Many Requests","codex_error_info":{"response_too_many_failed_attempts":{"http_status_code":429}}},"duration_ms":93}}"#;
+        let at = Some("2026-12-05T10:12:09.212Z".parse().unwrap());
+        for (line, kind) in [(usage_limit, "usage_limit_exceeded"), (rate_limit, "rate_limit")] {
+            let t = tally(UsageFormat::Codex, None, &[line]);
+            let message = format!("the model's API refused the turn: HTTP 429 {kind}");
+            assert_eq!((t.turns, t.limit), (0, Some(Limit::Reached { at, message })), "{kind}");
+        }
+        let other = rate_limit.replace("429}", "500}");
+        assert_eq!(tally(UsageFormat::Codex, None, &[&other]).limit, None, "another failure is no limit");
+        let answered = r#"{"timestamp":"2026-12-05T10:20:00.000Z","type":"event_msg","payload":{"type":"task_complete","turn_id":"t2","last_agent_message":"All done."}}"#;
+        let t = tally(UsageFormat::Codex, None, &[usage_limit, answered]);
+        assert_eq!((t.turns, t.limit), (1, Some(Limit::Behind)), "answered after it");
+    }
+
+    /// As Copilot CLI 1.0.102 ends a turn its provider refused with a 429 (measured against a scripted model).
+    #[test]
+    fn copilots_session_error_for_a_429_is_a_limit() {
+        let error = r#"{"type":"session.error","data":{"errorType":"rate_limit","message":"429 This request would exceed your account's rate limit.","statusCode":429,"originatingMessageId":"331c90c4"},"id":"5437814a","timestamp":"2026-12-05T10:14:47.839Z","parentId":"p"}"#;
+        let t = tally(UsageFormat::Copilot, None, &[error]);
+        let (at, message) = (
+            Some("2026-12-05T10:14:47.839Z".parse().unwrap()),
+            "the model's API refused the turn: HTTP 429 rate_limit".to_string(),
+        );
+        assert_eq!((t.turns, t.limit), (0, Some(Limit::Reached { at, message })));
+        let other = error.replace("rate_limit", "query").replace("429,", "500,");
+        assert_eq!(tally(UsageFormat::Copilot, None, &[&other]).limit, None, "another error is no limit");
+        let usage = r#"{"type":"session.usage_record","data":{"usage":{"model":"claude-haiku-4-5","inputTokens":10,"outputTokens":2}},"timestamp":"2026-12-05T10:20:00.000Z"}"#;
+        assert_eq!(tally(UsageFormat::Copilot, None, &[error, usage]).limit, Some(Limit::Behind), "a reply after it");
     }
 
     #[test]
