@@ -378,6 +378,52 @@ async fn codex_through_the_agent_does_real_turns_and_resumes_its_conversation() 
         .await;
 }
 
+/// Codex's turn refused for the account's usage limit (the Responses API's 429 `usage_limit_reached`, which Codex never
+/// retries and records as a failed `task_complete`): the session is parked, and at the wake the prompt is sent again
+/// to the same conversation and answered once; the CLI is never restarted.
+#[tokio::test]
+async fn codex_a_turn_refused_for_a_usage_limit_is_parked_and_sent_again_to_the_same_conversation() {
+    let model = Model::start();
+    let limit = "The usage limit has been reached".to_string();
+    model.on(
+        "limited",
+        Reply::Error { status: 429, kind: "usage_limit_reached".into(), message: limit, headers: vec![] },
+    );
+    let w = scripted_world("codex", &model, 60).await;
+    w.create_session("cxl", json!({"harness": "codex", "initialPrompt": "limited: the first prompt"})).await;
+    let rollouts = w.tmux.state().join(".codex/sessions");
+    let rollout_of =
+        |id: &str| walk(&rollouts).into_iter().find(|p| p.to_string_lossy().ends_with(&format!("-{id}.jsonl")));
+    let id = support::eventually("the refusal in the recorded conversation's rollout", || async {
+        let id = w.sessions().get("cxl").await.ok()?.status?.harness_session_id?;
+        let text = std::fs::read_to_string(rollout_of(&id)?).ok()?;
+        text.contains("usage_limit_exceeded").then_some(id)
+    })
+    .await;
+    w.await_session("cxl", "parked", |ws| condition(ws, "Ready").is_some_and(|c| c.1 == "UsageLimited")).await;
+    // The limit gone: the prompt sent again at the wake is answered in the same conversation.
+    model.on("limited: the first prompt", Reply::text("Answered after the wait."));
+    support::eventually("the answer in the rollout", || async {
+        let text = std::fs::read_to_string(rollout_of(&id)?).ok()?;
+        text.contains("Answered after the wait.").then_some(())
+    })
+    .await;
+    let behind = |ws: &worksession::api::WorkSession| {
+        let usage = ws.status.as_ref().and_then(|s| s.usage.as_ref());
+        usage.is_some_and(|u| u.limit.is_none() && u.turns == 1)
+    };
+    let ws = w.await_session("cxl", "the limit behind, one turn answered", behind).await;
+    let st = ws.status.unwrap();
+    assert_eq!((st.harness_session_id.as_deref(), st.respawn_count), (Some(id.as_str()), 0), "never restarted");
+    let text = std::fs::read_to_string(rollout_of(&id).unwrap()).unwrap();
+    let refusals = text.matches("usage_limit_exceeded").count();
+    let answers = text.matches("Answered after the wait.").count();
+    assert!(refusals >= 1);
+    assert!(answers >= 1, "answered");
+    let turns = model.requests().into_iter().filter(|r| r.prompt.as_deref() == Some("limited: the first prompt"));
+    assert!(turns.count() > refusals, "sent again after each refusal");
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
