@@ -410,6 +410,45 @@ async fn a_lost_nodes_session_resumes_on_another_node_and_its_waiting_event_is_d
     }
 }
 
+/// A usage limit a session on one node was refused for parks its credential's sessions on another: a session made
+/// there meanwhile waits with no refusal of its own (its agent learnt of the limit by the first session's label), and
+/// both are answered once the limit is gone.
+#[tokio::test]
+async fn a_usage_limit_on_one_node_parks_its_credentials_sessions_on_another() {
+    use kube::ResourceExt;
+    let c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;
+    let (a, b) = (c.node("a").name.clone(), c.node("b").name.clone());
+    let turns = |ws: &WorkSession| ws.status.as_ref().and_then(|s| s.usage.as_ref()).map_or(0, |u| u.turns);
+    c.create_session("lim-a", json!({"nodeName": a, "harness": "standin-usage", "initialPrompt": "a: first"})).await;
+    c.await_session("lim-a", "its first turn counted", |ws| turns(ws) == 1).await;
+    let limited = c.shared.state().join("limited");
+    std::fs::write(&limited, "").unwrap();
+    c.send("lim-a", "lim-a-1", "a: second").await;
+    let reason = |ws: &WorkSession| condition(ws, "Ready").map(|c| c.1).unwrap_or_default();
+    let own_limit =
+        |ws: &WorkSession| ws.status.as_ref().and_then(|s| s.usage.as_ref()).is_some_and(|u| u.limit.is_some());
+    let labelled = |ws: &WorkSession| ws.labels().contains_key(worksession::api::USAGE_LIMITED_LABEL);
+    c.await_session("lim-a", "refused, parked and labelled", |ws| reason(ws) == "UsageLimited" && labelled(ws)).await;
+
+    // A session of the same credential on b, made now: parked by a's limit before it ever starts.
+    c.create_session("lim-b", json!({"nodeName": b, "harness": "standin-usage", "initialPrompt": "b: first"})).await;
+    let by_another = |ws: &WorkSession| {
+        reason(ws) == "UsageLimited"
+            && !own_limit(ws)
+            && ws.status.as_ref().and_then(|s| s.phase) == Some(Phase::Parked)
+    };
+    let ws = c.await_session("lim-b", "parked by the limit on a, none of its own", by_another).await;
+    let message = condition(&ws, "Ready").unwrap().2;
+    assert!(message.starts_with("another session of its harness in this namespace"), "{message}");
+    assert!(!c.shared.prompts().iter().any(|p| p.prompt == "b: first"), "nothing sent while parked");
+
+    // The limit gone: each prompt is answered, and the label goes with a's limit.
+    std::fs::remove_file(&limited).unwrap();
+    c.await_delivered("lim-a-1").await;
+    c.await_session("lim-b", "its first prompt answered", |ws| turns(ws) == 1).await;
+    c.await_session("lim-a", "the limit and its label behind", |ws| !own_limit(ws) && !labelled(ws)).await;
+}
+
 #[tokio::test]
 async fn a_cut_off_agent_stops_its_harness_when_it_continues_and_delivers_nothing() {
     let c = Cluster::new(&[("a", json!({}), None), ("b", json!({}), None)]).await;

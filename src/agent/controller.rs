@@ -16,7 +16,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::metrics::AddressedLabel;
 use super::{AgentOptions, ReconcileError, Reconciler, poll};
-use crate::api::{NODE_LABEL, WorkBudget, WorkEvent, WorkSession, node_label_value};
+use crate::api::{NODE_LABEL, USAGE_LIMITED_LABEL, WorkBudget, WorkEvent, WorkSession, node_label_value};
 use crate::node::tmux::{Tmux, TmuxRunner};
 use crate::store::Store;
 
@@ -92,6 +92,7 @@ pub async fn run<S: Store + 'static>(
     });
     // The poll lives exactly as long as the controller: when the controller stops, the poll is dropped with it.
     let relabel_cache = cache.clone();
+    let client_for_limits = client.clone();
     let (refused_cache, shown_cache) = (cache.clone(), cache.clone());
     let sessions = move || cache.state();
     tokio::select! {
@@ -101,6 +102,7 @@ pub async fn run<S: Store + 'static>(
         () = relabel_left_behind(client, &node, relabel_cache, left_behind, to_relabel) => {}
         () = told(&ctx, refused_cache, refusals) => {}
         () = shown(shown_cache, egress_view) => {}
+        () = limited_elsewhere(client_for_limits, &node, &ctx) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
@@ -138,6 +140,32 @@ fn budgets_watched<S: Store + 'static>(
             futures::future::ready(woken)
         })
         .flatten()
+}
+
+/// The usage limits of the sessions other nodes run (those their agents labelled [`USAGE_LIMITED_LABEL`]) kept in
+/// this node's registry of limits, for as long as the agent runs: a credential's sessions are parked together
+/// whatever node runs each. This node's own sessions are its reconciles' to follow.
+async fn limited_elsewhere<S: Store>(client: Client, node: &str, ctx: &Agent<S>) {
+    let marked = watcher::Config::default().labels(USAGE_LIMITED_LABEL);
+    let watched = watcher(Api::<WorkSession>::all(client), marked).modify(crate::api::slim).default_backoff();
+    let elsewhere = |ws: &WorkSession| ws.spec.node_name.as_deref() != Some(node);
+    let mut watched = std::pin::pin!(watched);
+    while let Some(event) = watched.next().await {
+        let limits = &ctx.registries.limits;
+        match event {
+            Ok(watcher::Event::Apply(ws) | watcher::Event::InitApply(ws)) if elsewhere(&ws) => {
+                limits.recorded(&crate::api::identity(&ws), &ws.spec.harness, ws.status.as_ref());
+            }
+            // Deleted, or its label taken off: its limit is behind.
+            Ok(watcher::Event::Delete(ws)) if elsewhere(&ws) => limits.forget(&crate::api::identity(&ws)),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(event = "agent.limits_unwatched", error = %e, "cannot watch the usage limits of other nodes")
+            }
+        }
+    }
+    // Never the reason the agent stops.
+    std::future::pending().await
 }
 
 /// The egress proxy's refusals recorded as Events on their sessions, for as long as the agent runs (with egress).

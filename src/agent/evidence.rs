@@ -72,6 +72,7 @@ impl Gathered {
                     .filter(|to| *to != crate::api::ANY_NODE && !to.is_empty())
                     .filter(|to| ws.spec.node_name.as_deref() != Some(to)),
                 pull_request: ws.annotations().get(crate::api::PULL_REQUEST_STATE_ANNOTATION).map(String::as_str),
+                limited_label: ws.labels().contains_key(crate::api::USAGE_LIMITED_LABEL),
             },
             observed: Observed {
                 session: &self.session,

@@ -340,6 +340,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.failpoint(Failpoint::AfterIntent).await;
                 }
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(ReconcileError::Stop)?,
+                Op::LabelLimited(on) => self.store.label_limited(ws, *on).await.map_err(ReconcileError::Label)?,
                 Op::Move { node } => {
                     self.store.move_to(ws, node).await.map_err(ReconcileError::Move)?;
                     tracing::info!(event = "session.moved", node, "handed to another node");

@@ -64,6 +64,9 @@ pub const CI_PROMPTS_ANNOTATION: &str = "worksession.dev/ci-prompts";
 /// Annotation on a WorkSession: when GitHub says its work item last closed or reopened (RFC 3339), so that a late
 /// delivery of an older change (a `closed` after a `reopened`) changes nothing.
 pub const LIFECYCLE_AT_ANNOTATION: &str = "worksession.dev/lifecycle-at";
+/// Label on a WorkSession whose status holds a usage limit (`status.usage.limit`), put and taken off by its agent:
+/// the agents of the other nodes watch the sessions it marks, whose limits park their own sessions of the credential.
+pub const USAGE_LIMITED_LABEL: &str = "worksession.dev/usage-limited";
 /// The [`MOVE_REQUEST_ANNOTATION`] value that lets the controller choose the node.
 pub const ANY_NODE: &str = "*";
 

@@ -139,7 +139,7 @@ pub struct UsageLimit {
     #[schemars(length(max = 300))]
     pub message: String,
     /// Until when the session is parked: its refused prompts, back in `Pending`, are sent again then, once (the
-    /// refusal's time and `delivery.usageLimitWaitSeconds`, spread among the node's sessions of its harness).
+    /// refusal's time and `delivery.usageLimitWaitSeconds`, spread among its namespace's sessions of its harness).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_time: Option<Time>,
     /// The wake came: the refused prompt went back to `Pending`, to be sent again once.

@@ -97,10 +97,12 @@ words! {
         /// Stopped because its work item is closed (`spec.archived`); the next prompt, or the work item reopening,
         /// resumes it.
         Archived,
-        /// Its conversations reached `spec.budget`: stopped after its turn; prompts wait until the budget is raised.
+        /// Its conversations reached `spec.budget`, or its namespace's sessions a `WorkBudget`: stopped after its
+        /// turn; prompts wait until the budget is raised.
         BudgetReached,
-        /// Parked: its model's API refused a turn for a usage limit (or refused another session of its harness on
-        /// this node); prompts wait until `status.usage.limit.wakeTime`, or their credential's turn after it.
+        /// Parked: its model's API refused a turn for a usage limit (or refused another session of its harness in
+        /// its namespace, on any node); prompts wait until `status.usage.limit.wakeTime`, or their credential's turn
+        /// after it.
         UsageLimited,
         /// Another session of the workdir is still discovering its conversation's id.
         WaitingForDiscovery,

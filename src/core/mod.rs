@@ -248,6 +248,11 @@ impl<'a, 'i> Decision<'a, 'i> {
         ops.extend(self.claims.into_iter().map(Op::Claim));
         ops.extend(self.intent.map(|intent| Op::RecordIntent(Box::new(intent))));
         ops.extend(rest);
+        // The label says what the status will: other nodes' sessions of its credential are parked by it.
+        let limited = self.status.usage.as_ref().is_some_and(|u| u.limit.is_some());
+        if limited != self.input.object.limited_label && self.input.object.deleting.is_none() {
+            ops.push(Op::LabelLimited(limited));
+        }
         Plan { ops, status: self.status, requeue_after: self.requeue_after }
     }
 

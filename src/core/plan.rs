@@ -209,6 +209,8 @@ pub struct Object<'a> {
     pub move_to: Option<&'a str>,
     /// What the bridge recorded of its work item's pull request ([`crate::api::PULL_REQUEST_STATE_ANNOTATION`]).
     pub pull_request: Option<&'a str>,
+    /// It carries [`crate::api::USAGE_LIMITED_LABEL`].
+    pub limited_label: bool,
 }
 
 /// What the shared tmux observation saw of the session.
@@ -388,6 +390,9 @@ pub enum Claim {
 pub enum Op {
     /// Put the agent's finalizer on the object (a plan of its own: the next reconcile decides the rest).
     AddFinalizer,
+    /// Put [`crate::api::USAGE_LIMITED_LABEL`] on the object (`true`) or take it off: other nodes' agents learn of its
+    /// usage limit by it.
+    LabelLimited(bool),
     /// Delete a WorkEvent whose retention ran out.
     ExpireEvent {
         /// The WorkEvent.
@@ -483,6 +488,7 @@ impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::AddFinalizer => "add_finalizer",
+            Op::LabelLimited(_) => "label_limited",
             Op::ExpireEvent { .. } => "expire_event",
             Op::Claim(_) => "claim",
             Op::RecordIntent(_) => "record_intent",

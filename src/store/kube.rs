@@ -161,6 +161,16 @@ impl Store for KubeStore {
         Ok(())
     }
 
+    async fn label_limited(&self, ws: &WorkSession, on: bool) -> Result<(), StoreError> {
+        let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
+        let value = if on { json!("true") } else { json!(null) };
+        let patch = json!({"metadata": {"labels": {crate::api::USAGE_LIMITED_LABEL: value}}});
+        match api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()), // gone meanwhile
+            other => other.map(|_| ()).map_err(StoreError::from),
+        }
+    }
+
     async fn record(&self, ws: &WorkSession, notice: &Notice) {
         let reference: ObjectReference = ws.object_ref(&());
         let mut note = notice.message.clone();

@@ -86,6 +86,8 @@ pub trait Store: Send + Sync {
     /// Hands the session to `node`: `spec.nodeName` becomes `node` and [`crate::api::MOVE_ANNOTATION`] goes, only
     /// while the annotation still asks for `node`.
     fn move_to(&self, ws: &WorkSession, node: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Puts [`crate::api::USAGE_LIMITED_LABEL`] on the session (`on`) or takes it off.
+    fn label_limited(&self, ws: &WorkSession, on: bool) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Reports a notice on the session (a Kubernetes Event); failures here are logged, not fatal.
     fn record(&self, ws: &WorkSession, notice: &Notice) -> impl Future<Output = ()> + Send;
     /// The Secret `name` of `namespace` as `key → value` (values as UTF-8), for a spawn's keys

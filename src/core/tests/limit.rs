@@ -65,7 +65,8 @@ fn wake_of(plan: &Plan) -> Option<Timestamp> {
 fn a_refused_turn_parks_the_session_and_its_prompt_is_sent_again_once_at_the_wake() {
     let mut case = delivered_then_refused(95);
     let plan = case.step();
-    assert_eq!(ops(&plan), ["session.usage_limited"], "e2 is not pasted");
+    // Not pasted: e2 waits; the label tells the other nodes' agents of the limit.
+    assert_eq!(ops(&plan), ["session.usage_limited", "label usage-limited true"]);
     assert_eq!(plan.status.phase, Some(Phase::Running), "its harness runs on");
     assert_eq!(condition(&plan.status, READY), Some(("False", "UsageLimited")));
     // The config's wait (300 s) from the refusal.
@@ -302,4 +303,15 @@ fn a_wake_that_came_late_is_not_followed_at_once_by_the_next() {
     let claim = format!("claim wake {}", crate::core::credential("ns/repo-12", &case.spec.harness));
     assert_eq!(ops(&plan).first(), Some(&claim), "the wake is claimed before anything else: {:?}", ops(&plan));
     assert_eq!(plan.status.usage.unwrap().limit.unwrap().wake_time.map(|t| t.0), Some(t(413)), "when it came");
+}
+
+#[test]
+fn the_label_follows_the_limit_and_goes_with_it() {
+    // A reply came: the limit is behind, and the label the object still carries is taken off.
+    let mut case = Case::new(ran_old());
+    case.limited_label = Some(true);
+    assert!(ops(&case.decide()).contains(&"label usage-limited false".to_string()));
+    // Being deleted: the object goes with its label.
+    case.deleting = true;
+    assert!(!ops(&case.decide()).iter().any(|op| op.starts_with("label")));
 }

@@ -116,6 +116,7 @@ struct Case {
     finished: Vec<FinishedWorkEvent>,
     /// The node a move asks for.
     move_to: Option<&'static str>,
+    limited_label: Option<bool>,
     pull_request: Option<String>,
     checkout: Option<(&'static str, &'static str)>,
     push: PushGrant,
@@ -164,6 +165,7 @@ impl Case {
             finalized: true,
             finished: Vec::new(),
             move_to: None,
+            limited_label: None,
             pull_request: None,
             checkout: None,
             push: PushGrant::Missing,
@@ -192,6 +194,10 @@ impl Case {
                 finished: &self.finished,
                 move_to: self.move_to,
                 pull_request: self.pull_request.as_deref(),
+                // As the status says: a test of the label sets it apart.
+                limited_label: self
+                    .limited_label
+                    .unwrap_or_else(|| self.status.usage.as_ref().is_some_and(|u| u.limit.is_some())),
             },
             observed: Observed {
                 session: &session,
@@ -298,6 +304,7 @@ fn ops(plan: &Plan) -> Vec<String> {
         .iter()
         .map(|op| match op {
             Op::AddFinalizer => "add finalizer".into(),
+            Op::LabelLimited(on) => format!("label usage-limited {on}"),
             Op::ExpireEvent { event } => format!("expire {event}"),
             Op::Claim(Claim::Workdir(w)) => format!("claim workdir {w}"),
             Op::Claim(Claim::Conversation(id)) => format!("claim conversation {id}"),

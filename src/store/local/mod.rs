@@ -266,6 +266,10 @@ impl Store for LocalStore {
         Err(StoreError::Local("local mode runs on one machine: there is no other node".into()))
     }
 
+    async fn label_limited(&self, _ws: &WorkSession, _on: bool) -> Result<(), StoreError> {
+        Ok(()) // one node: its agent knows every limit already
+    }
+
     async fn record(&self, _ws: &WorkSession, _notice: &Notice) {
         // Local mode has no Event objects: the reconciler's log line is the record.
     }
