@@ -799,3 +799,39 @@ async fn usage_adds_up_across_turns_a_resume_and_a_fresh_conversation() {
     let share = usage.conversation.unwrap();
     assert_eq!((share.harness_session_id, share.tokens, share.turns), (fresh, times(1), 1), "the fresh one's own");
 }
+
+/// A budget reached by a real turn: the turn ends, the CLI is stopped with its conversation kept, and a prompt sent
+/// then waits, never failed; the budget raised, that prompt reaches the resumed conversation, once.
+#[tokio::test]
+async fn a_budget_reached_by_a_real_turn_stops_the_cli_and_a_raise_resumes_its_conversation() {
+    use scenarios::Rig;
+    let model = Model::start();
+    // 1,050 tokens a reply: the first turn is within 1,500, the second is not.
+    model.set_usage(support::model::Usage { input: 100, output: 20, cache_creation: 30, cache_read: 900 });
+    let w = world(&model).await;
+    let turns = |n: u64| move |ws: &worksession::api::WorkSession| usage_of(ws).turns == n;
+    let spec = json!({"harness": "claude", "initialPrompt": "first turn", "budget": {"tokens": 1500}});
+    w.create_session("bg", spec).await;
+    w.await_session("bg", "the first turn counted", turns(1)).await;
+    w.send("bg", "bg-1", "second turn").await;
+    let paused = |ws: &worksession::api::WorkSession| world::phase_of(ws) == Some(Phase::Paused);
+    let ws = w.await_session("bg", "paused once its second turn ended", paused).await;
+    assert_eq!(usage_of(&ws).turns, 2, "the turn that reached the budget ended");
+    let id = recorded_id(&ws);
+    w.tmux.await_liveness(&w.tmux_session("bg"), worksession::node::tmux::Liveness::Absent).await;
+
+    w.send("bg", "bg-2", "after the budget").await;
+    let waits =
+        |ws: &worksession::api::WorkSession| condition(ws, "Ready").is_some_and(|c| c.2.contains("1 prompt waits"));
+    let ws = w.await_session("bg", "its prompt waiting", waits).await;
+    assert_eq!(condition(&ws, "Ready").map(|c| c.1), Some("BudgetReached".into()));
+    assert!(!model.prompts().iter().any(|p| p.contains("after the budget")), "nothing sent past the budget");
+    assert_eq!(w.event_status("bg-2").await.phase.unwrap_or(PromptPhase::Pending), PromptPhase::Pending);
+
+    w.patch_spec("bg", json!({"budget": {"tokens": 100000}})).await;
+    let st = w.await_event("bg-2", PromptPhase::Delivered).await.status.unwrap();
+    assert_eq!((st.via, st.harness_session_id.as_deref()), (Some(Via::Resumed), Some(id.as_str())));
+    w.await_session("bg", "the third turn counted", turns(3)).await;
+    let asked = model.prompts().iter().filter(|p| p.contains("after the budget")).count();
+    assert_eq!(asked, 1, "delivered once");
+}
