@@ -353,6 +353,11 @@ impl Index {
                     ws.status = recorded.status.clone();
                     ws.metadata.finalizers = Some(vec![FINALIZER.into()]);
                 }
+                // The label the agent keeps on a cluster, which here no other node reads: as the status says.
+                let limited = ws.status.as_ref().and_then(|s| s.usage.as_ref()).is_some_and(|u| u.limit.is_some());
+                if limited {
+                    ws.labels_mut().insert(api::USAGE_LIMITED_LABEL.into(), "true".into());
+                }
                 ws
             }
             Some(_) => return None,

@@ -267,7 +267,7 @@ impl Store for LocalStore {
     }
 
     async fn label_limited(&self, _ws: &WorkSession, _on: bool) -> Result<(), StoreError> {
-        Ok(()) // one node: its agent knows every limit already
+        Ok(()) // one node: its agent knows every limit already, and the index labels a session as its status says
     }
 
     async fn record(&self, _ws: &WorkSession, _notice: &Notice) {
