@@ -27,6 +27,7 @@ mod budget;
 mod conditions;
 mod deliver;
 pub mod discover;
+mod evidence;
 mod exits;
 mod handoff;
 mod hooks;
@@ -50,12 +51,12 @@ pub use conditions::{
 };
 pub use deliver::{AFTER_OFFSET_LIMIT, CONFIRM_ATTEMPTS, Proof, RETURN_LIMIT, hook_args, initial_prompt_owed};
 pub use discover::DISCOVERY_RECHECK;
+pub use evidence::{Confinement, Evidence, Limited, NamespaceBudget, Record, Reset, Room, Workspace};
 pub use handoff::handoff_text;
 pub use limit::credential;
 pub use plan::{
-    Claim, Confinement, Context, EventReason, Evidence, FinishedWorkEvent, INITIAL_PROMPT, Input, Limited,
-    NamespaceBudget, Notice, Object, Observed, Op, PendingWorkEvent, Plan, PromptKey, Record, Reset, Room, Severity,
-    WorkEventUpdate, Workspace, goes_with_its_session,
+    Claim, Context, EventReason, FinishedWorkEvent, INITIAL_PROMPT, Input, Notice, Object, Observed, Op,
+    PendingWorkEvent, Plan, PromptKey, Severity, WorkEventUpdate, goes_with_its_session,
 };
 pub use push::{
     GRANT_RETRY, GRANT_RETRY_MAX, PushGrant, PushTarget, RENEW_BEFORE, grant_key, push_dir, push_env, push_target,
