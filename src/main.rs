@@ -74,7 +74,7 @@ enum Command {
         /// Only label events; place nothing (the labeler as it was).
         #[arg(long)]
         no_placement: bool,
-        /// Place only the sessions of this namespace (default: every namespace).
+        /// Place only the sessions of this namespace, and sum only its WorkBudgets (default: every namespace).
         #[arg(long)]
         namespace: Option<String>,
         /// Whether a cordoned node's sessions move to other nodes: true where their conversations are on storage
@@ -369,11 +369,11 @@ async fn run(cli: Cli) -> ExitCode {
                 (!no_placement).then_some(worksession::controller::placement::controller::PlacementOptions {
                     lease_namespace,
                     grace,
-                    namespace,
+                    namespace: namespace.clone(),
                     cordon_moves,
                 });
             let result = match kube::Client::try_default().await {
-                Ok(client) => worksession::controller::run(client, Some(admin_addr), placement).await,
+                Ok(client) => worksession::controller::run(client, Some(admin_addr), placement, namespace).await,
                 Err(e) => return fail(&e),
             };
             match result {

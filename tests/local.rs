@@ -307,7 +307,7 @@ impl scenarios::Rig for Local {
         std::fs::remove_file(self.dir.join(format!("{name}.yaml"))).unwrap();
     }
 
-    async fn notice_times(&self, _session: &str, _reason: &str) -> Option<Vec<k8s_openapi::jiff::Timestamp>> {
+    async fn notes(&self, _session: &str, _reason: &str) -> Option<Vec<String>> {
         None // local mode records no Events
     }
 

@@ -52,6 +52,21 @@ pub async fn run<S: Store + 'static>(
         tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkSessions yet ({}); retrying", waiting_for(&e));
         tokio::time::sleep(ERROR_REQUEUE).await;
     }
+    // The namespaces' budgets before the first decision: a session a budget paused must not start on an empty view
+    // (the watch below keeps them from then on). Refused (no CRD, no RBAC): said, and waited for.
+    let budgets: Api<WorkBudget> = Api::all(client.clone());
+    loop {
+        match budgets.list(&ListParams::default()).await {
+            Ok(list) => {
+                ctx.registries.budgets.replace(&list.items);
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkBudgets yet ({}); retrying", waiting_for(&e));
+                tokio::time::sleep(ERROR_REQUEUE).await;
+            }
+        }
+    }
     if let Err(e) = ctx.seed_claims().await {
         tracing::warn!(event = "agent.seed_failed", error = %e, "cannot list the sessions' conversations yet");
     }
@@ -150,14 +165,35 @@ async fn limited_elsewhere<S: Store>(client: Client, node: &str, ctx: &Agent<S>)
     let watched = watcher(Api::<WorkSession>::all(client), marked).modify(crate::api::slim).default_backoff();
     let elsewhere = |ws: &WorkSession| ws.spec.node_name.as_deref() != Some(node);
     let mut watched = std::pin::pin!(watched);
+    // The sessions followed from here, and those a listing again found: one it did not is forgotten at its end (a
+    // deletion or an unlabelling while the watch was down sends no event).
+    let (mut followed, mut listed) = (std::collections::HashSet::new(), std::collections::HashSet::new());
     while let Some(event) = watched.next().await {
         let limits = &ctx.registries.limits;
         match event {
-            Ok(watcher::Event::Apply(ws) | watcher::Event::InitApply(ws)) if elsewhere(&ws) => {
-                limits.recorded(&crate::api::identity(&ws), &ws.spec.harness, ws.status.as_ref());
+            Ok(watcher::Event::Apply(ws) | watcher::Event::InitApply(ws)) => {
+                let identity = crate::api::identity(&ws);
+                if elsewhere(&ws) {
+                    limits.recorded(&identity, &ws.spec.harness, ws.status.as_ref());
+                    listed.insert(identity.clone());
+                    followed.insert(identity);
+                } else {
+                    followed.remove(&identity); // moved here: this node's reconciles follow it
+                }
             }
             // Deleted, or its label taken off: its limit is behind.
-            Ok(watcher::Event::Delete(ws)) if elsewhere(&ws) => limits.forget(&crate::api::identity(&ws)),
+            Ok(watcher::Event::Delete(ws)) if elsewhere(&ws) => {
+                let identity = crate::api::identity(&ws);
+                limits.forget(&identity);
+                followed.remove(&identity);
+            }
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitDone) => {
+                for gone in followed.difference(&listed) {
+                    limits.forget(gone);
+                }
+                followed.clone_from(&listed);
+            }
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(event = "agent.limits_unwatched", error = %e, "cannot watch the usage limits of other nodes")

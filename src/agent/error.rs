@@ -60,9 +60,6 @@ pub enum ReconcileError {
     /// Handing the session to another node.
     #[error("handing the session to another node: {0}")]
     Move(#[source] StoreError),
-    /// Marking the session as held by a usage limit ([`crate::api::USAGE_LIMITED_LABEL`]), or no longer.
-    #[error("labelling the session's usage limit: {0}")]
-    Label(#[source] StoreError),
     /// Reading the keys the session's namespace gives its harness (`rooms.namespaceKeys`), before a spawn.
     #[error("reading the namespace's keys: {0}")]
     NamespaceKeys(#[source] StoreError),
@@ -73,7 +70,7 @@ impl ReconcileError {
     pub fn category(&self) -> crate::words::ErrorCategory {
         use ReconcileError::*;
         match self {
-            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) | Move(e) | Label(e)
+            Read(e) | AddFinalizer(e) | ReleaseFinalizer(e) | WriteIntent(e) | WriteStatus(e) | Move(e)
             | NamespaceKeys(e) => e.category(),
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
             Observe(e) | Stop(e) | Paste { source: e, .. } => e.category(),

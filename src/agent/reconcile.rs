@@ -213,7 +213,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             return Ok(None);
         };
         if !self.serves(&ws) {
-            self.registries.limits.forget(&format!("{namespace}/{name}"));
+            // No longer this node's to follow: its limit, if another node's agent labelled it, is that node's word.
+            let labelled = ws.labels().contains_key(crate::api::USAGE_LIMITED_LABEL);
+            let status = ws.status.as_ref().filter(|_| labelled);
+            self.registries.limits.recorded(&format!("{namespace}/{name}"), &ws.spec.harness, status);
             // Another node's: never touched. Moved since this agent's cache saw it: its events addressed here go there.
             if let (Some(left), Some(node)) = (&self.left_behind, &self.node)
                 && ws.spec.node_name.as_ref() != Some(node)
@@ -340,7 +343,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     self.failpoint(Failpoint::AfterIntent).await;
                 }
                 Op::Stop { session } => tmux.stop(session, owner).await.map_err(ReconcileError::Stop)?,
-                Op::LabelLimited(on) => self.store.label_limited(ws, *on).await.map_err(ReconcileError::Label)?,
+                Op::LabelLimited(on) => {
+                    // A word for the other nodes, not this decision's: the status is still recorded, and the next
+                    // decision asks again.
+                    if let Err(e) = self.store.label_limited(ws, *on).await {
+                        tracing::warn!(event = "session.label_failed", error = %e, "cannot label the session's usage limit");
+                    }
+                }
                 Op::Move { node } => {
                     self.store.move_to(ws, node).await.map_err(ReconcileError::Move)?;
                     tracing::info!(event = "session.moved", node, "handed to another node");

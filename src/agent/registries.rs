@@ -42,16 +42,19 @@ impl Budgets {
         use kube::ResourceExt;
         let mut by_namespace = BudgetsByNamespace::new();
         for budget in budgets {
-            let spent = budget.status.clone().unwrap_or_default();
-            let known = crate::core::NamespaceBudget { name: budget.name_any(), limit: budget.spec.limit(), spent };
+            let (spent, created) = (budget.status.clone(), budget.creation_timestamp().map(|t| t.0));
+            let known =
+                crate::core::NamespaceBudget { name: budget.name_any(), limit: budget.spec.limit(), spent, created };
             by_namespace.entry(budget.namespace().unwrap_or_default()).or_default().push(known);
         }
         by_namespace.values_mut().for_each(|b| b.sort_by(|x, y| x.name.cmp(&y.name)));
         let mut held = self.0.write().unwrap_or_else(|e| e.into_inner());
-        fn weighed(budgets: Option<&Vec<crate::core::NamespaceBudget>>) -> Vec<(&str, &crate::api::BudgetSpec, bool)> {
-            let each = budgets.into_iter().flatten();
-            each.map(|b| (b.name.as_str(), &b.limit, crate::core::budget_reached(&b.limit, &b.spent).is_some()))
-                .collect()
+        type Weighed<'a> = Vec<(&'a str, &'a crate::api::BudgetSpec, Option<bool>)>;
+        fn weighed(budgets: Option<&Vec<crate::core::NamespaceBudget>>) -> Weighed<'_> {
+            let reached = |b: &crate::core::NamespaceBudget| {
+                b.spent.as_ref().map(|spent| crate::core::budget_reached(&b.limit, spent).is_some())
+            };
+            budgets.into_iter().flatten().map(|b| (b.name.as_str(), &b.limit, reached(b))).collect()
         }
         let namespaces: std::collections::BTreeSet<&String> = held.keys().chain(by_namespace.keys()).collect();
         let changed = namespaces.into_iter().filter(|ns| weighed(held.get(*ns)) != weighed(by_namespace.get(*ns)));
@@ -228,7 +231,7 @@ mod tests {
         let budgets = Budgets::default();
         assert_eq!(budgets.replace([&budget("a", 100, 10), &budget("b", 100, 10)]), ["a", "b"], "they came");
         assert_eq!(budgets.replace([&budget("a", 100, 50), &budget("b", 100, 10)]), Vec::<String>::new(), "it grew");
-        assert_eq!(budgets.of("a")[0].spent.tokens, 50, "what it spent is held all the same");
+        assert_eq!(budgets.of("a")[0].spent.as_ref().map(|s| s.tokens), Some(50), "what it spent is held all the same");
         assert_eq!(budgets.replace([&budget("a", 100, 100), &budget("b", 100, 10)]), ["a"], "reached");
         assert_eq!(budgets.replace([&budget("a", 200, 100), &budget("b", 100, 10)]), ["a"], "raised");
         assert_eq!(budgets.replace([&budget("a", 200, 100)]), ["b"], "gone");

@@ -44,7 +44,7 @@ pub struct Config {
     /// How long a session whose turn its model's API refused for a usage limit is parked before its refused prompt
     /// is sent again (`delivery.usageLimitWaitSeconds`): the records the harnesses write carry no reset time.
     pub usage_limit_wait: Duration,
-    /// How far apart the node's sessions of one harness parked together wake (`delivery.usageLimitSpreadSeconds`),
+    /// How far apart a namespace's sessions of one harness parked together wake (`delivery.usageLimitSpreadSeconds`),
     /// so the account's new allowance is not spent by all at once.
     pub usage_limit_spread: Duration,
     /// The harnesses' `HOME`, the `{home}` of a profile's `conversationPath` (`harnessHome`; default: the agent's

@@ -28,12 +28,16 @@ struct Summer {
     sessions: reflector::Store<WorkSession>,
 }
 
-/// Keeps every WorkBudget's sum until the process is asked to stop.
-pub async fn run(client: Client) {
+/// Keeps the sum of every WorkBudget (of `namespace` alone, if one is given) until the process is asked to stop.
+pub async fn run(client: Client, namespace: Option<String>) {
     let (sessions, writer) = reflector::store();
-    let watched = watcher(Api::<WorkSession>::all(client.clone()), watcher::Config::default());
+    let (session_api, budget_api): (Api<WorkSession>, Api<WorkBudget>) = match &namespace {
+        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let watched = watcher(session_api, watcher::Config::default());
     let changes = reflector(writer, watched.modify(crate::api::slim)).default_backoff().touched_objects();
-    let controller = Controller::new(Api::<WorkBudget>::all(client.clone()), watcher::Config::default());
+    let controller = Controller::new(budget_api, watcher::Config::default());
     let budgets = controller.store();
     // A session's change concerns the budgets of its namespace, and none where there is none.
     let controller = controller.watches_stream(changes, move |ws: WorkSession| {

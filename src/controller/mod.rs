@@ -24,6 +24,7 @@ pub async fn run(
     client: Client,
     admin_addr: Option<SocketAddr>,
     placement: Option<placement::controller::PlacementOptions>,
+    namespace: Option<String>,
 ) -> std::io::Result<()> {
     // The labeler's prefix names the process's metrics, as before the placement joined it.
     let mut registry = Registry::with_prefix("worksession_labeler");
@@ -49,7 +50,7 @@ pub async fn run(
     };
     tokio::select! {
         () = labeler::run(client.clone(), metrics) => {}
-        () = budgets::run(client.clone()) => {}
+        () = budgets::run(client.clone(), namespace) => {}
         () = placing => {}
         () = readiness => {}
     }

@@ -12,6 +12,9 @@ use crate::api::{BudgetSpec, Phase, PromptPhase, WorkBudgetStatus};
 
 /// How long a harness without hooks must have printed nothing before it is taken to be between turns.
 pub const PAUSE_QUIET: Duration = Duration::from_secs(5);
+/// How long a WorkBudget may go without a sum before it counts as reached: `worksession controller` sums it within
+/// moments; one that never does (no controller runs) must not leave the namespace unbounded.
+pub const UNSUMMED_GRACE: Duration = Duration::from_secs(60);
 
 /// Why a session may spend no more: which budget its spending reached, and what a person changes to go on.
 #[derive(Clone, Debug)]
@@ -56,8 +59,20 @@ impl Decision<'_, '_> {
         }
         let mut budgets: Vec<&NamespaceBudget> = self.input.evidence.budgets.iter().collect();
         budgets.sort_by(|a, b| a.name.cmp(&b.name));
+        let now = self.input.context.now;
         budgets.into_iter().find_map(|budget| {
-            let what = reached(&budget.limit, &budget.spent)?;
+            let Some(spent) = &budget.spent else {
+                let made = budget.created.unwrap_or(now);
+                return (now >= later(made, UNSUMMED_GRACE)).then(|| Over {
+                    why: format!(
+                        "its namespace's WorkBudget {} has had no sum for {} s (worksession controller writes it)",
+                        budget.name,
+                        UNSUMMED_GRACE.as_secs()
+                    ),
+                    remedy: format!("run worksession controller, or remove WorkBudget {}", budget.name),
+                });
+            };
+            let what = reached(&budget.limit, spent)?;
             Some(Over {
                 why: format!("its namespace's sessions spent {what} (WorkBudget {})", budget.name),
                 remedy: format!("raise or remove WorkBudget {}", budget.name),

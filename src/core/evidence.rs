@@ -124,8 +124,10 @@ pub struct NamespaceBudget {
     pub name: String,
     /// Its limits.
     pub limit: crate::api::BudgetSpec,
-    /// What the namespace's sessions spent.
-    pub spent: crate::api::WorkBudgetStatus,
+    /// What the namespace's sessions spent; `None`: not summed yet.
+    pub spent: Option<crate::api::WorkBudgetStatus>,
+    /// When the WorkBudget was made.
+    pub created: Option<Timestamp>,
 }
 
 /// When a credential's limit resets, as a key gateway relaying a refusal was told, and when it was told.

@@ -53,8 +53,8 @@ impl Decision<'_, '_> {
         (limit.woken, limit.wake_time) = (true, Some(Time(input.context.now)));
         self.claims.push(super::Claim::Wake(credential(input.object.owner_name, &input.object.spec.harness)));
         let message = format!("{}; it is sent again now the limit was waited out", limit.message);
-        let said = "the usage limit was waited out: the refused prompt is sent again";
-        self.notice(Notice::new(EventReason::UsageLimitWaitedOut, said.to_string()));
+        let said = format!("the usage limit was waited out at {}: the refused prompt is sent again", input.context.now);
+        self.notice(Notice::new(EventReason::UsageLimitWaitedOut, said));
         let current = self.status.harness_session_id.clone();
         let this_conversation = |id: Option<&String>| id.is_none() || id == current.as_ref();
         let in_the_turn = |sent: Option<Timestamp>, at: Timestamp| {
@@ -96,6 +96,11 @@ impl Decision<'_, '_> {
             return None; // failed for good: nothing is sent again
         }
         let limit = self.status.usage.as_ref().and_then(|u| u.limit.as_ref());
+        if limit.is_some_and(|l| l.woken) {
+            // Its wake came: what it sent again finds out whether the limit holds (a refusal parks it anew), and
+            // its wake's time stays when it came, for the others' spread.
+            return None;
+        }
         let own = limit.and_then(|l| l.time.as_ref()).map(|t| t.0).filter(|at| *at <= now);
         let peers = input.evidence.limited.iter().filter(|l| l.at <= now);
         let mut parked: Vec<(Timestamp, &str)> = peers.map(|l| (l.at, l.session.as_str())).collect();
@@ -121,7 +126,9 @@ impl Decision<'_, '_> {
         let wake = recorded.map_or(wake, |recorded| recorded.max(wake));
         // And never within the spread of a wake that came: one held up (by its harness's word) is not followed at once.
         let spread = config.usage_limit_spread;
-        let woke = input.evidence.limited.iter().filter_map(|l| l.woke).map(|w| later(w, spread)).max();
+        // A wake dated after the clock (a status not this agent's writing) holds nothing back.
+        let woke = input.evidence.limited.iter().filter_map(|l| l.woke).filter(|w| *w <= now);
+        let woke = woke.map(|w| later(w, spread)).max();
         let wake = woke.map_or(wake, |after| after.max(wake));
         if let Some(limit) = self.status.usage.as_mut().and_then(|u| u.limit.as_mut()).filter(|_| own.is_some()) {
             limit.wake_time = Some(Time(wake));

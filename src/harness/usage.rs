@@ -57,9 +57,12 @@ pub const MAX_REPLY_TOKENS: u64 = 100_000_000;
 /// The longest model name or reply id kept.
 pub const MAX_NAME: usize = 128;
 
-/// Whether `name` has a model's shape: 1 to [`MAX_NAME`] printable characters.
+/// Whether `name` has a model's shape: 1 to [`MAX_NAME`] letters, digits and `.`, `_`, `:`, `@`, `/`, `+`, `-` (a
+/// name reaches statuses, Events and the messages of every session of a namespace: no space, no invisible or
+/// reordering character that would make it read as something else).
 fn is_model_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= MAX_NAME && !name.chars().any(char::is_control)
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._:@/+-".contains(c);
+    !name.is_empty() && name.len() <= MAX_NAME && name.chars().all(allowed)
 }
 
 /// `id`, at most [`MAX_NAME`] bytes of it.
@@ -562,12 +565,16 @@ mod tests {
         };
         let huge = u64::MAX;
         let long_name = "m".repeat(MAX_NAME + 1);
-        let lines =
-            [line("a", "ok-model", huge), line(&"i".repeat(10_000), &long_name, 5), line("c", "bad\u{7}model", 5)];
+        let lines = [
+            line("a", "ok-model", huge),
+            line(&"i".repeat(10_000), &long_name, 5),
+            line("c", "bad\u{7}model", 5),
+            line("d", "claude\u{202e}5-supo", 5),
+        ];
         let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
         let t = tally(UsageFormat::Claude, None, &lines);
         let names: Vec<&str> = t.models.iter().map(|(m, ..)| m.as_str()).collect();
-        assert_eq!(names, ["ok-model", UNKNOWN_MODEL], "a name too long or unprintable is no model's");
+        assert_eq!(names, ["ok-model", UNKNOWN_MODEL], "a name too long, unprintable or reordering is no model's");
         assert_eq!(t.models[0].1, tokens(MAX_REPLY_TOKENS, MAX_REPLY_TOKENS, 0, MAX_REPLY_TOKENS));
         assert!(t.last_reply.as_ref().is_some_and(|r| r.id.len() <= MAX_NAME));
         // Sums stay exact integers for every JSON reader.

@@ -13,7 +13,6 @@ pub mod shapes;
 pub mod usage;
 pub mod workspace;
 
-use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use worksession::api::{Phase, PromptPhase, Via, WorkEventStatus, WorkSessionStatus};
 use worksession::core::ConditionType;
@@ -128,9 +127,9 @@ pub trait Rig {
     fn delete_session(&self, name: &str) -> impl Future<Output = ()>;
     /// Creates the namespace's WorkBudget `name` with `spec`, or replaces its spec.
     fn apply_budget(&self, name: &str, spec: Value) -> impl Future<Output = ()>;
-    /// When the agent recorded the Kubernetes Events of `reason` on the WorkSession `session` (each Event's first and
-    /// latest time: a series keeps no others); `None` where the store keeps no Events (local mode).
-    fn notice_times(&self, session: &str, reason: &str) -> impl Future<Output = Option<Vec<Timestamp>>>;
+    /// The notes of the Kubernetes Events of `reason` the agent recorded on the WorkSession `session` (a series keeps
+    /// its first); `None` where the store keeps no Events (local mode).
+    fn notes(&self, session: &str, reason: &str) -> impl Future<Output = Option<Vec<String>>>;
     /// Stops the agent and starts a new one that stops forever at `failpoint`, as if killed there.
     fn restart_agent_with(&mut self, failpoint: Option<Failpoint>);
     /// Stops the agent and starts a new one.

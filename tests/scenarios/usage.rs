@@ -140,13 +140,17 @@ pub async fn a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_pr
         assert_eq!(sent, refusals + 1, "{name}: sent again once per refusal");
         assert_eq!(rig.session_status(name).await.usage.map(|u| u.turns), Some(2), "{name}: answered once");
     }
-    // The wakes, as the agent recorded each (a Kubernetes Event as it woke): no two of the account's within its
-    // spread (2 s in the test's config), however late a reconcile ran; a second apart allows for the time from
-    // the wake to its Event.
-    let mut wakes = Vec::new();
+    // The wakes, as the agent decided each (its time in the Event said as it woke): no two of the account's within
+    // its spread (2 s in the test's config), however late a reconcile ran; a second apart allows for a decision's
+    // clock read before its wake was claimed.
+    let mut wakes: Vec<k8s_openapi::jiff::Timestamp> = Vec::new();
     for name in names {
-        let Some(times) = rig.notice_times(name, "UsageLimitWaitedOut").await else { return };
-        assert!(!times.is_empty(), "{name}: its wake recorded");
+        let Some(notes) = rig.notes(name, "UsageLimitWaitedOut").await else { return };
+        let at = |note: &String| {
+            note.split_once("waited out at ")?.1.split_once(": ")?.0.parse::<k8s_openapi::jiff::Timestamp>().ok()
+        };
+        let times: Vec<_> = notes.iter().filter_map(at).collect();
+        assert!(!times.is_empty(), "{name}: its wake recorded: {notes:?}");
         wakes.extend(times);
     }
     wakes.sort();

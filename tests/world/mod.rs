@@ -62,13 +62,15 @@ impl World {
         world
     }
 
-    /// (Re)starts the labeler with `client`'s identity.
+    /// (Re)starts the labeler with `client`'s identity, summing this world's WorkBudgets alone (every world runs one:
+    /// several summing one budget from caches of different freshness would write it in turn).
     pub fn start_labeler_as(&mut self, client: kube::Client) {
         if let Some(labeler) = self.labeler.take() {
             labeler.abort();
         }
+        let namespace = Some(self.ns.name.clone());
         self.labeler = Some(tokio::spawn(async move {
-            worksession::controller::run(client, None, None).await.unwrap();
+            worksession::controller::run(client, None, None, namespace).await.unwrap();
         }));
     }
 
@@ -304,17 +306,13 @@ impl crate::scenarios::Rig for World {
         self.sessions().delete(name, &Default::default()).await.unwrap();
     }
 
-    async fn notice_times(&self, session: &str, reason: &str) -> Option<Vec<k8s_openapi::jiff::Timestamp>> {
+    async fn notes(&self, session: &str, reason: &str) -> Option<Vec<String>> {
         let events: Api<k8s_openapi::api::events::v1::Event> = self.ns.api();
         let list = events.list(&Default::default()).await.unwrap();
         let of = list.items.into_iter().filter(|e| {
             e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(session)
         });
-        let times = of.flat_map(|e| {
-            let latest = e.series.map(|s| s.last_observed_time.0);
-            e.event_time.map(|t| t.0).into_iter().chain(latest)
-        });
-        Some(times.collect())
+        Some(of.filter_map(|e| e.note).collect())
     }
 
     async fn apply_budget(&self, name: &str, spec: serde_json::Value) {

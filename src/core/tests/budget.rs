@@ -193,7 +193,8 @@ fn namespace_budget(name: &str, limit: u64, spent: u64) -> crate::core::Namespac
     crate::core::NamespaceBudget {
         name: name.into(),
         limit: BudgetSpec { tokens: Some(limit), cost: None },
-        spent: crate::api::WorkBudgetStatus { tokens: spent, sessions: 3, ..Default::default() },
+        spent: Some(crate::api::WorkBudgetStatus { tokens: spent, sessions: 3, ..Default::default() }),
+        created: Some(t(0)),
     }
 }
 
@@ -240,10 +241,35 @@ fn a_new_session_in_a_namespace_over_its_budget_waits_for_its_first_spawn() {
     case.budgets = vec![crate::core::NamespaceBudget {
         name: "team".into(),
         limit: BudgetSpec { tokens: None, cost: Some("50".into()) },
-        spent: crate::api::WorkBudgetStatus { tokens: 10, unpriced_models: vec!["m-x".into()], ..Default::default() },
+        spent: Some(crate::api::WorkBudgetStatus {
+            tokens: 10,
+            unpriced_models: vec!["m-x".into()],
+            ..Default::default()
+        }),
+        created: Some(t(0)),
     }];
     let message = ready_of(&case.decide().status).1;
     assert!(message.starts_with("its namespace's sessions spent an unknown cost (m-x has no price"), "{message}");
     case.budgets.clear();
     assert!(!spawned(&case.decide()).is_empty(), "its budget removed, it starts");
+}
+
+#[test]
+fn a_namespace_budget_nobody_sums_counts_as_reached_after_a_minute() {
+    let mut case = Case::new(WorkSessionStatus::default());
+    let unsummed = |created: i64| crate::core::NamespaceBudget {
+        name: "team".into(),
+        limit: BudgetSpec { tokens: Some(1000), cost: None },
+        spent: None,
+        created: Some(t(created)),
+    };
+    // Made just now: the controller sums it within moments; nothing holds the session meanwhile.
+    case.budgets = vec![unsummed(90)];
+    assert!(!spawned(&case.decide()).is_empty());
+    // A minute and no sum: no controller runs, and the namespace is not left unbounded.
+    case.budgets = vec![unsummed(40)];
+    let plan = case.decide();
+    assert!(spawned(&plan).is_empty(), "{:?}", ops(&plan));
+    let message = ready_of(&plan.status).1;
+    assert!(message.starts_with("its namespace's WorkBudget team has had no sum for 60 s"), "{message}");
 }

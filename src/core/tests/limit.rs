@@ -315,3 +315,17 @@ fn the_label_follows_the_limit_and_goes_with_it() {
     case.deleting = true;
     assert!(!ops(&case.decide()).iter().any(|op| op.starts_with("label")));
 }
+
+#[test]
+fn a_session_whose_wake_came_is_not_parked_again_by_the_wakes_after_it() {
+    // Its wake came at t(400) and its prompt went back to be sent; another of its credential woke at t(410).
+    let mut case = delivered_then_refused(95);
+    case.now = t(400);
+    case.step();
+    case.limited = vec![Limited { session: "ns/a".into(), at: t(90), woke: Some(t(410)) }];
+    case.now = t(411);
+    let plan = case.decide();
+    assert_ne!(condition(&plan.status, READY), Some(("False", "UsageLimited")), "{:?}", ops(&plan));
+    assert!(ops(&plan).iter().any(|op| op.starts_with("paste e1")), "the refused prompt is sent: {:?}", ops(&plan));
+    assert_eq!(plan.status.usage.unwrap().limit.unwrap().wake_time.map(|t| t.0), Some(t(400)), "when it came");
+}
