@@ -6,6 +6,8 @@
 //! (see [`is_valid_session_id`]).
 
 mod budget;
+mod crd;
+mod event;
 mod handoff;
 mod pull_request;
 mod shapes;
@@ -14,6 +16,8 @@ mod usage;
 use std::collections::BTreeMap;
 
 pub use budget::{WorkBudget, WorkBudgetSpec, WorkBudgetStatus, spent};
+pub use crd::{KNOWN_FORMATS, crds, crds_yaml};
+pub use event::{EventSource, SourceType, WorkEvent, WorkEventSpec, WorkEventStatus};
 pub use handoff::{HANDOFF_DEFAULT_CHARACTERS, HandoffSpec, HandoffStatus, carried};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
@@ -525,127 +529,6 @@ pub struct Verification {
     pub spawn: String,
 }
 
-/// One event to deliver to a WorkSession as its next prompt.
-#[allow(clippy::duplicated_attributes)] // printcolumn(...) repeats `type_ = "string"` by design
-#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[kube(
-    group = "worksession.dev",
-    version = "v1alpha1",
-    kind = "WorkEvent",
-    namespaced,
-    shortname = "wev",
-    status = "WorkEventStatus",
-    doc = "One event to deliver to a WorkSession as its next prompt.",
-    selectable = ".spec.session",
-    printcolumn(name = "Session", type_ = "string", json_path = ".spec.session"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Via", type_ = "string", json_path = ".status.via"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
-)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkEventSpec {
-    /// The WorkSession (same namespace) to deliver to.
-    #[schemars(length(min = 1, max = 253))]
-    pub session: String,
-    /// The prompt text.
-    #[schemars(length(min = 1, max = 1048576))]
-    pub prompt: String,
-    /// Where the event came from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<EventSource>,
-    /// Send the prompt as it is, so that the harness may take it as one of its own commands (`/compact`, `!make
-    /// test`): pasted into its input box once it is ready, never on its command line. Only for WorkEvents made by
-    /// hand: the bridge never sets it, and without it a prompt that starts with a command prefix of its harness gets
-    /// `Prompt: ` in front, which the harness reads as text.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub command: bool,
-    /// Not delivered before this time: until then the event waits and others go first. The bridge sets it on a CI
-    /// failure's prompt, so that the other checks of the same commit that fail within a short quiet window join the
-    /// same prompt (it appends them to `prompt` while the time is ahead).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_before: Option<Time>,
-}
-
-/// Where an event came from.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct EventSource {
-    /// The kind of sender.
-    #[serde(rename = "type")]
-    pub type_: SourceType,
-    /// The sender's delivery id (`X-GitHub-Delivery`, or the generic `deliveryId`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery_id: Option<String>,
-    /// The sender's event type (for GitHub, `X-GitHub-Event`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
-    /// The event's action.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action: Option<String>,
-    /// A link to what the event is about.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// The repository (`owner/name`) of a GitHub event: where the bridge gives its feedback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repository: Option<String>,
-    /// The issue or pull-request number of a GitHub event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub number: Option<u64>,
-    /// The GitHub comment it was made from (an issue comment, or a pull-request review comment): what the bridge
-    /// reacts to once it is `Delivered` (without one, the issue or pull request itself).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comment_id: Option<u64>,
-}
-
-/// The kind of sender of an event.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum SourceType {
-    /// A GitHub webhook.
-    Github,
-    /// The generic webhook.
-    Generic,
-    /// Created by hand.
-    #[default]
-    Manual,
-}
-
-/// Delivery state of a WorkEvent.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkEventStatus {
-    /// Where the delivery is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<PromptPhase>,
-    /// When delivery was known: the harness's hooks reported it, its transcript showed it, or its pane outlived the
-    /// settle window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivered_at: Option<Time>,
-    /// When it was sent to the pane it is `Delivering` to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sent_time: Option<Time>,
-    /// How long the harness's record (its hook file with hooks, else its transcript) was when it was sent: only what
-    /// the harness writes after that point confirms it (kept while its confirm deadline sends it again).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sent_offset: Option<u64>,
-    /// How it reached the harness.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub via: Option<Via>,
-    /// The conversation it reached.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub harness_session_id: Option<String>,
-    /// Sends to the harness that has it (one that died returns it with the count at zero: the next one gets it, and
-    /// a second send at its confirm deadline).
-    #[serde(default)]
-    pub attempts: u32,
-    /// Harnesses it was sent to that died before it was known delivered (at five it fails).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub returns: u32,
-    /// Why it is where it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
 crate::words::words! {
     /// Where a WorkEvent's delivery is.
     #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -675,69 +558,6 @@ crate::words::words! {
     }
 }
 
-/// The `format`s the API server knows in a CRD schema; any other is dropped from the generated CRDs (the API server
-/// would warn `unrecognized format` on every apply). The bounds beside them (`minimum: 0` for unsigned integers)
-/// keep their meaning.
-pub const KNOWN_FORMATS: &[&str] = &[
-    "int32",
-    "int64",
-    "float",
-    "double",
-    "byte",
-    "binary",
-    "date",
-    "date-time",
-    "duration",
-    "password",
-    "uuid",
-    "uri",
-    "email",
-    "hostname",
-    "ipv4",
-    "ipv6",
-    "cidr",
-    "mac",
-];
-
-/// The CRDs of this API, in the order `worksession crd` prints them.
-pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
-    use kube::CustomResourceExt;
-    fn drop_unknown_formats(node: &mut serde_json::Value) {
-        match node {
-            serde_json::Value::Object(map) => {
-                if map.get("format").and_then(|f| f.as_str()).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
-                    map.remove("format");
-                }
-                map.values_mut().for_each(drop_unknown_formats);
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(drop_unknown_formats),
-            _ => {}
-        }
-    }
-    let mut session = serde_json::to_value(WorkSession::crd()).expect("a CRD serializes");
-    // The API server checks a custom resource's name as a DNS subdomain; a WorkSession's must be a label.
-    session["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = serde_json::json!([
-        {"rule": WORK_SESSION_NAME_RULE, "message": "metadata.name must be a DNS label (at most 63 characters)"}
-    ]);
-    let (event, budget) = (WorkEvent::crd(), WorkBudget::crd());
-    [
-        session,
-        serde_json::to_value(event).expect("a CRD serializes"),
-        serde_json::to_value(budget).expect("a CRD serializes"),
-    ]
-    .into_iter()
-    .map(|mut value| {
-        drop_unknown_formats(&mut value);
-        serde_json::from_value(value).expect("a CRD without some formats is still a CRD")
-    })
-    .collect()
-}
-
-/// The CRDs as multi-document YAML: what `worksession crd` prints and `crds/` holds.
-pub fn crds_yaml() -> String {
-    crds().iter().map(|crd| serde_yaml_ng::to_string(crd).expect("a CRD serializes")).collect::<Vec<_>>().join("---\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -759,33 +579,5 @@ mod tests {
         assert!(ws.metadata.managed_fields.as_ref().is_none_or(Vec::is_empty));
         assert_eq!(ws.annotations().keys().collect::<Vec<_>>(), [MOVE_ANNOTATION]);
         assert_eq!((&ws.spec, &ws.status, ws.labels()), (&before.spec, &before.status, before.labels()));
-    }
-
-    #[test]
-    fn crds_carry_only_formats_the_api_server_knows() {
-        let yaml = crds_yaml();
-        let formats: Vec<&str> = yaml.lines().filter_map(|l| l.trim().strip_prefix("format: ")).collect();
-        assert!(!formats.is_empty(), "some formats stay (date-time, int64)");
-        for format in formats {
-            assert!(KNOWN_FORMATS.contains(&format), "format {format} would warn on every apply");
-        }
-        assert!(yaml.contains("minimum: 0"), "the bounds of unsigned fields stay");
-    }
-
-    #[test]
-    fn crd_yaml_has_every_kind_and_the_selectable_fields() {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let yaml = crds_yaml();
-        let docs: Vec<CustomResourceDefinition> =
-            yaml.split("\n---\n").map(|doc| serde_yaml_ng::from_str(doc).expect("each document is a CRD")).collect();
-        let selectable = |name: &str| -> Vec<String> {
-            let crd = docs.iter().find(|c| c.metadata.name.as_deref() == Some(name)).expect(name);
-            let fields = crd.spec.versions[0].selectable_fields.clone().unwrap_or_default();
-            fields.into_iter().map(|f| f.json_path).collect()
-        };
-        assert_eq!(docs.len(), 3);
-        // The agent's field selectors need these; a printer column with the same path must not satisfy this test.
-        assert_eq!(selectable("worksessions.worksession.dev"), [".spec.nodeName"]);
-        assert_eq!(selectable("workevents.worksession.dev"), [".spec.session"]);
     }
 }
