@@ -180,7 +180,10 @@ async fn a_crash_in_the_middle_of_a_tool_call_resumes_and_takes_the_next_prompt(
     w.create_session("mt", json!({"harness": "claude", "initialPrompt": "run the slow tool"})).await;
     let started = w.tmux.workdir().join("slow-tool.started");
     support::until("the tool running", || async { started.exists() }).await;
-    let id = recorded_id(&w.sessions().get("mt").await.unwrap());
+    // Its conversation is recorded once the spawn is verified, which a loaded machine may finish after the tool began.
+    let recorded =
+        |ws: &worksession::api::WorkSession| ws.status.as_ref().is_some_and(|s| s.harness_session_id.is_some());
+    let id = recorded_id(&w.await_session("mt", "its conversation recorded", recorded).await);
     // Killed once the CLI's own record holds the call (it writes its transcript a moment after it acts: killed
     // before, there is no conversation to resume, and a fresh one takes over).
     await_in_transcript(&w, &id, "./slow-tool 600").await;
