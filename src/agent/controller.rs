@@ -48,25 +48,11 @@ pub async fn run<S: Store + 'static>(
     let events: Api<WorkEvent> = Api::all(client.clone());
     let selector = format!("spec.nodeName={node}");
     // Wait for the CRDs (and the API server) instead of exiting.
-    while let Err(e) = sessions.list(&ListParams::default().fields(&selector).limit(1)).await {
-        tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkSessions yet ({}); retrying", waiting_for(&e));
-        tokio::time::sleep(ERROR_REQUEUE).await;
-    }
+    listed(&sessions, &ListParams::default().fields(&selector).limit(1), "WorkSessions").await;
     // The namespaces' budgets before the first decision: a session a budget paused must not start on an empty view
-    // (the watch below keeps them from then on). Refused (no CRD, no RBAC): said, and waited for.
-    let budgets: Api<WorkBudget> = Api::all(client.clone());
-    loop {
-        match budgets.list(&ListParams::default()).await {
-            Ok(list) => {
-                ctx.registries.budgets.replace(&list.items);
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(event = "agent.waiting", error = %e, "cannot list WorkBudgets yet ({}); retrying", waiting_for(&e));
-                tokio::time::sleep(ERROR_REQUEUE).await;
-            }
-        }
-    }
+    // (the watch below keeps them from then on).
+    let budgets = listed(&Api::<WorkBudget>::all(client.clone()), &ListParams::default(), "WorkBudgets").await;
+    ctx.registries.budgets.replace(&budgets.items);
     if let Err(e) = ctx.seed_claims().await {
         tracing::warn!(event = "agent.seed_failed", error = %e, "cannot list the sessions' conversations yet");
     }
@@ -121,6 +107,23 @@ pub async fn run<S: Store + 'static>(
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
+}
+
+/// The list `params` select of `api`, once the API server gives it: a refusal (no CRD, no RBAC, no answer) is said,
+/// and waited out.
+async fn listed<K>(api: &Api<K>, params: &ListParams, kind: &str) -> kube::api::ObjectList<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    loop {
+        match api.list(params).await {
+            Ok(list) => return list,
+            Err(e) => {
+                tracing::warn!(event = "agent.waiting", error = %e, "cannot list {kind} yet ({}); retrying", waiting_for(&e));
+                tokio::time::sleep(ERROR_REQUEUE).await;
+            }
+        }
+    }
 }
 
 /// Every WorkBudget as the controller last summed it, kept in the node's registry for the decisions. A change that

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::AgentOptions;
 use super::controller::{ERROR_REQUEUE, RECONCILE_CONCURRENCY};
 use super::poll::{POLL_INTERVAL, Wakes};
-use crate::api::spent;
+use crate::api::spent_in;
 use crate::store::Changes;
 use crate::store::DEFAULT_NAMESPACE as NAMESPACE;
 
@@ -68,9 +68,7 @@ pub async fn run_on_changes<S: Changes>(store: S, options: AgentOptions) -> std:
         match ctx.store.budgets() {
             Ok(mut budgets) => {
                 for budget in &mut budgets {
-                    let of_namespace = sessions.iter().filter(|ws| ws.namespace() == budget.namespace());
-                    budget.status =
-                        Some(spent(of_namespace.map(|ws| ws.status.as_ref().and_then(|s| s.usage.as_ref()))));
+                    budget.status = Some(spent_in(budget.namespace().as_deref(), &sessions));
                 }
                 let changed = ctx.registries.budgets.replace(&budgets);
                 let of = |ws: &&crate::api::WorkSession| changed.iter().any(|ns| ws.namespace().as_ref() == Some(ns));

@@ -79,6 +79,16 @@ pub struct WorkBudgetStatus {
     pub sessions: u64,
 }
 
+/// What the sessions of `namespace` among `sessions` spent together ([`spent`]).
+pub fn spent_in<'a>(
+    namespace: Option<&str>,
+    sessions: impl IntoIterator<Item = &'a super::WorkSession>,
+) -> WorkBudgetStatus {
+    use kube::ResourceExt;
+    let of_namespace = sessions.into_iter().filter(|ws| ws.namespace().as_deref() == namespace);
+    spent(of_namespace.map(|ws| ws.status.as_ref().and_then(|s| s.usage.as_ref())))
+}
+
 /// The sum of `usages`: every session's tokens and estimated cost (unknown where one is), the models without a price.
 pub fn spent<'a>(usages: impl IntoIterator<Item = Option<&'a Usage>>) -> WorkBudgetStatus {
     let mut sum = WorkBudgetStatus::default();

@@ -15,7 +15,7 @@ mod usage;
 
 use std::collections::BTreeMap;
 
-pub use budget::{WorkBudget, WorkBudgetSpec, WorkBudgetStatus, spent};
+pub use budget::{WorkBudget, WorkBudgetSpec, WorkBudgetStatus, spent, spent_in};
 pub use crd::{KNOWN_FORMATS, crds, crds_yaml};
 pub use event::{EventSource, SourceType, WorkEvent, WorkEventSpec, WorkEventStatus};
 pub use handoff::{HANDOFF_DEFAULT_CHARACTERS, HandoffSpec, HandoffStatus, carried};

@@ -15,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::api::{WorkBudget, WorkSession, spent};
+use crate::api::{WorkBudget, WorkSession, spent_in};
 
 /// The field manager of a WorkBudget's status.
 pub const FIELD_MANAGER: &str = "worksession-budgets";
@@ -57,9 +57,7 @@ async fn sum(budget: Arc<WorkBudget>, ctx: Arc<Summer>) -> Result<Action, kube::
         return Ok(Action::requeue(ERROR_REQUEUE));
     }
     let namespace = budget.namespace();
-    let sessions = ctx.sessions.state();
-    let of_namespace = sessions.iter().filter(|ws| ws.namespace() == namespace);
-    let sum = spent(of_namespace.map(|ws| ws.status.as_ref().and_then(|s| s.usage.as_ref())));
+    let sum = spent_in(namespace.as_deref(), ctx.sessions.state().iter().map(AsRef::as_ref));
     if budget.status.as_ref() == Some(&sum) {
         return Ok(Action::await_change());
     }

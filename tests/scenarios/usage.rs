@@ -189,6 +189,9 @@ pub async fn a_namespaces_budget_reached_by_its_sessions_together_pauses_each_an
         .await;
     let st = await_value("pool-c Paused", || rig.session_status("pool-c"), paused).await;
     assert!(ready_message(&st).contains("WorkBudget team"), "{st:?}");
+    // The agent has weighed pool-a's prompt (its message counts it), so what follows is its decision, not a lag.
+    let counted = |s: &WorkSessionStatus| ready_message(s).contains("1 prompt waits");
+    await_value("pool-a's prompt waiting", || rig.session_status("pool-a"), counted).await;
     assert_eq!(rig.event_status("pool-a-1").await.phase.unwrap_or(PromptPhase::Pending), PromptPhase::Pending);
     let tmux = rig.tmux();
     let mut prompts: Vec<String> = tmux.prompts().into_iter().map(|p| p.prompt).collect();
