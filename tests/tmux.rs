@@ -62,6 +62,28 @@ async fn spawn_clears_a_stale_session_of_the_same_name() {
     assert_eq!((obs.len(), obs.liveness("loop-a")), (1, Liveness::Alive));
 }
 
+/// A dead session respawned over, when it is the server's only one: one tmux call, the server stays up through it
+/// (it never has no session), and nothing of the old one is left beside the new one.
+#[tokio::test]
+async fn a_clearing_spawn_of_the_only_session_is_one_call_and_leaves_nothing_behind() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-only", Mode::Resume, "no-such-conv", None, &[])).await.unwrap();
+    tmux.await_liveness("loop-only", Liveness::Dead).await;
+    let log = tmux.dir.path().join("calls.log");
+    let wrapper = tmux.dir.path().join("tmux-wrapper");
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec tmux \"$@\"\n", log.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let counted = TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_binary(&wrapper);
+
+    counted.spawn(&tmux.spawn_of("loop-only", Mode::Fresh, "second", None, &[])).await.unwrap();
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1, "one tmux call");
+    tmux.await_output("loop-only", "ready>").await;
+    let obs = tmux.runner.observe().await.unwrap();
+    let sessions: Vec<&str> = obs.sessions().map(|(name, _)| name).collect();
+    assert_eq!(sessions, ["loop-only"], "the new session alone");
+    assert_eq!(obs.session("loop-only").map(|v| v.spawn.as_str()), Some("spawn-second"));
+}
+
 /// A spawn told no session of its name is there asks tmux to clear nothing; one found there all the same (made
 /// since the observation) is cleared as any other: its owner's is replaced, another owner's stays and the spawn fails.
 #[tokio::test]
@@ -289,6 +311,28 @@ async fn the_observer_counts_the_server_going_and_coming_back_whoever_looks() {
     assert!(tmux.kill_server());
     assert!(!look().await.unwrap().server);
     assert_eq!(observer.server_changes(), 2, "and went once");
+}
+
+/// A session last seen dead or absent is not looked at again until this agent touches it (only its spawn makes it
+/// live); a live one always is (its harness may have died since), and so is one touched since the last look.
+#[tokio::test]
+async fn the_observer_looks_again_for_a_live_or_touched_session_only() {
+    let tmux = TmuxServer::new();
+    tmux.runner.spawn(&tmux.spawn_of("loop-live", Mode::Fresh, "conv-live", None, &[])).await.unwrap();
+    tmux.runner.spawn(&tmux.spawn_of("loop-dead", Mode::Resume, "no-such-conv", None, &[])).await.unwrap();
+    tmux.await_liveness("loop-dead", Liveness::Dead).await;
+    let observer = Observer::new(TmuxRunner::new(Some(tmux.socket().to_path_buf())));
+    let first = observer.since(std::time::Instant::now()).await.unwrap();
+    let look = |sessions: &'static [&'static str]| observer.since_unless_settled(std::time::Instant::now(), sessions);
+    let same = |obs: &std::sync::Arc<worksession::node::tmux::Observation>| std::sync::Arc::ptr_eq(obs, &first);
+
+    assert!(same(&look(&["loop-dead", "loop-none"]).await.unwrap()), "dead and absent: the last look stands");
+    assert!(!same(&look(&["loop-dead", "loop-live"]).await.unwrap()), "a live one: looked at again");
+    let second = observer.since(std::time::Instant::now()).await.unwrap();
+    observer.touched("loop-dead");
+    let third = look(&["loop-dead"]).await.unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&third, &second), "touched since: looked at again");
+    assert!(std::sync::Arc::ptr_eq(&look(&["loop-dead"]).await.unwrap(), &third), "and that look stands");
 }
 
 /// No key or name sits in a string tmux parses as commands unless it is a plain word. A WorkEvent

@@ -19,6 +19,7 @@ use super::{AgentOptions, ReconcileError, Reconciler, poll};
 use crate::api::{NODE_LABEL, USAGE_LIMITED_LABEL, WorkBudget, WorkEvent, WorkSession, node_label_value};
 use crate::node::tmux::{Tmux, TmuxRunner};
 use crate::store::Store;
+use crate::store::kube::{Caches, KubeStore};
 
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
@@ -30,13 +31,9 @@ pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
 type Agent<S> = Reconciler<S, TmuxRunner>;
 
 /// Runs the agent of `node` until the process is asked to stop (SIGTERM or Ctrl-C): `client` watches the
-/// WorkSessions and WorkEvents, `store` reads and writes them.
-pub async fn run<S: Store + 'static>(
-    client: Client,
-    node: String,
-    store: S,
-    options: AgentOptions,
-) -> std::io::Result<()> {
+/// WorkSessions and WorkEvents, `store` reads them (through the watches' caches) and writes them.
+pub async fn run(client: Client, node: String, store: KubeStore, options: AgentOptions) -> std::io::Result<()> {
+    let reads = store.clone();
     let ready = Arc::new(AtomicBool::new(false));
     let (left_behind, to_relabel) = futures::channel::mpsc::unbounded();
     let mut reconciler = super::reconciler(store, Some(node.clone()), options, ready.clone()).await?;
@@ -59,10 +56,26 @@ pub async fn run<S: Store + 'static>(
     // Only this node's WorkSessions, and only the WorkEvents labelled for this node: with N nodes an event (and its
     // prompt) is sent to one agent, not N. The bridge labels what it creates; `worksession labeler` labels events
     // made by hand.
-    let mine = watcher::Config::default().fields(&selector);
-    let addressed_here = watcher::Config::default().labels(&format!("{NODE_LABEL}={}", node_label_value(&node)));
+    // Listed by quorum reads, as a decision's fresh read would be: the caches start no older than the agent's last
+    // writes before a restart.
+    let mine = watcher::Config::default().fields(&selector).list_semantic(watcher::ListSemantic::MostRecent);
+    let addressed_here = watcher::Config::default()
+        .labels(&format!("{NODE_LABEL}={}", node_label_value(&node)))
+        .list_semantic(watcher::ListSemantic::MostRecent);
     let writer = reflector::store::Writer::default();
     let cache = writer.as_reader();
+    let events_writer = reflector::store::Writer::default();
+    // A decision reads what woke it: the reconciles are woken by these very streams, each after its cache has the
+    // change.
+    // And the events labelled for no node yet (they wake nothing here: the labeler labels them, and that wakes).
+    let unlabelled_writer = reflector::store::Writer::default();
+    let unlabelled_config =
+        watcher::Config::default().labels(&format!("!{NODE_LABEL}")).list_semantic(watcher::ListSemantic::MostRecent);
+    reads.read_through(Caches::new(cache.clone(), events_writer.as_reader(), unlabelled_writer.as_reader(), &node));
+    let unlabelled = reflector(unlabelled_writer, watcher(events.clone(), unlabelled_config).modify(crate::api::slim))
+        .default_backoff()
+        .for_each(|_| std::future::ready(()));
+    let events = reflector(events_writer, watcher(events, addressed_here).modify(crate::api::slim));
     let (refusals, egress_view) = egress.map(|link| (link.refusals, link.sessions)).unzip();
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
@@ -72,7 +85,7 @@ pub async fn run<S: Store + 'static>(
     let watched = watcher(sessions, mine).modify(crate::api::slim);
     let budgets = budgets_watched(client.clone(), ctx.clone(), cache.clone());
     let controller = Controller::for_stream(reflector(writer, watched).applied_objects(), cache.clone())
-        .watches(events, addressed_here, move |ev: WorkEvent| {
+        .watches_stream(events.touched_objects(), move |ev: WorkEvent| {
             let session = ObjectRef::new(&ev.spec.session).within(&ev.namespace()?);
             let addressed = known.get(&session).is_some();
             notices.get_or_create(&AddressedLabel { addressed: if addressed { "true" } else { "false" } }).inc();
@@ -104,6 +117,7 @@ pub async fn run<S: Store + 'static>(
         () = told(&ctx, refused_cache, refusals) => {}
         () = shown(shown_cache, egress_view) => {}
         () = limited_elsewhere(client_for_limits, &node, &ctx) => {}
+        () = unlabelled => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())

@@ -38,6 +38,9 @@ pub enum Failpoint {
 pub struct Observer<T> {
     tmux: T,
     last: Mutex<Option<(Instant, Arc<Observation>)>>,
+    /// When this agent last started or stopped something in each tmux session: an observation taken before that does
+    /// not stand for it.
+    touched: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
     server_changes: AtomicU64,
     calls: prometheus_client::metrics::counter::Counter,
 }
@@ -45,7 +48,8 @@ pub struct Observer<T> {
 impl<T: Tmux> Observer<T> {
     /// Observes through `tmux`.
     pub fn new(tmux: T) -> Self {
-        Self { tmux, last: Mutex::new(None), server_changes: AtomicU64::new(0), calls: Default::default() }
+        let (last, touched) = (Mutex::new(None), Default::default());
+        Self { tmux, last, touched, server_changes: AtomicU64::new(0), calls: Default::default() }
     }
 
     /// How many times the tmux server went away or came back between two observations, whoever made them. The poll
@@ -76,6 +80,31 @@ impl<T: Tmux> Observer<T> {
         }
         *last = Some((at, obs.clone()));
         Ok(obs)
+    }
+
+    /// An observation that started no earlier than `since`, or the last one when it shows each of `sessions` dead or
+    /// absent and was taken after this agent last touched it. Only a spawn of this agent makes a dead or absent
+    /// session live (and the spawn then finds what is there: a session it clears, or none), while a live harness
+    /// can die at any moment unseen: so a dead or absent session stays so until its own agent acts, and looking
+    /// again would only cost the round trip.
+    pub async fn since_unless_settled(&self, since: Instant, sessions: &[&str]) -> Result<Arc<Observation>, TmuxError> {
+        if let Some((at, obs)) = &*self.last.lock().await
+            && obs.server
+        {
+            let touched = self.touched.lock().unwrap();
+            let settled = |s: &&str| {
+                obs.liveness(s) != crate::node::tmux::Liveness::Alive && touched.get(*s).is_none_or(|t| t < at)
+            };
+            if sessions.iter().all(settled) {
+                return Ok(obs.clone());
+            }
+        }
+        self.since(since).await
+    }
+
+    /// Notes that this agent just started or stopped something in `session` (after the tmux call returned).
+    pub fn touched(&self, session: &str) {
+        self.touched.lock().unwrap().insert(session.to_string(), Instant::now());
     }
 
     /// The tmux edge.
@@ -201,12 +230,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         name: &str,
         observed_after: Instant,
     ) -> Result<Option<Duration>, ReconcileError> {
-        // Observe: the object and its events fresh, and tmux (shared); the three reads wait one round trip together.
-        // Each step has a debug span, whose lifetime is the step's: `cargo bench --bench agent respawn` times them.
-        let (ws, events, observation) = tokio::join!(
+        // Observe: the object and its events (as new as this agent's writes), then tmux (shared). Each step has a
+        // debug span, whose lifetime is the step's: `cargo bench --bench agent respawn` times them.
+        let (ws, events) = tokio::join!(
             self.store.session(namespace, name).instrument(tracing::debug_span!("read_session")),
             self.store.events(namespace, name).instrument(tracing::debug_span!("read_events")),
-            self.observer.since(observed_after).instrument(tracing::debug_span!("observe"))
         );
         let Some(ws) = ws.map_err(ReconcileError::Read)? else {
             self.registries.limits.forget(&format!("{namespace}/{name}"));
@@ -226,8 +254,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
             return Ok(None);
         }
         let events = events.map_err(ReconcileError::Read)?;
-        let observation = observation.map_err(ReconcileError::Observe)?;
         let config = self.config_now();
+        let configured = config.tmux_session(&crate::api::identity(&ws));
+        let recorded = ws.status.as_ref().and_then(|s| s.tmux_session.as_deref());
+        let names: Vec<&str> = std::iter::once(configured.as_str()).chain(recorded).collect();
+        let observed = self.observer.since_unless_settled(observed_after, &names);
+        let observation =
+            observed.instrument(tracing::debug_span!("observe")).await.map_err(ReconcileError::Observe)?;
         let gathered = self
             .gathering()
             .gather(&ws, &events, &observation, &config)
@@ -342,7 +375,11 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     }
                     self.failpoint(Failpoint::AfterIntent).await;
                 }
-                Op::Stop { session } => tmux.stop(session, owner).await.map_err(ReconcileError::Stop)?,
+                Op::Stop { session } => {
+                    let stopped = tmux.stop(session, owner).await;
+                    self.observer.touched(session);
+                    stopped.map_err(ReconcileError::Stop)?;
+                }
                 Op::LabelLimited(on) => {
                     // A word for the other nodes, not this decision's: the status is still recorded, and the next
                     // decision asks again.
@@ -355,7 +392,9 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     tracing::info!(event = "session.moved", node, "handed to another node");
                 }
                 Op::Spawn(spawn) => {
-                    if let Err(message) = self.spawn(spawn, &keys, config).await {
+                    let spawned = self.spawn(spawn, &keys, config).await;
+                    self.observer.touched(&spawn.session);
+                    if let Err(message) = spawned {
                         // The recorded intent is the status the next decision starts from; it is told why.
                         self.registries.spawn_failures.put(owner_name, &spawn.tag, message);
                         return Ok(Executed::SpawnRefused);
@@ -458,7 +497,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         config: &Config,
     ) -> Result<(), ReconcileError> {
         let namespace = ws.namespace().unwrap_or_default();
-        let events = self.store.events(&namespace, &ws.name_any()).await.map_err(ReconcileError::Read)?;
+        let events = self.store.events_fresh(&namespace, &ws.name_any()).await.map_err(ReconcileError::Read)?;
         let goes = |ev: &&WorkEvent| {
             core::goes_with_its_session(ev.metadata.creation_timestamp.as_ref().map(|t| t.0), deleting_since)
         };

@@ -202,6 +202,31 @@ fn pane_target(session: &str) -> String {
     format!("={session}:")
 }
 
+/// The spawn's tmux call `new_session` with the session of that name cleared first, in the same call, when it is
+/// `owner`'s (decided by the server itself): it is renamed out of the way, the new one made, the old one killed. The
+/// server never has no session in between, so it never exits under the call (killing the last session before
+/// new-session in one call crashed tmux 3.3a's server, taking every session along); and one call is one round trip
+/// where a clearing of its own was two. Another owner's session stays, and new-session is refused as a duplicate.
+fn clearing(
+    session: &str,
+    owner: &str,
+    new_session: &[std::ffi::OsString],
+) -> Result<Vec<std::ffi::OsString>, TmuxError> {
+    parsed_word("kill-session", "owner", owner)?;
+    parsed_word("kill-session", "session", session)?;
+    let ours = format!("#{{==:#{{{OWNER_TAG}}},{owner}}}");
+    let old = format!("{session}-cleared-{}", uuid::Uuid::new_v4().simple());
+    // A pane target: tmux 3.3a expands `-t =name` (a session target) here without the session's options. A target
+    // not found leaves the format without a session, so the test is false and nothing is done.
+    let rename = format!("rename-session -t ={session} {old}");
+    let kill = format!("kill-session -t ={old}");
+    let mut call: Vec<std::ffi::OsString> =
+        ["if-shell", "-F", "-t", &pane_target(session), &ours, &rename, ";"].map(Into::into).to_vec();
+    call.extend(new_session.iter().cloned());
+    call.extend([";", "if-shell", "-F", "-t", &pane_target(&old), &ours, &kill].map(Into::into));
+    Ok(call)
+}
+
 /// tmux splits a command line at any argument ending in `;`; `\;` at the end keeps it literal.
 fn literal(arg: &str) -> String {
     match arg.strip_suffix(';') {
@@ -344,22 +369,19 @@ impl Tmux for TmuxRunner {
         for (tag, value) in [(SPAWN_TAG, &spawn.tag), (OWNER_TAG, &spawn.owner), (OWNER_NAME_TAG, &spawn.owner_name)] {
             args.extend([";", "set-option", "-t", &target, tag, value].map(Into::into));
         }
-        // Clearing the last session makes the server exit, and a new-session racing that exit is told so: retry.
-        // (Clearing in the same tmux call as new-session crashed tmux 3.3a's server, taking every session along.)
         let mut cleared = spawn.clear;
-        if cleared {
-            self.stop(&spawn.session, &spawn.owner).await?;
-        }
         let mut attempts = 0;
         loop {
-            match self.run("new-session", self.command(&args), None).await? {
+            let call = match cleared {
+                true => clearing(&spawn.session, &spawn.owner, &args)?,
+                false => args.clone(),
+            };
+            match self.run("new-session", self.command(&call), None).await? {
                 Ok(_) => return Ok(()),
+                // A server that exited with its last session (killed by someone else) meanwhile: again.
                 Err(stderr) if attempts < 3 && stderr.contains("server exited unexpectedly") => attempts += 1,
                 // One made since the observation that saw none: cleared as any other (its owner's only), then again.
-                Err(stderr) if !cleared && stderr.contains("duplicate session") => {
-                    self.stop(&spawn.session, &spawn.owner).await?;
-                    cleared = true;
-                }
+                Err(stderr) if !cleared && stderr.contains("duplicate session") => cleared = true,
                 Err(stderr) => return Err(TmuxError::Failed { command: "new-session", stderr }),
             }
         }

@@ -1,6 +1,11 @@
 //! The Kubernetes backend of [`Store`] and [`Sink`]: status by server-side apply under the agent's field manager,
-//! reads that are quorum reads (so a decision never starts from a status older than the agent's own last write),
-//! and creates under the bridge's field manager.
+//! reads from the agent's watches where they are as new as the agent's own writes and quorum reads where not ([`Caches`]:
+//! a decision never starts from a status older than the agent's own last write), and creates under the bridge's
+//! field manager.
+
+mod caches;
+
+pub use caches::Caches;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +33,8 @@ pub struct KubeStore {
     client: Client,
     manager: String,
     recorder: Recorder,
+    /// The agent's watches, once it has them: until then every read is fresh.
+    caches: Arc<std::sync::OnceLock<Caches>>,
 }
 
 impl KubeStore {
@@ -36,11 +43,28 @@ impl KubeStore {
     pub fn new(client: Client, node: &str) -> Self {
         let manager = "worksession-agent".to_string();
         let reporter = Reporter { controller: "worksession-agent".into(), instance: Some(node.to_string()) };
-        Self { recorder: Recorder::new(client.clone(), reporter), client, manager }
+        Self { recorder: Recorder::new(client.clone(), reporter), client, manager, caches: Default::default() }
+    }
+
+    /// Reads the sessions and events through `caches` from now on (once; a second call changes nothing).
+    pub fn read_through(&self, caches: Caches) {
+        let _ = self.caches.set(caches);
     }
 
     fn apply(&self) -> PatchParams {
         PatchParams::apply(&self.manager).force()
+    }
+
+    fn wrote_session(&self, ws: &WorkSession) {
+        if let Some(caches) = self.caches.get() {
+            caches.wrote_session(ws);
+        }
+    }
+
+    fn wrote_event(&self, ev: &WorkEvent, deleted: bool) {
+        if let Some(caches) = self.caches.get() {
+            caches.wrote_event(ev, deleted);
+        }
     }
 }
 
@@ -62,7 +86,8 @@ impl KubeStore {
         if let Some(version) = from {
             patch["metadata"] = json!({"resourceVersion": version});
         }
-        api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
+        let written = api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
+        self.wrote_session(&written);
         Ok(())
     }
 }
@@ -94,10 +119,32 @@ impl Store for KubeStore {
     }
 
     async fn session(&self, namespace: &str, name: &str) -> Result<Option<WorkSession>, StoreError> {
-        Ok(Api::<WorkSession>::namespaced(self.client.clone(), namespace).get_opt(name).await?)
+        let caches = self.caches.get();
+        if let Some(ws) = caches.and_then(|c| c.session(namespace, name)) {
+            return Ok(Some(ws));
+        }
+        let since = caches.map(|c| c.reading(namespace, name));
+        let ws = Api::<WorkSession>::namespaced(self.client.clone(), namespace).get_opt(name).await?;
+        if let (Some(caches), Some(since)) = (caches, since) {
+            caches.read_session(namespace, name, ws.as_ref(), since);
+        }
+        Ok(ws)
     }
 
     async fn events(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, StoreError> {
+        let caches = self.caches.get();
+        if let Some(events) = caches.and_then(|c| c.events(namespace, session)) {
+            return Ok(events);
+        }
+        let since = caches.map(|c| c.reading(namespace, session));
+        let events = self.events_fresh(namespace, session).await?;
+        if let (Some(caches), Some(since)) = (caches, since) {
+            caches.read_events(namespace, session, &events, since);
+        }
+        Ok(events)
+    }
+
+    async fn events_fresh(&self, namespace: &str, session: &str) -> Result<Vec<WorkEvent>, StoreError> {
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), namespace);
         let list = api.list(&ListParams::default().fields(&format!("spec.session={session}"))).await?;
         Ok(list.items)
@@ -118,17 +165,20 @@ impl Store for KubeStore {
     async fn write_event_status(&self, ev: &WorkEvent, status: &WorkEventStatus) -> Result<(), StoreError> {
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
         let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "status": status});
-        api.patch_status(&ev.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
+        let written = api.patch_status(&ev.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
+        self.wrote_event(&written, false);
         Ok(())
     }
 
     async fn delete_event(&self, ev: &WorkEvent) -> Result<(), StoreError> {
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
         match api.delete(&ev.name_any(), &Default::default()).await {
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Ok(_) => Ok(()),
-            Err(e) => Err(e.into()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
         }
+        self.wrote_event(ev, true);
+        Ok(())
     }
 
     async fn set_finalizer(&self, ws: &WorkSession, present: bool) -> Result<WorkSession, StoreError> {
@@ -139,7 +189,9 @@ impl Store for KubeStore {
         }
         // The resourceVersion makes this a compare-and-swap on the finalizer list.
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": ws.resource_version()}});
-        Ok(api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?)
+        let written = api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        self.wrote_session(&written);
+        Ok(written)
     }
 
     async fn move_to(&self, ws: &WorkSession, node: &str) -> Result<(), StoreError> {
@@ -157,7 +209,8 @@ impl Store for KubeStore {
             "metadata": {"resourceVersion": now.resource_version(), "annotations": {crate::api::MOVE_ANNOTATION: null}},
             "spec": {"nodeName": node},
         });
-        api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        let written = api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        self.wrote_session(&written);
         Ok(())
     }
 
@@ -167,7 +220,11 @@ impl Store for KubeStore {
         let patch = json!({"metadata": {"labels": {crate::api::USAGE_LIMITED_LABEL: value}}});
         match api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()), // gone meanwhile
-            other => other.map(|_| ()).map_err(StoreError::from),
+            Err(e) => Err(e.into()),
+            Ok(written) => {
+                self.wrote_session(&written);
+                Ok(())
+            }
         }
     }
 

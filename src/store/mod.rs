@@ -45,15 +45,23 @@ impl StoreError {
 pub trait Store: Send + Sync {
     /// Every WorkSession the store holds (all namespaces), fresh.
     fn sessions(&self) -> impl Future<Output = Result<Vec<WorkSession>, StoreError>> + Send;
-    /// The WorkSession, fresh (not from a cache), or `None` when it is gone.
+    /// The WorkSession at least as new as this store's own last write of it, or `None` when it is gone.
     fn session(
         &self,
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<WorkSession>, StoreError>> + Send;
-    /// Every WorkEvent addressed to the session, fresh.
+    /// Every WorkEvent addressed to the session, at least as new as this store's own last writes of them.
     fn events(&self, namespace: &str, session: &str)
     -> impl Future<Output = Result<Vec<WorkEvent>, StoreError>> + Send;
+    /// The same, read fresh: one made a moment ago by anyone included.
+    fn events_fresh(
+        &self,
+        namespace: &str,
+        session: &str,
+    ) -> impl Future<Output = Result<Vec<WorkEvent>, StoreError>> + Send {
+        self.events(namespace, session)
+    }
     /// Records the session's status.
     fn write_status(
         &self,
