@@ -9,6 +9,15 @@ use worksession::agent::Observer;
 use worksession::harness::Mode;
 use worksession::node::tmux::{Liveness, Tmux, TmuxRunner};
 
+/// A runner on `tmux`'s server whose every tmux call is a line of the log returned.
+fn counting(tmux: &TmuxServer) -> (TmuxRunner, std::path::PathBuf) {
+    let log = tmux.dir.path().join("calls.log");
+    let wrapper = tmux.dir.path().join("tmux-wrapper");
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec tmux \"$@\"\n", log.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_binary(&wrapper), log)
+}
+
 #[tokio::test]
 async fn no_server_means_every_session_is_absent() {
     let tmux = TmuxServer::new();
@@ -31,11 +40,7 @@ async fn one_call_observes_many_sessions() {
     tmux.await_liveness("loop-dead", Liveness::Dead).await;
 
     // Count tmux invocations through a wrapper: one observation is one call.
-    let log = tmux.dir.path().join("calls.log");
-    let wrapper = tmux.dir.path().join("tmux-wrapper");
-    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec tmux \"$@\"\n", log.display())).unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let counted = TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_binary(&wrapper);
+    let (counted, log) = counting(&tmux);
     let obs = counted.observe().await.unwrap();
 
     assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1, "one tmux call");
@@ -69,11 +74,7 @@ async fn a_clearing_spawn_of_the_only_session_is_one_call_and_leaves_nothing_beh
     let tmux = TmuxServer::new();
     tmux.runner.spawn(&tmux.spawn_of("loop-only", Mode::Resume, "no-such-conv", None, &[])).await.unwrap();
     tmux.await_liveness("loop-only", Liveness::Dead).await;
-    let log = tmux.dir.path().join("calls.log");
-    let wrapper = tmux.dir.path().join("tmux-wrapper");
-    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec tmux \"$@\"\n", log.display())).unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let counted = TmuxRunner::new(Some(tmux.socket().to_path_buf())).with_binary(&wrapper);
+    let (counted, log) = counting(&tmux);
 
     counted.spawn(&tmux.spawn_of("loop-only", Mode::Fresh, "second", None, &[])).await.unwrap();
     assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1, "one tmux call");
