@@ -235,6 +235,18 @@ async fn wait_until<F: Fn() -> bool>(what: &str, limit: Duration, check: F) {
     }
 }
 
+/// `tmux new-session` of the marker harness `script` as session `id`, as a person would type it.
+fn raw_new_session(server: &Server, id: &str, workdir: &Path, script: &str) {
+    let status = server
+        .tmux()
+        .args(["new-session", "-d", "-s", id, "-c"])
+        .arg(workdir)
+        .args(["--", "/bin/sh", "-c", script, id, "benchmark event"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 /// Waits until a harness wrote its `marker`, looked for every 100 µs by a thread of its own: a tokio timer ticks by
 /// the millisecond, which would add up to two to whatever is timed (and more to a wait that begins before the harness
 /// starts, the agent's, than to one that begins after its tmux call returned, the raw one's).
@@ -391,14 +403,7 @@ async fn bench_respawn(spans: &Spans) {
         let id = format!("raw-{i}");
         let marker = markers.path().join(&id);
         let t = Instant::now();
-        let status = server
-            .tmux()
-            .args(["new-session", "-d", "-s", &id, "-c"])
-            .arg(workdir.path())
-            .args(["--", "/bin/sh", "-c", &script, &id, "benchmark event"])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        raw_new_session(&server, &id, workdir.path(), &script);
         started("raw harness started", &marker).await;
         raw_times.push(t.elapsed());
         let target = format!("={id}:");
@@ -413,7 +418,7 @@ async fn bench_respawn(spans: &Spans) {
     // Both again as the agent meets them: each right after a WorkEvent was created (the API server and etcd still
     // busy with it, on the same two cores), timed from the create's return as the agent's respawn is.
     let events: Api<WorkEvent> = ns.api();
-    let mut situ_times = Vec::new();
+    let (mut situ_times, mut situ_applies) = (Vec::new(), Vec::new());
     for (i, name) in names.iter().enumerate() {
         let ws = api.get(name).await.unwrap();
         let mut status = ws.status.clone().unwrap();
@@ -426,14 +431,8 @@ async fn bench_respawn(spans: &Spans) {
         events.create(&PostParams::default(), &event(&format!("{name}-floor"), name, &node)).await.unwrap();
         let t = Instant::now();
         api.patch_status(name, &params, &kube::api::Patch::Apply(&patch)).await.unwrap();
-        let status = server
-            .tmux()
-            .args(["new-session", "-d", "-s", &id, "-c"])
-            .arg(workdir.path())
-            .args(["--", "/bin/sh", "-c", &script, &id, "benchmark event"])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        situ_applies.push(t.elapsed());
+        raw_new_session(&server, &id, workdir.path(), &script);
         started("in-situ harness started", &marker).await;
         situ_times.push(t.elapsed());
     }
@@ -498,8 +497,9 @@ async fn bench_respawn(spans: &Spans) {
     );
     let situ = median(situ_times);
     println!(
-        "(b) the same against that floor measured right after a WorkEvent's create: floor {} | ratio {:.2}x",
+        "(b) the same against that floor measured right after a WorkEvent's create: floor {} (status apply {}) | ratio {:.2}x",
         ms(situ),
+        ms(median(situ_applies)),
         agent.as_secs_f64() / situ.as_secs_f64()
     );
     let with_create = median(agent_with_create);

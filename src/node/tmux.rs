@@ -309,6 +309,8 @@ impl TmuxRunner {
             }
             child.wait_with_output().await
         };
+        // A debug span as long as the call: `cargo bench --bench agent respawn` shows it within its op.
+        let call = tracing::Instrument::instrument(call, tracing::debug_span!("tmux", command = name));
         let out = tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| TmuxError::Timeout(name))??;
         if out.status.success() {
             Ok(Ok(String::from_utf8_lossy(&out.stdout).into_owned()))

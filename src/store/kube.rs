@@ -157,7 +157,13 @@ impl Store for KubeStore {
     async fn write_intent(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<bool, StoreError> {
         // The version read: the controller's writes (its conditions, a binding elsewhere) change it first.
         match self.apply_status(ws, status, ws.resource_version()).await {
-            Err(StoreError::Kube(kube::Error::Api(s))) if s.code == 409 => Ok(false),
+            Err(StoreError::Kube(kube::Error::Api(s))) if s.code == 409 => {
+                // The cache it was read from is behind: the next decision reads it fresh.
+                if let Some(caches) = self.caches.get() {
+                    caches.behind_on(ws);
+                }
+                Ok(false)
+            }
             result => result.map(|()| true),
         }
     }

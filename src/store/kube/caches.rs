@@ -187,6 +187,16 @@ impl Caches {
         ahead.known.insert(Key::Session(namespace, name), ws.resource_version());
     }
 
+    /// The session changed since the version `ws` was read at (a write over that version was refused): read it
+    /// fresh until the cache shows the version that read finds.
+    pub(super) fn behind_on(&self, ws: &WorkSession) {
+        let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
+        let mut ahead = self.ahead.lock().unwrap();
+        ahead.wrote(&namespace, &name);
+        // No version is empty: the cache never matches it.
+        ahead.known.insert(Key::Session(namespace, name), Some(String::new()));
+    }
+
     /// The event as this agent just wrote it (`deleted`: it deleted it). One the cache never shows (labelled for
     /// another node) is not waited for.
     pub(super) fn wrote_event(&self, ev: &WorkEvent, deleted: bool) {
@@ -210,4 +220,134 @@ impl Caches {
 
 fn event_key(namespace: &str, session: &str, name: &str) -> Key {
     Key::Event { namespace: namespace.into(), session: session.into(), name: name.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    fn session(version: &str) -> WorkSession {
+        let mut ws = WorkSession::new("s", Default::default());
+        ws.metadata.namespace = Some("ns".into());
+        ws.metadata.resource_version = Some(version.into());
+        ws
+    }
+
+    fn event(name: &str, version: &str, label: Option<&str>) -> WorkEvent {
+        let mut ev: WorkEvent = serde_json::from_value(serde_json::json!({
+            "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
+            "spec": {"session": "s", "prompt": "p"},
+        }))
+        .unwrap();
+        if let Some(label) = label {
+            ev.labels_mut().insert(crate::api::NODE_LABEL.into(), label.into());
+        }
+        ev
+    }
+
+    struct Rig {
+        sessions: Writer<WorkSession>,
+        events: Writer<WorkEvent>,
+        unlabelled: Writer<WorkEvent>,
+        caches: Caches,
+    }
+
+    /// Caches over watches that listed nothing yet.
+    fn rig() -> Rig {
+        let (sessions, events, unlabelled) = (Writer::default(), Writer::default(), Writer::default());
+        let caches = Caches::new(sessions.as_reader(), events.as_reader(), unlabelled.as_reader(), "node-a");
+        Rig { sessions, events, unlabelled, caches }
+    }
+
+    fn list<K: kube::Resource<DynamicType = ()> + Clone>(writer: &mut Writer<K>, objects: &[K]) {
+        writer.apply_watcher_event(&Event::Init);
+        objects.iter().for_each(|o| writer.apply_watcher_event(&Event::InitApply(o.clone())));
+        writer.apply_watcher_event(&Event::InitDone);
+    }
+
+    async fn listed(rig: &mut Rig, events: &[WorkEvent], unlabelled: &[WorkEvent]) {
+        list(&mut rig.events, events);
+        list(&mut rig.unlabelled, unlabelled);
+        while !rig.caches.listed.load(Ordering::Acquire) {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn version(ws: Option<WorkSession>) -> Option<String> {
+        ws.and_then(|ws| ws.metadata.resource_version)
+    }
+
+    #[tokio::test]
+    async fn a_session_comes_from_the_cache_unless_the_agent_wrote_or_read_a_version_it_has_not_shown() {
+        let mut rig = rig();
+        assert!(rig.caches.session("ns", "s").is_none(), "not listed yet: read fresh");
+        list(&mut rig.sessions, &[session("1")]);
+        assert_eq!(version(rig.caches.session("ns", "s")), Some("1".into()));
+
+        rig.caches.wrote_session(&session("2"));
+        assert!(rig.caches.session("ns", "s").is_none(), "behind the agent's own write");
+        rig.sessions.apply_watcher_event(&Event::Apply(session("2")));
+        assert_eq!(version(rig.caches.session("ns", "s")), Some("2".into()));
+        rig.sessions.apply_watcher_event(&Event::Apply(session("3")));
+        assert_eq!(version(rig.caches.session("ns", "s")), Some("3".into()), "caught up: what follows is newer");
+
+        // A write refused over the version read: read fresh, and the cache again once it shows what that found.
+        rig.caches.behind_on(&session("3"));
+        assert!(rig.caches.session("ns", "s").is_none());
+        let since = rig.caches.reading("ns", "s");
+        rig.caches.read_session("ns", "s", Some(&session("4")), since);
+        assert!(rig.caches.session("ns", "s").is_none());
+        rig.sessions.apply_watcher_event(&Event::Apply(session("4")));
+        assert_eq!(version(rig.caches.session("ns", "s")), Some("4".into()));
+    }
+
+    #[tokio::test]
+    async fn a_fresh_read_that_began_before_a_write_records_nothing() {
+        let mut rig = rig();
+        list(&mut rig.sessions, &[session("1")]);
+        let since = rig.caches.reading("ns", "s");
+        rig.caches.wrote_session(&session("2"));
+        rig.caches.read_session("ns", "s", Some(&session("1")), since);
+        assert!(rig.caches.session("ns", "s").is_none(), "the write's version still awaited, not the read's older one");
+    }
+
+    #[tokio::test]
+    async fn events_come_from_both_watches_once_listed_and_wait_for_the_agents_own_writes() {
+        let mut rig = rig();
+        assert!(rig.caches.events("ns", "s").is_none(), "an empty cache before its listing says nothing");
+        let mine = event("e1", "1", Some("node-a"));
+        let by_hand = event("e2", "1", None);
+        listed(&mut rig, std::slice::from_ref(&mine), &[by_hand]).await;
+        let names = |evs: Option<Vec<WorkEvent>>| evs.map(|evs| evs.iter().map(|e| e.name_any()).collect::<Vec<_>>());
+        assert_eq!(names(rig.caches.events("ns", "s")), Some(vec!["e1".into(), "e2".into()]));
+
+        // Its status written: the cache is used again once it shows that version.
+        rig.caches.wrote_event(&event("e1", "2", Some("node-a")), false);
+        assert!(rig.caches.events("ns", "s").is_none());
+        rig.events.apply_watcher_event(&Event::Apply(event("e1", "2", Some("node-a"))));
+        assert!(rig.caches.events("ns", "s").is_some());
+
+        // Deleted: until the cache drops it.
+        rig.caches.wrote_event(&mine, true);
+        assert!(rig.caches.events("ns", "s").is_none());
+        rig.events.apply_watcher_event(&Event::Delete(mine));
+        assert_eq!(names(rig.caches.events("ns", "s")), Some(vec!["e2".into()]));
+
+        // Labelled meanwhile: in both watches for a moment, the labelled copy is the one read.
+        rig.events.apply_watcher_event(&Event::Apply(event("e2", "3", Some("node-a"))));
+        let read = rig.caches.events("ns", "s").unwrap();
+        assert_eq!(read.iter().map(|e| e.resource_version().unwrap()).collect::<Vec<_>>(), ["3"]);
+    }
+
+    #[tokio::test]
+    async fn an_event_labelled_for_another_node_is_not_waited_for() {
+        let mut rig = rig();
+        listed(&mut rig, &[], &[]).await;
+        rig.caches.wrote_event(&event("e3", "5", Some("node-b")), false);
+        assert_eq!(rig.caches.events("ns", "s").map(|e| e.len()), Some(0));
+    }
 }
