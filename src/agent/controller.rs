@@ -19,7 +19,7 @@ use super::{AgentOptions, ReconcileError, Reconciler, poll};
 use crate::api::{NODE_LABEL, USAGE_LIMITED_LABEL, WorkBudget, WorkEvent, WorkSession, node_label_value};
 use crate::node::tmux::{Tmux, TmuxRunner};
 use crate::store::Store;
-use crate::store::kube::{Caches, KubeStore};
+use crate::store::kube::{Caches, KubeStore, Watched};
 
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
@@ -62,20 +62,23 @@ pub async fn run(client: Client, node: String, store: KubeStore, options: AgentO
     let addressed_here = watcher::Config::default()
         .labels(&format!("{NODE_LABEL}={}", node_label_value(&node)))
         .list_semantic(watcher::ListSemantic::MostRecent);
+    // And the events labelled for no node yet, which a decision sees as a fresh read would (they wake nothing here:
+    // the labeler labels them, and that wakes).
+    let unlabelled =
+        watcher::Config::default().labels(&format!("!{NODE_LABEL}")).list_semantic(watcher::ListSemantic::MostRecent);
     let writer = reflector::store::Writer::default();
     let cache = writer.as_reader();
-    let events_writer = reflector::store::Writer::default();
-    // A decision reads what woke it: the reconciles are woken by these very streams, each after its cache has the
-    // change.
-    // And the events labelled for no node yet (they wake nothing here: the labeler labels them, and that wakes).
-    let unlabelled_writer = reflector::store::Writer::default();
-    let unlabelled_config =
-        watcher::Config::default().labels(&format!("!{NODE_LABEL}")).list_semantic(watcher::ListSemantic::MostRecent);
-    reads.read_through(Caches::new(cache.clone(), events_writer.as_reader(), unlabelled_writer.as_reader(), &node));
-    let unlabelled = reflector(unlabelled_writer, watcher(events.clone(), unlabelled_config).modify(crate::api::slim))
+    let (events_writer, unlabelled_writer) = (reflector::store::Writer::default(), reflector::store::Writer::default());
+    // A decision reads the caches of the very streams that wake it (each reflector stores a change before passing it
+    // on), and reads fresh while a stream lists again (its store is replaced only at the listing's end).
+    let caches = Caches::new(cache.clone(), events_writer.as_reader(), unlabelled_writer.as_reader(), &node);
+    reads.read_through(caches.clone());
+    let unlabelled = reflector(unlabelled_writer, watcher(events.clone(), unlabelled).modify(crate::api::slim))
+        .inspect(caches.follow(Watched::Unlabelled))
         .default_backoff()
         .for_each(|_| std::future::ready(()));
-    let events = reflector(events_writer, watcher(events, addressed_here).modify(crate::api::slim));
+    let events = reflector(events_writer, watcher(events, addressed_here).modify(crate::api::slim))
+        .inspect(caches.follow(Watched::Events));
     let (refusals, egress_view) = egress.map(|link| (link.refusals, link.sessions)).unzip();
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
@@ -84,7 +87,8 @@ pub async fn run(client: Client, node: String, store: KubeStore, options: AgentO
     // (two managers' worth of status fields) would be most of what the agent holds at a thousand sessions.
     let watched = watcher(sessions, mine).modify(crate::api::slim);
     let budgets = budgets_watched(client.clone(), ctx.clone(), cache.clone());
-    let controller = Controller::for_stream(reflector(writer, watched).applied_objects(), cache.clone())
+    let watched = reflector(writer, watched).inspect(caches.follow(Watched::Sessions));
+    let controller = Controller::for_stream(watched.applied_objects(), cache.clone())
         .watches_stream(events.touched_objects(), move |ev: WorkEvent| {
             let session = ObjectRef::new(&ev.spec.session).within(&ev.namespace()?);
             let addressed = known.get(&session).is_some();

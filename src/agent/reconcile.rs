@@ -1,5 +1,5 @@
-//! One reconcile of one WorkSession: read it and its events fresh, observe tmux (shared), ask the core, execute
-//! the plan. Generic over the [`Store`] and [`Tmux`] edges, so local mode runs the same code.
+//! One reconcile of one WorkSession: read it and its events (as new as the agent's own writes), observe tmux
+//! (shared), ask the core, execute the plan. Generic over the [`Store`] and [`Tmux`] edges, so local mode runs the same code.
 
 mod rooms;
 
@@ -33,8 +33,9 @@ pub enum Failpoint {
     AfterPaste,
 }
 
-/// tmux observations shared by concurrent reconciles: a reconcile gets an observation taken after it started,
-/// and reconciles that wait together share one tmux call.
+/// tmux observations shared by concurrent reconciles: a reconcile gets an observation taken after it started (or,
+/// for a session last seen dead or absent, the last one: [`Observer::since_unless_settled`]), and reconciles that
+/// wait together share one tmux call.
 pub struct Observer<T> {
     tmux: T,
     last: Mutex<Option<(Instant, Arc<Observation>)>>,
@@ -74,7 +75,15 @@ impl<T: Tmux> Observer<T> {
         }
         let at = Instant::now();
         self.calls.inc();
-        let obs = Arc::new(self.tmux.observe().await?);
+        let obs = match self.tmux.observe().await {
+            Ok(obs) => Arc::new(obs),
+            Err(e) => {
+                *last = None; // what it showed is no longer known to stand
+                return Err(e);
+            }
+        };
+        // A touch before this look is in it.
+        self.touched.lock().unwrap().retain(|_, t| *t >= at);
         if last.as_ref().is_some_and(|(_, previous)| previous.server != obs.server) {
             self.server_changes.fetch_add(1, Ordering::Relaxed);
         }
@@ -83,13 +92,15 @@ impl<T: Tmux> Observer<T> {
     }
 
     /// An observation that started no earlier than `since`, or the last one when it shows each of `sessions` dead or
-    /// absent and was taken after this agent last touched it. Only a spawn of this agent makes a dead or absent
-    /// session live (and the spawn then finds what is there: a session it clears, or none), while a live harness
-    /// can die at any moment unseen: so a dead or absent session stays so until its own agent acts, and looking
-    /// again would only cost the round trip.
+    /// absent, was taken after this agent last touched them, and is at most two polls old. Only a spawn of this
+    /// agent makes a dead or absent session live (and the spawn then finds what is there: a session it clears, or
+    /// none), while a live harness can die at any moment unseen: so a dead or absent session stays so until its own
+    /// agent acts, and looking again would only cost the round trip. The age bound keeps a tmux that stopped
+    /// answering from being taken for one that shows the same as before.
     pub async fn since_unless_settled(&self, since: Instant, sessions: &[&str]) -> Result<Arc<Observation>, TmuxError> {
         if let Some((at, obs)) = &*self.last.lock().await
             && obs.server
+            && at.elapsed() < 2 * super::poll::POLL_INTERVAL
         {
             let touched = self.touched.lock().unwrap();
             let settled = |s: &&str| {
@@ -201,7 +212,8 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
     }
 
     /// The same, from a tmux observation taken no earlier than `observed_after` (the moment of the cause that woke
-    /// it), so the reconciles one cause woke share one tmux call.
+    /// it; or an earlier one that still stands, [`Observer::since_unless_settled`]), so the reconciles one cause woke
+    /// share one tmux call.
     pub async fn reconcile_observed_after(
         &self,
         namespace: &str,
@@ -390,6 +402,10 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                 Op::Move { node } => {
                     self.store.move_to(ws, node).await.map_err(ReconcileError::Move)?;
                     tracing::info!(event = "session.moved", node, "handed to another node");
+                    // Its events labelled for this node go to that one's agent, which watches only its own.
+                    if let Some(left) = &self.left_behind {
+                        let _ = left.unbounded_send((ws.namespace().unwrap_or_default(), ws.name_any()));
+                    }
                 }
                 Op::Spawn(spawn) => {
                     let spawned = self.spawn(spawn, &keys, config).await;

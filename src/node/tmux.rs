@@ -211,7 +211,7 @@ fn clearing(
     session: &str,
     owner: &str,
     new_session: &[std::ffi::OsString],
-) -> Result<Vec<std::ffi::OsString>, TmuxError> {
+) -> Result<(Vec<std::ffi::OsString>, Option<String>), TmuxError> {
     parsed_word("kill-session", "owner", owner)?;
     parsed_word("kill-session", "session", session)?;
     let ours = format!("#{{==:#{{{OWNER_TAG}}},{owner}}}");
@@ -224,7 +224,7 @@ fn clearing(
         ["if-shell", "-F", "-t", &pane_target(session), &ours, &rename, ";"].map(Into::into).to_vec();
     call.extend(new_session.iter().cloned());
     call.extend([";", "if-shell", "-F", "-t", &pane_target(&old), &ours, &kill].map(Into::into));
-    Ok(call)
+    Ok((call, Some(old)))
 }
 
 /// tmux splits a command line at any argument ending in `;`; `\;` at the end keeps it literal.
@@ -374,11 +374,17 @@ impl Tmux for TmuxRunner {
         let mut cleared = spawn.clear;
         let mut attempts = 0;
         loop {
-            let call = match cleared {
+            let (call, old) = match cleared {
                 true => clearing(&spawn.session, &spawn.owner, &args)?,
-                false => args.clone(),
+                false => (args.clone(), None),
             };
-            match self.run("new-session", self.command(&call), None).await? {
+            let result = self.run("new-session", self.command(&call), None).await?;
+            // tmux ends a call at its first failing command: a session renamed out of the way before a refused
+            // new-session is killed here (its owner's only, as in the call).
+            if let (Err(_), Some(old)) = (&result, &old) {
+                self.stop(old, &spawn.owner).await?;
+            }
+            match result {
                 Ok(_) => return Ok(()),
                 // A server that exited with its last session (killed by someone else) meanwhile: again.
                 Err(stderr) if attempts < 3 && stderr.contains("server exited unexpectedly") => attempts += 1,

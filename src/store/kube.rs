@@ -5,7 +5,7 @@
 
 mod caches;
 
-pub use caches::Caches;
+pub use caches::{Caches, Watched};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,16 +55,29 @@ impl KubeStore {
         PatchParams::apply(&self.manager).force()
     }
 
-    fn wrote_session(&self, ws: &WorkSession) {
+    /// Tells the caches how a write of `ws` went: its result, or (refused over the version read, or failed with its
+    /// outcome unknown) that the session is to be read fresh.
+    fn session_written(&self, ws: &WorkSession, result: kube::Result<WorkSession>) -> kube::Result<WorkSession> {
         if let Some(caches) = self.caches.get() {
-            caches.wrote_session(ws);
+            match &result {
+                Ok(written) => caches.wrote_session(written),
+                Err(_) => caches.behind_on(ws),
+            }
         }
+        result
     }
 
-    fn wrote_event(&self, ev: &WorkEvent, deleted: bool) {
+    /// The same for a write of the event `ev` (`Ok(None)`: deleted).
+    fn event_written<T>(
+        &self,
+        ev: &WorkEvent,
+        result: kube::Result<T>,
+        now: impl Fn(&T) -> Option<&WorkEvent>,
+    ) -> kube::Result<T> {
         if let Some(caches) = self.caches.get() {
-            caches.wrote_event(ev, deleted);
+            caches.wrote_event(ev, result.as_ref().ok().map(&now));
         }
+        result
     }
 }
 
@@ -86,8 +99,8 @@ impl KubeStore {
         if let Some(version) = from {
             patch["metadata"] = json!({"resourceVersion": version});
         }
-        let written = api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
-        self.wrote_session(&written);
+        let written = api.patch_status(&ws.name_any(), &self.apply(), &Patch::Apply(&patch)).await;
+        self.session_written(ws, written)?;
         Ok(())
     }
 }
@@ -123,7 +136,7 @@ impl Store for KubeStore {
         if let Some(ws) = caches.and_then(|c| c.session(namespace, name)) {
             return Ok(Some(ws));
         }
-        let since = caches.map(|c| c.reading(namespace, name));
+        let since = caches.map(Caches::reading);
         let ws = Api::<WorkSession>::namespaced(self.client.clone(), namespace).get_opt(name).await?;
         if let (Some(caches), Some(since)) = (caches, since) {
             caches.read_session(namespace, name, ws.as_ref(), since);
@@ -136,7 +149,7 @@ impl Store for KubeStore {
         if let Some(events) = caches.and_then(|c| c.events(namespace, session)) {
             return Ok(events);
         }
-        let since = caches.map(|c| c.reading(namespace, session));
+        let since = caches.map(Caches::reading);
         let events = self.events_fresh(namespace, session).await?;
         if let (Some(caches), Some(since)) = (caches, since) {
             caches.read_events(namespace, session, &events, since);
@@ -157,13 +170,7 @@ impl Store for KubeStore {
     async fn write_intent(&self, ws: &WorkSession, status: &WorkSessionStatus) -> Result<bool, StoreError> {
         // The version read: the controller's writes (its conditions, a binding elsewhere) change it first.
         match self.apply_status(ws, status, ws.resource_version()).await {
-            Err(StoreError::Kube(kube::Error::Api(s))) if s.code == 409 => {
-                // The cache it was read from is behind: the next decision reads it fresh.
-                if let Some(caches) = self.caches.get() {
-                    caches.behind_on(ws);
-                }
-                Ok(false)
-            }
+            Err(StoreError::Kube(kube::Error::Api(s))) if s.code == 409 => Ok(false),
             result => result.map(|()| true),
         }
     }
@@ -171,19 +178,18 @@ impl Store for KubeStore {
     async fn write_event_status(&self, ev: &WorkEvent, status: &WorkEventStatus) -> Result<(), StoreError> {
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
         let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "status": status});
-        let written = api.patch_status(&ev.name_any(), &self.apply(), &Patch::Apply(&patch)).await?;
-        self.wrote_event(&written, false);
+        let written = api.patch_status(&ev.name_any(), &self.apply(), &Patch::Apply(&patch)).await;
+        self.event_written(ev, written, |now| Some(now))?;
         Ok(())
     }
 
     async fn delete_event(&self, ev: &WorkEvent) -> Result<(), StoreError> {
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
-        match api.delete(&ev.name_any(), &Default::default()).await {
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Ok(_) => {}
-            Err(e) => return Err(e.into()),
-        }
-        self.wrote_event(ev, true);
+        let deleted = match api.delete(&ev.name_any(), &Default::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            result => result.map(drop),
+        };
+        self.event_written(ev, deleted, |()| None)?;
         Ok(())
     }
 
@@ -195,9 +201,8 @@ impl Store for KubeStore {
         }
         // The resourceVersion makes this a compare-and-swap on the finalizer list.
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": ws.resource_version()}});
-        let written = api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        self.wrote_session(&written);
-        Ok(written)
+        let written = api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+        Ok(self.session_written(ws, written)?)
     }
 
     async fn move_to(&self, ws: &WorkSession, node: &str) -> Result<(), StoreError> {
@@ -215,8 +220,8 @@ impl Store for KubeStore {
             "metadata": {"resourceVersion": now.resource_version(), "annotations": {crate::api::MOVE_ANNOTATION: null}},
             "spec": {"nodeName": node},
         });
-        let written = api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        self.wrote_session(&written);
+        let written = api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+        self.session_written(ws, written)?;
         Ok(())
     }
 
@@ -224,13 +229,10 @@ impl Store for KubeStore {
         let api = Api::<WorkSession>::namespaced(self.client.clone(), &ns_of(ws));
         let value = if on { json!("true") } else { json!(null) };
         let patch = json!({"metadata": {"labels": {crate::api::USAGE_LIMITED_LABEL: value}}});
-        match api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match self.session_written(ws, api.patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)
+        {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()), // gone meanwhile
-            Err(e) => Err(e.into()),
-            Ok(written) => {
-                self.wrote_session(&written);
-                Ok(())
-            }
+            result => result.map(drop).map_err(StoreError::from),
         }
     }
 

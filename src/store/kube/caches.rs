@@ -1,7 +1,9 @@
 //! The agent's reads from its watches, and read-your-writes over them: a WorkSession or its WorkEvents come from the
-//! watch's cache unless the agent knows of a version the cache has not shown yet (one it wrote, or read fresh), in
-//! which case they are read fresh. A decision so never starts from a status older than the agent's own last write
-//! (a delivered prompt pasted again, an intent forgotten), and most reconciles cost no API read at all.
+//! watch's cache unless the agent knows of a version the cache has not shown yet (one it wrote, or read fresh), or
+//! the watch is listing (its store is replaced only at the listing's end, while the objects listed already wake
+//! reconciles), or a write's outcome is unknown; then they are read fresh. A decision so never starts from a status
+//! older than the agent's own last write (a delivered prompt pasted again, an intent forgotten), and most reconciles
+//! cost no API read at all.
 //!
 //! resourceVersions are compared for equality only, never for order (the API conventions make them opaque): the
 //! cache is used when it holds exactly the version known, which it reaches only through that version; a write by
@@ -13,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
 
 use crate::api::{WorkEvent, WorkSession};
 
@@ -27,9 +30,21 @@ pub struct Caches {
     unlabelled: reflector::Store<WorkEvent>,
     /// The value of [`crate::api::NODE_LABEL`] on the events cached.
     node_label: Option<String>,
-    /// Both event watches listed once: until then an empty cache says nothing.
-    listed: Arc<AtomicBool>,
+    /// Each watch ([`Watched`]) between the start of a listing and its end (from the agent's start until its first
+    /// listing ends).
+    listing: Arc<[AtomicBool; 3]>,
     ahead: Arc<Mutex<Ahead>>,
+}
+
+/// One of the watches [`Caches`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// The node's WorkSessions.
+    Sessions,
+    /// The WorkEvents labelled for the node.
+    Events,
+    /// The WorkEvents labelled for no node.
+    Unlabelled,
 }
 
 /// An object the caches are behind on.
@@ -44,28 +59,48 @@ enum Key {
     },
 }
 
+impl Key {
+    fn of_session(&self) -> (&str, &str) {
+        match self {
+            Key::Session(namespace, session) | Key::Event { namespace, session, .. } => (namespace, session),
+        }
+    }
+}
+
+/// A version of an object the cache has not shown yet.
+struct Known {
+    /// `None`: deleted. A version no object has (empty): the outcome of a write is unknown.
+    version: Option<String>,
+    /// The sequence number of the last write of the object, kept when a read replaces the version (0: none).
+    written: u64,
+}
+
 #[derive(Default)]
 struct Ahead {
-    /// The version known of each object the cache has not shown yet; `None`: deleted.
-    known: HashMap<Key, Option<String>>,
-    /// How many writes of each session (or of its events) were recorded: a fresh read that began before one does not
-    /// record what it read (its version may be older than the write's).
-    writes: HashMap<(String, String), u64>,
+    known: HashMap<Key, Known>,
+    /// How many writes were recorded: a fresh read that began before a write of what it read does not record its
+    /// version (it may be older than the write's).
+    writes: u64,
 }
 
 impl Ahead {
-    fn wrote(&mut self, namespace: &str, session: &str) {
-        *self.writes.entry((namespace.into(), session.into())).or_default() += 1;
+    fn wrote(&mut self, key: Key, version: Option<String>) {
+        self.writes += 1;
+        self.known.insert(key, Known { version, written: self.writes });
     }
 
-    fn writes(&self, namespace: &str, session: &str) -> u64 {
-        self.writes.get(&(namespace.into(), session.into())).copied().unwrap_or_default()
+    fn written(&self, key: &Key) -> u64 {
+        self.known.get(key).map_or(0, |k| k.written)
     }
 }
 
+/// The version a write whose outcome is unknown leaves known: no object has it, so the cache never matches it.
+const UNKNOWN: &str = "";
+
 impl Caches {
     /// Reads through `sessions` and `events`, the stores of the watches that wake the reconciles of `node`, and
-    /// `unlabelled`, the store of a watch of the events labelled for no node.
+    /// `unlabelled`, the store of a watch of the events labelled for no node. Each watch's stream goes through
+    /// [`Self::follow`] after its reflector.
     pub fn new(
         sessions: reflector::Store<WorkSession>,
         events: reflector::Store<WorkEvent>,
@@ -73,24 +108,43 @@ impl Caches {
         node: &str,
     ) -> Self {
         let node_label = Some(crate::api::node_label_value(node));
-        let listed = Arc::new(AtomicBool::new(false));
-        tokio::spawn({
-            let (events, unlabelled, listed) = (events.clone(), unlabelled.clone(), listed.clone());
-            async move {
-                if events.wait_until_ready().await.is_ok() && unlabelled.wait_until_ready().await.is_ok() {
-                    listed.store(true, Ordering::Release);
-                }
-            }
-        });
-        Self { sessions, events, unlabelled, node_label, listed, ahead: Default::default() }
+        let listing = Arc::new([AtomicBool::new(true), AtomicBool::new(true), AtomicBool::new(true)]);
+        Self { sessions, events, unlabelled, node_label, listing, ahead: Default::default() }
     }
 
-    /// The session's events as both watches hold them; one in both was labelled meanwhile, and the labelled copy is
-    /// the newer (a label is never taken away).
+    /// What `watched`'s stream tells the caches, after its reflector applied it: a listing begins or ends; a
+    /// session left the node (deleted, or placed elsewhere), so nothing known of it is kept.
+    pub fn follow<K: ResourceExt>(
+        &self,
+        watched: Watched,
+    ) -> impl Fn(&Result<watcher::Event<K>, watcher::Error>) + Send + 'static + use<K> {
+        let caches = self.clone();
+        move |event| match event {
+            Ok(watcher::Event::Init) => caches.listing[watched as usize].store(true, Ordering::Release),
+            Ok(watcher::Event::InitDone) => {
+                caches.listing[watched as usize].store(false, Ordering::Release);
+                if watched == Watched::Sessions {
+                    let sessions = &caches.sessions;
+                    let here = |(ns, name): (&str, &str)| sessions.get(&ObjectRef::new(name).within(ns)).is_some();
+                    caches.ahead.lock().unwrap().known.retain(|key, _| here(key.of_session()));
+                }
+            }
+            Ok(watcher::Event::Delete(obj)) if watched == Watched::Sessions => {
+                let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+                caches.ahead.lock().unwrap().known.retain(|key, _| key.of_session() != (&namespace, &name));
+            }
+            _ => {}
+        }
+    }
+
+    fn listing(&self, watched: Watched) -> bool {
+        self.listing[watched as usize].load(Ordering::Acquire)
+    }
+
+    /// The event watches' copies of the session's events; one in both was labelled meanwhile, and the labelled copy
+    /// is the newer (a label is never taken away).
     fn cached_events(&self, namespace: &str, session: &str) -> Vec<WorkEvent> {
-        let of = |ev: &&std::sync::Arc<WorkEvent>| {
-            ev.spec.session == session && ev.namespace().as_deref() == Some(namespace)
-        };
+        let of = |ev: &&Arc<WorkEvent>| ev.spec.session == session && ev.namespace().as_deref() == Some(namespace);
         let labelled: Vec<WorkEvent> = self.events.state().iter().filter(of).map(|ev| (**ev).clone()).collect();
         let unlabelled = self.unlabelled.state();
         let more = unlabelled.iter().filter(of).filter(|ev| !labelled.iter().any(|l| l.name_any() == ev.name_any()));
@@ -98,18 +152,22 @@ impl Caches {
         labelled.into_iter().chain(more).collect()
     }
 
+    /// Whether the event watches show `ev` as it is labelled (for this node, or for none).
+    fn cached(&self, ev: &WorkEvent) -> bool {
+        let label = ev.labels().get(crate::api::NODE_LABEL);
+        label.is_none() || label == self.node_label.as_ref()
+    }
+
     /// The session as cached, when the cache is as new as every version known of it (`None`: read it fresh).
     pub(super) fn session(&self, namespace: &str, name: &str) -> Option<WorkSession> {
+        if self.listing(Watched::Sessions) {
+            return None;
+        }
+        let cached = self.sessions.get(&ObjectRef::new(name).within(namespace))?;
         let key = Key::Session(namespace.into(), name.into());
         let mut ahead = self.ahead.lock().unwrap();
-        let Some(cached) = self.sessions.get(&ObjectRef::new(name).within(namespace)) else {
-            if ahead.known.get(&key) == Some(&None) {
-                ahead.known.remove(&key); // gone, and the cache shows it gone
-            }
-            return None; // not cached (yet): read fresh
-        };
         match ahead.known.get(&key) {
-            Some(Some(version)) if cached.resource_version().as_ref() == Some(version) => {
+            Some(Known { version: Some(version), .. }) if cached.resource_version().as_ref() == Some(version) => {
                 ahead.known.remove(&key); // caught up: what it shows from now on is newer
             }
             Some(_) => return None,
@@ -118,23 +176,24 @@ impl Caches {
         Some((*cached).clone())
     }
 
-    /// The session's events as cached, when the cache is as new as every version known of them (`None`: read them
-    /// fresh). Only those labelled for this node are cached: one labelled elsewhere is relabelled here when its
-    /// session is (and so reaches this cache, and wakes the session).
+    /// The session's events as cached, when the caches are as new as every version known of them (`None`: read them
+    /// fresh). Only those labelled for this node or for none are cached: one labelled for another node is relabelled
+    /// here when its session comes here (by the controller on a move it makes or finds, by the agent that moved it),
+    /// and so reaches this cache and wakes the session.
     pub(super) fn events(&self, namespace: &str, session: &str) -> Option<Vec<WorkEvent>> {
-        if !self.listed.load(Ordering::Acquire) {
+        if self.listing(Watched::Events) || self.listing(Watched::Unlabelled) {
             return None;
         }
         let cached = self.cached_events(namespace, session);
         let mut ahead = self.ahead.lock().unwrap();
         let mut behind = false;
-        ahead.known.retain(|key, version| {
+        ahead.known.retain(|key, known| {
             let Key::Event { namespace: ns, session: s, name } = key else { return true };
             if ns != namespace || s != session {
                 return true;
             }
             let now = cached.iter().find(|ev| ev.name_any() == *name).map(|ev| ev.resource_version());
-            let caught_up = match (version, now) {
+            let caught_up = match (&known.version, now) {
                 (None, None) => true,
                 (Some(version), Some(now)) => now.as_ref() == Some(version),
                 _ => false,
@@ -145,76 +204,69 @@ impl Caches {
         (!behind).then_some(cached)
     }
 
-    /// Where a fresh read of the session (or its events) begins: what it may record.
-    pub(super) fn reading(&self, namespace: &str, session: &str) -> u64 {
-        self.ahead.lock().unwrap().writes(namespace, session)
+    /// Where a fresh read begins: what it may record.
+    pub(super) fn reading(&self) -> u64 {
+        self.ahead.lock().unwrap().writes
     }
 
     /// `ws` as read fresh by a read that began at `since` ([`Self::reading`]); `None`: it is gone.
     pub(super) fn read_session(&self, namespace: &str, name: &str, ws: Option<&WorkSession>, since: u64) {
+        let key = Key::Session(namespace.into(), name.into());
         let mut ahead = self.ahead.lock().unwrap();
-        if ahead.writes(namespace, name) == since {
-            ahead.known.insert(Key::Session(namespace.into(), name.into()), ws.and_then(|ws| ws.resource_version()));
+        let written = ahead.written(&key);
+        if written <= since {
+            ahead.known.insert(key, Known { version: ws.and_then(|ws| ws.resource_version()), written });
         }
     }
 
     /// The session's events as read fresh by a read that began at `since`: what is known of them from now on.
     pub(super) fn read_events(&self, namespace: &str, session: &str, events: &[WorkEvent], since: u64) {
         let mut ahead = self.ahead.lock().unwrap();
-        if ahead.writes(namespace, session) != since {
+        let of_session = |key: &Key| matches!(key, Key::Event { .. }) && key.of_session() == (namespace, session);
+        let written = ahead.known.iter().filter(|(key, _)| of_session(key)).map(|(_, k)| k.written).max();
+        let written = written.unwrap_or(0);
+        if written > since {
             return;
         }
-        ahead.known.retain(
-            |key, _| !matches!(key, Key::Event { namespace: ns, session: s, .. } if ns == namespace && s == session),
-        );
-        // Every event of the session the cache shows and the read did not is gone.
+        ahead.known.retain(|key, _| !of_session(key));
+        // Every event of the session the caches show and the read did not is gone.
         for ev in self.cached_events(namespace, session) {
             if !events.iter().any(|e| e.name_any() == ev.name_any()) {
-                ahead.known.insert(event_key(namespace, session, &ev.name_any()), None);
+                ahead.known.insert(event_key(namespace, session, &ev.name_any()), Known { version: None, written });
             }
         }
-        // Only those labelled for this node or for none come to the cache: the others are not waited for.
+        // Only those labelled for this node or for none come to the caches: the others are not waited for.
         for ev in events.iter().filter(|ev| self.cached(ev)) {
-            ahead.known.insert(event_key(namespace, session, &ev.name_any()), ev.resource_version());
+            let known = Known { version: ev.resource_version(), written };
+            ahead.known.insert(event_key(namespace, session, &ev.name_any()), known);
         }
     }
 
     /// The session as this agent just wrote it.
     pub(super) fn wrote_session(&self, ws: &WorkSession) {
-        let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
-        let mut ahead = self.ahead.lock().unwrap();
-        ahead.wrote(&namespace, &name);
-        ahead.known.insert(Key::Session(namespace, name), ws.resource_version());
+        let key = Key::Session(ws.namespace().unwrap_or_default(), ws.name_any());
+        self.ahead.lock().unwrap().wrote(key, ws.resource_version());
     }
 
-    /// The session changed since the version `ws` was read at (a write over that version was refused): read it
-    /// fresh until the cache shows the version that read finds.
+    /// The session may have changed since the version `ws` was read at (a write over that version was refused, or
+    /// its outcome is unknown): read fresh until the cache shows the version such a read finds.
     pub(super) fn behind_on(&self, ws: &WorkSession) {
-        let (namespace, name) = (ws.namespace().unwrap_or_default(), ws.name_any());
-        let mut ahead = self.ahead.lock().unwrap();
-        ahead.wrote(&namespace, &name);
-        // No version is empty: the cache never matches it.
-        ahead.known.insert(Key::Session(namespace, name), Some(String::new()));
+        let key = Key::Session(ws.namespace().unwrap_or_default(), ws.name_any());
+        self.ahead.lock().unwrap().wrote(key, Some(UNKNOWN.into()));
     }
 
-    /// The event as this agent just wrote it (`deleted`: it deleted it). One the cache never shows (labelled for
-    /// another node) is not waited for.
-    pub(super) fn wrote_event(&self, ev: &WorkEvent, deleted: bool) {
-        let namespace = ev.namespace().unwrap_or_default();
-        let mut ahead = self.ahead.lock().unwrap();
-        ahead.wrote(&namespace, &ev.spec.session);
-        if self.cached(ev) || deleted {
-            let key = event_key(&namespace, &ev.spec.session, &ev.name_any());
-            ahead.known.insert(key, ev.resource_version().filter(|_| !deleted));
-        }
-    }
-}
-
-impl Caches {
-    /// Whether the watches show `ev` as it is labelled.
-    fn cached(&self, ev: &WorkEvent) -> bool {
-        let label = ev.labels().get(crate::api::NODE_LABEL);
-        label.is_none() || label == self.node_label.as_ref()
+    /// The event as this agent just wrote it (`Some(None)`: it deleted it; `None`: the outcome is unknown). One the
+    /// caches never show (labelled for another node) is not waited for.
+    pub(super) fn wrote_event(&self, ev: &WorkEvent, written: Option<Option<&WorkEvent>>) {
+        let (namespace, name) = (ev.namespace().unwrap_or_default(), ev.name_any());
+        let key = event_key(&namespace, &ev.spec.session, &name);
+        let version = match written {
+            None => Some(UNKNOWN.into()),
+            Some(None) => None,
+            Some(Some(now)) if self.cached(now) => now.resource_version(),
+            Some(Some(_)) => return,
+        };
+        self.ahead.lock().unwrap().wrote(key, version);
     }
 }
 
@@ -263,17 +315,37 @@ mod tests {
         Rig { sessions, events, unlabelled, caches }
     }
 
-    fn list<K: kube::Resource<DynamicType = ()> + Clone>(writer: &mut Writer<K>, objects: &[K]) {
-        writer.apply_watcher_event(&Event::Init);
-        objects.iter().for_each(|o| writer.apply_watcher_event(&Event::InitApply(o.clone())));
-        writer.apply_watcher_event(&Event::InitDone);
+    /// A watch's events, through its reflector's store and then [`Caches::follow`], as the agent's streams run.
+    fn watch<K: kube::Resource<DynamicType = ()> + Clone>(
+        caches: &Caches,
+        writer: &mut Writer<K>,
+        watched: Watched,
+        events: &[Event<K>],
+    ) {
+        let follow = caches.follow(watched);
+        for event in events {
+            writer.apply_watcher_event(event);
+            follow(&Ok(event.clone()));
+        }
     }
 
-    async fn listed(rig: &mut Rig, events: &[WorkEvent], unlabelled: &[WorkEvent]) {
-        list(&mut rig.events, events);
-        list(&mut rig.unlabelled, unlabelled);
-        while !rig.caches.listed.load(Ordering::Acquire) {
-            tokio::task::yield_now().await;
+    fn listing<K: kube::Resource<DynamicType = ()> + Clone>(objects: &[K]) -> Vec<Event<K>> {
+        let applied = objects.iter().map(|o| Event::InitApply(o.clone()));
+        std::iter::once(Event::Init).chain(applied).chain([Event::InitDone]).collect()
+    }
+
+    impl Rig {
+        fn sessions(&mut self, events: &[Event<WorkSession>]) {
+            watch(&self.caches, &mut self.sessions, Watched::Sessions, events);
+        }
+
+        fn events(&mut self, events: &[Event<WorkEvent>]) {
+            watch(&self.caches, &mut self.events, Watched::Events, events);
+        }
+
+        fn listed(&mut self, events: &[WorkEvent], unlabelled: &[WorkEvent]) {
+            self.events(&listing(events));
+            watch(&self.caches, &mut self.unlabelled, Watched::Unlabelled, &listing(unlabelled));
         }
     }
 
@@ -281,73 +353,101 @@ mod tests {
         ws.and_then(|ws| ws.metadata.resource_version)
     }
 
-    #[tokio::test]
-    async fn a_session_comes_from_the_cache_unless_the_agent_wrote_or_read_a_version_it_has_not_shown() {
+    #[test]
+    fn a_session_comes_from_the_cache_unless_the_agent_wrote_or_read_a_version_it_has_not_shown() {
         let mut rig = rig();
         assert!(rig.caches.session("ns", "s").is_none(), "not listed yet: read fresh");
-        list(&mut rig.sessions, &[session("1")]);
+        rig.sessions(&listing(&[session("1")]));
         assert_eq!(version(rig.caches.session("ns", "s")), Some("1".into()));
 
         rig.caches.wrote_session(&session("2"));
         assert!(rig.caches.session("ns", "s").is_none(), "behind the agent's own write");
-        rig.sessions.apply_watcher_event(&Event::Apply(session("2")));
+        rig.sessions(&[Event::Apply(session("2"))]);
         assert_eq!(version(rig.caches.session("ns", "s")), Some("2".into()));
-        rig.sessions.apply_watcher_event(&Event::Apply(session("3")));
+        rig.sessions(&[Event::Apply(session("3"))]);
         assert_eq!(version(rig.caches.session("ns", "s")), Some("3".into()), "caught up: what follows is newer");
 
         // A write refused over the version read: read fresh, and the cache again once it shows what that found.
         rig.caches.behind_on(&session("3"));
         assert!(rig.caches.session("ns", "s").is_none());
-        let since = rig.caches.reading("ns", "s");
+        let since = rig.caches.reading();
         rig.caches.read_session("ns", "s", Some(&session("4")), since);
         assert!(rig.caches.session("ns", "s").is_none());
-        rig.sessions.apply_watcher_event(&Event::Apply(session("4")));
+        rig.sessions(&[Event::Apply(session("4"))]);
         assert_eq!(version(rig.caches.session("ns", "s")), Some("4".into()));
+
+        // Listing again: its store is the old one until the listing ends, so reads are fresh meanwhile.
+        rig.sessions(&[Event::Init, Event::InitApply(session("5"))]);
+        assert!(rig.caches.session("ns", "s").is_none(), "listing");
+        rig.sessions(&[Event::InitDone]);
+        assert_eq!(version(rig.caches.session("ns", "s")), Some("5".into()));
+
+        // Gone from the node: nothing known of it is kept.
+        rig.caches.wrote_session(&session("6"));
+        rig.sessions(&[Event::Delete(session("5"))]);
+        assert!(rig.caches.ahead.lock().unwrap().known.is_empty());
     }
 
-    #[tokio::test]
-    async fn a_fresh_read_that_began_before_a_write_records_nothing() {
+    #[test]
+    fn a_fresh_read_that_began_before_a_write_records_nothing() {
         let mut rig = rig();
-        list(&mut rig.sessions, &[session("1")]);
-        let since = rig.caches.reading("ns", "s");
+        rig.sessions(&listing(&[session("1")]));
+        let since = rig.caches.reading();
         rig.caches.wrote_session(&session("2"));
         rig.caches.read_session("ns", "s", Some(&session("1")), since);
         assert!(rig.caches.session("ns", "s").is_none(), "the write's version still awaited, not the read's older one");
+        // Nor when a read that began after the write recorded in between.
+        let first = rig.caches.reading();
+        rig.caches.wrote_session(&session("3"));
+        let second = rig.caches.reading();
+        rig.caches.read_session("ns", "s", Some(&session("3")), second);
+        rig.caches.read_session("ns", "s", Some(&session("1")), first);
+        assert!(rig.caches.session("ns", "s").is_none(), "the cache at 1 is older than the write");
     }
 
-    #[tokio::test]
-    async fn events_come_from_both_watches_once_listed_and_wait_for_the_agents_own_writes() {
+    #[test]
+    fn events_come_from_both_watches_once_listed_and_wait_for_the_agents_own_writes() {
         let mut rig = rig();
         assert!(rig.caches.events("ns", "s").is_none(), "an empty cache before its listing says nothing");
         let mine = event("e1", "1", Some("node-a"));
         let by_hand = event("e2", "1", None);
-        listed(&mut rig, std::slice::from_ref(&mine), &[by_hand]).await;
+        rig.listed(std::slice::from_ref(&mine), &[by_hand]);
         let names = |evs: Option<Vec<WorkEvent>>| evs.map(|evs| evs.iter().map(|e| e.name_any()).collect::<Vec<_>>());
         assert_eq!(names(rig.caches.events("ns", "s")), Some(vec!["e1".into(), "e2".into()]));
 
         // Its status written: the cache is used again once it shows that version.
-        rig.caches.wrote_event(&event("e1", "2", Some("node-a")), false);
+        rig.caches.wrote_event(&mine, Some(Some(&event("e1", "2", Some("node-a")))));
         assert!(rig.caches.events("ns", "s").is_none());
-        rig.events.apply_watcher_event(&Event::Apply(event("e1", "2", Some("node-a"))));
+        rig.events(&[Event::Apply(event("e1", "2", Some("node-a")))]);
+        assert!(rig.caches.events("ns", "s").is_some());
+
+        // A write whose outcome is unknown: fresh until a fresh read says what it is, and the cache shows that.
+        rig.caches.wrote_event(&mine, None);
+        assert!(rig.caches.events("ns", "s").is_none());
+        let since = rig.caches.reading();
+        rig.caches.read_events("ns", "s", &[event("e1", "3", Some("node-a")), event("e2", "1", None)], since);
+        assert!(rig.caches.events("ns", "s").is_none());
+        rig.events(&[Event::Apply(event("e1", "3", Some("node-a")))]);
         assert!(rig.caches.events("ns", "s").is_some());
 
         // Deleted: until the cache drops it.
-        rig.caches.wrote_event(&mine, true);
+        rig.caches.wrote_event(&mine, Some(None));
         assert!(rig.caches.events("ns", "s").is_none());
-        rig.events.apply_watcher_event(&Event::Delete(mine));
+        rig.events(&[Event::Delete(mine)]);
         assert_eq!(names(rig.caches.events("ns", "s")), Some(vec!["e2".into()]));
 
         // Labelled meanwhile: in both watches for a moment, the labelled copy is the one read.
-        rig.events.apply_watcher_event(&Event::Apply(event("e2", "3", Some("node-a"))));
+        rig.events(&[Event::Apply(event("e2", "3", Some("node-a")))]);
         let read = rig.caches.events("ns", "s").unwrap();
         assert_eq!(read.iter().map(|e| e.resource_version().unwrap()).collect::<Vec<_>>(), ["3"]);
     }
 
-    #[tokio::test]
-    async fn an_event_labelled_for_another_node_is_not_waited_for() {
+    #[test]
+    fn an_event_labelled_for_another_node_is_not_waited_for() {
         let mut rig = rig();
-        listed(&mut rig, &[], &[]).await;
-        rig.caches.wrote_event(&event("e3", "5", Some("node-b")), false);
+        rig.listed(&[], &[]);
+        let theirs = event("e3", "5", Some("node-b"));
+        rig.caches.wrote_event(&theirs, Some(Some(&theirs)));
         assert_eq!(rig.caches.events("ns", "s").map(|e| e.len()), Some(0));
     }
 }
