@@ -250,17 +250,20 @@ fn raw_new_session(server: &Server, id: &str, workdir: &Path, script: &str) {
 /// Waits until a harness wrote its `marker`, looked for every 100 µs by a thread of its own: a tokio timer ticks by
 /// the millisecond, which would add up to two to whatever is timed (and more to a wait that begins before the harness
 /// starts, the agent's, than to one that begins after its tmux call returned, the raw one's).
-async fn started(what: &str, marker: &Path) {
+///
+/// The looking begins when this is called, not when it is awaited: each figure is timed with it looking from the
+/// moment its clock starts, so its cost (a thread waking ten thousand times a second, on two cores) weighs on the
+/// agent and on the floor alike.
+fn started(what: &str, marker: &Path) -> impl std::future::Future<Output = ()> + use<> {
     let (what, marker) = (what.to_string(), marker.to_path_buf());
-    tokio::task::spawn_blocking(move || {
+    let looking = tokio::task::spawn_blocking(move || {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !marker.exists() {
             assert!(Instant::now() < deadline, "timed out: {what}");
             std::thread::sleep(Duration::from_micros(100));
         }
-    })
-    .await
-    .unwrap();
+    });
+    async move { looking.await.unwrap() }
 }
 
 /// Sessions `names` on `node`, started by the agent, then their harnesses killed (dead panes, phase Pending).
@@ -402,9 +405,10 @@ async fn bench_respawn(spans: &Spans) {
     for i in 0..support::bench_size(20, 3) {
         let id = format!("raw-{i}");
         let marker = markers.path().join(&id);
+        let seen = started("raw harness started", &marker);
         let t = Instant::now();
         raw_new_session(&server, &id, workdir.path(), &script);
-        started("raw harness started", &marker).await;
+        seen.await;
         raw_times.push(t.elapsed());
         let target = format!("={id}:");
         server.tmux().args(["set-option", "-w", "-t", &target, "remain-on-exit", "on"]).status().unwrap();
@@ -429,11 +433,12 @@ async fn bench_respawn(spans: &Spans) {
         let id = format!("situ-{i}");
         let marker = markers.path().join(&id);
         events.create(&PostParams::default(), &event(&format!("{name}-floor"), name, &node)).await.unwrap();
+        let seen = started("in-situ harness started", &marker);
         let t = Instant::now();
         api.patch_status(name, &params, &kube::api::Patch::Apply(&patch)).await.unwrap();
         situ_applies.push(t.elapsed());
         raw_new_session(&server, &id, workdir.path(), &script);
-        started("in-situ harness started", &marker).await;
+        seen.await;
         situ_times.push(t.elapsed());
     }
     // The tmux side alone: the runner's spawn over a dead session of that name (an owner-checked clearing first).
@@ -446,9 +451,10 @@ async fn bench_respawn(spans: &Spans) {
         let marker = markers.path().join(&id);
         std::fs::remove_file(&marker).unwrap();
         let spawn = marker_spawn(&id, &script, workdir.path(), true);
+        let seen = started("respawned harness started", &marker);
         let t = Instant::now();
         runner.spawn(&spawn).await.unwrap();
-        started("respawned harness started", &marker).await;
+        seen.await;
         runner_times.push(t.elapsed());
     }
     println!(
@@ -466,9 +472,10 @@ async fn bench_respawn(spans: &Spans) {
         let marker = markers.path().join(&id);
         let _ = std::fs::remove_file(&marker);
         let spawn = marker_spawn(&id, &script, workdir.path(), i % 2 == 0);
+        let seen = started("spawned harness started", &marker);
         let t = Instant::now();
         runner.spawn(&spawn).await.unwrap();
-        started("spawned harness started", &marker).await;
+        seen.await;
         if spawn.clear { cleared.push(t.elapsed()) } else { not.push(t.elapsed()) }
     }
     println!(
