@@ -73,7 +73,17 @@ pub async fn run(client: Client, node: String, store: KubeStore, options: AgentO
     // on), and reads fresh while a stream lists again (its store is replaced only at the listing's end).
     let caches = Caches::new(cache.clone(), events_writer.as_reader(), unlabelled_writer.as_reader(), &node);
     reads.read_through(caches.clone());
-    let unlabelled = reflector(unlabelled_writer, watcher(events.clone(), unlabelled).modify(crate::api::slim))
+    // Only of the namespaces this agent serves: the others' prompts are none of its business (and a flood of events
+    // for sessions that do not exist costs only the agents that serve their namespace).
+    let config = ctx.config.clone();
+    let served = move |event: &Result<watcher::Event<WorkEvent>, watcher::Error>| match event {
+        Ok(watcher::Event::Apply(ev) | watcher::Event::InitApply(ev)) => {
+            config.borrow().placement.serves(&ev.namespace().unwrap_or_default())
+        }
+        _ => true,
+    };
+    let unlabelled = watcher(events.clone(), unlabelled).filter(move |event| std::future::ready(served(event)));
+    let unlabelled = reflector(unlabelled_writer, unlabelled.modify(crate::api::slim))
         .inspect(caches.follow(Watched::Unlabelled))
         .default_backoff()
         .for_each(|_| std::future::ready(()));
