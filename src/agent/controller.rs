@@ -24,6 +24,8 @@ use crate::store::kube::{Caches, KubeStore, Watched};
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
 pub const RECONCILE_CONCURRENCY: u16 = 64;
+/// WorkEvents listed per page by the agent's watches.
+pub const EVENTS_PAGE: u32 = 50;
 /// Requeue after a failed reconcile.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
 
@@ -59,13 +61,17 @@ pub async fn run(client: Client, node: String, store: KubeStore, options: AgentO
     // Listed by quorum reads, as a decision's fresh read would be: the caches start no older than the agent's last
     // writes before a restart.
     let mine = watcher::Config::default().fields(&selector).list_semantic(watcher::ListSemantic::MostRecent);
+    // Events are listed a few at a time: a prompt may be a megabyte, and a page is held whole while it is read.
     let addressed_here = watcher::Config::default()
         .labels(&format!("{NODE_LABEL}={}", node_label_value(&node)))
-        .list_semantic(watcher::ListSemantic::MostRecent);
+        .list_semantic(watcher::ListSemantic::MostRecent)
+        .page_size(EVENTS_PAGE);
     // And the events labelled for no node yet, which a decision sees as a fresh read would (they wake nothing here:
     // the labeler labels them, and that wakes).
-    let unlabelled =
-        watcher::Config::default().labels(&format!("!{NODE_LABEL}")).list_semantic(watcher::ListSemantic::MostRecent);
+    let unlabelled = watcher::Config::default()
+        .labels(&format!("!{NODE_LABEL}"))
+        .list_semantic(watcher::ListSemantic::MostRecent)
+        .page_size(EVENTS_PAGE);
     let writer = reflector::store::Writer::default();
     let cache = writer.as_reader();
     let (events_writer, unlabelled_writer) = (reflector::store::Writer::default(), reflector::store::Writer::default());
@@ -73,22 +79,29 @@ pub async fn run(client: Client, node: String, store: KubeStore, options: AgentO
     // on), and reads fresh while a stream lists again (its store is replaced only at the listing's end).
     let caches = Caches::new(cache.clone(), events_writer.as_reader(), unlabelled_writer.as_reader(), &node);
     reads.read_through(caches.clone());
-    // Only of the namespaces this agent serves: the others' prompts are none of its business (and a flood of events
-    // for sessions that do not exist costs only the agents that serve their namespace).
+    // Only the prompts of the namespaces this agent serves are kept: the others' are none of its business, and a
+    // flood of events costs only the agents that serve their namespace. An event of another namespace labelled for
+    // this node still wakes its relabelling, without its prompt; one labelled for none is not kept at all.
     let config = ctx.config.clone();
-    let served = move |event: &Result<watcher::Event<WorkEvent>, watcher::Error>| match event {
-        Ok(watcher::Event::Apply(ev) | watcher::Event::InitApply(ev)) => {
-            config.borrow().placement.serves(&ev.namespace().unwrap_or_default())
-        }
-        _ => true,
-    };
-    let unlabelled = watcher(events.clone(), unlabelled).filter(move |event| std::future::ready(served(event)));
+    let serves = move |ev: &WorkEvent| config.borrow().placement.serves(&ev.namespace().unwrap_or_default());
+    let (keeps, kept) = (serves.clone(), serves);
+    let unlabelled = watcher(events.clone(), unlabelled).filter(move |event| {
+        std::future::ready(match event {
+            Ok(watcher::Event::Apply(ev) | watcher::Event::InitApply(ev)) => keeps(ev),
+            _ => true,
+        })
+    });
     let unlabelled = reflector(unlabelled_writer, unlabelled.modify(crate::api::slim))
         .inspect(caches.follow(Watched::Unlabelled))
         .default_backoff()
         .for_each(|_| std::future::ready(()));
-    let events = reflector(events_writer, watcher(events, addressed_here).modify(crate::api::slim))
-        .inspect(caches.follow(Watched::Events));
+    let addressed = watcher(events, addressed_here).modify(move |ev| {
+        crate::api::slim(ev);
+        if !kept(ev) {
+            ev.spec.prompt.clear();
+        }
+    });
+    let events = reflector(events_writer, addressed).inspect(caches.follow(Watched::Events));
     let (refusals, egress_view) = egress.map(|link| (link.refusals, link.sessions)).unzip();
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());

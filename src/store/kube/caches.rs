@@ -229,9 +229,10 @@ impl Caches {
             return;
         }
         ahead.known.retain(|key, _| !of_session(key));
-        // Every event of the session the caches show and the read did not is gone.
+        // Every event of the session the caches show and the read did not (or did, labelled for another node) is gone
+        // from them once they catch up.
         for ev in self.cached_events(namespace, session) {
-            if !events.iter().any(|e| e.name_any() == ev.name_any()) {
+            if !events.iter().any(|e| e.name_any() == ev.name_any() && self.cached(e)) {
                 ahead.known.insert(event_key(namespace, session, &ev.name_any()), Known { version: None, written });
             }
         }
@@ -255,8 +256,9 @@ impl Caches {
         self.ahead.lock().unwrap().wrote(key, Some(UNKNOWN.into()));
     }
 
-    /// The event as this agent just wrote it (`Some(None)`: it deleted it; `None`: the outcome is unknown). One the
-    /// caches never show (labelled for another node) is not waited for.
+    /// The event as this agent just wrote it (`Some(None)`: it deleted it; `None`: the outcome is unknown). One now
+    /// labelled for another node is awaited gone from the caches (a copy from before its relabelling, which may still
+    /// wait there, must not be sent again).
     pub(super) fn wrote_event(&self, ev: &WorkEvent, written: Option<Option<&WorkEvent>>) {
         let (namespace, name) = (ev.namespace().unwrap_or_default(), ev.name_any());
         let key = event_key(&namespace, &ev.spec.session, &name);
@@ -264,7 +266,7 @@ impl Caches {
             None => Some(UNKNOWN.into()),
             Some(None) => None,
             Some(Some(now)) if self.cached(now) => now.resource_version(),
-            Some(Some(_)) => return,
+            Some(Some(_)) => None,
         };
         self.ahead.lock().unwrap().wrote(key, version);
     }
@@ -443,11 +445,24 @@ mod tests {
     }
 
     #[test]
-    fn an_event_labelled_for_another_node_is_not_waited_for() {
+    fn an_event_relabelled_for_another_node_is_awaited_gone_from_the_caches() {
         let mut rig = rig();
-        rig.listed(&[], &[]);
+        let by_hand = event("e3", "4", None);
+        rig.listed(&[], std::slice::from_ref(&by_hand));
+        // Labelled for node-b meanwhile: the copy from before, Pending, must not be read again.
         let theirs = event("e3", "5", Some("node-b"));
-        rig.caches.wrote_event(&theirs, Some(Some(&theirs)));
+        rig.caches.wrote_event(&by_hand, Some(Some(&theirs)));
+        assert!(rig.caches.events("ns", "s").is_none(), "the unlabelled copy still shows");
+        watch(&rig.caches, &mut rig.unlabelled, Watched::Unlabelled, &[Event::Delete(by_hand.clone())]);
+        assert_eq!(rig.caches.events("ns", "s").map(|e| e.len()), Some(0), "gone: nothing to wait for");
+
+        // The same learnt from a fresh read.
+        let again = event("e4", "1", None);
+        watch(&rig.caches, &mut rig.unlabelled, Watched::Unlabelled, &[Event::Apply(again.clone())]);
+        let since = rig.caches.reading();
+        rig.caches.read_events("ns", "s", &[event("e4", "2", Some("node-b"))], since);
+        assert!(rig.caches.events("ns", "s").is_none());
+        watch(&rig.caches, &mut rig.unlabelled, Watched::Unlabelled, &[Event::Delete(again)]);
         assert_eq!(rig.caches.events("ns", "s").map(|e| e.len()), Some(0));
     }
 }
