@@ -19,7 +19,7 @@ use super::{AgentOptions, ReconcileError, Reconciler, poll};
 use crate::api::{NODE_LABEL, USAGE_LIMITED_LABEL, WorkBudget, WorkEvent, WorkSession, node_label_value};
 use crate::node::tmux::{Tmux, TmuxRunner};
 use crate::store::Store;
-use crate::store::kube::{Caches, KubeStore, Watched};
+use crate::store::caches::{Caches, Watched};
 
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
@@ -34,8 +34,12 @@ type Agent<S> = Reconciler<S, TmuxRunner>;
 
 /// Runs the agent of `node` until the process is asked to stop (SIGTERM or Ctrl-C): `client` watches the
 /// WorkSessions and WorkEvents, `store` reads them (through the watches' caches) and writes them.
-pub async fn run(client: Client, node: String, store: KubeStore, options: AgentOptions) -> std::io::Result<()> {
-    let reads = store.clone();
+pub async fn run<S: Store + 'static>(
+    client: Client,
+    node: String,
+    store: S,
+    options: AgentOptions,
+) -> std::io::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let (left_behind, to_relabel) = futures::channel::mpsc::unbounded();
     let mut reconciler = super::reconciler(store, Some(node.clone()), options, ready.clone()).await?;
@@ -78,7 +82,7 @@ pub async fn run(client: Client, node: String, store: KubeStore, options: AgentO
     // A decision reads the caches of the very streams that wake it (each reflector stores a change before passing it
     // on), and reads fresh while a stream lists again (its store is replaced only at the listing's end).
     let caches = Caches::new(cache.clone(), events_writer.as_reader(), unlabelled_writer.as_reader(), &node);
-    reads.read_through(caches.clone());
+    ctx.store.read_through(caches.clone());
     // Only the prompts of the namespaces this agent serves are kept: the others' are none of its business, and a
     // flood of events costs only the agents that serve their namespace. An event of another namespace labelled for
     // this node still wakes its relabelling, without its prompt; one labelled for none is not kept at all.

@@ -18,6 +18,8 @@ use crate::store::Store;
 
 /// How often tmux is polled for panes that died.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+// A reconcile's reused observation is at most two polls old.
+const _: () = assert!(super::reconcile::SETTLED_FOR.as_millis() == 2 * POLL_INTERVAL.as_millis());
 
 /// What the last observation showed of each session, to tell which ones a new observation concerns.
 #[derive(Default)]

@@ -100,7 +100,7 @@ impl<T: Tmux> Observer<T> {
     pub async fn since_unless_settled(&self, since: Instant, sessions: &[&str]) -> Result<Arc<Observation>, TmuxError> {
         if let Some((at, obs)) = &*self.last.lock().await
             && obs.server
-            && at.elapsed() < 2 * super::poll::POLL_INTERVAL
+            && at.elapsed() < SETTLED_FOR
         {
             let touched = self.touched.lock().unwrap();
             let settled = |s: &&str| {
@@ -123,6 +123,9 @@ impl<T: Tmux> Observer<T> {
         &self.tmux
     }
 }
+
+/// How long the last tmux observation stands for a session it shows dead or absent: two of the poll's intervals.
+pub const SETTLED_FOR: Duration = Duration::from_secs(2);
 
 /// Everything a reconcile needs.
 pub struct Reconciler<S, T> {

@@ -3,10 +3,6 @@
 //! a decision never starts from a status older than the agent's own last write), and creates under the bridge's
 //! field manager.
 
-mod caches;
-
-pub use caches::{Caches, Watched};
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
+use super::caches::Caches;
 use super::{Archived, FINALIZER, Sink, SinkError, Store, StoreError};
 use crate::api::{
     DELETE_AT_ANNOTATION, LIFECYCLE_AT_ANNOTATION, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus,
@@ -44,11 +41,6 @@ impl KubeStore {
         let manager = "worksession-agent".to_string();
         let reporter = Reporter { controller: "worksession-agent".into(), instance: Some(node.to_string()) };
         Self { recorder: Recorder::new(client.clone(), reporter), client, manager, caches: Default::default() }
-    }
-
-    /// Reads the sessions and events through `caches` from now on (once; a second call changes nothing).
-    pub fn read_through(&self, caches: Caches) {
-        let _ = self.caches.set(caches);
     }
 
     fn apply(&self) -> PatchParams {
@@ -110,6 +102,10 @@ fn ns_of<K: ResourceExt>(obj: &K) -> String {
 }
 
 impl Store for KubeStore {
+    fn read_through(&self, caches: Caches) {
+        let _ = self.caches.set(caches); // once: a second call changes nothing
+    }
+
     async fn namespace_keys(
         &self,
         namespace: &str,

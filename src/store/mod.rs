@@ -2,6 +2,7 @@
 //! ([`Sink`]). Two backends implement both: [`kube`] (the API server) and [`local`] (a directory of manifests).
 //! Only `main.rs` picks one; the agent and the bridge are generic over these traits.
 
+pub mod caches;
 pub mod kube;
 pub mod local;
 
@@ -43,6 +44,11 @@ impl StoreError {
 
 /// What the agent reads and writes.
 pub trait Store: Send + Sync {
+    /// Reads the sessions and events through `caches` (the agent's watches) from now on, where the backend can: the
+    /// Kubernetes one does; local mode's reads are of files, and it ignores them.
+    fn read_through(&self, caches: caches::Caches) {
+        let _ = caches;
+    }
     /// Every WorkSession the store holds (all namespaces), fresh.
     fn sessions(&self) -> impl Future<Output = Result<Vec<WorkSession>, StoreError>> + Send;
     /// The WorkSession at least as new as this store's own last write of it, or `None` when it is gone.
