@@ -211,20 +211,27 @@ fn clearing(
     session: &str,
     owner: &str,
     new_session: &[std::ffi::OsString],
-) -> Result<(Vec<std::ffi::OsString>, Option<String>), TmuxError> {
+) -> Result<(Vec<std::ffi::OsString>, String), TmuxError> {
+    let old = format!("{session}-cleared-{}", uuid::Uuid::new_v4().simple());
+    let rename = if_owned(session, owner, &format!("rename-session -t ={session} {old}"))?;
+    let kill = if_owned(&old, owner, &format!("kill-session -t ={old}"))?;
+    let mut call: Vec<std::ffi::OsString> = rename.into_iter().map(Into::into).collect();
+    call.push(";".into());
+    call.extend(new_session.iter().cloned());
+    call.push(";".into());
+    call.extend(kill.into_iter().map(Into::into));
+    Ok((call, old))
+}
+
+/// The tmux command that runs `command` on `session` only if it is `owner`'s, decided by the server itself; both are
+/// plain words, as `command` is built from them. A session not found leaves the test without a session: it is false,
+/// and nothing runs.
+fn if_owned(session: &str, owner: &str, command: &str) -> Result<[String; 6], TmuxError> {
     parsed_word("kill-session", "owner", owner)?;
     parsed_word("kill-session", "session", session)?;
     let ours = format!("#{{==:#{{{OWNER_TAG}}},{owner}}}");
-    let old = format!("{session}-cleared-{}", uuid::Uuid::new_v4().simple());
-    // A pane target: tmux 3.3a expands `-t =name` (a session target) here without the session's options. A target
-    // not found leaves the format without a session, so the test is false and nothing is done.
-    let rename = format!("rename-session -t ={session} {old}");
-    let kill = format!("kill-session -t ={old}");
-    let mut call: Vec<std::ffi::OsString> =
-        ["if-shell", "-F", "-t", &pane_target(session), &ours, &rename, ";"].map(Into::into).to_vec();
-    call.extend(new_session.iter().cloned());
-    call.extend([";", "if-shell", "-F", "-t", &pane_target(&old), &ours, &kill].map(Into::into));
-    Ok((call, Some(old)))
+    // A pane target: tmux 3.3a expands `-t =name` (a session target) here without the session's options.
+    Ok(["if-shell".into(), "-F".into(), "-t".into(), pane_target(session), ours, command.into()])
 }
 
 /// tmux splits a command line at any argument ending in `;`; `\;` at the end keeps it literal.
@@ -375,7 +382,7 @@ impl Tmux for TmuxRunner {
         let mut attempts = 0;
         loop {
             let (call, old) = match cleared {
-                true => clearing(&spawn.session, &spawn.owner, &args)?,
+                true => clearing(&spawn.session, &spawn.owner, &args).map(|(call, old)| (call, Some(old)))?,
                 false => (args.clone(), None),
             };
             let result = self.run("new-session", self.command(&call), None).await?;
@@ -396,13 +403,8 @@ impl Tmux for TmuxRunner {
     }
 
     async fn stop(&self, session: &str, owner: &str) -> Result<(), TmuxError> {
-        parsed_word("kill-session", "owner", owner)?;
-        parsed_word("kill-session", "session", session)?;
-        // Only a session that is ours is killed: decided by the server itself.
-        let ours = format!("#{{==:#{{{OWNER_TAG}}},{owner}}}");
-        let kill = format!("kill-session -t ={session}");
-        // A pane target: tmux 3.3a expands `-t =name` (a session target) here without the session's options.
-        let cmd = self.command(["if-shell", "-F", "-t", &pane_target(session), &ours, &kill]);
+        // Only a session that is ours is killed.
+        let cmd = self.command(if_owned(session, owner, &format!("kill-session -t ={session}"))?);
         match self.run("kill-session", cmd, None).await? {
             Err(stderr) if !no_session(&stderr) => Err(TmuxError::Failed { command: "kill-session", stderr }),
             _ => Ok(()),

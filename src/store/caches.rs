@@ -47,6 +47,16 @@ pub enum Watched {
     Unlabelled,
 }
 
+/// How a write of a WorkEvent went.
+pub(super) enum EventWrite<'a> {
+    /// Written: the event as the API server returned it.
+    Wrote(&'a WorkEvent),
+    /// Deleted (or already gone).
+    Deleted,
+    /// Failed, with its outcome unknown.
+    Unknown,
+}
+
 /// An object the caches are behind on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
@@ -256,17 +266,16 @@ impl Caches {
         self.ahead.lock().unwrap().wrote(key, Some(UNKNOWN.into()));
     }
 
-    /// The event as this agent just wrote it (`Some(None)`: it deleted it; `None`: the outcome is unknown). One now
-    /// labelled for another node is awaited gone from the caches (a copy from before its relabelling, which may still
-    /// wait there, must not be sent again).
-    pub(super) fn wrote_event(&self, ev: &WorkEvent, written: Option<Option<&WorkEvent>>) {
+    /// How a write of the event `ev` went. One now labelled for another node is awaited gone from the caches (a copy
+    /// from before its relabelling, which may still wait there, must not be sent again).
+    pub(super) fn wrote_event(&self, ev: &WorkEvent, written: EventWrite<'_>) {
         let (namespace, name) = (ev.namespace().unwrap_or_default(), ev.name_any());
         let key = event_key(&namespace, &ev.spec.session, &name);
         let version = match written {
-            None => Some(UNKNOWN.into()),
-            Some(None) => None,
-            Some(Some(now)) if self.cached(now) => now.resource_version(),
-            Some(Some(_)) => None,
+            EventWrite::Unknown => Some(UNKNOWN.into()),
+            EventWrite::Deleted => None,
+            EventWrite::Wrote(now) if self.cached(now) => now.resource_version(),
+            EventWrite::Wrote(_) => None,
         };
         self.ahead.lock().unwrap().wrote(key, version);
     }
@@ -418,13 +427,13 @@ mod tests {
         assert_eq!(names(rig.caches.events("ns", "s")), Some(vec!["e1".into(), "e2".into()]));
 
         // Its status written: the cache is used again once it shows that version.
-        rig.caches.wrote_event(&mine, Some(Some(&event("e1", "2", Some("node-a")))));
+        rig.caches.wrote_event(&mine, EventWrite::Wrote(&event("e1", "2", Some("node-a"))));
         assert!(rig.caches.events("ns", "s").is_none());
         rig.events(&[Event::Apply(event("e1", "2", Some("node-a")))]);
         assert!(rig.caches.events("ns", "s").is_some());
 
         // A write whose outcome is unknown: fresh until a fresh read says what it is, and the cache shows that.
-        rig.caches.wrote_event(&mine, None);
+        rig.caches.wrote_event(&mine, EventWrite::Unknown);
         assert!(rig.caches.events("ns", "s").is_none());
         let since = rig.caches.reading();
         rig.caches.read_events("ns", "s", &[event("e1", "3", Some("node-a")), event("e2", "1", None)], since);
@@ -433,7 +442,7 @@ mod tests {
         assert!(rig.caches.events("ns", "s").is_some());
 
         // Deleted: until the cache drops it.
-        rig.caches.wrote_event(&mine, Some(None));
+        rig.caches.wrote_event(&mine, EventWrite::Deleted);
         assert!(rig.caches.events("ns", "s").is_none());
         rig.events(&[Event::Delete(mine)]);
         assert_eq!(names(rig.caches.events("ns", "s")), Some(vec!["e2".into()]));
@@ -451,7 +460,7 @@ mod tests {
         rig.listed(&[], std::slice::from_ref(&by_hand));
         // Labelled for node-b meanwhile: the copy from before, Pending, must not be read again.
         let theirs = event("e3", "5", Some("node-b"));
-        rig.caches.wrote_event(&by_hand, Some(Some(&theirs)));
+        rig.caches.wrote_event(&by_hand, EventWrite::Wrote(&theirs));
         assert!(rig.caches.events("ns", "s").is_none(), "the unlabelled copy still shows");
         watch(&rig.caches, &mut rig.unlabelled, Watched::Unlabelled, &[Event::Delete(by_hand.clone())]);
         assert_eq!(rig.caches.events("ns", "s").map(|e| e.len()), Some(0), "gone: nothing to wait for");

@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::caches::Caches;
+use super::caches::{Caches, EventWrite};
 use super::{Archived, FINALIZER, Sink, SinkError, Store, StoreError};
 use crate::api::{
     DELETE_AT_ANNOTATION, LIFECYCLE_AT_ANNOTATION, WorkEvent, WorkEventStatus, WorkSession, WorkSessionStatus,
@@ -59,15 +59,15 @@ impl KubeStore {
         result
     }
 
-    /// The same for a write of the event `ev` (`Ok(None)`: deleted).
+    /// The same for a write of the event `ev`, which `done` says when it succeeded.
     fn event_written<T>(
         &self,
         ev: &WorkEvent,
         result: kube::Result<T>,
-        now: impl Fn(&T) -> Option<&WorkEvent>,
+        done: impl Fn(&T) -> EventWrite<'_>,
     ) -> kube::Result<T> {
         if let Some(caches) = self.caches.get() {
-            caches.wrote_event(ev, result.as_ref().ok().map(&now));
+            caches.wrote_event(ev, result.as_ref().map_or(EventWrite::Unknown, &done));
         }
         result
     }
@@ -175,7 +175,7 @@ impl Store for KubeStore {
         let api = Api::<WorkEvent>::namespaced(self.client.clone(), &ns_of(ev));
         let patch = json!({"apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent", "status": status});
         let written = api.patch_status(&ev.name_any(), &self.apply(), &Patch::Apply(&patch)).await;
-        self.event_written(ev, written, |now| Some(now))?;
+        self.event_written(ev, written, |now| EventWrite::Wrote(now))?;
         Ok(())
     }
 
@@ -185,7 +185,7 @@ impl Store for KubeStore {
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             result => result.map(drop),
         };
-        self.event_written(ev, deleted, |()| None)?;
+        self.event_written(ev, deleted, |()| EventWrite::Deleted)?;
         Ok(())
     }
 
