@@ -28,9 +28,19 @@ use worksession::api::{Phase, PromptPhase, WorkEvent, WorkSession};
 use worksession::config::Config;
 use worksession::node::tmux::{Tmux, TmuxRunner};
 
-/// The agent's debug spans as they close: each step of a reconcile, named by its session.
+/// The agent's debug spans as they close: each step of a reconcile, named by its session; and whether a reconcile
+/// runs or ran lately.
 #[derive(Clone, Default)]
-struct Spans(Arc<std::sync::Mutex<Vec<Closed>>>);
+struct Spans(Arc<std::sync::Mutex<Log>>);
+
+#[derive(Default)]
+struct Log {
+    closed: Vec<Closed>,
+    /// Reconciles open now.
+    reconciling: usize,
+    /// When a reconcile last opened or closed.
+    last: Option<Instant>,
+}
 
 /// One closed span: its name (an op's with the op), its session, when it opened and closed.
 struct Closed {
@@ -81,13 +91,23 @@ where
         // A step names its session through the reconcile it is part of.
         let session = span.scope().skip(1).find_map(|s| s.extensions().get::<Opened>().map(|o| o.session.clone()));
         let step = if fields.op.is_empty() { span.name().to_string() } else { format!("op {}", fields.op) };
+        if step == "reconcile" {
+            let mut log = self.0.lock().unwrap();
+            log.reconciling += 1;
+            log.last = Some(Instant::now());
+        }
         span.extensions_mut().insert(Opened { at: Instant::now(), session: session.unwrap_or(fields.name), step });
     }
 
     fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
         let span = ctx.span(&id).unwrap();
         if let Some(Opened { at, session, step }) = span.extensions_mut().remove::<Opened>() {
-            self.0.lock().unwrap().push(Closed { step, session, opened: at, closed: Instant::now() });
+            let mut log = self.0.lock().unwrap();
+            if step == "reconcile" {
+                log.reconciling -= 1;
+                log.last = Some(Instant::now());
+            }
+            log.closed.push(Closed { step, session, opened: at, closed: Instant::now() });
         }
     }
 }
@@ -97,8 +117,8 @@ impl Spans {
     /// one woken by something else reads the new event too), as (step, opened, duration) from `since`, in the order
     /// they opened.
     fn spawning_reconcile(&self, session: &str, since: Instant) -> Vec<(String, Duration, Duration)> {
-        let spans = self.0.lock().unwrap();
-        let mine = || spans.iter().filter(|c| c.session == session);
+        let log = self.0.lock().unwrap();
+        let mine = || log.closed.iter().filter(|c| c.session == session);
         let Some(spawn) = mine().find(|c| c.step == "op spawn" && c.opened >= since) else { return Vec::new() };
         let within = |c: &&Closed| c.opened <= spawn.opened && c.closed >= spawn.closed;
         let Some(reconcile) = mine().filter(|c| c.step == "reconcile").find(within) else { return Vec::new() };
@@ -111,6 +131,12 @@ impl Spans {
             .collect();
         steps.sort_by_key(|s| s.1);
         steps
+    }
+
+    /// No reconcile runs, and none opened or closed for `long`.
+    fn quiet_for(&self, long: Duration) -> bool {
+        let log = self.0.lock().unwrap();
+        log.reconciling == 0 && log.last.is_none_or(|at| at.elapsed() >= long)
     }
 }
 
@@ -553,6 +579,17 @@ async fn respawns(
         timeline.extend(spans.spawning_reconcile(name, t));
         timeline.push(("harness started (its marker file)".to_string(), started, Duration::ZERO));
         timelines.push(timeline);
+        // The next respawn begins with the agent idle, as each floor's step is measured on its own: this one's
+        // delivery confirmed (the reconcile its own writes wake) and the agent quiet after it. Otherwise that
+        // reconcile's writes (a Kubernetes Event, the WorkEvent's and the session's status) fall inside the next
+        // respawn's window and weigh on the same two cores.
+        let event = format!("{name}-{suffix}");
+        support::eventually_within("the event delivered", Duration::from_secs(30), || async {
+            let ev = events.get(&event).await.ok()?;
+            (ev.status.and_then(|s| s.phase) == Some(PromptPhase::Delivered)).then_some(())
+        })
+        .await;
+        wait_until("the agent quiet", Duration::from_secs(30), || spans.quiet_for(Duration::from_millis(100))).await;
     }
     (times, timelines, with_create)
 }
