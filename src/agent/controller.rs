@@ -24,6 +24,9 @@ use crate::store::caches::{Caches, Watched};
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
 pub const RECONCILE_CONCURRENCY: u16 = 64;
+/// Reconciles a new WorkEvent starts at once, beside the controller's (see [`at_once`]): a burst beyond them waits
+/// for the controller, as it gains little from a millisecond.
+pub const AT_ONCE: usize = 16;
 /// WorkEvents listed per page by the agent's watches.
 pub const EVENTS_PAGE: u32 = 50;
 /// Requeue after a failed reconcile.
@@ -110,6 +113,7 @@ pub async fn run<S: Store + 'static>(
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
     let misaddressed = left_behind.clone();
+    let (fast, running) = (ctx.clone(), Arc::new(tokio::sync::Semaphore::new(AT_ONCE)));
     // The cache keeps what a decision or a wake reads, not the objects' bookkeeping: every session's managedFields
     // (two managers' worth of status fields) would be most of what the agent holds at a thousand sessions.
     let watched = watcher(sessions, mine).modify(crate::api::slim);
@@ -122,6 +126,8 @@ pub async fn run<S: Store + 'static>(
             notices.get_or_create(&AddressedLabel { addressed: if addressed { "true" } else { "false" } }).inc();
             if !addressed {
                 let _ = misaddressed.unbounded_send((session.namespace.clone()?, session.name.clone()));
+            } else if ev.status.is_none() {
+                at_once(&fast, &running, &session);
             }
             Some(session)
         })
@@ -342,6 +348,25 @@ async fn relabel(client: &Client, node: &str, namespace: &str, session: &str) ->
         }
     }
     Ok(())
+}
+
+/// Reconciles `session` now, for a WorkEvent it has not seen yet, when fewer than [`AT_ONCE`] such reconciles run.
+/// The controller's wake of it (the same event woke it too) waits for the next tick of kube-runtime's timer wheel, a
+/// millisecond or two on the path a prompt takes; this one does not. Its session's turn keeps the two apart, and the
+/// controller's, after it, finds its work done (or retries what failed, with its back-off).
+fn at_once<S: Store + 'static>(
+    ctx: &Arc<Agent<S>>,
+    running: &Arc<tokio::sync::Semaphore>,
+    session: &ObjectRef<WorkSession>,
+) {
+    let Ok(permit) = running.clone().try_acquire_owned() else { return };
+    let (ctx, namespace, name) = (ctx.clone(), session.namespace.clone().unwrap_or_default(), session.name.clone());
+    tokio::spawn(async move {
+        if let Err(e) = ctx.reconcile(&namespace, &name).await {
+            tracing::debug!(error = %e, namespace, name, "reconcile on a new event failed; the controller's follows");
+        }
+        drop(permit);
+    });
 }
 
 async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Agent<S>>) -> Result<Action, ReconcileError> {

@@ -16,6 +16,7 @@ pub mod reconcile;
 pub mod record;
 pub mod refusals;
 pub mod registries;
+pub mod turns;
 pub mod usage;
 pub mod workspaces;
 
@@ -144,6 +145,7 @@ async fn reconciler<S: Store>(
         metrics,
         failpoint,
         registries: registries::Registries { limits, ..Default::default() },
+        turns: Default::default(),
         rooms_at_start,
         rooms_reload_refused: Default::default(),
         fence: fence_node.is_some().then(lease::Fence::default),

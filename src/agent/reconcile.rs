@@ -143,6 +143,8 @@ pub struct Reconciler<S, T> {
     pub(super) failpoint: Option<Failpoint>,
     /// What the agent holds in memory for its node's sessions between reconciles.
     pub(super) registries: Registries,
+    /// Which sessions a reconcile runs for now: one at a time each.
+    pub(super) turns: super::turns::Turns,
     /// The agent config's `rooms` at start, which a reload does not change.
     pub(super) rooms_at_start: Option<crate::node::room::RoomsConfig>,
     /// A reload's change of `rooms` was refused (and said so once).
@@ -226,6 +228,7 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         if !self.fence_holds() {
             return Ok(Some(FENCED_RECHECK)); // cut off: its sessions may run elsewhere (lease.rs stops them)
         }
+        let _turn = self.turns.take(&format!("{namespace}/{name}")).await;
         let started = Instant::now();
         self.metrics.reconciles.inc();
         // Every log line of this reconcile names the object.
