@@ -24,8 +24,8 @@ use crate::store::caches::{Caches, Watched};
 /// Reconciles running at once (each one at most per object); verification waits are requeues, not reconciles,
 /// so this bounds memory and API load without making sessions wait on each other's probes.
 pub const RECONCILE_CONCURRENCY: u16 = 64;
-/// Reconciles a new WorkEvent starts at once, beside the controller's (see [`at_once`]): a burst beyond them waits
-/// for the controller, as it gains little from a millisecond.
+/// Reconciles new WorkEvents start at once, beside the controller's ([`at_once`]): a burst beyond them waits for the
+/// controller, as it gains little from a millisecond.
 pub const AT_ONCE: usize = 16;
 /// WorkEvents listed per page by the agent's watches.
 pub const EVENTS_PAGE: u32 = 50;
@@ -108,12 +108,14 @@ pub async fn run<S: Store + 'static>(
             ev.spec.prompt.clear();
         }
     });
-    let events = reflector(events_writer, addressed).inspect(caches.follow(Watched::Events));
+    let (wake_now, woken_now) = futures::channel::mpsc::channel(AT_ONCE);
+    let events = reflector(events_writer, addressed)
+        .inspect(caches.follow(Watched::Events))
+        .inspect(new_event_wakes(wake_now, cache.clone()));
     let (refusals, egress_view) = egress.map(|link| (link.refusals, link.sessions)).unzip();
     let (poke, poked) = futures::channel::mpsc::unbounded();
     let (known, notices) = (cache.clone(), ctx.metrics.event_notices.clone());
     let misaddressed = left_behind.clone();
-    let (fast, running) = (ctx.clone(), Arc::new(tokio::sync::Semaphore::new(AT_ONCE)));
     // The cache keeps what a decision or a wake reads, not the objects' bookkeeping: every session's managedFields
     // (two managers' worth of status fields) would be most of what the agent holds at a thousand sessions.
     let watched = watcher(sessions, mine).modify(crate::api::slim);
@@ -126,8 +128,6 @@ pub async fn run<S: Store + 'static>(
             notices.get_or_create(&AddressedLabel { addressed: if addressed { "true" } else { "false" } }).inc();
             if !addressed {
                 let _ = misaddressed.unbounded_send((session.namespace.clone()?, session.name.clone()));
-            } else if ev.status.is_none() {
-                at_once(&fast, &running, &session);
             }
             Some(session)
         })
@@ -148,13 +148,14 @@ pub async fn run<S: Store + 'static>(
     let sessions = move || cache.state();
     tokio::select! {
         () = run => {}
-        () = poll::run(&ctx, &ready, sessions, poke) => {}
+        () = poll::run(&ctx, &ready, sessions, poke.clone()) => {}
         () = fenced(client.clone(), node.clone(), &ctx) => {}
         () = relabel_left_behind(client, &node, relabel_cache, left_behind, to_relabel) => {}
         () = told(&ctx, refused_cache, refusals) => {}
         () = shown(shown_cache, egress_view) => {}
         () = limited_elsewhere(client_for_limits, &node, &ctx) => {}
         () = unlabelled => {}
+        () = at_once(&ctx, woken_now, poke) => {}
     }
     tracing::info!(event = "agent.stopped", "agent stopped");
     Ok(())
@@ -350,23 +351,46 @@ async fn relabel(client: &Client, node: &str, namespace: &str, session: &str) ->
     Ok(())
 }
 
-/// Reconciles `session` now, for a WorkEvent it has not seen yet, when fewer than [`AT_ONCE`] such reconciles run.
-/// The controller's wake of it (the same event woke it too) waits for the next tick of kube-runtime's timer wheel, a
-/// millisecond or two on the path a prompt takes; this one does not. Its session's turn keeps the two apart, and the
-/// controller's, after it, finds its work done (or retries what failed, with its back-off).
-fn at_once<S: Store + 'static>(
-    ctx: &Arc<Agent<S>>,
-    running: &Arc<tokio::sync::Semaphore>,
-    session: &ObjectRef<WorkSession>,
-) {
-    let Ok(permit) = running.clone().try_acquire_owned() else { return };
-    let (ctx, namespace, name) = (ctx.clone(), session.namespace.clone().unwrap_or_default(), session.name.clone());
-    tokio::spawn(async move {
-        if let Err(e) = ctx.reconcile(&namespace, &name).await {
-            tracing::debug!(error = %e, namespace, name, "reconcile on a new event failed; the controller's follows");
+/// What wakes a session at once ([`at_once`]): a WorkEvent created for one of this node's sessions (a change seen
+/// on the watch, not a listing's: an agent's start reconciles everything through the controller anyway). A burst
+/// beyond what the channel holds waits for the controller.
+fn new_event_wakes(
+    mut wake: futures::channel::mpsc::Sender<(String, String)>,
+    sessions: reflector::Store<WorkSession>,
+) -> impl FnMut(&Result<watcher::Event<WorkEvent>, watcher::Error>) {
+    move |event| {
+        let Ok(watcher::Event::Apply(ev)) = event else { return };
+        let Some(namespace) = ev.namespace() else { return };
+        let session = ObjectRef::new(&ev.spec.session).within(&namespace);
+        if ev.status.is_none() && sessions.get(&session).is_some() {
+            let _ = wake.try_send((namespace, session.name));
         }
-        drop(permit);
-    });
+    }
+}
+
+/// Reconciles the sessions of new WorkEvents as they come, [`AT_ONCE`] at a time, each unless a reconcile of it runs
+/// or waits already. The controller's wake of the same session (the same event woke it too) starts at the next tick
+/// of kube-runtime's timer wheel, a millisecond or two later on the path a prompt takes; it waits for this one's turn
+/// and decides from what it did. One that failed is handed to the controller (`retry`), which tries it again with
+/// its back-off. Ends only with the agent: the reconciles running then end with it, as at a crash, which the intent
+/// written before every effect covers.
+async fn at_once<S: Store + 'static>(
+    ctx: &Arc<Agent<S>>,
+    woken: futures::channel::mpsc::Receiver<(String, String)>,
+    retry: futures::channel::mpsc::UnboundedSender<ObjectRef<WorkSession>>,
+) {
+    woken
+        .for_each_concurrent(AT_ONCE, |(namespace, name)| {
+            let retry = retry.clone();
+            async move {
+                if let Some(Err(e)) = ctx.reconcile_if_free(&namespace, &name).await {
+                    tracing::debug!(error = %e, namespace, name, "reconcile on a new event failed; the controller tries again");
+                    let _ = retry.unbounded_send(ObjectRef::new(&name).within(&namespace));
+                }
+            }
+        })
+        .await;
+    std::future::pending().await
 }
 
 async fn reconcile<S: Store>(ws: Arc<WorkSession>, ctx: Arc<Agent<S>>) -> Result<Action, ReconcileError> {

@@ -33,7 +33,8 @@ pub enum Failpoint {
     AfterPaste,
 }
 
-/// tmux observations shared by concurrent reconciles: a reconcile gets an observation taken after it started (or,
+/// tmux observations shared by concurrent reconciles: a reconcile gets an observation taken after it started (after
+/// its session's turn came, if it waited for one: [`super::turns`]) (or,
 /// for a session last seen dead or absent, the last one: [`Observer::since_unless_settled`]), and reconciles that
 /// wait together share one tmux call.
 pub struct Observer<T> {
@@ -228,7 +229,31 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
         if !self.fence_holds() {
             return Ok(Some(FENCED_RECHECK)); // cut off: its sessions may run elsewhere (lease.rs stops them)
         }
-        let _turn = self.turns.take(&format!("{namespace}/{name}")).await;
+        let (turn, observed_after) = self.turns.take_observing(&format!("{namespace}/{name}"), observed_after).await;
+        self.reconcile_in_turn(turn, namespace, name, observed_after).await
+    }
+
+    /// Reconciles the WorkSession now unless another reconcile of it runs or waits (`None`: that one decides from
+    /// what this one would have seen), or the fence does not hold.
+    pub async fn reconcile_if_free(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Result<Option<Duration>, ReconcileError>> {
+        if !self.fence_holds() {
+            return None;
+        }
+        let turn = self.turns.try_take(&format!("{namespace}/{name}"))?;
+        Some(self.reconcile_in_turn(turn, namespace, name, Instant::now()).await)
+    }
+
+    async fn reconcile_in_turn(
+        &self,
+        _turn: tokio::sync::OwnedMutexGuard<()>,
+        namespace: &str,
+        name: &str,
+        observed_after: Instant,
+    ) -> Result<Option<Duration>, ReconcileError> {
         let started = Instant::now();
         self.metrics.reconciles.inc();
         // Every log line of this reconcile names the object.
