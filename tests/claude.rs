@@ -838,3 +838,65 @@ async fn a_budget_reached_by_a_real_turn_stops_the_cli_and_a_raise_resumes_its_c
     let asked = model.prompts().iter().filter(|p| p.contains("after the budget")).count();
     assert_eq!(asked, 1, "delivered once");
 }
+
+/// What an answer from afar builds on, measured on the CLI alone (no agent): in its `default` permission mode, a
+/// `PermissionRequest` hook is handed the tool's name and input before the dialog shows, and the JSON it prints
+/// answers in the person's place: `allow` runs the command; `deny` does not, and the model is told the hook's words.
+#[tokio::test]
+async fn a_permission_request_hook_answers_in_the_persons_place() {
+    use worksession::node::tmux::{Spawn, Tmux};
+    for allow in [true, false] {
+        let model = Model::start();
+        model.on("make the file", Reply::bash("touch made-by-the-tool", "The tool has run."));
+        let tmux = standin::TmuxServer::new();
+        let (home, workdir) = (tmux.state(), tmux.workdir());
+        support::claude::scripted_profile(&home, &workdir, &model);
+        let decision = if allow {
+            json!({"behavior": "allow"})
+        } else {
+            json!({"behavior": "deny", "message": "Denied from afar."})
+        };
+        let answer = json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}});
+        let (hook, asked) = (home.join("answer"), home.join("asked.json"));
+        let script = format!("#!/bin/sh\ncat > '{}'\nprintf '%s\\n' '{answer}'\n", asked.display());
+        std::fs::write(&hook, script).unwrap();
+        std::process::Command::new("chmod").arg("+x").arg(&hook).status().unwrap();
+        let hooks = json!({"hooks": {"PermissionRequest": [{"hooks": [{"type": "command", "command": hook}]}]}});
+        let spawn = Spawn {
+            session: "cli".into(),
+            workdir: workdir.clone(),
+            binary: home.join("claude-offline").display().to_string(),
+            argv: ["--permission-mode", "default", "--settings", &hooks.to_string()].map(Into::into).into(),
+            tag: "measured".into(),
+            owner: "test-owner".into(),
+            owner_name: "tests/claude".into(),
+            env: Vec::new(),
+            confine: None,
+            clear: true,
+        };
+        tmux.runner.spawn(&spawn).await.unwrap();
+        let claude = &worksession::harness::builtin()["claude"];
+        support::until("the CLI ready for a prompt", || async {
+            claude.ready(tmux.runner.screen("cli").await.ok().as_deref())
+        })
+        .await;
+        tmux.runner.paste("cli", "make the file", "asked").await.unwrap();
+        let told = support::eventually("the tool's result back at the model", || async {
+            model.requests().into_iter().find(|r| r.tool_result)
+        })
+        .await;
+        let request: serde_json::Value = serde_json::from_slice(&std::fs::read(&asked).unwrap()).unwrap();
+        assert_eq!(request["hook_event_name"], "PermissionRequest");
+        assert_eq!(request["tool_name"], "Bash");
+        assert_eq!(request["tool_input"]["command"], "touch made-by-the-tool");
+        let ran = workdir.join("made-by-the-tool").exists();
+        let result = told.body["messages"].as_array().and_then(|m| m.last()).unwrap().to_string();
+        println!("allow={allow}: the hook was handed {request}\nthe model was told {result}");
+        assert_eq!(ran, allow, "the command ran only when allowed");
+        assert_eq!(result.contains("Denied from afar."), !allow, "a denial's words reach the model");
+        support::eventually("the turn ended", || async {
+            tmux.runner.screen("cli").await.ok().filter(|s| s.contains("The tool has run."))
+        })
+        .await;
+    }
+}

@@ -315,7 +315,8 @@ async fn the_observer_counts_the_server_going_and_coming_back_whoever_looks() {
 }
 
 /// A session last seen dead or absent is not looked at again until this agent touches it (only its spawn makes it
-/// live); a live one always is (its harness may have died since), and so is one touched since the last look.
+/// live); a live one always is (its harness may have died since), and so is one touched since the last look, even
+/// for a reconcile that began before that look.
 #[tokio::test]
 async fn the_observer_looks_again_for_a_live_or_touched_session_only() {
     let tmux = TmuxServer::new();
@@ -334,6 +335,13 @@ async fn the_observer_looks_again_for_a_live_or_touched_session_only() {
     let third = look(&["loop-dead"]).await.unwrap();
     assert!(!std::sync::Arc::ptr_eq(&third, &second), "touched since: looked at again");
     assert!(std::sync::Arc::ptr_eq(&look(&["loop-dead"]).await.unwrap(), &third), "and that look stands");
+    // A reconcile that began before a look that began before a touch (another reconcile's spawn, whose turn came
+    // first) does not take that look for the touched session.
+    let began = std::time::Instant::now();
+    let before_the_touch = observer.since(std::time::Instant::now()).await.unwrap();
+    observer.touched("loop-live");
+    let after = observer.since_unless_settled(began, &["loop-live"]).await.unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&after, &before_the_touch), "a look from before the touch does not stand for it");
 }
 
 /// No key or name sits in a string tmux parses as commands unless it is a plain word. A WorkEvent

@@ -351,9 +351,10 @@ async fn relabel(client: &Client, node: &str, namespace: &str, session: &str) ->
     Ok(())
 }
 
-/// What wakes a session at once ([`at_once`]): a WorkEvent created for one of this node's sessions (a change seen
-/// on the watch, not a listing's: an agent's start reconciles everything through the controller anyway). A burst
-/// beyond what the channel holds waits for the controller.
+/// What wakes a session at once ([`at_once`]): a WorkEvent with no status yet, as the watch shows it changed (just
+/// created, or just relabelled for this node), for one of this node's sessions; not as a listing shows it (an
+/// agent's start reconciles everything through the controller anyway). A burst beyond what the channel holds waits
+/// for the controller.
 fn new_event_wakes(
     mut wake: futures::channel::mpsc::Sender<(String, String)>,
     sessions: reflector::Store<WorkSession>,
@@ -371,9 +372,11 @@ fn new_event_wakes(
 /// Reconciles the sessions of new WorkEvents as they come, [`AT_ONCE`] at a time, each unless a reconcile of it runs
 /// or waits already. The controller's wake of the same session (the same event woke it too) starts at the next tick
 /// of kube-runtime's timer wheel, a millisecond or two later on the path a prompt takes; it waits for this one's turn
-/// and decides from what it did. One that failed is handed to the controller (`retry`), which tries it again with
-/// its back-off. Ends only with the agent: the reconciles running then end with it, as at a crash, which the intent
-/// written before every effect covers.
+/// and decides from what it did, and when to look again is its to say (this one's is dropped: each effect this one
+/// has is a write that wakes the controller after it anyway). One that failed is handed to the controller (`retry`),
+/// which reconciles the session again at once, its own failure retried by its error policy. Ends only with the
+/// agent: the reconciles running then end with it, as at a crash, which the intent written before every effect
+/// covers.
 async fn at_once<S: Store + 'static>(
     ctx: &Arc<Agent<S>>,
     woken: futures::channel::mpsc::Receiver<(String, String)>,
@@ -420,6 +423,36 @@ fn waiting_for(e: &kube::Error) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_event_new_to_a_session_here_wakes_it_at_once() {
+        let session: WorkSession = serde_json::from_value(serde_json::json!({
+            "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkSession",
+            "metadata": {"name": "here", "namespace": "ns"},
+            "spec": {"workItem": "w", "harness": "claude", "workdir": "/tmp"},
+        }))
+        .unwrap();
+        let mut sessions = reflector::store::Writer::default();
+        sessions.apply_watcher_event(&watcher::Event::Apply(session));
+        let event = |session: &str, status: Option<serde_json::Value>| -> WorkEvent {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "worksession.dev/v1alpha1", "kind": "WorkEvent",
+                "metadata": {"name": "e", "namespace": "ns"},
+                "spec": {"session": session, "prompt": "hello"}, "status": status,
+            }))
+            .unwrap()
+        };
+        let (wake, mut woken) = futures::channel::mpsc::channel(8);
+        let mut wakes = new_event_wakes(wake, sessions.as_reader());
+        wakes(&Ok(watcher::Event::InitApply(event("here", None)))); // listed: the controller's start covers it
+        wakes(&Ok(watcher::Event::Delete(event("here", None))));
+        wakes(&Ok(watcher::Event::Apply(event("here", Some(serde_json::json!({"phase": "Delivering"}))))));
+        wakes(&Ok(watcher::Event::Apply(event("elsewhere", None)))); // not a session of this node
+        wakes(&Ok(watcher::Event::Apply(event("here", None))));
+        drop(wakes);
+        assert_eq!(woken.try_recv().ok(), Some(("ns".to_string(), "here".to_string())));
+        assert!(woken.try_recv().is_err(), "nothing else woke it");
+    }
 
     #[test]
     fn waiting_says_what_to_fix() {
