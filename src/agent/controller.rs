@@ -397,7 +397,14 @@ async fn at_once<S: Store + 'static>(
                     }
                 });
             }
-            Some(_) = running.join_next(), if !running.is_empty() => {}
+            Some(done) = running.join_next(), if !running.is_empty() => {
+                // A reconcile that panicked takes the agent down, as one of the controller's does.
+                if let Err(e) = done
+                    && e.is_panic()
+                {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
             else => std::future::pending::<()>().await,
         }
     }
