@@ -42,19 +42,15 @@ impl Turns {
     }
 
     fn lock_of(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
-        {
-            let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Only the locks someone holds or waits for stay: the map is as long as the reconciles running.
-            held.retain(|_, lock| lock.strong_count() > 0);
-            match held.get(session).and_then(Weak::upgrade) {
-                Some(lock) => lock,
-                None => {
-                    let lock = Arc::new(tokio::sync::Mutex::new(()));
-                    held.insert(session.to_string(), Arc::downgrade(&lock));
-                    lock
-                }
-            }
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Only the locks someone holds or waits for stay: the map is as long as the reconciles running.
+        held.retain(|_, lock| lock.strong_count() > 0);
+        if let Some(lock) = held.get(session).and_then(Weak::upgrade) {
+            return lock;
         }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        held.insert(session.to_string(), Arc::downgrade(&lock));
+        lock
     }
 
     /// How many sessions have a lock now (held or waited for).
