@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use worksession::api::Decision;
 use worksession::config::{Config, Reloader};
 use worksession::store::kube::{KubeSink, KubeStore};
 use worksession::store::local::LocalStore;
@@ -145,6 +146,28 @@ enum Command {
         #[arg(short, long)]
         namespace: Option<String>,
     },
+    /// Allow what a session's harness asks for permission to do (its status.approval): the request ID, or the one
+    /// waiting.
+    Approve {
+        /// The WorkSession.
+        name: String,
+        /// The request (default: the one that waits).
+        id: Option<String>,
+        #[command(flatten)]
+        at: Answering,
+    },
+    /// Deny what a session's harness asks for permission to do; its model is told the reason.
+    Deny {
+        /// The WorkSession.
+        name: String,
+        /// The request (default: the one that waits).
+        id: Option<String>,
+        /// Why, for the harness's model.
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        at: Answering,
+    },
     /// Attach the terminal to a session's harness (detach with C-b d; the harness keeps running).
     Attach {
         /// The WorkSession.
@@ -167,6 +190,12 @@ enum Command {
         event: String,
         /// What the harness hands over, when it gives it as an argument (Codex's notify) rather than on stdin.
         payload: Option<String>,
+        /// A permission request's answers folder: wait there for the agent's answer, and print it.
+        #[arg(long, requires = "wait")]
+        answers: Option<PathBuf>,
+        /// Seconds a permission request waits for its answer before it is denied.
+        #[arg(long, requires = "answers")]
+        wait: Option<u32>,
     },
     /// Write a hook-backed harness's settings beside its hook file, then become the harness (a profile with
     /// `hooks: gemini`, `copilot` or `opencode` runs its harness through this, where tmux runs, as its user).
@@ -224,39 +253,65 @@ struct Where {
     agent_namespace: String,
 }
 
+/// Where an answer goes.
+#[derive(clap::Args)]
+struct Answering {
+    /// The namespace (default: the kubeconfig context's; `default` in local mode).
+    #[arg(short, long)]
+    namespace: Option<String>,
+    /// Local mode: the manifests directory.
+    #[arg(long, value_name = "DIR")]
+    local: Option<PathBuf>,
+}
+
+/// `worksession approve` and `deny`: the answer made as a WorkEvent, by the user the API server knows (local mode:
+/// `$USER`).
+async fn answer(name: &str, id: Option<String>, decision: Decision, reason: Option<String>, at: Answering) -> ExitCode {
+    use worksession::cli::approve::answer;
+    let answered = match at.local {
+        Some(dir) => {
+            let store = match LocalStore::new(dir) {
+                Ok(store) => Arc::new(store),
+                Err(e) => return fail(&e),
+            };
+            let namespace = at.namespace.unwrap_or_else(|| "default".into());
+            let by = std::env::var("USER").ok().map(|u| format!("local:{u}"));
+            answer(&store, (&namespace, name), id, decision, reason, by).await
+        }
+        None => {
+            let (client, namespace) = match client_in(at.namespace).await {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let by = worksession::cli::approve::who_am_i(&client).await;
+            answer(&KubeSink::new(client), (&namespace, name), id, decision, reason, by).await
+        }
+    };
+    match answered {
+        Ok(said) => {
+            println!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// A client of the kubeconfig's cluster (or the pod's), and `namespace` or else the context's.
+async fn client_in(namespace: Option<String>) -> Result<(kube::Client, String), Box<dyn std::error::Error>> {
+    let config = kube::Config::infer().await?;
+    let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
+    Ok((kube::Client::try_from(config)?, namespace))
+}
+
 /// `worksession move`: asks for the move in the session's annotation (the agent and the controller do the rest).
 async fn move_session(name: &str, to: Option<String>, namespace: Option<String>) -> ExitCode {
-    use worksession::api::{ANY_NODE, MOVE_REQUEST_ANNOTATION, WorkSession};
-    let config = match kube::Config::infer().await {
+    let (client, namespace) = match client_in(namespace).await {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
-    let client = match kube::Client::try_from(config) {
-        Ok(c) => c,
-        Err(e) => return fail(&e),
-    };
-    let api: kube::Api<WorkSession> = kube::Api::namespaced(client, &namespace);
-    let ws = match api.get(name).await {
-        Ok(ws) => ws,
-        Err(e) => return fail(&e),
-    };
-    if ws.spec.node_name.is_none() {
-        return fail(&format!("{name} is not placed yet: set spec.nodeName instead"));
-    }
-    if to.is_some() && to == ws.spec.node_name {
-        return fail(&format!("{name} is on {} already", to.unwrap_or_default()));
-    }
-    let target = to.clone().unwrap_or_else(|| ANY_NODE.to_string());
-    let patch = serde_json::json!({"metadata": {"annotations": {MOVE_REQUEST_ANNOTATION: target}}});
-    let params = kube::api::PatchParams { field_manager: Some("worksession-move".into()), ..Default::default() };
-    match api.patch(name, &params, &kube::api::Patch::Merge(&patch)).await {
-        Ok(_) => {
-            let whither = to.map_or("a node the controller chooses".to_string(), |n| format!("node {n}"));
-            println!(
-                "worksession/{name}: a move to {whither} asked for; it moves once the node fits and no prompt is being \
-                 delivered (its Placed condition says why while it cannot)"
-            );
+    match worksession::cli::relocate::move_session(client, &namespace, name, to).await {
+        Ok(said) => {
+            println!("{said}");
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
@@ -271,7 +326,20 @@ fn main() -> ExitCode {
         eprintln!("worksession room: {e}");
         return ExitCode::from(126);
     }
-    if let Command::Hook { out, spawn, event, payload } = &cli.command {
+    if let Command::Hook { out, spawn, answers: Some(answers), wait: Some(wait), .. } = &cli.command {
+        // Run by a harness that asks for permission: it waits for the agent's answer, and prints it.
+        return match worksession::node::answers::ask(out, spawn, answers, *wait, std::io::stdin().lock()) {
+            Ok(said) => {
+                println!("{said}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("worksession hook: {}: {e}", out.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Command::Hook { out, spawn, event, payload, .. } = &cli.command {
         // Run by a harness for each of its hooks: one line appended, nothing else, and quickly.
         let received = match payload {
             Some(payload) => worksession::node::hook::receive(out, event, spawn, payload.as_bytes()),
@@ -309,6 +377,8 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Peek { name, lines, at } => peek(&name, at, lines).await,
         Command::Attach { name, at } => attach(&name, at).await,
         Command::Move { name, to, namespace } => move_session(&name, to, namespace).await,
+        Command::Approve { name, id, at } => answer(&name, id, Decision::Allow, None, at).await,
+        Command::Deny { name, id, reason, at } => answer(&name, id, Decision::Deny, reason, at).await,
         Command::Console { listen, namespace, local, config, agent_namespace } => {
             console(listen, namespace, local, config, agent_namespace).await
         }

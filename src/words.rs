@@ -72,6 +72,8 @@ words! {
         Workdir = "workdir",
         /// A session's room could not be freed.
         Room = "room",
+        /// A permission request's answer could not be written where its hook waits.
+        Answer = "answer",
     }
 }
 

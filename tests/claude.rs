@@ -900,3 +900,101 @@ async fn a_permission_request_hook_answers_in_the_persons_place() {
         .await;
     }
 }
+
+/// Approvals from afar, with the real CLI asking (`--permission-mode default`) through the agent: its
+/// `PermissionRequest` becomes `status.approval` (`Activity` `WaitingForApproval`); an answer naming another request
+/// does nothing but fail; `worksession approve` runs the command and the turn ends; a denial keeps it from running and
+/// its reason reaches the model; a rule of the session answers without a person; and with no answer the request is
+/// denied at its deadline.
+#[tokio::test]
+async fn a_permission_request_is_answered_from_afar_by_a_person_a_rule_or_its_deadline() {
+    use worksession::api::{ApprovalStatus, Decision};
+    use worksession::cli::approve::answer;
+    let model = Model::start();
+    model.on("make the file", Reply::bash("touch made-by-the-tool", "The tool has run."));
+    model.on("remove the file", Reply::bash("rm made-by-the-tool", "Removal done."));
+    model.on("say policy", Reply::bash("touch policy.txt", "Policy done."));
+    model.on("list the root", Reply::bash("touch listed.txt", "Listing done."));
+    let w = world(&model).await;
+    let sink = worksession::store::kube::KubeSink::new(w.ns.client.clone());
+    let at = (w.ns.name.as_str(), "ap");
+    let rules = json!([{"match": "Bash(touch policy*)", "decision": "Allow"}]);
+    let spec = json!({"harness": "claude", "initialPrompt": "make the file", "approval": {"rules": rules}});
+    w.create_session("ap", spec).await;
+    let waiting = |tool_input: &'static str| {
+        move |ws: &worksession::api::WorkSession| {
+            let a = ws.status.as_ref().and_then(|s| s.approval.as_ref());
+            a.is_some_and(|a| a.waiting() && a.request.contains(tool_input)) && activity_is(ws, "WaitingForApproval")
+        }
+    };
+    let approval = |ws: &worksession::api::WorkSession| -> ApprovalStatus {
+        ws.status.as_ref().and_then(|s| s.approval.clone()).expect("a request")
+    };
+    let ws = w.await_session("ap", "asking to touch the file", waiting("touch made-by-the-tool")).await;
+    let asked = approval(&ws);
+    assert_eq!(asked.tool, "Bash");
+
+    // An answer to a request that is not the one waiting: it fails, and nothing runs.
+    let stale = answer(&sink, at, Some("0123456789ab".into()), Decision::Allow, None, Some("mallory".into())).await;
+    stale.expect("made: only the agent knows it names no waiting request");
+    let failed = w.await_event("ap.answer-0123456789ab", PromptPhase::Failed).await;
+    assert!(failed.status.unwrap().message.unwrap().contains(&format!("request {} waits", asked.id)));
+    assert!(approval(&w.sessions().get("ap").await.unwrap()).waiting(), "still waiting");
+    assert!(!w.tmux.workdir().join("made-by-the-tool").exists());
+
+    // `worksession approve`, for the request waiting.
+    answer(&sink, at, None, Decision::Allow, None, Some("alice".into())).await.expect("approved");
+    w.await_event(&format!("ap.answer-{}", asked.id), PromptPhase::Delivered).await;
+    let ws = w.await_session("ap", "the turn over", |ws| activity_is(ws, "Idle")).await;
+    assert!(w.tmux.workdir().join("made-by-the-tool").exists(), "the command ran");
+    let a = approval(&ws);
+    assert_eq!((a.id.as_str(), a.decision, a.by.as_deref()), (asked.id.as_str(), Some(Decision::Allow), Some("alice")));
+    // Answered once: a second answer to it is refused before it is made.
+    let again = answer(&sink, at, Some(asked.id.clone()), Decision::Deny, None, None).await;
+    assert!(again.unwrap_err().contains("answered already"));
+
+    // Denied, with a reason the model is told.
+    w.send("ap", "ap-2", "remove the file").await;
+    w.await_session("ap", "asking to remove the file", waiting("rm made-by-the-tool")).await;
+    let denied = answer(&sink, at, None, Decision::Deny, Some("keep-the-file-7".into()), Some("bob".into())).await;
+    denied.expect("denied");
+    let told = support::eventually("the denial at the model", || async {
+        model
+            .requests()
+            .into_iter()
+            .find(|r| r.tool_result && r.body.to_string().contains("Denied by bob: keep-the-file-7"))
+    })
+    .await;
+    let result = told.body["messages"].as_array().and_then(|m| m.last()).unwrap().to_string();
+    assert!(result.contains("\"is_error\":true"), "told as an error: {result}");
+    assert!(w.tmux.workdir().join("made-by-the-tool").exists(), "the command did not run");
+    let ws = w.await_session("ap", "the denied turn over", |ws| activity_is(ws, "Idle")).await;
+    assert_ne!(approval(&ws).id, asked.id, "a request of its own");
+
+    // A rule answers without a person.
+    w.send("ap", "ap-3", "say policy").await;
+    let ws = w
+        .await_session("ap", "the rule's turn over", |ws| {
+            activity_is(ws, "Idle") && approval(ws).request.contains("touch policy.txt")
+        })
+        .await;
+    assert!(w.tmux.workdir().join("policy.txt").exists(), "the rule allowed it");
+    assert_eq!(approval(&ws).by.as_deref(), Some("policy"));
+
+    // No answer: denied at the deadline (the shortest a session may set).
+    let spec = json!({"harness": "claude", "initialPrompt": "list the root", "approval": {"waitSeconds": 10}});
+    w.create_session("dl", spec).await;
+    w.await_session("dl", "asking to list the root", waiting("touch listed.txt")).await;
+    let ws = w
+        .await_session("dl", "denied at its deadline", |ws| {
+            ws.status.as_ref().and_then(|s| s.approval.as_ref()).is_some_and(|a| !a.waiting())
+        })
+        .await;
+    let a = approval(&ws);
+    assert_eq!((a.decision, a.by.as_deref()), (Some(Decision::Deny), Some("deadline")));
+    support::eventually("the deadline's denial at the model", || async {
+        model.requests().into_iter().find(|r| r.tool_result && r.body.to_string().contains("No answer came within 10"))
+    })
+    .await;
+    assert!(!w.tmux.workdir().join("listed.txt").exists(), "the command did not run");
+}

@@ -166,6 +166,22 @@ async fn schema_rejects_what_it_forbids() {
     assert!(matches!(&err, kube::Error::Api(e) if e.code == 422 && e.message.contains("prompt")), "{err:?}");
     let bad_source = json!({"session": "limits", "prompt": "hi", "source": {"type": "email"}});
     assert!(events.create(&PostParams::default(), &event(bad_source)).await.is_err());
+    // An answer instead of a prompt: one of the two, naming a request by its id's shape; local mode says the same.
+    let answer = json!({"request": "0123456789ab", "decision": "Allow"});
+    let refused = [
+        ("both", json!({"session": "limits", "prompt": "hi", "answer": answer}), "prompt or an answer"),
+        ("an odd id", json!({"session": "limits", "answer": {"request": "1; rm", "decision": "Allow"}}), "request"),
+        ("no decision", json!({"session": "limits", "answer": {"request": "0123456789ab"}}), "decision"),
+    ];
+    for (what, spec, said) in refused {
+        let err = events.create(&PostParams::default(), &event(spec.clone())).await.unwrap_err();
+        assert!(matches!(&err, kube::Error::Api(e) if e.code == 422 && e.message.contains(said)), "{what}: {err:?}");
+        let local: Result<worksession::api::WorkEventSpec, _> = serde_json::from_value(spec);
+        assert!(local.map_or(true, |spec| spec.problem().is_some()), "{what}: local mode refuses it too");
+    }
+    let answered = json!({"session": "limits", "answer": answer});
+    events.create(&PostParams::default(), &event(answered.clone())).await.unwrap();
+    assert_eq!(serde_json::from_value::<worksession::api::WorkEventSpec>(answered).unwrap().problem(), None);
     let ok = events.create(&PostParams::default(), &event(json!({"session": "limits", "prompt": "hi"}))).await.unwrap();
     let typed: Api<WorkEvent> = ns.api();
     assert_eq!(typed.get(&ok.name_any()).await.unwrap().spec.prompt, "hi");

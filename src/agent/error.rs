@@ -60,6 +60,14 @@ pub enum ReconcileError {
     /// Handing the session to another node.
     #[error("handing the session to another node: {0}")]
     Move(#[source] StoreError),
+    /// Writing the answer to a permission request where the harness's hook waits for it.
+    #[error("answering request {request}: {source}")]
+    Answer {
+        /// The request.
+        request: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Reading the keys the session's namespace gives its harness (`rooms.namespaceKeys`), before a spawn.
     #[error("reading the namespace's keys: {0}")]
     NamespaceKeys(#[source] StoreError),
@@ -75,6 +83,7 @@ impl ReconcileError {
             ExpireEvent { source, .. } | WriteEventStatus { source, .. } => source.category(),
             Observe(e) | Stop(e) | Paste { source: e, .. } => e.category(),
             GiveRoom(_) | ReleaseRoom(_) => crate::words::ErrorCategory::Room,
+            Answer { .. } => crate::words::ErrorCategory::Answer,
         }
     }
 }

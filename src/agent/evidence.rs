@@ -14,8 +14,8 @@ use crate::api::{Phase, PromptPhase, WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::discover::{discovering, discovering_since};
 use crate::core::{
-    Confinement, Context, Evidence, FinishedWorkEvent, Input, Object, Observed, PendingWorkEvent, Proof, Record,
-    TmuxSession, initial_prompt_owed, queue, resume,
+    Confinement, Context, Evidence, FinishedWorkEvent, Input, Object, Observed, PendingAnswer, PendingWorkEvent, Proof,
+    Record, TmuxSession, initial_prompt_owed, queue, resume,
 };
 use crate::node::tmux::{Liveness, Observation, Tmux};
 use crate::node::transcript;
@@ -33,6 +33,8 @@ pub struct Gathered {
     pub pending: Vec<PendingWorkEvent>,
     /// Its delivered and failed events.
     pub finished: Vec<FinishedWorkEvent>,
+    /// Its answers to permission requests not yet taken.
+    pub answers: Vec<PendingAnswer>,
     /// Which tmux session is its harness's.
     pub session: TmuxSession,
     /// That session's liveness.
@@ -65,6 +67,7 @@ impl Gathered {
                 owner_name: &self.owner.1,
                 events: &self.pending,
                 finished: &self.finished,
+                answers: &self.answers,
                 move_to: ws
                     .annotations()
                     .get(crate::api::MOVE_ANNOTATION)
@@ -93,10 +96,11 @@ pub fn agent_dirs(config: &Config) -> Vec<&Path> {
     config.workspaces.mirrors.as_deref().into_iter().chain(config.harness_home.as_deref()).collect()
 }
 
-/// The WorkEvents still to deliver as the core takes them, in the core's order.
+/// The WorkEvents still to deliver as the core takes them, in the core's order (an answer is no prompt).
 pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingWorkEvent> {
     let all = events
         .iter()
+        .filter(|e| e.spec.answer.is_none())
         .map(|e| {
             let status = e.status.clone().unwrap_or_default();
             let created = e.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default();
@@ -117,6 +121,28 @@ pub fn pending_events(events: &[WorkEvent]) -> Vec<PendingWorkEvent> {
     queue::ordered(all)
 }
 
+/// The answers to permission requests not yet taken, oldest first.
+pub fn pending_answers(events: &[WorkEvent]) -> Vec<PendingAnswer> {
+    let mut answers: Vec<PendingAnswer> = events
+        .iter()
+        .filter(|e| e.status.as_ref().and_then(|s| s.phase).is_none_or(|p| p == PromptPhase::Pending))
+        .filter_map(|e| {
+            let created = e.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_default();
+            Some(PendingAnswer { name: e.name_any(), answer: e.spec.answer.clone()?, created })
+        })
+        .collect();
+    answers.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    answers
+}
+
+/// A permission request as the core is given it: the token-shaped words and URL credentials in what it asks taken
+/// out (`status.approval` and the bridge's post show it).
+fn redacted(mut asked: crate::harness::hooks::Asked) -> crate::harness::hooks::Asked {
+    asked.subject = asked.subject.map(|s| crate::api::redact_secrets(&s));
+    asked.detail = asked.detail.map(|s| crate::api::redact_secrets(&s));
+    asked
+}
+
 /// The delivered and failed WorkEvents, with when they finished (a failed one: its creation).
 pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedWorkEvent> {
     let finished = |e: &WorkEvent| {
@@ -126,7 +152,8 @@ pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedWorkEvent> {
             PromptPhase::Failed => e.metadata.creation_timestamp.as_ref()?.0,
             PromptPhase::Pending | PromptPhase::Delivering => return None,
         };
-        let delivered = st.phase == Some(PromptPhase::Delivered);
+        // An answer taken carried no prompt to any conversation.
+        let delivered = st.phase == Some(PromptPhase::Delivered) && e.spec.answer.is_none();
         let conversation = st.harness_session_id.clone().filter(|_| delivered);
         let (name, prompt, tag) = (e.name_any(), e.spec.prompt.clone(), delivery_tag(e));
         let sent = st.sent_time.as_ref().map(|t| t.0);
@@ -237,6 +264,7 @@ impl<T: Tmux> Gathering<'_, T> {
         Gathered {
             pending,
             finished: finished_events(events),
+            answers: pending_answers(events),
             liveness,
             last_output: read.last_output,
             screen: read.screen,
@@ -303,7 +331,7 @@ impl<T: Tmux> Gathering<'_, T> {
         // Given hooks that name its conversation (Codex's notify, opencode's prompts), a harness's id is what they say,
         // found or not in its store; the store is still looked at meanwhile (a harness started before it was given
         // hooks says nothing).
-        let hooks_given = crate::core::hook_args(profile, config, home, &identity, "spawn").is_some();
+        let hooks_given = crate::core::hook_args(profile, config, home, &identity, "spawn", None).is_some();
         let named_by_hooks = hooks_given && profile.hooks.is_some_and(crate::harness::hooks::Hooks::names_conversation);
         // A harness that shows its id after the start: looked for only while its status waits for it.
         let scan = liveness == Liveness::Alive && discovering(status);
@@ -380,6 +408,7 @@ impl<T: Tmux> Gathering<'_, T> {
             Record { proof, len: said.len, awaits_transcript: !said.reported.is_empty() || said.settling };
         reads.evidence.hooked = reads.evidence.hooked.or(said.moved_to);
         (reads.evidence.confirmed, reads.evidence.turn) = (said.confirmed, said.turn);
+        reads.evidence.asked = said.asked.map(redacted);
         (reads.evidence.queued, reads.evidence.dropped, reads.evidence.steered) =
             (said.queued, said.dropped, said.steered);
         reads

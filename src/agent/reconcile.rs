@@ -24,6 +24,7 @@ use crate::api::{WorkEvent, WorkSession, WorkSessionStatus};
 use crate::config::Config;
 use crate::core::queue;
 use crate::core::{self, Claim, EventReason, Op, Plan};
+use crate::node::answers;
 use crate::node::tmux::Tmux;
 use crate::store::{Store, StoreError};
 
@@ -372,6 +373,13 @@ impl<S: Store, T: Tmux> Reconciler<S, T> {
                     written.insert(update.event.as_str(), self.write_event_status(ev, old, update).await?);
                 }
                 Op::GrantPush { .. } => self.grant_push(ws, owner_name, op, config).await,
+                Op::Answer { trusted, below, written, group } => match answers::answer(trusted, below, written, *group)
+                {
+                    Ok(true) => tracing::info!(event = "approval.answer", request = written.request, "answered"),
+                    // The file the receiver reads is the first answer's: the hook file's record of it says which.
+                    Ok(false) => tracing::warn!(event = "approval.answered_before", request = written.request, "kept"),
+                    Err(source) => return Err(ReconcileError::Answer { request: written.request.clone(), source }),
+                },
                 Op::Notice(notice) => self.report(ws, notice).await,
                 Op::PrepareWorkspace => self.registries.workspaces.start(owner_name, ws, config),
                 Op::MarkPrepared => {

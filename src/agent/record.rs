@@ -86,6 +86,8 @@ pub struct Said {
     pub named: Vec<String>,
     /// Its latest turn event (hooks).
     pub turn: Option<Turn>,
+    /// Its latest permission request (hooks).
+    pub asked: Option<crate::harness::hooks::Asked>,
 }
 
 /// Where reading starts for `sent`: the earliest offset, or (for a prompt sent before offsets were kept) the end of the
@@ -146,8 +148,8 @@ pub async fn hooks(place: &Place<'_>, sent: &[Sent], profile: &Profile) -> Said 
         }
         confirmed.extend(steered.iter().cloned());
     }
-    let (moved_to, named, turn) = (heard.moved_to, heard.named, heard.turn);
-    Said { len: heard.len, confirmed, reported, queued, dropped, steered, settling, moved_to, named, turn }
+    let (moved_to, named, turn, asked) = (heard.moved_to, heard.named, heard.turn, heard.asked);
+    Said { len: heard.len, confirmed, reported, queued, dropped, steered, settling, moved_to, named, turn, asked }
 }
 
 /// How much of a transcript's end is searched for a prompt its hook reported: the harness writes the prompt there

@@ -25,13 +25,21 @@ use super::{PromptPhase, Via, is_zero};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": EVENT_CARRIES_ONE_RULE, "message": "a WorkEvent carries a prompt or an answer, one of the two"}
+]))]
 pub struct WorkEventSpec {
     /// The WorkSession (same namespace) to deliver to.
     #[schemars(length(min = 1, max = 253))]
     pub session: String,
-    /// The prompt text.
-    #[schemars(length(min = 1, max = 1048576))]
+    /// The prompt text (none on an answer).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 1048576))]
     pub prompt: String,
+    /// An answer to the session's pending permission request (`status.approval`) instead of a prompt: `worksession
+    /// approve` and `deny` make one, the bridge one from a GitHub comment `/approve <id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<super::Answer>,
     /// Where the event came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<EventSource>,
@@ -46,6 +54,34 @@ pub struct WorkEventSpec {
     /// same prompt (it appends them to `prompt` while the time is ahead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<Time>,
+}
+
+/// A WorkEvent's spec holds a prompt or an answer, never both and never neither (the CRD's rule; [`problem`] in
+/// local mode).
+pub const EVENT_CARRIES_ONE_RULE: &str = "has(self.answer) != (has(self.prompt) && size(self.prompt) > 0)";
+
+impl WorkEventSpec {
+    /// What is wrong with it as the CRD's schema would say it, if anything: the API server's checks for local mode.
+    pub fn problem(&self) -> Option<String> {
+        if self.session.is_empty() {
+            return Some("spec.session is required".into());
+        }
+        if self.answer.is_some() != self.prompt.is_empty() {
+            return Some("spec: a WorkEvent carries a prompt or an answer, one of the two".into());
+        }
+        let answer = self.answer.as_ref()?;
+        if !regex::Regex::new(super::REQUEST_ID_PATTERN).unwrap().is_match(&answer.request) {
+            return Some(format!(
+                "spec.answer.request: {:?} is not a request id (12 hexadecimal digits)",
+                answer.request
+            ));
+        }
+        let long = |s: &Option<String>, max: usize| s.as_ref().is_some_and(|s| s.chars().count() > max);
+        if long(&answer.reason, 1024) || long(&answer.by, 256) {
+            return Some("spec.answer: reason is at most 1024 characters, by at most 256".into());
+        }
+        None
+    }
 }
 
 /// Where an event came from.

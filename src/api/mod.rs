@@ -5,6 +5,7 @@
 //! immutable fields); [`shapes`] holds the same rules as code, for local mode and for what reaches a command line
 //! (see [`is_valid_session_id`]).
 
+mod approval;
 mod budget;
 mod crd;
 mod event;
@@ -15,6 +16,10 @@ mod usage;
 
 use std::collections::BTreeMap;
 
+pub use approval::{
+    Answer, ApprovalRule, ApprovalSpec, ApprovalStatus, DEFAULT_WAIT_SECONDS, Decision, REQUEST_ID_PATTERN,
+    RULE_PATTERN, glob_matches,
+};
 pub use budget::{WorkBudget, WorkBudgetSpec, WorkBudgetStatus, spent, spent_in};
 pub use crd::{KNOWN_FORMATS, crds, crds_yaml};
 pub use event::{EventSource, SourceType, WorkEvent, WorkEventSpec, WorkEventStatus};
@@ -213,6 +218,10 @@ pub struct WorkSessionSpec {
     /// turn (the conversation kept) and prompts wait; raising or removing it resumes the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetSpec>,
+    /// How the harness's permission requests are answered where no person has (a hook-backed harness that asks: Claude
+    /// Code): how long one waits before it is denied, and rules that answer at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalSpec>,
 }
 
 /// A session's own way out, beside its node's and its namespace's lists (the agent config's `rooms.egress.hosts` and
@@ -396,6 +405,9 @@ pub struct WorkSessionStatus {
     /// What the work item's conversations spent, read from the harness's own record (where its profile says how).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The harness's latest permission request (its `PermissionRequest` hook), and its answer once given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalStatus>,
 }
 
 /// The delivery of a prompt that is not a WorkEvent (`spec.initialPrompt`).

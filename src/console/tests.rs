@@ -89,6 +89,7 @@ fn app() -> Router {
             }),
             command: false,
             not_before: None,
+            answer: None,
         },
     ));
     router(Arc::new(memory), hosts_for(HOST.parse().unwrap()), TOKEN.into())

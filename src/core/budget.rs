@@ -90,7 +90,10 @@ impl Decision<'_, '_> {
             return;
         }
         let between_turns = match input.evidence.turn.as_ref().map(super::hooks::activity) {
-            Some((ActivityReason::Working | ActivityReason::WaitingForInput, _)) => false,
+            Some((
+                ActivityReason::Working | ActivityReason::WaitingForInput | ActivityReason::WaitingForApproval,
+                _,
+            )) => false,
             Some(_) => true,
             // No hooks: quiet on screen for a while.
             None => {

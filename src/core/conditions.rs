@@ -175,6 +175,9 @@ words! {
         /// `False`: it waits for a person (a `Notification`: a permission to grant, a question); the message has its
         /// words.
         WaitingForInput,
+        /// `False`: it asks for permission to use a tool and waits for the answer (`status.approval`); the message
+        /// says what it asks and how to answer.
+        WaitingForApproval,
         /// `False`: its turn is over, or it has not begun one (`Stop`, `SessionStart`, an idle `Notification`).
         Idle,
         /// `False`: its last turn failed for good (`StopFailure`: opencode's `session.error`, after its own retries);

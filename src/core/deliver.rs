@@ -57,7 +57,7 @@ impl Proof {
     /// reports each prompt taken, Codex's for a prompt pasted while it works too, as that prompt steers the running
     /// turn), else its transcript where the profile names one, else the settle window.
     pub fn of(profile: &Profile, config: &Config, home: Option<&Path>, identity: &str) -> Self {
-        if hook_args(profile, config, home, identity, "spawn").is_some() {
+        if hook_args(profile, config, home, identity, "spawn", None).is_some() {
             Proof::Hooks
         } else if profile.conversation_path.is_some() {
             Proof::Transcript
@@ -77,16 +77,17 @@ impl Proof {
 }
 
 /// How a harness of `profile` is given its hooks, reporting for the spawn tagged `spawn` to the hook file of
-/// `identity` in its `home`; `None` where it is given none.
+/// `identity` in its `home` (its permission requests waiting on `asks`); `None` where it is given none.
 pub fn hook_args(
     profile: &Profile,
     config: &Config,
     home: Option<&Path>,
     identity: &str,
     spawn: &str,
+    asks: Option<&crate::harness::hooks::Asks>,
 ) -> Option<crate::harness::hooks::Launch> {
     let out = crate::harness::hooks::file_of(home?, identity);
-    crate::harness::hooks::args(profile.hooks?, config.hook_receiver()?, &out, spawn)
+    crate::harness::hooks::args(profile.hooks?, config.hook_receiver()?, &out, spawn, asks)
 }
 
 /// One prompt not yet known delivered.
@@ -224,12 +225,16 @@ impl<'a, 'i> Decision<'a, 'i> {
         // (measured with Claude Code 2.1.332). Without such a record there is no word to wait for.
         let one_unconfirmed = proof != Proof::Settle;
         let busy = input.evidence.turn.as_ref().is_some_and(|t| {
-            matches!(super::hooks::activity(t).0, ActivityReason::Working | ActivityReason::WaitingForInput)
+            matches!(
+                super::hooks::activity(t).0,
+                ActivityReason::Working | ActivityReason::WaitingForInput | ActivityReason::WaitingForApproval
+            )
         });
         // Over its budget, nothing new is sent; what was sent is still confirmed (a paste not yet recorded too). Nor
         // while a budget is set and the count has yet to catch up with the record (read again within a second).
         let catching_up = input.object.spec.budget.is_some() && input.evidence.usage.as_ref().is_some_and(|r| r.more);
         let held = self.paused.is_some() || self.parked.is_some() || catching_up;
+        let asking = self.status.approval.as_ref().is_some_and(|a| a.waiting());
         let mut blocked = false;
         for prompt in self.prompts() {
             match prompt.phase {
@@ -308,6 +313,9 @@ impl<'a, 'i> Decision<'a, 'i> {
                     blocked |= one_unconfirmed;
                 }
                 _ if held => {}
+                // A permission dialog is on its screen: a paste's Enter would answer it. Its answer, its deadline or
+                // its hooks bring the session back.
+                _ if asking => blocked = true,
                 _ if one_at_a_time && busy => {
                     // Its turn's end (a hook) wakes the session; no deadline: a turn takes as long as it takes (the
                     // Activity condition says it works, or waits for a person).

@@ -15,6 +15,8 @@ pub fn activity(turn: &Turn) -> (ActivityReason, String) {
     let words = turn.message.clone().filter(|m| !m.trim().is_empty());
     match (turn.hook.as_str(), turn.kind.as_deref()) {
         ("UserPromptSubmit", _) => (ActivityReason::Working, "the harness took a prompt and works on it".into()),
+        ("PermissionDecided", _) => (ActivityReason::Working, "the harness was answered and works on".into()),
+        ("PermissionRequest", _) => (ActivityReason::WaitingForApproval, "the harness asks for permission".into()),
         ("StopFailure", _) => (ActivityReason::TurnFailed, words.unwrap_or_else(|| "the harness's turn failed".into())),
         ("Notification", Some("idle_prompt")) | ("Stop", _) | ("SessionStart", _) => {
             (ActivityReason::Idle, words.unwrap_or_else(|| "the harness waits for a prompt".into()))
@@ -24,9 +26,11 @@ pub fn activity(turn: &Turn) -> (ActivityReason, String) {
 }
 
 /// Since when the harness has been without work, by its hooks: `None` while it works on a turn (its screen may be
-/// quiet through a long tool call), else the latest turn event's time (`Some(None)`: not known).
+/// quiet through a long tool call) or asks for permission, else the latest turn event's time (`Some(None)`: not known).
 pub fn quiet_since(turn: &Turn) -> Option<Option<Timestamp>> {
-    (activity(turn).0 != ActivityReason::Working).then_some(turn.at)
+    // A request waiting for its answer is not quiet either: a stop would deny it.
+    let busy = matches!(activity(turn).0, ActivityReason::Working | ActivityReason::WaitingForApproval);
+    (!busy).then_some(turn.at)
 }
 
 /// How many earlier conversations a status keeps.
@@ -61,6 +65,11 @@ impl Decision<'_, '_> {
     pub(super) fn follow_the_activity(&mut self) {
         let Some(turn) = self.input.evidence.turn.as_ref() else { return };
         let (mut reason, mut message) = activity(turn);
+        // Its request waits for an answer: its own notice of the dialog says no more than that.
+        let asking = self.status.approval.as_ref().is_some_and(|a| a.waiting());
+        if asking && matches!(reason, ActivityReason::WaitingForInput | ActivityReason::WaitingForApproval) {
+            (reason, message) = (ActivityReason::WaitingForApproval, self.asking());
+        }
         // A turn its model's API refused for a limit sends no hook of its end (Claude Code): its record says so.
         let limit = self.status.usage.as_ref().and_then(|u| u.limit.as_ref());
         let after_the_turn = |l: &&crate::api::UsageLimit| l.time.as_ref().map(|t| t.0) >= turn.at;
@@ -74,7 +83,8 @@ impl Decision<'_, '_> {
             ActivityReason::WaitingForInput => self.notice(Notice::new(EventReason::WaitingForInput, message)),
             ActivityReason::TurnFailed => self.notice(Notice::new(EventReason::TurnFailed, message)),
             ActivityReason::UsageLimited => self.notice(Notice::new(EventReason::UsageLimited, message)),
-            ActivityReason::Working | ActivityReason::Idle => {}
+            // Its Event is the request's own (`ApprovalRequested`).
+            ActivityReason::Working | ActivityReason::Idle | ActivityReason::WaitingForApproval => {}
         }
     }
 

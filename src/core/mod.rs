@@ -23,6 +23,7 @@ use crate::api::{self, Phase, PromptPhase, PromptStatus, Via, WorkSessionSpec, W
 use crate::config::Config;
 use crate::harness::{ArgvError, Profile};
 
+pub(crate) mod approval;
 mod budget;
 mod conditions;
 mod deliver;
@@ -55,7 +56,7 @@ pub use evidence::{Confinement, Evidence, Limited, NamespaceBudget, Record, Rese
 pub use handoff::handoff_text;
 pub use limit::credential;
 pub use plan::{
-    Claim, Context, EventReason, FinishedWorkEvent, INITIAL_PROMPT, Input, Notice, Object, Observed, Op,
+    Claim, Context, EventReason, FinishedWorkEvent, INITIAL_PROMPT, Input, Notice, Object, Observed, Op, PendingAnswer,
     PendingWorkEvent, Plan, PromptKey, Severity, WorkEventUpdate, goes_with_its_session,
 };
 pub use push::{
@@ -433,9 +434,11 @@ impl<'a, 'i> Decision<'a, 'i> {
         if input.observed.liveness == Liveness::Alive {
             self.discover();
             self.follow_the_conversation();
+            self.follow_the_approval();
             self.follow_the_activity();
         } else {
             self.forget_the_activity();
+            self.forget_the_approval();
         }
         match input.observed.liveness {
             Liveness::Alive => self.deliver_to_live_pane(profile, settings),

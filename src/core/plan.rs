@@ -93,6 +93,17 @@ impl PendingWorkEvent {
     }
 }
 
+/// An answer to a permission request (a WorkEvent carrying `spec.answer`) not yet taken, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingAnswer {
+    /// The WorkEvent's name.
+    pub name: String,
+    /// The answer.
+    pub answer: crate::api::Answer,
+    /// When it was made.
+    pub created: Timestamp,
+}
+
 /// A delivered or failed WorkEvent of the session, which expires `delivery.retentionSeconds` after it finished.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FinishedWorkEvent {
@@ -157,6 +168,8 @@ pub struct Object<'a> {
     pub events: &'a [PendingWorkEvent],
     /// Its delivered and failed events.
     pub finished: &'a [FinishedWorkEvent],
+    /// Its answers to permission requests not yet taken, oldest first.
+    pub answers: &'a [PendingAnswer],
     /// The node a move asks for (its [`crate::api::MOVE_ANNOTATION`], resolved to a node other than its own).
     pub move_to: Option<&'a str>,
     /// What the bridge recorded of its work item's pull request ([`crate::api::PULL_REQUEST_STATE_ANNOTATION`]).
@@ -331,6 +344,20 @@ pub enum Op {
         /// The room's uid, which is given the files (`None`: rooms off).
         owner: Option<u32>,
     },
+    /// Answer the harness's permission request: write `written` into the session's answers folder `below` the
+    /// trusted folder `trusted` (the rooms' root, or the harness's `HOME`), where its hook's receiver waits for it
+    /// (the folder and the file readable by the group `group`, the room's, if it has one); a request answered
+    /// already keeps its first answer.
+    Answer {
+        /// A folder the agent trusts: nothing below it is followed through a link.
+        trusted: std::path::PathBuf,
+        /// The session's answers folder, below `trusted`.
+        below: std::path::PathBuf,
+        /// What the receiver tells the harness.
+        written: crate::harness::hooks::Written,
+        /// The room's gid (`None`: rooms off).
+        group: Option<u32>,
+    },
     /// Hand the session to `node` (after its harness was stopped): `spec.nodeName` becomes `node` and the move's
     /// annotation goes, in one patch that holds only while the annotation still asks for `node`. The session is no
     /// longer this agent's.
@@ -364,6 +391,7 @@ impl Op {
             Op::ReleaseRoom => "release_room",
             Op::LeaveRoom => "leave_room",
             Op::GrantPush { .. } => "grant_push",
+            Op::Answer { .. } => "answer",
             Op::Move { .. } => "move",
         }
     }
@@ -439,6 +467,10 @@ crate::words::words! {
         ConversationChanged,
         /// The harness waits for a person (its hooks said so), with its words.
         WaitingForInput,
+        /// The harness asks for permission to use a tool (its hooks said so): the request, its id and its deadline.
+        ApprovalRequested,
+        /// A permission request was answered: by whom, how, and why.
+        ApprovalAnswered,
         /// The harness's turn failed for good (its hooks said so), with its words.
         TurnFailed,
         /// The session was handed to another node (a move asked for it).
@@ -477,6 +509,8 @@ impl EventReason {
             EventReason::PushTokenFailed => "workspace.push_token_failed",
             EventReason::ConversationChanged => "session.conversation_changed",
             EventReason::WaitingForInput => "session.waiting_for_input",
+            EventReason::ApprovalRequested => "approval.requested",
+            EventReason::ApprovalAnswered => "approval.answered",
             EventReason::TurnFailed => "session.turn_failed",
             EventReason::Moved => "session.moved",
             EventReason::Archived => "session.archived",
@@ -499,6 +533,7 @@ impl EventReason {
             | EventReason::ConversationChanged
             | EventReason::Moved
             | EventReason::Archived
+            | EventReason::ApprovalAnswered
             | EventReason::UsageLimitWaitedOut => Severity::Normal,
             _ => Severity::Warning,
         }

@@ -329,7 +329,9 @@ impl<'a, 'i> Decision<'a, 'i> {
             Confinement::Off => config.harness_home.as_deref(),
             Confinement::Due | Confinement::Unavailable(_) => None,
         };
-        super::hook_args(profile, config, home, self.input.object.owner_name, spawn)
+        let identity = self.input.object.owner_name;
+        let asks = super::approval::asks(config, home, identity, self.input.object.spec);
+        super::hook_args(profile, config, home, identity, spawn, asks.as_ref())
     }
 
     /// A recorded intent whose spawn never ran (no session carries its tag, and a fresh one left no conversation in

@@ -11,7 +11,8 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-pub use crate::harness::hooks::{Hooks, Line, Turn, file_of};
+pub use crate::harness::hooks::{Asked, Hooks, Line, Turn, file_of};
+use crate::harness::hooks::{PERMISSION_DECIDED, PERMISSION_REQUEST};
 
 /// The most a hook may hand over on stdin: a prompt is at most what the API allows, far below this.
 const STDIN_LIMIT: u64 = 1 << 20;
@@ -23,12 +24,22 @@ pub const READ_LIMIT: u64 = 1 << 20;
 /// `FILE` (made `0600`, its directory `0700`; never through a link). Run by the harness as its own user; whatever it is
 /// given, it only writes that one line.
 pub fn receive(out: &Path, event: &str, spawn: &str, stdin: impl Read) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let data = read_json(stdin)?;
+    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    append(out, &Line { hook: event.into(), spawn: spawn.into(), at, data, ..Line::default() })
+}
+
+/// What a harness hands over on stdin: its JSON object, or `null` when it is not JSON.
+pub(crate) fn read_json(stdin: impl Read) -> std::io::Result<serde_json::Value> {
     let mut input = Vec::new();
     stdin.take(STDIN_LIMIT).read_to_end(&mut input)?;
-    let data = serde_json::from_slice(&input).unwrap_or(serde_json::Value::Null);
-    let (hook, spawn, at) = (event.to_string(), spawn.to_string(), k8s_openapi::jiff::Timestamp::now().to_string());
-    let mut line = serde_json::to_vec(&Line { hook, spawn, at, data })?;
+    Ok(serde_json::from_slice(&input).unwrap_or(serde_json::Value::Null))
+}
+
+/// Appends `line` to the hook file `out` (made `0600`, its directory `0700`; never through a link).
+pub(crate) fn append(out: &Path, line: &Line) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let mut line = serde_json::to_vec(line)?;
     line.push(b'\n');
     if let Some(dir) = out.parent() {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
@@ -119,6 +130,10 @@ struct Fields<'a> {
     at: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     data: Option<Data>,
+    #[serde(default)]
+    request: Option<String>,
+    #[serde(default)]
+    deadline: Option<String>,
 }
 
 #[derive(Default, serde::Deserialize)]
@@ -134,6 +149,12 @@ struct Data {
     /// Codex's notify: the thread (conversation) its turn ran in.
     #[serde(rename = "thread-id")]
     thread_id: Option<String>,
+    /// A permission request's tool.
+    tool_name: Option<String>,
+    /// What the tool is given.
+    tool_input: Option<serde_json::Value>,
+    /// What the receiver answered a permission request.
+    behavior: Option<String>,
 }
 
 /// A line of the spawn tagged `spawn`, parsed; `None` for any other (or one too long to parse).
@@ -165,6 +186,8 @@ pub struct Heard {
     pub named: Vec<String>,
     /// Its latest turn event ([`TURN_EVENTS`]).
     pub turn: Option<Turn>,
+    /// Its latest permission request, with its answer if the receiver gave one.
+    pub asked: Option<Asked>,
     /// The prompts it reported taking (`UserPromptSubmit`) from the offset asked for on.
     pub prompts: Vec<Taken>,
     /// How long the file was.
@@ -200,7 +223,18 @@ pub enum TurnEnd {
 }
 
 /// The hooks that say where a harness is in its turn.
-pub const TURN_EVENTS: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification"];
+pub const TURN_EVENTS: &[&str] = &[
+    "SessionStart",
+    "UserPromptSubmit",
+    "Stop",
+    "StopFailure",
+    "Notification",
+    PERMISSION_REQUEST,
+    PERMISSION_DECIDED,
+];
+
+/// The turn events after which a permission request of before no longer waits: the harness went on without it.
+const PAST_A_REQUEST: &[&str] = &["SessionStart", "UserPromptSubmit", "Stop", "StopFailure"];
 
 /// Reads what the hooks of the spawn tagged `spawn` said in the hook file of `identity` under `home` (through
 /// [`crate::node::transcript::open`]): the latest move and turn event from the file's last MiB, read from its end (none when
@@ -218,12 +252,28 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, offset: Option<u64
     let moved = |source: &str| matches!(source, "clear" | "compact" | "resume");
     let mut heard = Heard { len, ..Heard::default() };
     let tail_lines: Vec<(u64, &str)> = lines(&tail, tail_start, tail_start > 0).collect();
+    // Going back from the end: the answers given and whether the harness went on, until its latest request.
+    let (mut decided, mut went_on, mut asked_done) = (Vec::new(), false, false);
     for (_, line) in tail_lines.iter().rev() {
-        if heard.moved_to.is_some() && heard.turn.is_some() && heard.named.len() >= NAMED_KEPT {
+        if heard.moved_to.is_some() && heard.turn.is_some() && heard.named.len() >= NAMED_KEPT && asked_done {
             break;
         }
         let Some(s) = said(line) else { continue };
         let data = s.data.unwrap_or_default();
+        if !asked_done {
+            match s.hook.as_ref() {
+                PERMISSION_DECIDED => decided.push((s.request.clone(), data.behavior.clone())),
+                PERMISSION_REQUEST => {
+                    asked_done = true;
+                    heard.asked = s.request.clone().filter(|id| crate::harness::hooks::is_request_id(id)).map(|id| {
+                        let answered = decided.iter().find(|(r, _)| r.as_ref() == Some(&id)).and_then(|d| d.1.clone());
+                        asked(id, &s.at, s.deadline.as_deref(), &data, answered, went_on)
+                    });
+                }
+                hook if PAST_A_REQUEST.contains(&hook) => went_on = true,
+                _ => {}
+            }
+        }
         if heard.named.len() < NAMED_KEPT {
             let names = matches!(s.hook.as_ref(), "UserPromptSubmit" | "SessionStart");
             let named = data.thread_id.clone().or_else(|| data.session_id.clone().filter(|_| names));
@@ -283,6 +333,57 @@ pub fn hear(home: &Path, identity: &str, spawn: Option<&str>, offset: Option<u64
     }
     heard.prompts.reverse();
     Some(heard)
+}
+
+/// The most of what a tool is given beside its subject that is kept of a request, for a person to read.
+const DETAIL_LIMIT: usize = 8192;
+
+/// A permission request as its line says it: its subject whole (a rule matches all of it), its tool only where its
+/// name is a plain word.
+fn asked(
+    id: String,
+    at: &Option<std::borrow::Cow<'_, str>>,
+    deadline: Option<&str>,
+    data: &Data,
+    answered: Option<String>,
+    passed: bool,
+) -> Asked {
+    let input = data.tool_input.clone().unwrap_or_default();
+    let text = |key: &str| input.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    let lines = |key: &str| input.get(key).and_then(|v| v.as_str()).map(|s| s.lines().count());
+    let plain = |t: &&String| {
+        t.len() <= 64 && !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+    };
+    let tool = data.tool_name.as_ref().filter(plain).cloned();
+    let (subject, detail) = match tool.as_deref().unwrap_or_default() {
+        "Bash" => (text("command"), text("description").map(|d| cut(&d, DETAIL_LIMIT))),
+        "Write" => (text("file_path"), lines("content").map(|n| format!("writes {n} lines"))),
+        "Edit" | "MultiEdit" => {
+            let change = match (lines("old_string"), lines("new_string")) {
+                (Some(old), Some(new)) => Some(format!("replaces {old} lines with {new}")),
+                _ => None,
+            };
+            (text("file_path"), change)
+        }
+        "NotebookEdit" => (text("notebook_path"), None),
+        "Read" => (text("file_path"), None),
+        "WebFetch" => (text("url"), None),
+        _ => (None, Some(cut(&input.to_string(), DETAIL_LIMIT))),
+    };
+    let handed = serde_json::json!({"tool_name": data.tool_name, "tool_input": input});
+    let digest = data.tool_name.as_ref().and_then(|_| crate::harness::hooks::request_digest(&handed));
+    let time = |t: Option<&str>| t.and_then(|t| t.parse().ok());
+    let (at, deadline) = (time(at.as_deref()), time(deadline));
+    Asked { id, tool, subject, digest, detail, at, deadline, answered, passed }
+}
+
+/// `text`, at most `max` bytes of it (cut at a character's edge).
+fn cut(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }
 
 /// How long the hook file of `identity` under `home` is (opened as [`crate::node::transcript::open`] does: below `home`,
@@ -398,5 +499,39 @@ mod tests {
             ]
         );
         assert_eq!(heard.turn.map(|t| t.hook), Some("UserPromptSubmit".into()));
+    }
+
+    #[test]
+    fn a_permission_request_is_heard_with_its_answer_and_whether_the_harness_went_on() {
+        let home = tempfile::tempdir().unwrap();
+        let out = file_of(home.path(), "agents/ap");
+        let line = |hook: &str, request: Option<&str>, data: serde_json::Value| Line {
+            hook: hook.into(),
+            spawn: "s1".into(),
+            at: "2026-12-05T10:00:00Z".into(),
+            data,
+            request: request.map(String::from),
+            deadline: request.map(|_| "2026-12-05T10:10:00Z".into()),
+        };
+        let input =
+            serde_json::json!({"tool_name": "Write", "tool_input": {"file_path": "/w/a.rs", "content": "a\nb\n"}});
+        append(&out, &line(PERMISSION_REQUEST, Some("0123456789ab"), input)).unwrap();
+        let heard = hear(home.path(), "agents/ap", Some("s1"), None).unwrap();
+        let asked = heard.asked.unwrap();
+        assert_eq!((asked.id.as_str(), asked.tool.as_deref()), ("0123456789ab", Some("Write")));
+        assert!(asked.digest.is_some());
+        assert_eq!((asked.subject.as_deref(), asked.detail.as_deref()), (Some("/w/a.rs"), Some("writes 2 lines")));
+        assert_eq!((asked.answered, asked.passed), (None, false));
+        assert_eq!(heard.turn.unwrap().hook, PERMISSION_REQUEST);
+        append(&out, &line(PERMISSION_DECIDED, Some("0123456789ab"), serde_json::json!({"behavior": "allow"})))
+            .unwrap();
+        append(&out, &line("Stop", None, serde_json::json!({}))).unwrap();
+        let asked = hear(home.path(), "agents/ap", Some("s1"), None).unwrap().asked.unwrap();
+        assert_eq!((asked.answered.as_deref(), asked.passed), (Some("allow"), true));
+        // An id of another shape is no request (it would reach a command line as a word of a person's answer).
+        for odd in ["x; rm -rf /", "--namespace=victim", "", "0123456789AB"] {
+            append(&out, &line(PERMISSION_REQUEST, Some(odd), serde_json::json!({}))).unwrap();
+            assert_eq!(hear(home.path(), "agents/ap", Some("s1"), None).unwrap().asked, None, "{odd:?}");
+        }
     }
 }

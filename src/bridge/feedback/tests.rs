@@ -18,6 +18,7 @@ fn event(kind: &str, comment_id: Option<u64>, phase: Option<PromptPhase>) -> Wor
                 comment_id,
                 ..Default::default()
             }),
+            answer: None,
             command: false,
             not_before: None,
         },

@@ -5,6 +5,7 @@ use super::*;
 use crate::api::{PromptStatus, Respawn, RestartPolicy, ResumeSpec, WorkSessionSpec};
 use crate::harness::hooks::Turn;
 
+mod approval;
 mod budget;
 mod delivery;
 mod discover;
@@ -106,6 +107,10 @@ struct Case {
     record_len: u64,
     awaits_transcript: bool,
     turn: Option<Turn>,
+    /// The live spawn's latest permission request.
+    asked: Option<crate::harness::hooks::Asked>,
+    /// Answers to permission requests not yet taken.
+    answers: Vec<crate::core::PendingAnswer>,
     discovering_here: Option<&'static str>,
     id_taken_by: Option<&'static str>,
     /// `None`: rooms off; `Some(Err(why))`: on, and none to be had.
@@ -158,6 +163,8 @@ impl Case {
             record_len: 0,
             awaits_transcript: false,
             turn: None,
+            asked: None,
+            answers: Vec::new(),
             discovering_here: None,
             id_taken_by: None,
             room: None,
@@ -192,6 +199,7 @@ impl Case {
                 owner_name: "ns/repo-12",
                 events: &self.events,
                 finished: &self.finished,
+                answers: &self.answers,
                 move_to: self.move_to,
                 pull_request: self.pull_request.as_deref(),
                 // As the status says: a test of the label sets it apart.
@@ -225,6 +233,7 @@ impl Case {
                     awaits_transcript: self.awaits_transcript,
                 },
                 turn: self.turn.clone(),
+                asked: self.asked.clone(),
                 workspace: self.workspace.clone(),
                 room: match &self.room {
                     _ if self.room_due => Confinement::Due,
@@ -325,6 +334,7 @@ fn ops(plan: &Plan) -> Vec<String> {
                 _ => n.reason.log_event().to_string(),
             },
             Op::GiveRoom => "give room".into(),
+            Op::Answer { written, .. } => format!("answer {} {}", written.request, written.behavior),
             Op::ReleaseFinalizer { .. } => "release finalizer".into(),
             Op::Forget => "forget".into(),
             Op::PrepareWorkspace => "prepare workspace".into(),

@@ -489,8 +489,8 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         }
         "WorkEvent" => {
             let ev: WorkEvent = typed(value)?;
-            if ev.spec.session.is_empty() || ev.spec.prompt.is_empty() {
-                return Err("spec.session and spec.prompt are required".into());
+            if let Some(problem) = ev.spec.problem() {
+                return Err(problem);
             }
             (api::Kind::WorkEvent, Manifest::Event(Box::new(ev)))
         }
