@@ -7,6 +7,7 @@
 //! built-in `claude` profile is used as it ships (its `readyPattern` and `conversationPath`), with only the binary
 //! replaced by a wrapper that sets that environment.
 
+mod fake_github;
 mod scenarios;
 mod standin;
 mod support;
@@ -997,4 +998,101 @@ async fn a_permission_request_is_answered_from_afar_by_a_person_a_rule_or_its_de
     })
     .await;
     assert!(!w.tmux.workdir().join("listed.txt").exists(), "the command did not run");
+}
+
+/// Approvals from GitHub, with the real CLI asking: the bridge posts the request on the issue the work item came from,
+/// with its id; a stranger's, a bot's and an older id's `/approve` do nothing (202 `ignored`, the command not run); a
+/// member's `/approve <id>` runs it and the turn ends; the comment is edited to say who allowed it; the same comment
+/// delivered again answers nothing more.
+#[tokio::test]
+async fn a_permission_request_is_posted_on_its_issue_and_answered_by_a_comment_from_someone_allowed() {
+    const SECRET: &str = "a webhook secret";
+    const REPO: &str = "octo-org/hello-world";
+    let model = Model::start();
+    model.on("make the file", Reply::bash("touch made-from-github", "The tool has run."));
+    let w = world(&model).await;
+    let gh = fake_github::FakeGithub::start().await;
+    let dir = w.tmux.dir.path();
+    std::fs::write(dir.join("github-secret"), SECRET).unwrap();
+    std::fs::write(dir.join("github-token"), "ghp_test\n").unwrap();
+    let yaml = format!(
+        "github:\n  secretFile: {secret}\n  api: {{baseUrl: '{base}', tokenFile: {token}}}\n  events: {{issue_comment: [created]}}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: claude\n    workdir: {workdir}\n    feedback: 'Off'\n",
+        secret = dir.join("github-secret").display(),
+        token = dir.join("github-token").display(),
+        base = gh.url(""),
+        ns = w.ns.name,
+        node = w.node,
+        workdir = w.tmux.workdir().display(),
+    );
+    let config = std::sync::Arc::new(worksession::bridge::BridgeConfig::parse(&yaml, Path::new("b.yaml")).unwrap());
+    let app = support::bridge_router(&yaml, worksession::store::kube::KubeSink::new(w.ns.client.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let api = config.github.as_ref().unwrap().api.clone().unwrap();
+    let github = std::sync::Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
+    let watched = tokio::sync::watch::channel(config.clone()).1;
+    let poster = tokio::spawn(worksession::bridge::approval_comment::run(w.ns.client.clone(), github, watched));
+    let deliver = |delivery: &'static str, payload: serde_json::Value| async move {
+        let body = serde_json::to_vec(&payload).unwrap();
+        let signature = worksession::bridge::github::sign(SECRET.as_bytes(), &body);
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("X-GitHub-Event", "issue_comment"),
+            ("X-GitHub-Delivery", delivery),
+            ("X-Hub-Signature-256", signature.as_str()),
+        ];
+        support::http(addr, "POST", "/webhooks/github", &headers, &body).await.unwrap()
+    };
+    let comment = |sender: &str, role: &str, body: &str| {
+        let mut payload = scenarios::fixtures::issue_comment(REPO, 7, sender, body);
+        payload["comment"]["author_association"] = role.into();
+        payload
+    };
+    assert_eq!(deliver("ap-1", comment("mona", "MEMBER", "make the file")).await.0, 201);
+    let item = support::work_item(REPO, 7);
+    let ws = w
+        .await_session(&item, "asking to touch the file", |ws| {
+            ws.status.as_ref().and_then(|s| s.approval.as_ref()).is_some_and(|a| a.waiting())
+        })
+        .await;
+    let id = ws.status.unwrap().approval.unwrap().id;
+    let posted = support::eventually("the request posted on the issue", || async {
+        gh.comments().into_iter().find(|c| c["body"].as_str().is_some_and(|b| b.contains(&format!("/approve {id}"))))
+    })
+    .await;
+    assert!(posted["body"].as_str().unwrap().contains("touch made-from-github"), "{posted}");
+
+    let ignored = |(status, body): (u16, String), reason: &str| {
+        assert_eq!(status, 202, "{body}");
+        assert!(body.contains(reason), "{body}");
+    };
+    ignored(deliver("ap-2", comment("stranger", "NONE", &format!("/approve {id}"))).await, "only");
+    let mut bot = comment("helper-bot[bot]", "MEMBER", &format!("/approve {id}"));
+    bot["sender"]["type"] = "Bot".into();
+    ignored(deliver("ap-3", bot).await, "bot");
+    ignored(deliver("ap-4", comment("mona", "MEMBER", "/approve 000000000000")).await, "waits");
+    ignored(deliver("ap-5", comment("mona", "MEMBER", "/approve now please")).await, "names its request");
+    assert!(!w.tmux.workdir().join("made-from-github").exists(), "nothing ran");
+    assert!(w.sessions().get(&item).await.unwrap().status.unwrap().approval.unwrap().waiting());
+
+    let approve = comment("mona", "MEMBER", &format!("/approve {id}"));
+    assert_eq!(deliver("ap-6", approve.clone()).await.0, 201);
+    let ws = w.await_session(&item, "the turn over", |ws| activity_is(ws, "Idle")).await;
+    assert!(w.tmux.workdir().join("made-from-github").exists(), "the command ran");
+    let a = ws.status.unwrap().approval.unwrap();
+    assert_eq!((a.decision, a.by.as_deref()), (Some(worksession::api::Decision::Allow), Some("github:mona")));
+    support::eventually("the comment says who allowed it", || async {
+        gh.comments()
+            .into_iter()
+            .find(|c| c["body"].as_str().is_some_and(|b| b.contains("**Allowed** by ` github:mona `")))
+    })
+    .await;
+    assert!(!gh.comments().iter().any(|c| c["body"].as_str().is_some_and(|b| b.contains(&format!("/approve {id}`")))));
+    // The same comment again (a redelivery under another id): no request waits.
+    ignored(deliver("ap-7", approve).await, "waits");
+    let prompts = model.prompts();
+    assert!(!prompts.iter().any(|p| p.contains("/approve")), "an answer is never a prompt: {prompts:?}");
+    poster.abort();
+    server.abort();
 }

@@ -16,6 +16,13 @@ pub const RULE_PATTERN: &str = r"^[A-Za-z0-9_.:-]{1,64}(\(.*\))?$";
 /// never allowed by a pattern.
 const SHELL_CONTROL: &[char] = &[';', '&', '|', '<', '>', '$', '`', '(', ')', '\n', '\r'];
 
+/// The WorkEvent name of an answer to the request `id` of the session `session`: one per request, so a second answer
+/// to it is refused by the store, whoever gives it (the command line or the bridge).
+pub fn answer_name(session: &str, id: &str) -> String {
+    let name = format!("{session}.answer-{id}");
+    if name.len() <= 253 { name } else { format!("answer-{id}") }
+}
+
 /// How long a permission request waits for an answer when `spec.approval.waitSeconds` is unset.
 pub const DEFAULT_WAIT_SECONDS: u32 = 600;
 

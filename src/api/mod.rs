@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 pub use approval::{
     Answer, ApprovalRule, ApprovalSpec, ApprovalStatus, DEFAULT_WAIT_SECONDS, Decision, REQUEST_ID_PATTERN,
-    RULE_PATTERN, glob_matches,
+    RULE_PATTERN, answer_name, glob_matches,
 };
 pub use budget::{WorkBudget, WorkBudgetSpec, WorkBudgetStatus, spent, spent_in};
 pub use crd::{KNOWN_FORMATS, crds, crds_yaml};

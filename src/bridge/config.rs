@@ -64,6 +64,9 @@ pub struct GithubConfig {
     pub bot_reviewers: Vec<String>,
     /// The hooks whose failed deliveries are asked of GitHub again (needs `api`); `None`: none are.
     pub redeliver: Option<Redeliver>,
+    /// The roles whose `/approve` and `/deny` comments answer a harness's permission request, among those that may
+    /// prompt by the route (`None`: every role that may prompt).
+    pub approvers: Option<Vec<String>>,
 }
 
 #[derive(Clone)]
@@ -142,6 +145,7 @@ impl std::fmt::Debug for GithubConfig {
             .field("feedback", &self.feedback)
             .field("ci", &self.ci)
             .field("bot_reviewers", &self.bot_reviewers)
+            .field("approvers", &self.approvers)
             .field("redeliver", &self.redeliver)
             .finish()
     }
@@ -248,6 +252,7 @@ struct GithubFile {
     #[serde(default)]
     bot_reviewers: Vec<String>,
     redeliver: Option<RedeliverFile>,
+    approvers: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -398,6 +403,7 @@ impl BridgeConfig {
                     ci: ci(path, g.ci)?,
                     bot_reviewers: g.bot_reviewers,
                     redeliver: g.redeliver.map(|r| redeliver(path, r, api_app)).transpose()?,
+                    approvers: g.approvers.map(|a| associations(a, "github.approvers".into(), path)).transpose()?,
                 })
             }
             None => None,

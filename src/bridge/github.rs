@@ -119,6 +119,41 @@ pub enum Ask {
     Link,
     /// A CI result.
     Ci(Check),
+    /// A comment `/approve <id>` or `/deny <id> [reason]`: an answer to a harness's permission request, never a
+    /// prompt (`Err`: it said one of the two words, and no more that can be read).
+    Answer(Result<Answering, &'static str>),
+}
+
+/// A person's answer from a comment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answering {
+    /// The request it names.
+    pub request: String,
+    /// Allow or deny.
+    pub decision: crate::api::Decision,
+    /// The rest of the comment, for a denial: what the harness's model is told.
+    pub reason: Option<String>,
+}
+
+/// The longest reason an answer carries, in characters.
+const REASON_LIMIT: usize = 1024;
+
+/// What a comment answers, if it is `/approve` or `/deny` (its first word); `None`: any other comment.
+pub fn answering(body: &str) -> Option<Result<Answering, &'static str>> {
+    let body = body.trim_start();
+    let (word, rest) = body.split_once(char::is_whitespace).unwrap_or((body, ""));
+    let decision = match word {
+        "/approve" => crate::api::Decision::Allow,
+        "/deny" => crate::api::Decision::Deny,
+        _ => return None,
+    };
+    let rest = rest.trim_start();
+    let (request, reason) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    if !crate::harness::hooks::is_request_id(request) {
+        return Some(Err("an answer names its request: `/approve <id>` or `/deny <id> [reason]`"));
+    }
+    let reason = Some(clipped(&one_line(reason), REASON_LIMIT)).filter(|r| !r.is_empty());
+    Some(Ok(Answering { request: request.to_string(), decision, reason }))
 }
 
 /// One GitHub delivery as the bridge acts on it.
@@ -225,6 +260,9 @@ pub fn parse(kind: &str, payload: &Value) -> Result<Parsed, &'static str> {
             after: str_at(payload, &["after"]).unwrap_or_default().to_string(),
         },
         ("pull_request", _, Target::Branch(_)) => Ask::Link,
+        ("issue_comment", "created", _) if answering(&subject.body).is_some() => {
+            Ask::Answer(answering(&subject.body).unwrap_or(Err("no answer")))
+        }
         _ => Ask::Prompt,
     };
     Ok(Parsed { subject, target, ask })

@@ -19,6 +19,8 @@ pub const IGNORED_REASONS: &[&str] = &[
     "sender",
     "unrouted",
     "author_association",
+    "approver",
+    "answer",
     "max_sessions",
     "empty_work_item",
     "lifecycle",

@@ -2,6 +2,8 @@
 //! server, and only then are they acknowledged. Handlers parse and answer; [`Bridge`] does the work; [`ApiError`]
 //! is the one error type, mapped to HTTP statuses.
 
+mod answers;
+pub mod approval_comment;
 mod ci;
 pub mod config;
 pub mod feedback;
@@ -400,6 +402,7 @@ pub async fn run<S: Sink + Clone>(sink: S, options: BridgeOptions) -> std::io::R
         let events = kube::Api::all(client.clone());
         let interval = status_comment::MIN_INTERVAL;
         tokio::spawn(status_comment::run(client.clone(), github.clone(), options.config.clone(), interval));
+        tokio::spawn(approval_comment::run(client.clone(), github.clone(), options.config.clone()));
         tokio::spawn(feedback::run(client, events, github, options.config.clone(), metrics.clone()));
     }
     tokio::spawn({

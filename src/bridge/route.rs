@@ -73,7 +73,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         Ok(p) => p,
         Err(why) => return Ok(bridge.ignored("subject", why.into())),
     };
-    if !accepted && matches!(ask, Ask::Prompt | Ask::Ci(_)) {
+    if !accepted && matches!(ask, Ask::Prompt | Ask::Ci(_) | Ask::Answer(_)) {
         return Ok(bridge.ignored("event", format!("event {kind:?} with action {action:?} is not accepted")));
     }
     let Some(route) = config.route(&subject.repository) else {
@@ -155,6 +155,9 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
         Ask::Ci(check) => return ci::deliver(bridge, route, &subject, &work_item, check, source).await,
         _ if ignored_sender => {
             return Ok(bridge.ignored("sender", format!("sender {} is on the ignore list", subject.sender)));
+        }
+        Ask::Answer(answering) => {
+            return super::answers::take(bridge, route, &subject, &work_item, answering, source).await;
         }
         // Closing a pull request and pushing to a branch of the repository both take write access to it; neither
         // is a person's word on the work, so neither starts the CI count again.

@@ -86,7 +86,7 @@ pub fn render(ws: &WorkSession) -> String {
 /// `text` on one line as a code span: GitHub renders no markup, mention, issue reference or link inside one (a
 /// backslash would not stop a mention: GitHub finds those after Markdown is rendered). Fenced by one backtick more
 /// than the longest run in `text`.
-fn code(text: &str) -> String {
+pub(super) fn code(text: &str) -> String {
     let text: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest + 1);
@@ -96,7 +96,7 @@ fn code(text: &str) -> String {
 /// A seal of `what` with the webhook's secret: a value only the bridge can have written. Anyone who may patch a
 /// WorkSession can write its annotations, and a forged comment id would have the bridge overwrite any comment of a
 /// routed repository with its credentials.
-fn seal(secret: &[u8], what: &str) -> String {
+pub(super) fn seal(secret: &[u8], what: &str) -> String {
     use hmac::{KeyInit, Mac};
     let mut mac = hmac::Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
     mac.update(b"worksession status comment\n");
@@ -110,7 +110,7 @@ pub fn issue_annotation(secret: &[u8], namespace: &str, name: &str, repository: 
     format!("{issue} {}", seal(secret, &format!("{namespace}/{name} {issue}")))
 }
 
-fn digest(text: &str) -> String {
+pub(super) fn digest(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))[..16].to_string()
 }
 
@@ -118,9 +118,17 @@ fn digest(text: &str) -> String {
 /// only an issue the bridge recorded (its seal), and only of a repository that route routes, so an annotation or a
 /// label written by hand points the bridge's credentials at no other issue.
 pub fn issue_of(config: &BridgeConfig, ws: &WorkSession) -> Option<(String, u64)> {
+    let route = ws.labels().get(ROUTE_LABEL)?;
+    config.routes.iter().find(|r| &r.id == route && r.status_comment)?;
+    sealed_issue(config, ws)
+}
+
+/// The issue the bridge recorded for `ws` (its seal), when `ws` is its route's own session (its namespace) and the
+/// issue's repository is one that route routes.
+pub fn sealed_issue(config: &BridgeConfig, ws: &WorkSession) -> Option<(String, u64)> {
     let secret = &config.github.as_ref()?.secret;
     let route = ws.labels().get(ROUTE_LABEL)?;
-    let route = config.routes.iter().find(|r| &r.id == route && r.status_comment)?;
+    let route = config.routes.iter().find(|r| &r.id == route)?;
     let namespace = ws.namespace().unwrap_or_default();
     if namespace != route.namespace {
         return None;
@@ -222,7 +230,7 @@ async fn reconcile(ws: Arc<WorkSession>, ctx: Arc<Commenter>) -> Result<Action, 
 }
 
 /// Edits comment `id` (or the issue's comment carrying `marker`, or a new one) to `text`; its id.
-async fn write(
+pub(super) async fn write(
     github: &Github,
     repository: &str,
     number: u64,

@@ -189,6 +189,7 @@ fn config() -> BridgeConfig {
             ci: config::CiConfig::default(),
             bot_reviewers: vec!["reviewer-bot[bot]".into()],
             redeliver: None,
+            approvers: None,
         }),
         generic: Some(config::GenericConfig {
             token: TOKEN.into(),

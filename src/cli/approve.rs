@@ -2,15 +2,8 @@
 //! WorkEvent carrying `spec.answer` (who may make one is who may create WorkEvents, by RBAC; in local mode, whoever
 //! may write the folder). The agent takes it only for the request it names while that one waits.
 
-use crate::api::{Answer, Decision, WorkEvent, WorkEventSpec, WorkSession};
+use crate::api::{Answer, Decision, WorkEvent, WorkEventSpec, WorkSession, answer_name};
 use crate::store::Sink;
-
-/// The WorkEvent name of an answer to the request `id` of the session `session`: one per request, so a second answer
-/// to it is refused by the store, whoever gives it.
-pub fn answer_name(session: &str, id: &str) -> String {
-    let name = format!("{session}.answer-{id}");
-    if name.len() <= 253 { name } else { format!("answer-{id}") }
-}
 
 /// Answers the permission request `id` (default: the one waiting) of the WorkSession `namespace/name` with
 /// `decision`, given by `by`; what was answered, or why nothing was.
