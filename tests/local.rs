@@ -339,6 +339,18 @@ impl scenarios::Rig for Local {
         let store = worksession::store::local::LocalStore::new(self.dir.clone()).unwrap();
         support::bridge_router(yaml, Arc::new(store))
     }
+
+    async fn answer(
+        &self,
+        session: &str,
+        id: Option<&str>,
+        decision: worksession::api::Decision,
+        reason: Option<&str>,
+    ) -> Result<String, String> {
+        let store = Arc::new(worksession::store::local::LocalStore::new(self.dir.clone()).unwrap());
+        let (id, reason, by) = (id.map(String::from), reason.map(String::from), Some("tester".to_string()));
+        worksession::cli::approve::answer(&store, ("default", session), id, decision, reason, by).await
+    }
 }
 
 // The scenarios shared with the Kubernetes agent (tests/scenarios), registered from their one list.

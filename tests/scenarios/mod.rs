@@ -2,6 +2,7 @@
 //! scenario, two object stores. A [`Rig`] is one running agent on a real tmux server with the stand-in harness.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod approvals;
 pub mod discover;
 #[path = "../fixtures/github.rs"]
 pub mod fixtures;
@@ -88,6 +89,8 @@ macro_rules! shared_scenarios {
                 usage::a_usage_limit_parks_the_sessions_of_its_account_and_each_refused_prompt_is_answered_once;
             shared_a_namespaces_budget_reached_by_its_sessions_together_pauses_each_and_a_raise_goes_on:
                 usage::a_namespaces_budget_reached_by_its_sessions_together_pauses_each_and_a_raise_goes_on;
+            shared_a_permission_request_is_answered_by_a_person_or_a_rule_never_by_an_older_answer:
+                approvals::a_permission_request_is_answered_by_a_person_or_a_rule_never_by_an_older_answer;
         );
     };
     (@tests $rig:expr, $after:path; $($name:ident: $($scenario:ident)::+ $(, $arg:expr)?;)*) => {
@@ -144,6 +147,15 @@ pub trait Rig {
     fn bridge(&self, yaml: &str) -> axum::Router;
     /// The namespace of the rig's objects.
     fn namespace(&self) -> String;
+    /// Answers the permission request `id` (default: the one waiting) of `session` as `worksession approve` or
+    /// `deny` does, by `tester`: what it said, or why it did not.
+    fn answer(
+        &self,
+        session: &str,
+        id: Option<&str>,
+        decision: worksession::api::Decision,
+        reason: Option<&str>,
+    ) -> impl Future<Output = Result<String, String>>;
     /// The tmux session of the WorkSession `name` (`loop-<namespace>_<name>`).
     fn tmux_session(&self, name: &str) -> String {
         format!("loop-{}_{name}", self.namespace())

@@ -342,6 +342,18 @@ impl crate::scenarios::Rig for World {
     fn bridge(&self, yaml: &str) -> axum::Router {
         crate::support::bridge_router(yaml, worksession::store::kube::KubeSink::new(self.ns.client.clone()))
     }
+
+    async fn answer(
+        &self,
+        session: &str,
+        id: Option<&str>,
+        decision: worksession::api::Decision,
+        reason: Option<&str>,
+    ) -> Result<String, String> {
+        let sink = worksession::store::kube::KubeSink::new(self.ns.client.clone());
+        let (id, reason, by) = (id.map(String::from), reason.map(String::from), Some("tester".to_string()));
+        worksession::cli::approve::answer(&sink, (&self.ns.name, session), id, decision, reason, by).await
+    }
 }
 
 /// The agent config with its Lease in the test's own namespace, as the chart puts it in the release's (where the
