@@ -2,7 +2,8 @@
 //! against local mode (the real agent on a directory, real tmux, the stand-in) and against the test control plane
 //! (the real agent on its API server). What a person sees is read through the DOM: the session list, a phase
 //! change that appears without a reload, a session's page with the stand-in's ready prompt on its screen, its
-//! WorkEvents and its Kubernetes Events; and a hostile prompt shown on the screen stays text. Screenshots of the two
+//! WorkEvents and its Kubernetes Events; and a hostile prompt shown on the screen stays text. A permission request is
+//! shown on its session's page and approved with its button. Screenshots of the two
 //! pages go to `target/console/` (and to `docs/` with `WORKSESSION_CONSOLE_SHOTS=docs`).
 
 mod browser;
@@ -66,6 +67,21 @@ fn png(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000
 }
 
+/// The agent in local mode on the manifests of `dir`, with `config`.
+fn local_agent(dir: &Path, config: &Config) -> tokio::task::JoinHandle<()> {
+    let (dir, config) = (dir.to_path_buf(), Arc::new(config.clone()));
+    tokio::spawn(async move {
+        let store = worksession::store::local::LocalStore::watching(dir).unwrap();
+        let options = worksession::agent::AgentOptions {
+            config: tokio::sync::watch::channel(config).1,
+            admin_addr: None,
+            admin_listening: None,
+            failpoint: None,
+        };
+        worksession::agent::run_on_changes(store, options).await.unwrap();
+    })
+}
+
 fn write(dir: &Path, name: &str, text: &str) {
     // Written whole and renamed into place, as an editor does, so one notification names it.
     std::fs::write(dir.join(format!("{name}.tmp")), text).unwrap();
@@ -81,19 +97,7 @@ async fn in_local_mode_a_person_sees_the_list_a_live_phase_change_and_the_screen
     let hostile = "  hostile:\n    binary: /bin/sh\n    interactive: ['-c', 'printf \"\\033[31m<img src=x onerror=document.title=1>\\033[0m\\nready>\\n\"; exec sleep 3600', sh, '{prompt}']\n";
     let yaml = tmux.agent_config_yaml() + hostile;
     let config = Config::parse(&yaml, Path::new("local.yaml")).unwrap();
-    let agent = {
-        let (dir, config) = (dir.clone(), Arc::new(config.clone()));
-        tokio::spawn(async move {
-            let store = worksession::store::local::LocalStore::watching(dir).unwrap();
-            let options = worksession::agent::AgentOptions {
-                config: tokio::sync::watch::channel(config).1,
-                admin_addr: None,
-                admin_listening: None,
-                failpoint: None,
-            };
-            worksession::agent::run_on_changes(store, options).await.unwrap();
-        })
-    };
+    let agent = local_agent(&dir, &config);
     let session = |suspend: bool| {
         format!(
             "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {{name: fix-parser}}\nspec: {{workItem: fix-parser, harness: standin, workdir: {}, suspend: {suspend}, initialPrompt: 'Read issue 12 and propose a plan.'}}\n",
@@ -171,6 +175,53 @@ async fn in_local_mode_a_person_sees_the_list_a_live_phase_change_and_the_screen
     write(&dir, "fix-parser", &session(true));
     await_cell(&b, "default/fix-parser", 2, "Suspended").await;
     assert_eq!(b.script("return window.kept || null").await, json!("this page"), "no reload");
+    agent.abort();
+}
+
+/// A permission request (the stand-in asking as Claude Code does, `standin-hooks`) on its session's page: its full
+/// text, approved with the page's button as the console's user, and the command runs; the page then says who allowed
+/// it, and the form is gone. A screenshot goes with the others (`console-approval.png`).
+#[tokio::test]
+async fn in_local_mode_a_person_approves_a_permission_request_on_its_page() {
+    let tmux = TmuxServer::new();
+    let dir = tmux.dir.path().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = Config::parse(&tmux.agent_config_yaml(), Path::new("local.yaml")).unwrap();
+    let agent = local_agent(&dir, &config);
+    let made = tmux.state().join("made-by-approval");
+    write(
+        &dir,
+        "asker",
+        &format!(
+            "apiVersion: worksession.dev/v1alpha1\nkind: WorkSession\nmetadata: {{name: asker}}\nspec: {{workItem: asker, harness: standin-hooks, workdir: {}, initialPrompt: 'PERMIT touch {}'}}\n",
+            tmux.workdir().display(),
+            made.display()
+        ),
+    );
+    let store = worksession::store::local::LocalStore::watching(dir.clone()).unwrap();
+    let addr = serve(worksession::cli::read::Local::new(store, config)).await;
+    let b = Browser::start().await;
+    b.open(&format!("http://{addr}/?token={TOKEN}")).await;
+    b.open(&format!("http://{addr}/sessions/default/asker")).await;
+    eventually("the request on the page", || async {
+        let shown = b.text("#approval-request").await;
+        shown.as_str().is_some_and(|t| t.contains(&format!("Bash: touch {}", made.display()))).then_some(())
+    })
+    .await;
+    assert_eq!(b.script("return document.querySelector('#approval').hidden").await, json!(false));
+    let page = b.screenshot().await;
+    assert!(png(&page));
+    std::fs::write(shots().join("console-approval.png"), &page).unwrap();
+    assert!(!made.exists(), "nothing ran before the answer");
+    b.script("document.querySelector('#approve').click(); return null").await;
+    eventually("the command ran", || async { made.exists().then_some(()) }).await;
+    eventually("the page says who allowed it", || async {
+        let answer = b.text("#approval-answer").await;
+        let said = answer.as_str().unwrap_or_default().to_string();
+        said.starts_with("Allow · by ").then_some(())
+    })
+    .await;
+    assert_eq!(b.script("return document.querySelector('#approval-form').hidden").await, json!(true));
     agent.abort();
 }
 

@@ -66,6 +66,19 @@ pub trait Source: Send + Sync + 'static {
     fn skipped(&self) -> Result<Vec<(PathBuf, String)>, String> {
         Ok(Vec::new())
     }
+    /// Answers the permission request `id` of the WorkSession `namespace/name` as the reader's own user (the
+    /// console's buttons; [`super::approve`]): what it answered, or why nothing was.
+    fn answer(
+        &self,
+        namespace: &str,
+        name: &str,
+        id: String,
+        decision: crate::api::Decision,
+        reason: Option<String>,
+    ) -> impl Future<Output = Result<String, String>> + Send {
+        let _ = (namespace, name, id, decision, reason);
+        async { Err("this reader cannot answer".to_string()) }
+    }
     /// Why the changes stopped coming, while they do (a watch's error after it listed); `None` while they come.
     fn trouble(&self) -> Option<String> {
         None
@@ -251,6 +264,25 @@ impl Source for Cluster {
             .collect())
     }
 
+    async fn answer(
+        &self,
+        namespace: &str,
+        name: &str,
+        id: String,
+        decision: crate::api::Decision,
+        reason: Option<String>,
+    ) -> Result<String, String> {
+        let ws = self.session(namespace, name).await?;
+        let by = super::approve::who_am_i(&self.client).await;
+        let (event, what) = super::approve::answer_event(&ws, Some(id), decision, reason, by)?;
+        let api: Api<WorkEvent> = Api::namespaced(self.client.clone(), namespace);
+        match api.create(&kube::api::PostParams::default(), &event).await {
+            Ok(_) => Ok(super::approve::said(&event, &what)),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(super::approve::made_before(&event)),
+            Err(e) => Err(format!("creating the answer: {e}")),
+        }
+    }
+
     async fn screen(&self, ws: &WorkSession, lines: usize, colours: bool) -> Result<String, String> {
         let namespace = &self.agent_namespace;
         let pod = terminal::agent_pod(&self.client, namespace, terminal::node_of(ws)?).await?;
@@ -286,7 +318,10 @@ impl<L: Listing + Changes + 'static> Local<L> {
     }
 }
 
-impl<L: Listing + Changes + 'static> Source for Local<L> {
+impl<L: Listing + Changes + 'static> Source for Local<L>
+where
+    Arc<L>: crate::store::Sink,
+{
     async fn sessions(&self) -> Result<Vec<WorkSession>, String> {
         self.store.listed_sessions().map_err(|e| e.to_string())
     }
@@ -305,6 +340,18 @@ impl<L: Listing + Changes + 'static> Source for Local<L> {
 
     async fn kube_events(&self, _namespace: &str, _session: &str) -> Result<Vec<KubeEvent>, String> {
         Ok(Vec::new()) // local mode records no Events: the agent's log is the record
+    }
+
+    async fn answer(
+        &self,
+        namespace: &str,
+        name: &str,
+        id: String,
+        decision: crate::api::Decision,
+        reason: Option<String>,
+    ) -> Result<String, String> {
+        let by = std::env::var("USER").ok().map(|u| format!("local:{u}"));
+        super::approve::answer(&self.store, (namespace, name), Some(id), decision, reason, by).await
     }
 
     async fn screen(&self, ws: &WorkSession, lines: usize, colours: bool) -> Result<String, String> {

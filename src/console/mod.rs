@@ -1,9 +1,10 @@
-//! `worksession console`: a read-only web page for people, beside the pipeline (it reads what status says, as `get`
-//! and `peek` do). Every WorkSession with what it is doing, kept current by the watch ([`Source::changes`]
+//! `worksession console`: a web page for people, beside the pipeline (it reads what status says, as `get` and `peek`
+//! do, and writes one thing: a person's answer to a permission request, as `worksession approve` makes it). Every WorkSession with what it is doing, kept current by the watch ([`Source::changes`]
 //! pushed as server-sent events: no polling of the API server); one session's page with its live screen (read by the same [`crate::cli::read`] as
 //! `get` and `peek`, colours as [`ansi`] runs), its conditions, its WorkEvents and its Kubernetes Events. The page and
-//! its script are in the binary; it is served on loopback with the user's own credentials, answers only `GET`, only
-//! for its own `Host` (a page elsewhere cannot reach it by DNS rebinding), and every text it shows is set as text.
+//! its script are in the binary; it is served on loopback with the user's own credentials, answers `GET` and one
+//! `POST` (the answer: JSON, from its own origin only), only for its own `Host` (a page elsewhere cannot reach it by
+//! DNS rebinding), and every text it shows is set as text.
 
 pub mod ansi;
 
@@ -17,7 +18,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use futures::Stream;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -165,6 +166,7 @@ pub fn router<S: Source>(source: S, hosts: Vec<String>, token: String) -> Router
         .route("/api/watch", get(watch::<S>))
         .route("/api/sessions/{namespace}/{name}", get(detail::<S>))
         .route("/api/sessions/{namespace}/{name}/screen", get(screen::<S>))
+        .route("/api/sessions/{namespace}/{name}/answer", post(answer_request::<S>))
         .layer(axum::middleware::from_fn_with_state(console.clone(), guard::<S>))
         .with_state(console)
 }
@@ -181,6 +183,15 @@ async fn guard<S: Source>(State(console): State<Arc<Console<S>>>, request: Reque
     let site = headers.get("sec-fetch-site").and_then(|h| h.to_str().ok());
     if site.is_some_and(|s| s != "same-origin" && s != "none") {
         return (StatusCode::FORBIDDEN, "not from this console's own page").into_response();
+    }
+    // The one write: only from this console's own page (its origin, its script's JSON; a form of another site can
+    // send neither), never a navigation.
+    if request.method() != axum::http::Method::GET {
+        let origin = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok());
+        let json = headers.get(header::CONTENT_TYPE).and_then(|h| h.to_str().ok()) == Some("application/json");
+        if site != Some("same-origin") || origin != Some(&format!("http://{host}")) || !json {
+            return (StatusCode::FORBIDDEN, "an answer comes only from this console's own page").into_response();
+        }
     }
     let query = request.uri().query().unwrap_or_default();
     let given = query.split('&').find_map(|kv| kv.strip_prefix("token=")).map(str::to_string);
@@ -290,8 +301,29 @@ async fn detail<S: Source>(
         "events": events.iter().map(event_json).collect::<Vec<_>>(),
         "eventsError": events_error,
         "kubeEvents": kube_events,
+        "approval": ws.status.as_ref().and_then(|s| s.approval.as_ref()),
     }))
     .into_response())
+}
+
+/// A person's answer to a permission request, as the session's page sends it.
+#[derive(serde::Deserialize)]
+struct Answering {
+    request: String,
+    decision: crate::api::Decision,
+    reason: Option<String>,
+}
+
+/// Answers the request the page showed, as the console's user (their credentials, their RBAC).
+async fn answer_request<S: Source>(
+    State(console): State<Arc<Console<S>>>,
+    Path((namespace, name)): Path<(String, String)>,
+    axum::Json(a): axum::Json<Answering>,
+) -> Response {
+    match console.source.answer(&namespace, &name, a.request, a.decision, a.reason).await {
+        Ok(said) => axum::Json(json!({"said": said})).into_response(),
+        Err(why) => failed(StatusCode::CONFLICT, why),
+    }
 }
 
 async fn screen<S: Source>(

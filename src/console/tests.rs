@@ -1,5 +1,6 @@
 //! The console's routes against an in-memory source (the browser tests in `tests/console.rs` use the real ones):
-//! what each answers, only for its own `Host`, only `GET`, with its security headers; rows in the status's words.
+//! what each answers, only for its own `Host`, `GET` but for the answer (only from its own page), with its security
+//! headers; rows in the status's words.
 
 use std::sync::Mutex;
 
@@ -12,10 +13,14 @@ use super::*;
 use crate::api::{EventSource, SourceType, WorkEventSpec, WorkSessionSpec, WorkSessionStatus};
 use crate::cli::read::KubeEvent;
 
+type Answers = Arc<Mutex<Vec<(String, String, crate::api::Decision, Option<String>)>>>;
+
 #[derive(Default)]
 struct Memory {
     sessions: Mutex<Vec<WorkSession>>,
     events: Vec<WorkEvent>,
+    /// The answers given: session, request, decision, reason.
+    answers: Answers,
 }
 
 impl Source for Arc<Memory> {
@@ -33,6 +38,17 @@ impl Source for Arc<Memory> {
     }
     async fn screen(&self, _ws: &WorkSession, _lines: usize, _colours: bool) -> Result<String, String> {
         Ok("\u{1b}[32mready>\u{1b}[0m <b>hi</b>\n".into())
+    }
+    async fn answer(
+        &self,
+        namespace: &str,
+        name: &str,
+        id: String,
+        decision: crate::api::Decision,
+        reason: Option<String>,
+    ) -> Result<String, String> {
+        self.answers.lock().unwrap().push((format!("{namespace}/{name}"), id, decision, reason));
+        Ok("answered".into())
     }
 }
 
@@ -70,7 +86,12 @@ async fn get(app: &Router, path: &str, host: &str) -> (StatusCode, axum::http::H
 }
 
 fn app() -> Router {
-    let mut memory = Memory::default();
+    app_recording(Answers::default())
+}
+
+/// The console over the sessions below, recording the answers it is given into `answers`.
+fn app_recording(answers: Answers) -> Router {
+    let mut memory = Memory { answers, ..Memory::default() };
     let mut fine = session("fine", ("True", "Running", "the harness is running"));
     let usage =
         crate::api::Usage { tokens: 4200, turns: 4, estimated_cost: Some("0.0276".into()), ..Default::default() };
@@ -141,7 +162,7 @@ async fn only_its_own_host_and_only_get() {
         .header("cookie", format!("{COOKIE}={TOKEN}"))
         .body(Body::empty())
         .unwrap();
-    assert_eq!(app.clone().oneshot(post).await.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED, "read only");
+    assert_eq!(app.clone().oneshot(post).await.unwrap().status(), StatusCode::FORBIDDEN, "no write but its page's");
     let (_, headers, page) = get(&app, "/sessions/agents/fine", HOST).await;
     assert!(page.contains("<h2 id=\"screen-h\">Screen</h2>"));
     assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
@@ -158,4 +179,36 @@ async fn a_session_page_gets_its_screen_as_runs_and_no_link_that_is_not_a_web_li
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["events"][0]["url"], Value::Null, "a javascript: URL is no link");
     assert_eq!(get(&app, "/api/sessions/agents/nobody", HOST).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn an_answer_comes_only_as_json_from_the_consoles_own_page() {
+    let answers = Answers::default();
+    let app = app_recording(answers.clone());
+    let post = |site: Option<&str>, origin: &str, kind: &str| {
+        let mut r = Request::post("/api/sessions/agents/fine/answer")
+            .header("host", HOST)
+            .header("cookie", format!("{COOKIE}={TOKEN}"))
+            .header("origin", origin)
+            .header("content-type", kind);
+        if let Some(site) = site {
+            r = r.header("sec-fetch-site", site);
+        }
+        r.body(Body::from(r#"{"request":"0123456789ab","decision":"Allow","reason":null}"#)).unwrap()
+    };
+    let own = format!("http://{HOST}");
+    for (what, request) in [
+        ("a navigation or a tool, no fetch metadata", post(None, &own, "application/json")),
+        ("another site's page", post(Some("cross-site"), &own, "application/json")),
+        ("another origin", post(Some("same-origin"), "http://evil.example", "application/json")),
+        ("a form's body", post(Some("same-origin"), &own, "application/x-www-form-urlencoded")),
+    ] {
+        assert_eq!(app.clone().oneshot(request).await.unwrap().status(), StatusCode::FORBIDDEN, "{what}");
+    }
+    let answered = app.clone().oneshot(post(Some("same-origin"), &own, "application/json")).await.unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+    let given = answers.lock().unwrap().clone();
+    assert_eq!(given, [("agents/fine".into(), "0123456789ab".into(), crate::api::Decision::Allow, None)], "once");
+    // No GET changes anything.
+    assert_eq!(get(&app, "/api/sessions/agents/fine/answer", HOST).await.0, StatusCode::METHOD_NOT_ALLOWED);
 }

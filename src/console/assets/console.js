@@ -1,5 +1,6 @@
-// worksession console: two read-only pages. Every text from the API is set with textContent (never as markup):
-// prompts, screens and messages may be written by anyone who can comment on an issue.
+// worksession console: two pages, read only but for one form: the answer to a harness's permission request, a POST of
+// JSON to this console's own origin. Every text from the API is set with textContent (never as markup): prompts,
+// screens, messages and requests may be written by anyone who can comment on an issue.
 "use strict";
 
 const $ = (selector) => document.querySelector(selector);
@@ -96,11 +97,39 @@ function sessionPage() {
     }
   }
 
+  // The latest permission request, and the answer buttons while it waits.
+  let asked = null;
+  function approval(a) {
+    $("#approval").hidden = !a;
+    if (!a) return;
+    asked = a.id;
+    $("#approval-id").textContent = a.id;
+    $("#approval-request").textContent = a.request;
+    $("#approval-deadline").textContent = a.deadline;
+    const waiting = !a.decidedTime;
+    $("#approval-answer").textContent = waiting ? "waiting" :
+      [a.decision || "ended", "by " + (a.by || "?"), a.reason || ""].filter(Boolean).join(" · ");
+    $("#approval-form").hidden = !waiting;
+  }
+  async function answer(decision) {
+    const reason = $("#approval-reason").value.trim();
+    const response = await fetch(base + "/answer", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ request: asked, decision, reason: reason || null }),
+    });
+    const d = await response.json();
+    $("#approval-said").textContent = d.error || d.said;
+  }
+  $("#approve").addEventListener("click", () => answer("Allow"));
+  $("#deny").addEventListener("click", () => answer("Deny"));
+
   async function show() {
     const response = await fetch(base);
     const d = await response.json();
     if (d.error) { live(d.error); return; }
     summary(d);
+    approval(d.approval);
     setRows($("#conditions tbody"), d.conditions.map((c) => {
       const tr = document.createElement("tr");
       tr.append(cell(c.since, "mono"), cell(c.type), cell(c.status), cell(c.reason), cell(c.message));
