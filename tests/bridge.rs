@@ -1,7 +1,9 @@
 //! End-to-end: a signed GitHub webhook over HTTP into the bridge, the real API server, the real agent on real tmux,
 //! and the harness stand-in. The bridge reaches the API server through a TCP proxy the test can cut, to take the
-//! API server away from the bridge mid-test without stopping it for the other tests.
+//! API server away from the bridge mid-test without stopping it for the other tests. And a harness waiting for a person
+//! with no request of its own: its words posted on its issue (a fake GitHub API), for someone to attach.
 
+mod fake_github;
 mod scenarios;
 use scenarios::fixtures;
 mod standin;
@@ -252,4 +254,35 @@ async fn a_deleted_sessions_events_go_with_it_and_a_new_one_keeps_what_it_is_sen
     let recreated = w.sessions().get(&item).await.unwrap();
     assert_ne!(first.metadata.uid, recreated.metadata.uid, "re-created");
     w.await_event(&worksession::bridge::event_name("gh", "uid-2"), PromptPhase::Delivered).await;
+}
+
+/// A harness that waits for a person with no permission request (the stand-in's `ASK`, a `Notification` only): its
+/// words are posted on its issue with how to answer in its terminal, its markup inert; once it goes on, the same
+/// comment says it no longer waits; no `/approve` is offered, and nothing is typed into the harness.
+#[tokio::test]
+async fn a_wait_for_a_person_is_posted_on_its_issue_for_someone_to_attach() {
+    let w = world::World::new().await;
+    let gh = fake_github::FakeGithub::start().await;
+    let bridge = w.github_bridge(&gh.url(""), "standin-hooks").await;
+    let ask = world::bridge::comment(9, "mona", "MEMBER", "ASK may I run `rm -rf build`? @octocat");
+    assert_eq!(bridge.deliver("wait-1", ask).await.0, 201);
+    let posted = support::eventually("the wait posted on the issue", || async {
+        gh.comments().into_iter().find(|c| c["body"].as_str().is_some_and(|b| b.contains("waits for a person")))
+    })
+    .await;
+    let body = posted["body"].as_str().unwrap();
+    let item = support::work_item(world::bridge::REPO, 9);
+    assert!(body.contains(&format!("`worksession attach {item} -n {}`", w.ns.name)), "{body}");
+    assert!(body.contains("` Standin needs your permission to use Bash `"), "its words, in a code span: {body}");
+    assert!(!body.contains("/approve"), "{body}");
+    // It goes on (a person answered in its terminal: here, its next prompt): the same comment says so.
+    w.send(&item, "wait-2", "thanks").await;
+    support::eventually("the comment edited", || async {
+        let comments = gh.comments();
+        (comments.len() == 1 && comments[0]["body"].as_str().is_some_and(|b| b.contains("no longer waits")))
+            .then_some(())
+    })
+    .await;
+    let typed: Vec<String> = w.prompts().into_iter().map(|p| p.prompt).collect();
+    assert!(typed.iter().all(|p| !p.contains("approve")), "nothing typed for anyone: {typed:?}");
 }

@@ -1006,49 +1006,14 @@ async fn a_permission_request_is_answered_from_afar_by_a_person_a_rule_or_its_de
 /// delivered again answers nothing more.
 #[tokio::test]
 async fn a_permission_request_is_posted_on_its_issue_and_answered_by_a_comment_from_someone_allowed() {
-    const SECRET: &str = "a webhook secret";
-    const REPO: &str = "octo-org/hello-world";
+    use world::bridge::{REPO, comment};
     let model = Model::start();
     model.on("make the file", Reply::bash("touch made-from-github", "The tool has run."));
     let w = world(&model).await;
     let gh = fake_github::FakeGithub::start().await;
-    let dir = w.tmux.dir.path();
-    std::fs::write(dir.join("github-secret"), SECRET).unwrap();
-    std::fs::write(dir.join("github-token"), "ghp_test\n").unwrap();
-    let yaml = format!(
-        "github:\n  secretFile: {secret}\n  api: {{baseUrl: '{base}', tokenFile: {token}}}\n  events: {{issue_comment: [created]}}\nroutes:\n  - repository: 'octo-org/*'\n    namespace: {ns}\n    nodeName: {node}\n    harness: claude\n    workdir: {workdir}\n    feedback: 'Off'\n",
-        secret = dir.join("github-secret").display(),
-        token = dir.join("github-token").display(),
-        base = gh.url(""),
-        ns = w.ns.name,
-        node = w.node,
-        workdir = w.tmux.workdir().display(),
-    );
-    let config = std::sync::Arc::new(worksession::bridge::BridgeConfig::parse(&yaml, Path::new("b.yaml")).unwrap());
-    let app = support::bridge_router(&yaml, worksession::store::kube::KubeSink::new(w.ns.client.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let api = config.github.as_ref().unwrap().api.clone().unwrap();
-    let github = std::sync::Arc::new(worksession::bridge::feedback::github_of(&api).unwrap());
-    let watched = tokio::sync::watch::channel(config.clone()).1;
-    let poster = tokio::spawn(worksession::bridge::approval_comment::run(w.ns.client.clone(), github, watched));
-    let deliver = |delivery: &'static str, payload: serde_json::Value| async move {
-        let body = serde_json::to_vec(&payload).unwrap();
-        let signature = worksession::bridge::github::sign(SECRET.as_bytes(), &body);
-        let headers = [
-            ("Content-Type", "application/json"),
-            ("X-GitHub-Event", "issue_comment"),
-            ("X-GitHub-Delivery", delivery),
-            ("X-Hub-Signature-256", signature.as_str()),
-        ];
-        support::http(addr, "POST", "/webhooks/github", &headers, &body).await.unwrap()
-    };
-    let comment = |sender: &str, role: &str, body: &str| {
-        let mut payload = scenarios::fixtures::issue_comment(REPO, 7, sender, body);
-        payload["comment"]["author_association"] = role.into();
-        payload
-    };
+    let bridge = w.github_bridge(&gh.url(""), "claude").await;
+    let deliver = |delivery: &'static str, payload: serde_json::Value| bridge.deliver(delivery, payload);
+    let comment = |sender: &str, role: &str, body: &str| comment(7, sender, role, body);
     assert_eq!(deliver("ap-1", comment("mona", "MEMBER", "make the file")).await.0, 201);
     let item = support::work_item(REPO, 7);
     let ws = w
@@ -1093,6 +1058,4 @@ async fn a_permission_request_is_posted_on_its_issue_and_answered_by_a_comment_f
     ignored(deliver("ap-7", approve).await, "waits");
     let prompts = model.prompts();
     assert!(!prompts.iter().any(|p| p.contains("/approve")), "an answer is never a prompt: {prompts:?}");
-    poster.abort();
-    server.abort();
 }

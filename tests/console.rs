@@ -213,6 +213,11 @@ async fn in_local_mode_a_person_approves_a_permission_request_on_its_page() {
     assert!(png(&page));
     std::fs::write(shots().join("console-approval.png"), &page).unwrap();
     assert!(!made.exists(), "nothing ran before the answer");
+    // A new request's buttons wait a moment before they take a click (a person reads first).
+    eventually("the Approve button ready", || async {
+        (b.script("return document.querySelector('#approve').disabled").await == json!(false)).then_some(())
+    })
+    .await;
     b.script("document.querySelector('#approve').click(); return null").await;
     eventually("the command ran", || async { made.exists().then_some(()) }).await;
     eventually("the page says who allowed it", || async {

@@ -45,6 +45,11 @@ pub async fn take<S: Sink>(
     let Some(ws) = bridge.sink.session(namespace, work_item, None).await? else {
         return Ok(bridge.ignored("no_session", format!("work item {work_item} has no WorkSession in {namespace}")));
     };
+    // A work item of the same name made for another repository routed here: not this repository's to answer.
+    if !super::belongs(&ws, &subject.repository) {
+        let why = format!("work item {work_item} is not {}'s", subject.repository);
+        return Ok(bridge.ignored("not_its_branch", why));
+    }
     // Only the request waiting now: an old id (a replayed comment, an answer given already) answers nothing.
     let waiting = ws.status.as_ref().and_then(|s| s.approval.as_ref()).filter(|a| a.waiting());
     if waiting.is_none_or(|a| a.id != answering.request) {
@@ -71,7 +76,7 @@ pub async fn take<S: Sink>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::github::answering;
+    use super::super::github::{Ask, answering, parse};
     use crate::api::Decision;
 
     #[test]
@@ -86,5 +91,26 @@ mod tests {
         for unreadable in ["/approve", "/approve now", "/approve 0123456789AB", "/deny --namespace=x"] {
             assert!(answering(unreadable).unwrap().is_err(), "{unreadable:?} names no request");
         }
+    }
+
+    #[test]
+    fn an_answer_is_never_a_prompt_whatever_carries_it_and_an_edit_answers_nothing() {
+        let payload = |kind: &str, action: &str| {
+            let mut p = serde_json::json!({"action": action, "repository": {"full_name": "o/r"},
+                "sender": {"login": "mona"}, "issue": {"number": 1}});
+            let body = serde_json::json!({"body": "/approve 0123456789ab", "author_association": "MEMBER"});
+            p[if kind == "pull_request_review" { "review" } else { "comment" }] = body;
+            p
+        };
+        for (kind, action) in [
+            ("issue_comment", "created"),
+            ("pull_request_review_comment", "created"),
+            ("pull_request_review", "submitted"),
+        ] {
+            let ask = parse(kind, &payload(kind, action)).unwrap().ask;
+            assert!(matches!(ask, Ask::Answer(Ok(_))), "{kind} {action}: {ask:?}");
+        }
+        let edited = parse("issue_comment", &payload("issue_comment", "edited")).unwrap().ask;
+        assert!(matches!(edited, Ask::Answer(Err(_))), "an edit: {edited:?}");
     }
 }

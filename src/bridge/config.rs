@@ -115,6 +115,20 @@ pub enum Feedback {
     Comments,
 }
 
+/// What the bridge posts on a work item's issue of its harness's permission requests and waits for a person.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum ApprovalComments {
+    /// Each request with what it asks (as status shows it: cut, one line, credential shapes redacted), and each wait
+    /// with the harness's words.
+    #[default]
+    Full,
+    /// Each request's tool, id and deadline, and that a harness waits, without what it asks or says: a harness that
+    /// read untrusted text may put anything it can read into a request, and the issue may be public.
+    Brief,
+    /// Nothing.
+    Off,
+}
+
 /// What closing an issue or pull request (`issues: closed`, `pull_request: closed`, merged or not) does to its
 /// WorkSession; `reopened` undoes it.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -219,6 +233,8 @@ pub struct Route {
     pub ci_on_success: bool,
     /// Whether the issue each of its sessions came from gets one status comment, edited in place.
     pub status_comment: bool,
+    /// What the issue each of its sessions came from is told of its permission requests and waits.
+    pub approval_comments: ApprovalComments,
 }
 
 /// The default `deleteAfterSeconds`: a week.
@@ -295,6 +311,8 @@ struct RouteFile {
     ci_on_success: bool,
     #[serde(default)]
     status_comment: bool,
+    #[serde(default)]
+    approval_comments: ApprovalComments,
 }
 
 /// `list` when every value is an `author_association` GitHub sends.
@@ -488,6 +506,7 @@ impl BridgeConfig {
                 budget,
                 ci_on_success: r.ci_on_success,
                 status_comment: r.status_comment,
+                approval_comments: r.approval_comments,
             });
         }
         Ok(Self {

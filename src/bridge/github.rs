@@ -260,9 +260,11 @@ pub fn parse(kind: &str, payload: &Value) -> Result<Parsed, &'static str> {
             after: str_at(payload, &["after"]).unwrap_or_default().to_string(),
         },
         ("pull_request", _, Target::Branch(_)) => Ask::Link,
-        ("issue_comment", "created", _) if answering(&subject.body).is_some() => {
-            Ask::Answer(answering(&subject.body).unwrap_or(Err("no answer")))
-        }
+        // An answer is never a prompt, whatever carries it; only a new comment or review is taken.
+        (_, action, _) if answering(&subject.body).is_some() => match action {
+            "created" | "submitted" => Ask::Answer(answering(&subject.body).unwrap_or(Err("no answer"))),
+            _ => Ask::Answer(Err("an answer is a new comment: an edited one answers nothing")),
+        },
         _ => Ask::Prompt,
     };
     Ok(Parsed { subject, target, ask })

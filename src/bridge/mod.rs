@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod redeliver;
 mod route;
 pub mod status_comment;
+mod waiting_comment;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -314,6 +315,19 @@ async fn read_body(request: Request, limit: usize) -> Result<(HeaderMap, axum::b
 
 fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Whether `ws` is a session of `repository`'s: the bridge made it for that repository (its label), or its
+/// checkout is that repository's. A branch `worksession/<workItem>` of another repository routed to the same
+/// namespace names it in vain: pushing there takes write access to that repository, not to this one.
+pub(crate) fn belongs(ws: &WorkSession, repository: &str) -> bool {
+    if let Some(label) = kube::ResourceExt::labels(ws).get(crate::api::REPOSITORY_LABEL) {
+        return *label == crate::api::repository_label(repository);
+    }
+    let Some(url) = ws.spec.workspace.as_ref().map(|w| w.url.to_ascii_lowercase()) else { return false };
+    let url = url.trim_end_matches('/').trim_end_matches(".git");
+    let repository = repository.to_ascii_lowercase();
+    url.strip_suffix(&repository).is_some_and(|head| head.ends_with('/') || head.ends_with(':'))
 }
 
 fn work_event(name: String, session: &str, prompt: String, source: EventSource) -> WorkEvent {

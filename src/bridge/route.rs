@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 
 use super::config::{self, ROUTE_LABEL, render};
 use super::github::{self, Ask, Parsed, Subject, Target};
-use super::{API_TIMEOUT, ApiError, Bridge, Cap, answer, ci, event_name, header, metrics, read_body, work_event};
+use super::{
+    API_TIMEOUT, ApiError, Bridge, Cap, answer, belongs, ci, event_name, header, metrics, read_body, work_event,
+};
 use crate::api::{
     ChecksState, EventSource, LINKED, PULL_REQUEST_STATE_ANNOTATION, PullRequestState, PullRequestStatus,
     REPOSITORY_LABEL, SourceType, WorkSession, WorkSessionSpec, WorkspaceSpec, pull_request_label, repository_label,
@@ -31,19 +33,6 @@ pub(super) async fn github_handler<S: Sink>(State(bridge): State<Arc<Bridge<S>>>
     };
     bridge.count("github", &response);
     response
-}
-
-/// Whether `ws` is a session of `repository`'s: the bridge made it for that repository (its label), or its
-/// checkout is that repository's. A branch `worksession/<workItem>` of another repository routed to the same
-/// namespace names it in vain: pushing there takes write access to that repository, not to this one.
-fn belongs(ws: &WorkSession, repository: &str) -> bool {
-    if let Some(label) = ws.labels().get(REPOSITORY_LABEL) {
-        return *label == repository_label(repository);
-    }
-    let Some(url) = ws.spec.workspace.as_ref().map(|w| w.url.to_ascii_lowercase()) else { return false };
-    let url = url.trim_end_matches('/').trim_end_matches(".git");
-    let repository = repository.to_ascii_lowercase();
-    url.strip_suffix(&repository).is_some_and(|head| head.ends_with('/') || head.ends_with(':'))
 }
 
 async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Response, ApiError> {

@@ -185,12 +185,14 @@ async fn guard<S: Source>(State(console): State<Arc<Console<S>>>, request: Reque
         return (StatusCode::FORBIDDEN, "not from this console's own page").into_response();
     }
     // The one write: only from this console's own page (its origin, its script's JSON; a form of another site can
-    // send neither), never a navigation.
+    // send neither, and a browser says where a request comes from where it says it at all: not to a plain-http
+    // address other than loopback), never a navigation.
     if request.method() != axum::http::Method::GET {
         let origin = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok());
         let json = headers.get(header::CONTENT_TYPE).and_then(|h| h.to_str().ok()) == Some("application/json");
-        if site != Some("same-origin") || origin != Some(&format!("http://{host}")) || !json {
-            return (StatusCode::FORBIDDEN, "an answer comes only from this console's own page").into_response();
+        if site.is_some_and(|s| s != "same-origin") || origin != Some(&format!("http://{host}")) || !json {
+            let why = json!({"error": "an answer comes only from this console's own page"});
+            return (StatusCode::FORBIDDEN, axum::Json(why)).into_response();
         }
     }
     let query = request.uri().query().unwrap_or_default();
@@ -320,6 +322,15 @@ async fn answer_request<S: Source>(
     Path((namespace, name)): Path<(String, String)>,
     axum::Json(a): axum::Json<Answering>,
 ) -> Response {
+    // Only the request the page showed, while it waits: a page left open never answers a later one.
+    let ws = match find(&console, &namespace, &name).await {
+        Ok(ws) => ws,
+        Err(response) => return response,
+    };
+    let waiting = ws.status.as_ref().and_then(|s| s.approval.as_ref()).filter(|w| w.waiting() && w.id == a.request);
+    if waiting.is_none() {
+        return failed(StatusCode::CONFLICT, format!("request {} no longer waits", a.request));
+    }
     match console.source.answer(&namespace, &name, a.request, a.decision, a.reason).await {
         Ok(said) => axum::Json(json!({"said": said})).into_response(),
         Err(why) => failed(StatusCode::CONFLICT, why),

@@ -86,16 +86,36 @@ async fn get(app: &Router, path: &str, host: &str) -> (StatusCode, axum::http::H
 }
 
 fn app() -> Router {
-    app_recording(Answers::default())
+    app_recording(Answers::default(), false)
+}
+
+/// The console over the sessions below, `fine`'s request `0123456789ab` waiting.
+fn app_waiting(answers: Answers) -> Router {
+    app_recording(answers, true)
 }
 
 /// The console over the sessions below, recording the answers it is given into `answers`.
-fn app_recording(answers: Answers) -> Router {
+fn app_recording(answers: Answers, waiting: bool) -> Router {
     let mut memory = Memory { answers, ..Memory::default() };
     let mut fine = session("fine", ("True", "Running", "the harness is running"));
     let usage =
         crate::api::Usage { tokens: 4200, turns: 4, estimated_cost: Some("0.0276".into()), ..Default::default() };
     fine.status.as_mut().unwrap().usage = Some(usage);
+    if waiting {
+        let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
+        fine.status.as_mut().unwrap().approval = Some(crate::api::ApprovalStatus {
+            id: "0123456789ab".into(),
+            tool: "Bash".into(),
+            request: "Bash: make".into(),
+            asked_time: at.clone(),
+            deadline: at,
+            decision: None,
+            by: None,
+            reason: None,
+            decided_time: None,
+            digest: None,
+        });
+    }
     memory.sessions.lock().unwrap().push(fine);
     memory.sessions.lock().unwrap().push(session("broken", ("False", "SpawnFailed", "tmux said no")));
     memory.events.push(WorkEvent::new(
@@ -184,7 +204,7 @@ async fn a_session_page_gets_its_screen_as_runs_and_no_link_that_is_not_a_web_li
 #[tokio::test]
 async fn an_answer_comes_only_as_json_from_the_consoles_own_page() {
     let answers = Answers::default();
-    let app = app_recording(answers.clone());
+    let app = app_recording(answers.clone(), false);
     let post = |site: Option<&str>, origin: &str, kind: &str| {
         let mut r = Request::post("/api/sessions/agents/fine/answer")
             .header("host", HOST)
@@ -198,17 +218,27 @@ async fn an_answer_comes_only_as_json_from_the_consoles_own_page() {
     };
     let own = format!("http://{HOST}");
     for (what, request) in [
-        ("a navigation or a tool, no fetch metadata", post(None, &own, "application/json")),
+        ("no origin", post(None, "", "application/json")),
         ("another site's page", post(Some("cross-site"), &own, "application/json")),
         ("another origin", post(Some("same-origin"), "http://evil.example", "application/json")),
         ("a form's body", post(Some("same-origin"), &own, "application/x-www-form-urlencoded")),
     ] {
         assert_eq!(app.clone().oneshot(request).await.unwrap().status(), StatusCode::FORBIDDEN, "{what}");
     }
+    // No request waits: nothing is answered.
+    let stale = app.clone().oneshot(post(Some("same-origin"), &own, "application/json")).await.unwrap();
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    assert!(answers.lock().unwrap().is_empty());
+    // The request waiting, from its page (or from a browser that says nothing of where, as to a plain-http address
+    // other than loopback, with its own origin).
+    let app = app_waiting(answers.clone());
     let answered = app.clone().oneshot(post(Some("same-origin"), &own, "application/json")).await.unwrap();
     assert_eq!(answered.status(), StatusCode::OK);
+    let answered = app.clone().oneshot(post(None, &own, "application/json")).await.unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
     let given = answers.lock().unwrap().clone();
-    assert_eq!(given, [("agents/fine".into(), "0123456789ab".into(), crate::api::Decision::Allow, None)], "once");
+    assert_eq!(given.len(), 2);
+    assert_eq!(given[0], ("agents/fine".into(), "0123456789ab".into(), crate::api::Decision::Allow, None));
     // No GET changes anything.
     assert_eq!(get(&app, "/api/sessions/agents/fine/answer", HOST).await.0, StatusCode::METHOD_NOT_ALLOWED);
 }

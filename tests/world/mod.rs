@@ -3,6 +3,8 @@
 //! by hand so the agent's label-selected watch sees them.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod bridge;
+
 use std::sync::Arc;
 
 use kube::Api;

@@ -102,6 +102,12 @@ function sessionPage() {
   function approval(a) {
     $("#approval").hidden = !a;
     if (!a) return;
+    if (asked !== a.id) {
+      // Another request than the one read: its buttons wait a moment, and the reason typed for the last is gone.
+      $("#approval-reason").value = "";
+      $("#approval-said").textContent = asked ? "A new request." : "";
+      for (const b of [$("#approve"), $("#deny")]) { b.disabled = true; setTimeout(() => { b.disabled = false; }, 1500); }
+    }
     asked = a.id;
     $("#approval-id").textContent = a.id;
     $("#approval-request").textContent = a.request;
@@ -118,7 +124,9 @@ function sessionPage() {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ request: asked, decision, reason: reason || null }),
     });
-    const d = await response.json();
+    const text = await response.text();
+    let d;
+    try { d = JSON.parse(text); } catch { d = { error: text || response.statusText }; }
     $("#approval-said").textContent = d.error || d.said;
   }
   $("#approve").addEventListener("click", () => answer("Allow"));
