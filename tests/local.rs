@@ -347,9 +347,13 @@ impl scenarios::Rig for Local {
         decision: worksession::api::Decision,
         reason: Option<&str>,
     ) -> Result<String, String> {
-        let store = Arc::new(worksession::store::local::LocalStore::new(self.dir.clone()).unwrap());
-        let (id, reason, by) = (id.map(String::from), reason.map(String::from), Some("tester".to_string()));
-        worksession::cli::approve::answer(&store, ("default", session), id, decision, reason, by).await
+        // As a person types it: the binary, in local mode, as the user `tester`.
+        let verb = if decision == worksession::api::Decision::Allow { "approve" } else { "deny" };
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_worksession"));
+        cmd.arg(verb).arg(session).args(id).args(reason.map(|r| ["--reason", r]).into_iter().flatten());
+        let out = cmd.arg("--local").arg(&self.dir).env("USER", "tester").output().await.unwrap();
+        let said = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_string();
+        if out.status.success() { Ok(said(&out.stdout)) } else { Err(said(&out.stderr)) }
     }
 }
 

@@ -135,14 +135,6 @@ pub fn pending_answers(events: &[WorkEvent]) -> Vec<PendingAnswer> {
     answers
 }
 
-/// A permission request as the core is given it: the token-shaped words and URL credentials in what it asks taken
-/// out (`status.approval` and the bridge's post show it).
-fn redacted(mut asked: crate::harness::hooks::Asked) -> crate::harness::hooks::Asked {
-    asked.subject = asked.subject.map(|s| crate::api::redact_secrets(&s));
-    asked.detail = asked.detail.map(|s| crate::api::redact_secrets(&s));
-    asked
-}
-
 /// The delivered and failed WorkEvents, with when they finished (a failed one: its creation).
 pub fn finished_events(events: &[WorkEvent]) -> Vec<FinishedWorkEvent> {
     let finished = |e: &WorkEvent| {
@@ -408,7 +400,7 @@ impl<T: Tmux> Gathering<'_, T> {
             Record { proof, len: said.len, awaits_transcript: !said.reported.is_empty() || said.settling };
         reads.evidence.hooked = reads.evidence.hooked.or(said.moved_to);
         (reads.evidence.confirmed, reads.evidence.turn) = (said.confirmed, said.turn);
-        reads.evidence.asked = said.asked.map(redacted);
+        reads.evidence.asked = said.asked;
         (reads.evidence.queued, reads.evidence.dropped, reads.evidence.steered) =
             (said.queued, said.dropped, said.steered);
         reads

@@ -145,6 +145,26 @@ pub fn glob_matches(pattern: &str, text: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
+impl ApprovalSpec {
+    /// What is wrong with it as the CRD's schema would say it (its field below `approval` and why), if anything: the
+    /// API server's checks for local mode and a bridge route's default.
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        if self.wait_seconds.is_some_and(|w| !(10..=86400).contains(&w)) {
+            return Some(("waitSeconds", "must be between 10 and 86400".into()));
+        }
+        if self.rules.len() > 64 {
+            return Some(("rules", "at most 64 rules".into()));
+        }
+        let shape = regex::Regex::new(RULE_PATTERN).expect("a valid pattern");
+        match self.rules.iter().find(|r| r.r#match.len() > 1024 || !shape.is_match(&r.r#match)) {
+            Some(bad) => {
+                Some(("rules.match", format!("{:?} is not a tool or a tool and a pattern: Tool(pattern)", bad.r#match)))
+            }
+            None => None,
+        }
+    }
+}
+
 impl ApprovalRule {
     /// The rule's tool and pattern (`None`: any use of the tool).
     pub fn parts(&self) -> (&str, Option<&str>) {
@@ -184,6 +204,17 @@ mod tests {
         assert!(!glob_matches("a*b*c", "a-c-b"));
         assert!(glob_matches("*.md", "docs/x.md"));
         assert!(!glob_matches("ab*ba", "aba"), "no overlap of the two ends");
+    }
+
+    #[test]
+    fn a_spec_is_checked_as_the_crd_checks_it() {
+        let rule = |m: &str| ApprovalRule { r#match: m.into(), decision: Decision::Allow };
+        assert_eq!(ApprovalSpec { wait_seconds: Some(600), rules: vec![rule("Bash(git *)")] }.problem(), None);
+        assert_eq!(ApprovalSpec { wait_seconds: Some(5), rules: vec![] }.problem().unwrap().0, "waitSeconds");
+        assert_eq!(
+            ApprovalSpec { wait_seconds: None, rules: vec![rule("rm -rf /")] }.problem().unwrap().0,
+            "rules.match"
+        );
     }
 
     #[test]

@@ -343,6 +343,14 @@ pub fn validate_spec(spec: &WorkSessionSpec) -> Result<(), SpecError> {
     if let Some(problem) = spec.egress.as_ref().and_then(|e| egress_hosts_problem(&e.hosts)) {
         return err("egress.hosts", problem);
     }
+    if let Some((field, problem)) = spec.approval.as_ref().and_then(super::ApprovalSpec::problem) {
+        let field = match field {
+            "waitSeconds" => "approval.waitSeconds",
+            "rules" => "approval.rules",
+            _ => "approval.rules.match",
+        };
+        return err(field, problem);
+    }
     Ok(())
 }
 
@@ -551,6 +559,18 @@ mod tests {
             assert_eq!(result.is_ok(), ok, "{n}: {result:?}");
         }
         assert!(validate_spec(&with(100)).unwrap_err().to_string().contains("handoff.maxCharacters"));
+    }
+
+    #[test]
+    fn an_approval_policy_is_checked_as_the_crd_checks_it() {
+        let mut spec = WorkSessionSpec {
+            work_item: "a".into(),
+            harness: "claude".into(),
+            workdir: "/w".into(),
+            ..Default::default()
+        };
+        spec.approval = Some(crate::api::ApprovalSpec { wait_seconds: Some(5), rules: vec![] });
+        assert_eq!(validate_spec(&spec).unwrap_err().field, "approval.waitSeconds");
     }
 
     #[test]

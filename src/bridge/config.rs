@@ -17,7 +17,7 @@ use loops::{CiFile, RedeliverFile, ci, redeliver};
 mod loops;
 mod session;
 use crate::config::ConfigError;
-use session::{BudgetFile, EgressFile};
+use session::{ApprovalFile, BudgetFile, EgressFile};
 
 /// The default `maxBodyBytes`: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -216,6 +216,8 @@ pub struct Route {
     pub egress: Option<crate::api::EgressSpec>,
     /// The `spec.budget` of the sessions it creates.
     pub budget: Option<crate::api::BudgetSpec>,
+    /// The `spec.approval` of the sessions it creates: how their permission requests are answered without a person.
+    pub approval: Option<crate::api::ApprovalSpec>,
     /// Who may prompt through this route, instead of `github.allowedAuthorAssociations`.
     pub allowed_author_associations: Option<Vec<String>>,
     /// The most WorkSessions this route keeps (counted on the store by the [`ROUTE_LABEL`] it puts on them); past it
@@ -302,6 +304,7 @@ struct RouteFile {
     workspace: Option<crate::api::WorkspaceSpec>,
     egress: Option<EgressFile>,
     budget: Option<BudgetFile>,
+    approval: Option<ApprovalFile>,
     allowed_author_associations: Option<Vec<String>>,
     max_sessions: Option<usize>,
     feedback: Option<Feedback>,
@@ -482,6 +485,10 @@ impl BridgeConfig {
             let egress = egress.map_err(|problem| invalid(format!("routes[{i}].egress.hosts"), problem))?;
             let budget = r.budget.map(BudgetFile::into_spec).transpose();
             let budget = budget.map_err(|(key, problem)| invalid(format!("routes[{i}].{key}"), problem))?;
+            let approval = r.approval.map(ApprovalFile::into_spec);
+            if let Some((key, problem)) = approval.as_ref().and_then(crate::api::ApprovalSpec::problem) {
+                return Err(invalid(format!("routes[{i}].approval.{key}"), problem));
+            }
             if r.delete_after_seconds.is_some() && r.on_close != Some(OnClose::Delete) {
                 return Err(invalid(format!("routes[{i}].deleteAfterSeconds"), "only with onClose: Delete".into()));
             }
@@ -504,6 +511,7 @@ impl BridgeConfig {
                 workspace: r.workspace,
                 egress,
                 budget,
+                approval,
                 ci_on_success: r.ci_on_success,
                 status_comment: r.status_comment,
                 approval_comments: r.approval_comments,
@@ -591,6 +599,13 @@ mod tests {
         assert!(e(&format!("{route}{{cost: '5 dollars'}}}}\n")).contains("routes[0].budget.cost"));
         assert!(e(&format!("{route}{{tokens: 0}}}}\n")).contains("routes[0].budget.tokens"));
         assert!(e(&format!("{route}{{dollars: 5}}}}\n")).contains("dollars"), "a misspelt key is refused");
+        let route = "routes:\n  - {repository: o/r, namespace: a, harness: claude, workdir: /w, approval: ";
+        assert!(e(&format!("{route}{{waitSeconds: 1}}}}\n")).contains("routes[0].approval.waitSeconds"));
+        assert!(
+            e(&format!("{route}{{rules: [{{match: 'rm -rf', decision: Allow}}]}}}}\n"))
+                .contains("routes[0].approval.rules.match")
+        );
+        assert!(e(&format!("{route}{{wait: 60}}}}\n")).contains("wait"), "a misspelt key is refused");
     }
 
     #[test]

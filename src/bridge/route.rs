@@ -211,6 +211,7 @@ async fn github<S: Sink>(bridge: &Bridge<S>, request: Request) -> Result<Respons
                 }),
                 egress: route.egress.clone(),
                 budget: route.budget.clone(),
+                approval: route.approval.clone(),
                 ..Default::default()
             },
         );

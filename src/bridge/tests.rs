@@ -218,6 +218,7 @@ fn config() -> BridgeConfig {
             delete_after: std::time::Duration::from_secs(config::DEFAULT_DELETE_AFTER_SECONDS),
             ci_on_success: false,
             status_comment: false,
+            approval: None,
             approval_comments: config::ApprovalComments::Full,
         }],
         prompt_template: config::DEFAULT_PROMPT_TEMPLATE.into(),

@@ -59,7 +59,8 @@ pub fn shown(text: &str, max: usize) -> String {
     }
 }
 
-/// What a request asks, for a person: the tool, what it is given, and more of it where there is more ([`shown`]).
+/// What a request asks, for a person: the tool, what it is given, and more of it where there is more ([`shown`]:
+/// redacted here, never before a rule matched the whole).
 pub fn render(asked: &Asked) -> String {
     let mut text = asked.tool.clone().unwrap_or_else(|| "a tool of no plain name".into());
     if let Some(subject) = &asked.subject {

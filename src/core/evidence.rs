@@ -85,8 +85,8 @@ pub struct Evidence {
     pub record: Record,
     /// The live spawn's latest turn event, as its hooks said it.
     pub turn: Option<crate::harness::hooks::Turn>,
-    /// The live spawn's latest permission request, as its hooks said it (what it asks redacted of the secrets the
-    /// executor knows).
+    /// The live spawn's latest permission request, as its hooks said it: what it asks whole (a rule matches all of
+    /// it; what a person is shown is redacted by the decision).
     pub asked: Option<crate::harness::hooks::Asked>,
     /// Whether the conversation a resume would take exists in the harness's store (`None`: the profile names no
     /// store, or there is nothing to resume).

@@ -52,10 +52,8 @@ pub async fn a_permission_request_is_answered_by_a_person_or_a_rule_never_by_an_
     let answered = |s: &WorkSessionStatus| s.approval.as_ref().is_some_and(|a| !a.waiting());
     let st = await_value("ap: the request answered", || rig.session_status("ap"), answered).await;
     let a = st.approval.unwrap();
-    assert_eq!(
-        (a.id.as_str(), a.decision, a.by.as_deref()),
-        (asked.id.as_str(), Some(Decision::Allow), Some("tester"))
-    );
+    assert_eq!((a.id.as_str(), a.decision), (asked.id.as_str(), Some(Decision::Allow)));
+    assert!(a.by.as_deref().is_some_and(|by| by.ends_with("tester")), "who: {:?}", a.by);
     await_value("the stand-in took the answer", || async { permits(rig) }, |p| p.len() == 1).await;
     assert_eq!(permits(rig)[0].1, "allow");
     assert!(asked_file.exists(), "the command ran");
@@ -81,6 +79,7 @@ pub async fn a_permission_request_is_answered_by_a_person_or_a_rule_never_by_an_
     await_value("the denial taken", || async { permits(rig) }, |p| p.len() == 3).await;
     let (_, decision, message) = permits(rig).pop().unwrap();
     assert_eq!(decision, "deny");
-    assert_eq!(message.as_deref(), Some("Denied by tester: not that file"));
+    let told = message.unwrap_or_default();
+    assert!(told.starts_with("Denied by ") && told.ends_with("tester: not that file"), "{told}");
     assert!(!denied_file.exists(), "the command did not run");
 }

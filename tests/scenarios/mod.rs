@@ -148,7 +148,7 @@ pub trait Rig {
     /// The namespace of the rig's objects.
     fn namespace(&self) -> String;
     /// Answers the permission request `id` (default: the one waiting) of `session` as `worksession approve` or
-    /// `deny` does, by `tester`: what it said, or why it did not.
+    /// `deny` does (in local mode, that very command), by `tester`: what it said, or why it did not.
     fn answer(
         &self,
         session: &str,

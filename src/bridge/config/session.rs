@@ -1,6 +1,7 @@
 //! What a route gives the sessions it creates beside their harness and workdir (below [`super`]): `egress` (the hosts
-//! their harnesses may reach) and `budget` (what their conversations may spend), each read with its keys checked (a
-//! misspelt one is refused, not read as nothing) and by the same rules as a WorkSession's spec.
+//! their harnesses may reach), `budget` (what their conversations may spend) and `approval` (how their permission
+//! requests are answered without a person), each read with its keys checked (a misspelt one is refused, not read as
+//! nothing) and by the same rules as a WorkSession's spec.
 
 use serde::Deserialize;
 
@@ -39,5 +40,29 @@ impl BudgetFile {
             Some(problem) => Err(problem),
             None => Ok(budget),
         }
+    }
+}
+
+/// A route's `approval`, as its sessions' `spec.approval` takes it; a misspelt key is refused.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalFile {
+    wait_seconds: Option<u32>,
+    #[serde(default)]
+    rules: Vec<RuleFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    r#match: String,
+    decision: crate::api::Decision,
+}
+
+impl ApprovalFile {
+    pub fn into_spec(self) -> crate::api::ApprovalSpec {
+        let rules =
+            self.rules.into_iter().map(|r| crate::api::ApprovalRule { r#match: r.r#match, decision: r.decision });
+        crate::api::ApprovalSpec { wait_seconds: self.wait_seconds, rules: rules.collect() }
     }
 }
