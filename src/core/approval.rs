@@ -81,11 +81,8 @@ impl Decision<'_, '_> {
         if let Some(asked) = input.evidence.asked.as_ref()
             && self.status.approval.as_ref().is_none_or(|a| a.id != asked.id)
         {
-            if let Some(old) = self.status.approval.as_ref().filter(|a| a.waiting()) {
-                let reason = format!("the harness asked again (request {})", asked.id);
-                let id = old.id.clone();
-                self.decided(None, "superseded", reason);
-                debug_assert!(self.status.approval.as_ref().is_some_and(|a| a.id == id));
+            if self.status.approval.as_ref().is_some_and(ApprovalStatus::waiting) {
+                self.decided(None, "superseded", format!("the harness asked again (request {})", asked.id));
             }
             // The receiver's deadline, or the session's wait from now, whichever is sooner: the line is the harness's.
             let latest = now.checked_add(SignedDuration::from_secs(wait_of(input.object.spec).into())).unwrap_or(now);
@@ -120,14 +117,7 @@ impl Decision<'_, '_> {
                     Some(pending) => self.take(pending, false),
                     // A denial it says it was given is believed (it harms none but itself): at the deadline, the
                     // receiver's own. An allowance is only its word.
-                    None if behavior == "deny" && now >= approval.deadline.0 => {
-                        let waited = approval.deadline.0.duration_since(approval.asked_time.0).as_secs();
-                        self.decided(
-                            Some(crate::api::Decision::Deny),
-                            "deadline",
-                            format!("no answer within {waited} s"),
-                        );
-                    }
+                    None if behavior == "deny" && now >= approval.deadline.0 => self.denied_at_the_deadline(&approval),
                     None => {
                         let reason = format!("the harness's hook record says it was answered: {}", shown(behavior, 8));
                         self.decided(None, "hook record", reason);
@@ -136,13 +126,14 @@ impl Decision<'_, '_> {
             } else if asked.is_some_and(|a| a.passed) {
                 self.decided(None, "terminal", "the harness went on (its hooks say): answered in its terminal".into());
             } else if let Some((rule, decision)) = rule {
-                self.answer(decision, "policy", format!("the rule {rule:?} of spec.approval.rules"));
+                let reason = format!("the rule {rule:?} of spec.approval.rules");
+                self.give(decision, "policy", &reason);
+                self.decided(Some(decision), "policy", reason);
             } else if let Some(at) = taken {
                 let pending = answers.remove(at);
                 self.take(pending, true);
             } else if now >= approval.deadline.0 {
-                let waited = approval.deadline.0.duration_since(approval.asked_time.0).as_secs();
-                self.decided(Some(crate::api::Decision::Deny), "deadline", format!("no answer within {waited} s"));
+                self.denied_at_the_deadline(&approval);
             } else {
                 let left = approval.deadline.0.duration_since(now);
                 self.requeue(Duration::try_from(left).unwrap_or_default() + Duration::from_secs(1));
@@ -184,30 +175,23 @@ impl Decision<'_, '_> {
         Some((rule.r#match.clone(), rule.decision))
     }
 
-    /// A person's answer to the waiting request: given to the receiver (unless it has it already), its WorkEvent
-    /// taken.
+    /// A person's answer to the waiting request: given to the receiver first (unless it has it already: one that
+    /// could not be written is taken again by the next decision), then its WorkEvent taken.
     fn take(&mut self, pending: &PendingAnswer, give: bool) {
         let answer = &pending.answer;
         let by = answer.by.as_deref().map_or_else(|| "an unnamed person".into(), |by| shown(by, 256));
         let reason = answer.reason.as_deref().map_or_else(|| format!("WorkEvent {}", pending.name), |r| shown(r, 1024));
         let id = self.status.approval.as_ref().map(|a| a.id.clone()).unwrap_or_default();
-        let message = Some(format!("answered request {id}: {:?}", answer.decision));
-        // The answer written first: one that could not be is taken again by the next decision.
-        let notices = self.ops.len();
         if give {
-            self.answer(answer.decision, &by, reason);
-        } else {
-            self.decided(Some(answer.decision), &by, reason);
+            self.give(answer.decision, &by, &reason);
         }
-        let at = self.ops[notices..]
-            .iter()
-            .position(|op| matches!(op, Op::Notice(_)))
-            .map_or(self.ops.len(), |i| notices + i);
-        self.ops.insert(at, Op::WorkEventStatus(answered(&pending.name, PromptPhase::Delivered, message)));
+        let message = Some(format!("answered request {id}: {:?}", answer.decision));
+        self.ops.push(Op::WorkEventStatus(answered(&pending.name, PromptPhase::Delivered, message)));
+        self.decided(Some(answer.decision), &by, reason);
     }
 
-    /// Answers the waiting request: the receiver told.
-    fn answer(&mut self, decision: crate::api::Decision, by: &str, reason: String) {
+    /// Tells the receiver the answer to the waiting request (the decision records it).
+    fn give(&mut self, decision: crate::api::Decision, by: &str, reason: &str) {
         let Some(approval) = self.status.approval.as_ref() else { return };
         let (request, digest) = (approval.id.clone(), approval.digest.clone());
         let input = self.input;
@@ -223,7 +207,12 @@ impl Decision<'_, '_> {
         let message = (!allow).then(|| format!("Denied by {by}: {reason}"));
         let written = Written { request, behavior, message, digest };
         self.ops.push(Op::Answer { trusted, below, written, group });
-        self.decided(Some(decision), by, reason);
+    }
+
+    /// Records the waiting request denied at its deadline, as its receiver denied it.
+    fn denied_at_the_deadline(&mut self, approval: &ApprovalStatus) {
+        let waited = approval.deadline.0.duration_since(approval.asked_time.0).as_secs();
+        self.decided(Some(crate::api::Decision::Deny), "deadline", format!("no answer within {waited} s"));
     }
 
     /// Records the waiting request's end, and says it.

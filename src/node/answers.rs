@@ -32,23 +32,22 @@ pub fn ask(out: &Path, spawn: &str, answers: &Path, wait: u32, stdin: impl Read)
         Line { hook, spawn: spawn.clone(), at: asked.to_string(), data, request, deadline: Some(deadline.to_string()) };
     append(out, &line)?;
     let file = answer_file(answers, &id);
+    let denied =
+        |why: String| Written { request: id.clone(), behavior: "deny".into(), message: Some(why), digest: None };
     let written = loop {
         let Some(digest) = &digest else {
             // What no person can be shown is never allowed.
-            let message = Some("worksession could not read this request to show it: denied.".to_string());
-            break Written { request: id.clone(), behavior: "deny".into(), message, digest: None };
+            break denied("worksession could not read this request to show it: denied.".into());
         };
         if let Some(written) = read_answer(&file).filter(|w| w.request == id) {
             if written.digest.as_ref() == Some(digest) {
                 break written;
             }
             // An answer to what another line of the hook file said this request was: never this one's.
-            let message = Some("The answer given was for another request than this one: denied.".to_string());
-            break Written { request: id.clone(), behavior: "deny".into(), message, digest: None };
+            break denied("The answer given was for another request than this one: denied.".into());
         }
         if Timestamp::now() >= deadline {
-            let message = Some(format!("No answer came within {wait} seconds: denied."));
-            break Written { request: id.clone(), behavior: "deny".into(), message, digest: None };
+            break denied(format!("No answer came within {wait} seconds: denied."));
         }
         std::thread::sleep(ANSWER_POLL);
     };
